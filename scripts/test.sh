@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Install everything the tests need (pip and Debian packages) and run them.
+# Used as-is by .ci/run on a fresh machine; safe to re-run (skips what is already installed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+echo "== pip: fmstack with test extras (torch pinned to the CPU build 2.13.0)"
+$PY -m pip install -q --disable-pip-version-check -e '.[test,observe,k8s,s3,torch]' 'moto[server]' 2>&1 \
+  | grep -v -e "^WARNING: Location" -e "Running pip as the 'root' user" || true
+
+need_apt=()
+command -v promtool >/dev/null || need_apt+=(prometheus prometheus-alertmanager)
+command -v slurmctld >/dev/null || need_apt+=(slurmctld slurmd slurm-client munge)
+command -v chromium >/dev/null || need_apt+=(chromium)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "== apt: ${need_apt[*]}"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  else
+    echo "== not root: cannot install ${need_apt[*]}; tests that need them will be skipped" >&2
+  fi
+fi
+
+echo "== lint and types"
+$PY -m ruff check src tests benchmarks
+$PY -m ruff format --check src tests benchmarks
+$PY -m mypy
+
+echo "== tests"
+$PY -m pytest -q -p no:cacheprovider "$@"

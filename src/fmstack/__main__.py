@@ -1,0 +1,5 @@
+"""`python -m fmstack` runs the CLI."""
+
+from fmstack.cli.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""bench: layer 3 measured"""

@@ -1,0 +1,183 @@
+"""Load the built-in catalog and a user's overrides from YAML files.
+
+A catalog file is either ``{kind: KIND, entries: [ {...}, ... ]}`` or one entry with its own
+``kind``. User files (``--catalog DIR`` or ``FMSTACK_CATALOG``) add entries or replace a built-in
+entry of the same kind and name. A malformed file fails with one line naming file, entry and field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import ValidationError
+
+from fmstack.catalog.schema import GPU, KINDS, Entry, Fabric, Instance, ModelArch, StorageTier, UltraServer
+from fmstack.errors import InputError
+
+E = TypeVar("E", bound=Entry)
+
+
+def _norm(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def _describe_validation(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "(entry)"
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field"
+    elif err["type"] == "missing":
+        msg = "missing required field"
+    return f"field '{loc}': {msg}"
+
+
+def parse_entry(raw: Any, kind: str | None, where: str) -> Entry:
+    """Validate one raw mapping into its typed entry; errors name ``where`` and the field."""
+    if not isinstance(raw, dict):
+        raise InputError(where, f"an entry must be a mapping, got {type(raw).__name__}")
+    entry_kind = raw.get("kind", kind)
+    if entry_kind not in KINDS:
+        raise InputError(where, f"kind {entry_kind!r} unknown; allowed: {', '.join(KINDS)}")
+    name = raw.get("name", "?")
+    try:
+        return KINDS[entry_kind].model_validate({**raw, "kind": entry_kind})
+    except ValidationError as exc:
+        raise InputError(f"{where} entry '{name}'", _describe_validation(exc)) from None
+
+
+def read_file(path: Path) -> list[Entry]:
+    """Parse one catalog YAML file into entries."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(str(path), f"cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark is not None else ""
+        raise InputError(str(path), f"not valid YAML{line}") from None
+    if isinstance(data, dict) and "entries" in data:
+        kind = data.get("kind")
+        entries = data["entries"]
+        if not isinstance(entries, list):
+            raise InputError(str(path), "'entries' must be a list")
+        return [parse_entry(raw, kind, str(path)) for raw in entries]
+    if isinstance(data, dict):
+        return [parse_entry(data, None, str(path))]
+    raise InputError(str(path), "expected a mapping with 'kind' and 'entries', or one entry")
+
+
+def _yaml_files(directory: Path) -> Iterator[Path]:
+    yield from sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+
+
+@dataclass
+class Catalog:
+    """All entries by kind, looked up by name or alias, case-insensitively."""
+
+    entries: dict[str, dict[str, Entry]] = field(default_factory=lambda: {k: {} for k in KINDS})
+
+    def add(self, entry: Entry) -> None:
+        kind = str(getattr(entry, "kind"))  # noqa: B009 - every concrete entry has a kind literal
+        self.entries[kind][_norm(entry.name)] = entry
+
+    def extend(self, items: Iterable[Entry]) -> None:
+        for item in items:
+            self.add(item)
+
+    def names(self, kind: str) -> list[str]:
+        self._check_kind(kind)
+        return [e.name for e in self.entries[kind].values()]
+
+    def all(self, kind: str) -> list[Entry]:
+        self._check_kind(kind)
+        return list(self.entries[kind].values())
+
+    def get(self, kind: str, name: str) -> Entry:
+        """The entry of ``kind`` called ``name`` (or an alias); InputError listing the known names."""
+        self._check_kind(kind)
+        table = self.entries[kind]
+        key = _norm(name)
+        if key in table:
+            return table[key]
+        for entry in table.values():
+            if key in (_norm(a) for a in entry.aliases):
+                return entry
+        raise InputError(kind, f"unknown {kind} {name!r}; known: {', '.join(sorted(e.name for e in table.values()))}")
+
+    def _check_kind(self, kind: str) -> None:
+        if kind not in self.entries:
+            raise InputError("kind", f"unknown catalog kind {kind!r}; allowed: {', '.join(self.entries)}")
+
+    def gpu(self, name: str) -> GPU:
+        return _typed(self.get("gpu", name), GPU)
+
+    def instance(self, name: str) -> Instance:
+        return _typed(self.get("instance", name), Instance)
+
+    def ultraserver(self, name: str) -> UltraServer:
+        return _typed(self.get("ultraserver", name), UltraServer)
+
+    def fabric(self, name: str) -> Fabric:
+        return _typed(self.get("fabric", name), Fabric)
+
+    def storage(self, name: str) -> StorageTier:
+        return _typed(self.get("storage", name), StorageTier)
+
+    def model(self, name_or_path: str) -> ModelArch:
+        """A zoo model by name, or a model YAML file by path."""
+        path = Path(name_or_path)
+        if path.suffix in (".yaml", ".yml") or path.is_file():
+            if not path.is_file():
+                raise InputError("model", f"model file {name_or_path!r} does not exist")
+            entries = read_file(path)
+            if len(entries) != 1 or not isinstance(entries[0], ModelArch):
+                raise InputError("model", f"{name_or_path} must hold exactly one entry of kind 'model'")
+            return entries[0]
+        return _typed(self.get("model", name_or_path), ModelArch)
+
+
+def _typed(entry: Entry, cls: type[E]) -> E:
+    assert isinstance(entry, cls)
+    return entry
+
+
+def builtin_dir() -> Path:
+    return Path(str(resources.files("fmstack.catalog") / "data"))
+
+
+def load_catalog(user_dir: Path | str | None = None) -> Catalog:
+    """The built-in catalog, then every YAML file of ``user_dir`` on top (same kind and name replaces)."""
+    cat = Catalog()
+    for path in _yaml_files(builtin_dir()):
+        cat.extend(read_file(path))
+    if user_dir is not None:
+        directory = Path(user_dir)
+        if not directory.is_dir():
+            raise InputError("catalog", f"{directory} is not a directory")
+        for path in _yaml_files(directory):
+            cat.extend(read_file(path))
+    _check_references(cat)
+    return cat
+
+
+def _check_references(cat: Catalog) -> None:
+    for entry in cat.all("instance"):
+        assert isinstance(entry, Instance)
+        cat.get("gpu", entry.gpu)
+        _ref(cat, "fabric", entry.network, f"instance '{entry.name}' field 'network'")
+    for entry in cat.all("ultraserver"):
+        assert isinstance(entry, UltraServer)
+        _ref(cat, "instance", entry.instance, f"ultraserver '{entry.name}' field 'instance'")
+
+
+def _ref(cat: Catalog, kind: str, name: str, where: str) -> None:
+    try:
+        cat.get(kind, name)
+    except InputError as exc:
+        raise InputError(where, exc.message) from None

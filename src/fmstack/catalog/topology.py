@@ -1,0 +1,152 @@
+"""Cluster topology: which GPUs share NVLink, which cross the scale-out fabric, and how many hops.
+
+A cluster is ``num_nodes`` instances of one type. GPUs are numbered node-major (GPU ``g`` is on node
+``g // gpus_per_node``). NVLink domains hold ``nvlink_domain_gpus`` GPUs: one node on p5, 18 nodes of 4
+GPUs on a GB200 NVL72 UltraServer. Nodes hang under leaf switches of ``nodes_per_leaf`` nodes and leaves
+under spines of ``leaves_per_spine`` leaves (an EC2 UltraCluster is modelled as such a tree; AWS does not
+publish its block sizes, so these are documented defaults a user can change).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fmstack.catalog.loader import Catalog
+from fmstack.catalog.schema import GPU, Fabric, Instance
+from fmstack.errors import InputError
+
+DEFAULT_NODES_PER_LEAF = 16
+DEFAULT_LEAVES_PER_SPINE = 16
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Cluster:
+    """``num_nodes`` instances of one type, with their NVLink domains and network tree."""
+
+    instance: Instance
+    gpu: GPU
+    scale_up: Fabric | None
+    """NVLink fabric inside a domain (None for a single-GPU node)."""
+    scale_out: Fabric
+    num_nodes: int
+    nodes_per_leaf: int = DEFAULT_NODES_PER_LEAF
+    leaves_per_spine: int = DEFAULT_LEAVES_PER_SPINE
+    name: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if self.num_nodes <= 0:
+            raise InputError("nodes", f"must be a positive number of nodes, got {self.num_nodes}")
+        if self.nodes_per_leaf <= 0 or self.leaves_per_spine <= 0:
+            raise InputError("nodes_per_leaf", "leaf and spine sizes must be positive")
+        nodes_per_domain = self.nodes_per_domain
+        if nodes_per_domain > 1 and self.num_nodes % nodes_per_domain:
+            raise InputError(
+                "nodes",
+                f"num_nodes({self.num_nodes}) must be a multiple of {nodes_per_domain} {self.instance.name} nodes "
+                f"per {self.instance.nvlink_domain_gpus}-GPU NVLink domain "
+                f"({nodes_per_domain} x {self.instance.num_gpus} GPUs)",
+            )
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.instance.num_gpus
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_nodes * self.instance.num_gpus
+
+    @property
+    def gpus_per_domain(self) -> int:
+        return max(self.instance.nvlink_domain_gpus, self.instance.num_gpus)
+
+    @property
+    def nodes_per_domain(self) -> int:
+        return max(1, self.instance.nvlink_domain_gpus // self.instance.num_gpus)
+
+    @property
+    def num_domains(self) -> int:
+        return self.num_nodes // self.nodes_per_domain
+
+    @property
+    def network_bw_gbps_per_node(self) -> float:
+        return self.instance.network_bw_gbps
+
+    @property
+    def network_bw_gbps_per_gpu(self) -> float:
+        return self.instance.network_bw_gbps / self.instance.num_gpus
+
+    def node_of(self, gpu: int) -> int:
+        self._check_gpu(gpu)
+        return gpu // self.gpus_per_node
+
+    def domain_of(self, gpu: int) -> int:
+        return self.node_of(gpu) // self.nodes_per_domain
+
+    def leaf_of(self, gpu: int) -> int:
+        return self.node_of(gpu) // self.nodes_per_leaf
+
+    def spine_of(self, gpu: int) -> int:
+        return self.leaf_of(gpu) // self.leaves_per_spine
+
+    def hops(self, gpu_a: int, gpu_b: int) -> int:
+        """Switch hops between two GPUs on the scale-out network (0: same NVLink domain)."""
+        if self.domain_of(gpu_a) == self.domain_of(gpu_b):
+            return 0
+        if self.leaf_of(gpu_a) == self.leaf_of(gpu_b):
+            return 1
+        if self.spine_of(gpu_a) == self.spine_of(gpu_b):
+            return 3
+        return 5
+
+    def group_in_domain(self, group_size: int, stride: int = 1) -> bool:
+        """Whether a group of ``group_size`` ranks ``stride`` apart (node-major placement) stays in one domain."""
+        return group_size * stride <= self.gpus_per_domain
+
+    def _check_gpu(self, gpu: int) -> None:
+        if not 0 <= gpu < self.num_gpus:
+            raise InputError("gpu", f"GPU index {gpu} outside 0..{self.num_gpus - 1}")
+
+
+def build_cluster(
+    catalog: Catalog,
+    instance: str,
+    num_nodes: int,
+    *,
+    nodes_per_leaf: int = DEFAULT_NODES_PER_LEAF,
+    leaves_per_spine: int = DEFAULT_LEAVES_PER_SPINE,
+) -> Cluster:
+    """A cluster of ``num_nodes`` of ``instance`` (an instance or UltraServer name).
+
+    For an UltraServer name, ``num_nodes`` still counts component instances and must be a multiple
+    of the UltraServer's instance count.
+    """
+    if num_nodes <= 0:
+        raise InputError("nodes", f"must be a positive number of nodes, got {num_nodes}")
+    inst = _resolve_instance(catalog, instance)
+    gpu = catalog.gpu(inst.gpu)
+    scale_up = None
+    if inst.nvlink_domain_gpus > 1 and gpu.nvlink_generation is not None:
+        scale_up = catalog.fabric(f"nvlink-{gpu.nvlink_generation}")
+    return Cluster(
+        instance=inst,
+        gpu=gpu,
+        scale_up=scale_up,
+        scale_out=catalog.fabric(inst.network),
+        num_nodes=num_nodes,
+        nodes_per_leaf=nodes_per_leaf,
+        leaves_per_spine=leaves_per_spine,
+        name=instance,
+    )
+
+
+def _resolve_instance(catalog: Catalog, name: str) -> Instance:
+    try:
+        return catalog.instance(name)
+    except InputError as not_instance:
+        try:
+            us = catalog.ultraserver(name)
+        except InputError:
+            known = sorted(catalog.names("instance") + catalog.names("ultraserver"))
+            raise InputError("instance", f"unknown instance {name!r}; known: {', '.join(known)}") from not_instance
+        base = catalog.instance(us.instance)
+        return base.model_copy(update={"nvlink_domain_gpus": us.num_gpus, "ultraserver": us.name})

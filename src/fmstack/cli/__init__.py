@@ -1,0 +1,1 @@
+"""Thin command-line layer: parse, call one library function, render."""

@@ -1,0 +1,119 @@
+"""`fmstack catalog`: list and show the building blocks (GPUs, instances, fabrics, storage, models)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from fmstack.catalog import load_catalog
+from fmstack.catalog.params import count_params
+from fmstack.catalog.schema import GPU, Entry, Instance, ModelArch
+from fmstack.cli.common import catalog_option, console, json_option, print_json
+from fmstack.errors import InputError
+
+_KIND_ALIASES = {
+    "gpu": "gpu", "gpus": "gpu",
+    "instance": "instance", "instances": "instance",
+    "ultraserver": "ultraserver", "ultraservers": "ultraserver",
+    "fabric": "fabric", "fabrics": "fabric",
+    "storage": "storage", "storages": "storage",
+    "model": "model", "models": "model",
+}  # fmt: skip
+
+
+def _kind(value: str) -> str:
+    kind = _KIND_ALIASES.get(value.lower())
+    if kind is None:
+        raise InputError("KIND", f"unknown kind {value!r}; allowed: gpu, instance, ultraserver, fabric, storage, model")
+    return kind
+
+
+def entry_dict(entry: Entry) -> dict[str, Any]:
+    """An entry as JSON-ready data, with derived values (GiB, PFLOP/s, parameter counts) added."""
+    data = entry.model_dump(mode="json", exclude_none=True)
+    if isinstance(entry, GPU):
+        data["bf16_dense_pflops"] = entry.bf16_dense_tflops / 1000
+        data["hbm_gib"] = round(entry.hbm_gib, 2)
+    if isinstance(entry, ModelArch):
+        counts = count_params(entry)
+        data["params_total"] = counts.total
+        data["params_active"] = counts.active
+    return data
+
+
+def _summary(entry: Entry) -> list[str]:
+    if isinstance(entry, GPU):
+        fp8 = f"{entry.fp8_dense_tflops:g}" if entry.fp8_dense_tflops else "-"
+        fp4 = f"{entry.fp4_dense_tflops:g}" if entry.fp4_dense_tflops else "-"
+        return [f"{entry.bf16_dense_tflops:g}", fp8, fp4, f"{entry.hbm_gb:g}", f"{entry.hbm_bw_tbps:g}",
+                f"{entry.nvlink_bw_gbps or 0:g}", f"{entry.tdp_w:g}"]  # fmt: skip
+    if isinstance(entry, Instance):
+        price = f"{entry.price_per_hour_usd:.2f}" if entry.price_per_hour_usd else "-"
+        return [entry.gpu, str(entry.num_gpus), f"{entry.gpu_memory_gb:,.0f}", str(entry.nvlink_domain_gpus),
+                entry.network, f"{entry.network_bw_gbps:,g}", f"{entry.local_nvme_tb:g}", price]  # fmt: skip
+    if isinstance(entry, ModelArch):
+        counts = count_params(entry)
+        moe = f"{entry.moe.num_experts}x top-{entry.moe.top_k}" if entry.moe else "-"
+        return [entry.family, f"{counts.total / 1e9:,.2f}", f"{counts.active / 1e9:,.2f}", str(entry.num_layers),
+                str(entry.hidden_size), f"{entry.num_heads}/{entry.num_kv_heads}", moe, f"{entry.max_seq_len:,}"]  # fmt: skip
+    return [entry.description or "", ", ".join(f"{k}={v}" for k, v in _numbers(entry).items())]
+
+
+def _numbers(entry: Entry) -> dict[str, Any]:
+    skip = {"name", "aliases", "description", "sources", "kind"}
+    return {k: v for k, v in entry.model_dump(exclude_none=True).items() if k not in skip}
+
+
+_HEADERS = {
+    "gpu": ["BF16 TFLOP/s", "FP8 TFLOP/s", "FP4 TFLOP/s", "HBM GB", "HBM TB/s", "NVLink GB/s", "TDP W"],
+    "instance": ["GPU", "GPUs", "GPU mem GB", "NVLink domain", "network", "net GB/s", "NVMe TB", "$/h"],
+    "model": ["family", "params (B)", "active (B)", "layers", "hidden", "heads/kv", "MoE", "max context"],
+}
+
+
+@click.group(epilog="Example:\n\n  fmstack catalog list gpus\n\n  fmstack catalog show gpu H100 --json")
+def catalog() -> None:
+    """Browse the infrastructure catalog: GPUs, instances, UltraServers, fabrics, storage, models."""
+
+
+@catalog.command("list", epilog="Example:\n\n  fmstack catalog list models --json")
+@click.argument("kind", required=False)
+@catalog_option
+@json_option
+def list_cmd(kind: str | None, catalog_dir: Path | None, as_json: bool) -> None:
+    """List entries of KIND (gpu, instance, ultraserver, fabric, storage, model), or of every kind."""
+    cat = load_catalog(catalog_dir)
+    kinds = [_kind(kind)] if kind else list(cat.entries)
+    if as_json:
+        print_json({k: [entry_dict(e) for e in cat.all(k)] for k in kinds})
+        return
+    out = console()
+    for k in kinds:
+        headers = _HEADERS.get(k, ["description", "values"])
+        table = Table("name", *headers, title=f"{k} ({len(cat.all(k))})", title_justify="left")
+        for entry in cat.all(k):
+            table.add_row(entry.name, *_summary(entry))
+        out.print(table)
+
+
+@catalog.command("show", epilog="Example:\n\n  fmstack catalog show instance p5.48xlarge")
+@click.argument("kind")
+@click.argument("name")
+@catalog_option
+@json_option
+def show_cmd(kind: str, name: str, catalog_dir: Path | None, as_json: bool) -> None:
+    """Show one entry with every value and its source."""
+    cat = load_catalog(catalog_dir)
+    entry = cat.get(_kind(kind), name)
+    data = entry_dict(entry)
+    if as_json:
+        print_json(data)
+        return
+    sources = data.pop("sources", {})
+    table = Table("field", "value", "source", title=f"{_kind(kind)} {entry.name}", title_justify="left")
+    for key, value in data.items():
+        table.add_row(key, str(value), sources.get(key, ""))
+    console().print(table)

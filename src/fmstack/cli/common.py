@@ -1,0 +1,53 @@
+"""Options and helpers shared by commands: --json, --catalog, output rendering."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+CATALOG_ENV = "FMSTACK_CATALOG"
+
+
+def json_option(func: F) -> F:
+    """Add ``--json``: print the result as JSON instead of a table."""
+    return click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(func)
+
+
+def catalog_option(func: F) -> F:
+    """Add ``--catalog DIR``: user catalog files that add to or override the built-in catalog."""
+    return click.option(
+        "--catalog",
+        "catalog_dir",
+        type=click.Path(path_type=Path),
+        default=None,
+        envvar=CATALOG_ENV,
+        help=f"Directory of catalog YAML files that add or override entries (env {CATALOG_ENV}).",
+    )(func)
+
+
+def print_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False, default=_json_default))
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "item"):
+        return obj.item()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def console() -> Console:
+    """A console for tables; width fixed when not a terminal so output is stable in pipes and tests."""
+    width = None if os.isatty(1) else 140
+    return Console(width=width, highlight=False, soft_wrap=False)

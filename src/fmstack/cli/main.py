@@ -1,0 +1,75 @@
+"""The `fmstack` command: a lazy click group whose subcommands live in their own modules.
+
+Subcommands are imported only when used, so `fmstack catalog ...` never pays for torch or
+prometheus-client. Adding a command is one line in ``_COMMANDS``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from fmstack import __version__
+from fmstack.errors import InputError
+
+# name -> "module:attribute" of a click command or group
+_COMMANDS: dict[str, str] = {
+    "catalog": "fmstack.cli.catalog_cmd:catalog",
+}
+
+
+def register(name: str, target: str) -> None:
+    """Register a subcommand before `main` runs (for plug-ins and tests)."""
+    _COMMANDS[name] = target
+
+
+class LazyGroup(click.Group):
+    """A click group that imports each subcommand's module on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = _COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        command = getattr(importlib.import_module(module_name), attr)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
+    epilog="Example:\n\n  fmstack plan train --model llama3.1-70b --instance p5.48xlarge --gpus 512 --tokens 2e12",
+)
+@click.version_option(__version__, prog_name="fmstack")
+def cli() -> None:
+    """fmstack: plan, measure, launch, observe and simulate FM training and inference on GPU clusters."""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Entry point: bad input becomes one line on stderr and exit code 2, never a traceback."""
+    try:
+        return cli.main(args=argv, prog_name="fmstack", standalone_mode=False)
+    except InputError as exc:
+        click.echo(f"fmstack: error: {_one_line(str(exc))}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("fmstack: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        click.echo(f"fmstack: error: {_one_line(exc.format_message())}", err=True)
+        sys.exit(2)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        sys.exit(0)

@@ -1,0 +1,1 @@
+"""observability: layer 4"""

@@ -1,0 +1,1 @@
+"""orchestration: layer 2"""

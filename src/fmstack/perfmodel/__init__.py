@@ -1,0 +1,1 @@
+"""perfmodel: layer 3 as a model"""

@@ -1,0 +1,1 @@
+"""workloads: real PyTorch reference jobs"""

@@ -1,0 +1,36 @@
+"""The corpus of bad command lines: each must exit 2 with one line naming the field, no traceback.
+
+Every feature adds its own rows here: (argv, a substring the one-line message must contain).
+Files named ``@bad:NAME`` are written by the test from ``BAD_FILES`` into a temporary directory first.
+"""
+
+from __future__ import annotations
+
+BAD_FILES: dict[str, str] = {
+    "not_yaml.yaml": "kind: gpu\nentries: [ {name: X, \n",
+    "unknown_field.yaml": "kind: gpu\nentries:\n  - name: X1\n    architecture: x\n    bf16_dense_tflops: 1\n"
+    "    fp16_dense_tflops: 1\n    hbm_gb: 1\n    hbm_type: x\n    hbm_bw_tbps: 1\n    tdp_w: 1\n    colour: red\n",
+    "negative.yaml": "kind: gpu\nentries:\n  - name: X2\n    architecture: x\n    bf16_dense_tflops: -5\n"
+    "    fp16_dense_tflops: 1\n    hbm_gb: 1\n    hbm_type: x\n    hbm_bw_tbps: 1\n    tdp_w: 1\n",
+    "missing.yaml": "kind: instance\nentries:\n  - name: i1\n    gpu: H100\n",
+    "bad_ref.yaml": "kind: instance\nentries:\n  - name: i2\n    gpu: H100\n    num_gpus: 8\n    gpu_memory_gb: 640\n"
+    "    vcpus: 1\n    host_memory_gib: 1\n    nvlink_domain_gpus: 8\n    network: efa-v9\n    network_bw_gbps: 1\n",
+    "model_heads.yaml": "kind: model\nname: m1\nfamily: x\nnum_layers: 2\nhidden_size: 100\nffn_hidden_size: 400\n"
+    "num_heads: 3\nnum_kv_heads: 3\nvocab_size: 10\nmax_seq_len: 8\n",
+}
+
+# (argv, substring expected in the one-line error)
+BAD_ARGV: list[tuple[list[str], str]] = [
+    (["catalog", "show", "gpu", "H1000"], "known: A100-40GB"),
+    (["catalog", "show", "gpus", "h1000"], "unknown gpu"),
+    (["catalog", "list", "spaceships"], "allowed: gpu, instance"),
+    (["catalog", "show", "instance", "p9.huge"], "unknown instance"),
+    (["catalog", "list", "--catalog", "/nonexistent/dir"], "not a directory"),
+    (["catalog", "list", "--catalog", "@dir:not_yaml.yaml"], "not valid YAML at line"),
+    (["catalog", "list", "--catalog", "@dir:unknown_field.yaml"], "field 'colour': unknown field"),
+    (["catalog", "list", "--catalog", "@dir:negative.yaml"], "field 'bf16_dense_tflops'"),
+    (["catalog", "list", "--catalog", "@dir:missing.yaml"], "missing required field"),
+    (["catalog", "list", "--catalog", "@dir:bad_ref.yaml"], "field 'network': unknown fabric 'efa-v9'"),
+    (["catalog", "show"], "Missing argument"),
+    (["no-such-command"], "No such command"),
+]
