@@ -1,0 +1,222 @@
+"""Node-health engine: signals from one node -> one action (none, restart job, reset GPU, reboot, replace).
+
+Pure and deterministic: no clock, no I/O besides reading the vendored Xid catalog once per engine. The fleet
+simulator imports :class:`HealthEngine`, :class:`NodeSignals`, :class:`Decision` and :class:`Action`.
+
+Rules and their sources (shared/reference/observability.md §7, orchestration-05-xid-ecc.md):
+
+- each Xid: NVIDIA's immediate action from the Xid catalog (:mod:`fmstack.observability.xid`); Xid 154 follows
+  the recovery action the driver announces; Xid 45 with another Xid defers to that Xid;
+- row-remap failure (NVML ``bFailureOccurred``, DCGM_FI_DEV_ROW_REMAP_FAILURE): replace the node (no spare rows;
+  Meta GCM ``row_remap`` check, NVIDIA "RMA path" for Xid 64);
+- pending row remap (NVML ``bPending``: "a reset will be required to actually remap the row") and volatile
+  double-bit ECC errors: reset the GPU;
+- fewer GPUs visible than expected (HyperPod health-monitoring agent: GPU count vs instance type -> reboot), or
+  fewer EFA devices than expected (gpu-cluster-healthcheck): reboot;
+- NVLink CRC / replay / recovery errors above ``nvlink_errors_reset`` in the window: reset the GPU (healthcheck
+  NVLINK default);
+- single-bit ECC rate, thermal violation, EFA retransmit timeouts: no automatic action, a reason to watch;
+- recurrence: a reset on a node already reset ``resets_to_reboot`` times in the window becomes a reboot; a reboot
+  on a node already rebooted ``reboots_to_replace`` times becomes a replacement (Xid 79 "repeat -> replace").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fmstack.observability.actions import Action
+from fmstack.observability.xid import CATALOG_URL, XID154_ACTIONS, XidRule, load_xid_catalog
+
+__all__ = ["Action", "Decision", "HealthEngine", "HealthPolicy", "NodeSignals"]
+
+SRC_XID = CATALOG_URL
+SRC_NVML_REMAP = "https://docs.nvidia.com/deploy/nvml-api/api/structnvmlRemappedRowsInfo__v2__t.html"
+SRC_HMA = (
+    "https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-eks-resiliency-health-monitoring-agent.html"
+)
+SRC_HEALTHCHECK = "aws-samples/awsome-distributed-training 4.validation_and_observability/2.gpu-cluster-healthcheck"
+SRC_MEM_ERR = "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html"
+SRC_DERIVED = "fmstack policy (shared/reference/observability.md §7, derived)"
+
+
+@dataclass(kw_only=True, slots=True)
+class NodeSignals:
+    """Everything the engine looks at for one node, in one window (counts are within the window)."""
+
+    node: str = ""
+    """Node name (Slurm NodeName or Kubernetes node), used by the renderers."""
+    xids: list[int] = field(default_factory=list)
+    """Xid codes seen in the window (repeats allowed)."""
+    xid154_action: str | None = None
+    """Recovery action text announced by Xid 154: None, Drain P2P, Drain and Reset, GPU Reset Required,
+    Node Reboot Required."""
+    sbe_rate_per_hour: float = 0.0
+    """Corrected (single-bit) ECC errors per hour, all GPUs of the node."""
+    dbe_volatile_count: int = 0
+    """Uncorrected (double-bit) volatile ECC errors since the last reset."""
+    row_remap_failure: bool = False
+    """A row remap failed on some GPU (NVML bFailureOccurred)."""
+    pending_row_remap: bool = False
+    """A remap is pending until the next GPU reset (NVML bPending)."""
+    thermal_violation_ratio: float = 0.0
+    """Fraction 0-1 of the window spent thermally throttled."""
+    nvlink_error_count: int = 0
+    """NVLink CRC flit/data, replay and recovery errors in the window."""
+    efa_error_count: int = 0
+    """EFA retransmit timeouts, unresponsive / impaired remote events and work-request errors in the window."""
+    gpus_visible: int | None = None
+    """GPUs NVML enumerates; None when unknown."""
+    gpus_expected: int | None = None
+    """GPUs the instance type has (p5.48xlarge: 8)."""
+    efa_visible: int | None = None
+    """EFA devices under /sys/class/infiniband; None when unknown."""
+    efa_expected: int | None = None
+    """EFA devices the instance type has (p5.48xlarge: 32)."""
+    gpu_missing: bool = False
+    """A GPU is known to be gone (fallen off the bus, NVML cannot reach it) even if counts are unknown."""
+    resets_in_window: int = 0
+    """GPU resets already done on this node in the recurrence window."""
+    reboots_in_window: int = 0
+    """Reboots already done on this node in the recurrence window."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HealthPolicy:
+    """Thresholds of the engine ([D]: community folklore, see docs/observability.md; change per fleet)."""
+
+    sbe_rate_watch_per_hour: float = 10.0
+    """Single-bit ECC errors per hour above which the node is flagged to watch (no action)."""
+    thermal_watch_ratio: float = 0.1
+    """Fraction of time thermally throttled above which the node is flagged to watch."""
+    nvlink_errors_reset: int = 100
+    """NVLink errors in the window at or above which the GPU is reset."""
+    resets_to_reboot: int = 2
+    """Earlier resets in the window after which another reset becomes a reboot."""
+    reboots_to_replace: int = 1
+    """Earlier reboots in the window after which another reboot becomes a replacement."""
+
+    def __post_init__(self) -> None:
+        for name in ("sbe_rate_watch_per_hour", "thermal_watch_ratio", "nvlink_errors_reset"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.resets_to_reboot < 1 or self.reboots_to_replace < 1:
+            raise ValueError(
+                f"resets_to_reboot({self.resets_to_reboot}) and reboots_to_replace({self.reboots_to_replace}) "
+                "must be >= 1"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The action to take, why, and where each rule that fired comes from."""
+
+    action: Action
+    reasons: list[str]
+    sources: list[str]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"action": self.action.name, "reasons": list(self.reasons), "sources": list(self.sources)}
+
+
+class HealthEngine:
+    """Maps :class:`NodeSignals` to a :class:`Decision`; the most severe rule that fires wins."""
+
+    def __init__(self, policy: HealthPolicy | None = None, xid_table: dict[int, XidRule] | None = None) -> None:
+        self.policy = policy or HealthPolicy()
+        self.xid_table = xid_table if xid_table is not None else load_xid_catalog()
+
+    def xid_action(self, xid: int) -> Action:
+        """The catalog action for one Xid on its own (NONE for Xids not in the catalog)."""
+        rule = self.xid_table.get(xid)
+        return rule.action if rule else Action.NONE
+
+    def decide(self, signals: NodeSignals) -> Decision:
+        hits: list[tuple[Action, str, str]] = []
+        hits += self._xid_hits(signals)
+        hits += self._memory_hits(signals)
+        hits += self._inventory_hits(signals)
+        hits += self._watch_hits(signals)
+        action = max((a for a, _, _ in hits), default=Action.NONE)
+        action, escalation = self._escalate(action, signals)
+        reasons = [r for _, r, _ in hits] + ([escalation[0]] if escalation else [])
+        sources: list[str] = []
+        for src in [s for _, _, s in hits] + ([escalation[1]] if escalation else []):
+            if src not in sources:
+                sources.append(src)
+        return Decision(action, reasons, sources)
+
+    def _xid_hits(self, s: NodeSignals) -> list[tuple[Action, str, str]]:
+        hits: list[tuple[Action, str, str]] = []
+        others = {x for x in s.xids if x not in (45, 154)}
+        for xid in sorted(set(s.xids)):
+            rule = self.xid_table.get(xid)
+            if rule is None:
+                hits.append((Action.NONE, f"xid {xid}: not in the Xid catalog, no automatic action", SRC_XID))
+                continue
+            name = rule.meaning.split(":")[0]
+            if xid == 154:
+                text = (s.xid154_action or "none").strip().lower()
+                action = XID154_ACTIONS.get(text, Action.RESTART_JOB)
+                hits.append((action, f"xid 154 ({name}) announces '{s.xid154_action}'", SRC_XID))
+                continue
+            action = rule.action
+            bucket = rule.catalog_action.split(";")[0].removeprefix("immediate=").split(" ")[0]
+            note = ""
+            if xid == 45 and others:
+                action, note = Action.NONE, ", with other Xids: follow them"
+            hits.append((action, f"xid {xid} ({name}): catalog {bucket}{note} -> {action.name.lower()}", SRC_XID))
+        return hits
+
+    def _memory_hits(self, s: NodeSignals) -> list[tuple[Action, str, str]]:
+        hits: list[tuple[Action, str, str]] = []
+        if s.row_remap_failure:
+            hits.append((Action.REPLACE_NODE, "row remap failure: no spare rows, GPU needs RMA", SRC_NVML_REMAP))
+        if s.pending_row_remap:
+            hits.append((Action.RESET_GPU, "row remap pending: a GPU reset activates it", SRC_NVML_REMAP))
+        if s.dbe_volatile_count > 0:
+            hits.append((Action.RESET_GPU, f"{s.dbe_volatile_count} uncorrected (DBE) ECC errors", SRC_MEM_ERR))
+        if s.sbe_rate_per_hour > self.policy.sbe_rate_watch_per_hour:
+            hits.append(
+                (
+                    Action.NONE,
+                    f"watch: corrected ECC rate {s.sbe_rate_per_hour:g}/h > {self.policy.sbe_rate_watch_per_hour:g}/h",
+                    SRC_DERIVED,
+                )
+            )
+        return hits
+
+    def _inventory_hits(self, s: NodeSignals) -> list[tuple[Action, str, str]]:
+        hits: list[tuple[Action, str, str]] = []
+        if s.gpus_visible is not None and s.gpus_expected is not None and s.gpus_visible < s.gpus_expected:
+            hits.append((Action.REBOOT_NODE, f"GPU count {s.gpus_visible} < expected {s.gpus_expected}", SRC_HMA))
+        elif s.gpu_missing:
+            hits.append((Action.REBOOT_NODE, "a GPU is missing (fallen off the bus / unreachable)", SRC_HMA))
+        if s.efa_visible is not None and s.efa_expected is not None and s.efa_visible < s.efa_expected:
+            msg = f"EFA device count {s.efa_visible} < expected {s.efa_expected}"
+            hits.append((Action.REBOOT_NODE, msg, SRC_HEALTHCHECK))
+        if s.nvlink_error_count >= self.policy.nvlink_errors_reset > 0:
+            msg = f"{s.nvlink_error_count} NVLink errors >= {self.policy.nvlink_errors_reset}"
+            hits.append((Action.RESET_GPU, msg, SRC_HEALTHCHECK))
+        return hits
+
+    def _watch_hits(self, s: NodeSignals) -> list[tuple[Action, str, str]]:
+        hits: list[tuple[Action, str, str]] = []
+        if s.thermal_violation_ratio > self.policy.thermal_watch_ratio:
+            msg = f"watch: thermally throttled {s.thermal_violation_ratio:.0%} of the window"
+            hits.append((Action.NONE, msg, SRC_DERIVED))
+        if s.efa_error_count > 0:
+            hits.append((Action.NONE, f"watch: {s.efa_error_count} EFA errors / retransmit timeouts", SRC_DERIVED))
+        return hits
+
+    def _escalate(self, action: Action, s: NodeSignals) -> tuple[Action, tuple[str, str] | None]:
+        p = self.policy
+        if action is Action.RESET_GPU and s.resets_in_window >= p.resets_to_reboot:
+            action = Action.REBOOT_NODE
+            reason = f"escalated reset -> reboot: {s.resets_in_window} resets already in the window"
+            if s.reboots_in_window >= p.reboots_to_replace:
+                return Action.REPLACE_NODE, (reason + f", and {s.reboots_in_window} reboots", SRC_DERIVED)
+            return action, (reason, SRC_DERIVED)
+        if action is Action.REBOOT_NODE and s.reboots_in_window >= p.reboots_to_replace:
+            msg = f"escalated reboot -> replace: {s.reboots_in_window} reboots already in the window"
+            return Action.REPLACE_NODE, (msg, SRC_DERIVED)
+        return action, None

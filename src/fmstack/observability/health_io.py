@@ -1,0 +1,187 @@
+"""Edges of the health engine: signals in (JSON files, Prometheus alerts), decisions out (Slurm, Kubernetes).
+
+Renderers return text or data; running it (scontrol, kubectl, the Kubernetes client) is the caller's seam.
+
+- Slurm: ``scontrol update nodename=N state=drain reason=...`` for a GPU reset or a replacement,
+  ``scontrol reboot ASAP nextstate=resume reason=... N`` for a reboot, ``scontrol update nodename=N
+  state=resume`` once healthy (Slurm 22.05 scontrol(1)).
+- Kubernetes: the SageMaker HyperPod node label ``sagemaker.amazonaws.com/node-health-status`` with values
+  Schedulable, Unschedulable, UnschedulablePendingReboot, UnschedulablePendingReplacement
+  (https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-eks-resiliency-node-labels.html), plus
+  ``fault-types`` / ``fault-reasons`` labels and a NoSchedule taint on the status key for unschedulable nodes
+  (the taint is fmstack's choice: HyperPod's own taints are not documented in the notes).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import fields
+from typing import Any
+
+from fmstack.errors import InputError
+from fmstack.observability.actions import Action
+from fmstack.observability.health import Decision, NodeSignals
+
+HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
+FAULT_TYPES_LABEL = "sagemaker.amazonaws.com/fault-types"
+FAULT_REASONS_LABEL = "sagemaker.amazonaws.com/fault-reasons"
+
+K8S_STATUS: dict[Action, str] = {
+    Action.NONE: "Schedulable",
+    Action.RESTART_JOB: "Schedulable",
+    Action.RESET_GPU: "Unschedulable",
+    Action.REBOOT_NODE: "UnschedulablePendingReboot",
+    Action.REPLACE_NODE: "UnschedulablePendingReplacement",
+}
+
+_NODE_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,252})$")
+_LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def check_node_name(node: str) -> str:
+    """A Slurm / Kubernetes node name: letters, digits, '.', '_', '-' (no spaces or shell characters)."""
+    if not _NODE_RE.match(node):
+        raise InputError("node", f"{node!r} is not a valid node name; allowed: letters, digits, '.', '_', '-'")
+    return node
+
+
+def signals_from_dict(data: Any, where: str = "signals") -> NodeSignals:
+    """Build :class:`NodeSignals` from parsed JSON, naming the field and the allowed keys on error."""
+    if not isinstance(data, dict):
+        raise InputError(where, f"expected a JSON object, got {type(data).__name__}")
+    known = {f.name: f for f in fields(NodeSignals)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise InputError(f"{where}.{unknown[0]}", f"unknown field; allowed: {', '.join(known)}")
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        kwargs[key] = _coerce(f"{where}.{key}", key, value)
+    signals = NodeSignals(**kwargs)
+    if signals.node:
+        check_node_name(signals.node)
+    return signals
+
+
+def _coerce(where: str, key: str, value: Any) -> Any:
+    bools = {"row_remap_failure", "pending_row_remap", "gpu_missing"}
+    floats = {"sbe_rate_per_hour", "thermal_violation_ratio"}
+    optional_ints = {"gpus_visible", "gpus_expected", "efa_visible", "efa_expected"}
+    if key == "node":
+        if not isinstance(value, str):
+            raise InputError(where, f"expected a string, got {value!r}")
+        return value
+    if key == "xid154_action":
+        if value is not None and not isinstance(value, str):
+            raise InputError(where, f"expected a string or null, got {value!r}")
+        return value
+    if key == "xids":
+        if not isinstance(value, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in value):
+            raise InputError(where, f"expected a list of integer Xid codes, got {value!r}")
+        if any(x < 1 or x > 1023 for x in value):
+            raise InputError(where, f"Xid codes are 1..1023, got {value!r}")
+        return list(value)
+    if key in bools:
+        if not isinstance(value, bool):
+            raise InputError(where, f"expected true or false, got {value!r}")
+        return value
+    if value is None and key in optional_ints:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(where, f"expected a number, got {value!r}")
+    if value < 0:
+        raise InputError(where, f"must be >= 0, got {value!r}")
+    if key == "thermal_violation_ratio" and value > 1:
+        raise InputError(where, f"is a fraction 0..1, got {value!r}")
+    if key in floats:
+        return float(value)
+    if value != int(value):
+        raise InputError(where, f"expected an integer, got {value!r}")
+    return int(value)
+
+
+def signals_from_alerts(alerts: list[dict[str, Any]], node_label: str = "Hostname") -> dict[str, NodeSignals]:
+    """Firing alerts from Prometheus' ``/api/v1/alerts`` -> signals per node (the label ``node_label``).
+
+    Reads the labels the fmstack rules put on their alerts: ``xid`` (Xid alerts), and the alert names of the
+    row-remap, ECC, GPU-count, NVLink and EFA rules (``rules/fmstack-rules.yml``).
+    """
+    out: dict[str, NodeSignals] = {}
+    for alert in alerts:
+        if alert.get("state") != "firing":
+            continue
+        labels = alert.get("labels", {})
+        node = labels.get(node_label) or labels.get("instance", "")
+        s = out.setdefault(node, NodeSignals(node=node))
+        name = labels.get("alertname", "")
+        if "xid" in labels and labels["xid"].isdigit():
+            s.xids.append(int(labels["xid"]))
+        if name == "FmstackGpuRowRemapFailure":
+            s.row_remap_failure = True
+        elif name == "FmstackGpuRowRemapPending":
+            s.pending_row_remap = True
+        elif name == "FmstackGpuEccDbe":
+            s.dbe_volatile_count = max(s.dbe_volatile_count, 1)
+        elif name == "FmstackGpuMissing":
+            s.gpu_missing = True
+        elif name == "FmstackGpuNvlinkErrors":
+            s.nvlink_error_count = max(s.nvlink_error_count, int(float(alert.get("value", "0") or 0)))
+        elif name == "FmstackEfaDeviceMissing":
+            s.efa_visible, s.efa_expected = 0, 1
+    return out
+
+
+def _reason_text(decision: Decision, limit: int = 200) -> str:
+    text = f"fmstack {decision.action.name.lower()}: " + "; ".join(decision.reasons)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def render_slurm(node: str, decision: Decision) -> list[str]:
+    """Slurm commands for a decision (empty for NONE and RESTART_JOB: the node stays in service)."""
+    check_node_name(node)
+    reason = shlex.quote(_reason_text(decision))
+    if decision.action in (Action.NONE, Action.RESTART_JOB):
+        return []
+    if decision.action is Action.REBOOT_NODE:
+        return [f"scontrol reboot ASAP nextstate=resume reason={reason} {node}"]
+    return [f"scontrol update nodename={node} state=drain reason={reason}"]
+
+
+def render_slurm_resume(node: str) -> list[str]:
+    """Return a node to service once the action is done and checks pass."""
+    return [f"scontrol update nodename={check_node_name(node)} state=resume"]
+
+
+def _label_value(text: str) -> str:
+    """Kubernetes label values: <= 63 characters of [A-Za-z0-9._-], starting and ending alphanumeric."""
+    value = _LABEL_VALUE_BAD.sub("_", text)[:63]
+    return value.strip("._-")
+
+
+def k8s_node_state(decision: Decision) -> dict[str, Any]:
+    """Labels to set (empty value: remove) and the status taint to add or remove, for any Kubernetes client.
+
+    Not a patch body on purpose: a strategic-merge patch of ``spec.taints`` would replace the node's other taints.
+    """
+    status = K8S_STATUS[decision.action]
+    labels = {HEALTH_LABEL: status, FAULT_TYPES_LABEL: "", FAULT_REASONS_LABEL: ""}
+    if decision.action is not Action.NONE:
+        labels[FAULT_TYPES_LABEL] = _label_value(decision.action.name)
+        labels[FAULT_REASONS_LABEL] = _label_value(decision.reasons[0] if decision.reasons else "")
+    taint = {"key": HEALTH_LABEL, "value": status, "effect": "NoSchedule"}
+    if status == "Schedulable":
+        return {"labels": labels, "add_taints": [], "remove_taints": [{"key": HEALTH_LABEL, "effect": "NoSchedule"}]}
+    return {"labels": labels, "add_taints": [taint], "remove_taints": []}
+
+
+def render_k8s(node: str, decision: Decision) -> list[str]:
+    """The same state as kubectl commands (labels with --overwrite; the status taint added or removed)."""
+    check_node_name(node)
+    state = k8s_node_state(decision)
+    labels = " ".join(f"{k}={v}" if v else f"{k}-" for k, v in state["labels"].items())
+    cmds = [f"kubectl label node {node} --overwrite {labels}"]
+    for t in state["add_taints"]:
+        cmds.append(f"kubectl taint node {node} --overwrite {t['key']}={t['value']}:{t['effect']}")
+    for t in state["remove_taints"]:
+        cmds.append(f"kubectl taint node {node} {t['key']}:{t['effect']}-")
+    return cmds
