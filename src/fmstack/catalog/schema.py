@@ -153,6 +153,16 @@ class StorageTier(Entry):
     capacity_step_tib: float | None = Field(default=None, gt=0)
     latency_ms: float | None = Field(default=None, gt=0)
     price_per_gb_month_usd: float | None = Field(default=None, gt=0)
+    disk_read_mbps_per_tib: float | None = Field(
+        default=None, gt=0, description="sustained (disk) read MB/s per TiB; bounds reads larger than the cache"
+    )
+    disk_write_mbps_per_tib: float | None = Field(
+        default=None, gt=0, description="sustained (disk) write MB/s per TiB; bounds multi-TB checkpoint writes"
+    )
+    client_gbps_per_node: float | None = Field(
+        default=None, gt=0, description="what one node's client can drive, GB/s (below the NIC line rate)"
+    )
+    part_size_mib: float | None = Field(default=None, gt=0, description="multipart upload part size (S3), MiB")
 
 
 class MoE(BaseModel):
