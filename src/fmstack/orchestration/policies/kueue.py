@@ -1,0 +1,213 @@
+"""Kueue-like ClusterQueues: nominal quota per flavor, cohorts with borrowing and lending limits, preemption,
+DRS fair sharing, waitForPodsReady backoff.
+
+Sources (kubernetes-sigs/kueue site/content/en/docs/concepts/): cluster_queue.md (quota, borrowingLimit,
+lendingLimit, preemption policies and their defaults Never), preemption.md (classic candidate order: borrowing
+queues first, then lowest priority, then most recently admitted; minimise by walking the targets in reverse),
+fair_sharing.md and pkg/cache/scheduler/fair_sharing.go (DRS: borrowed = usage - nominal if > 0,
+ratio = borrowed x 1000 / lendable in the cohort, share = max ratio / weight), tasks/manage/
+setup_wait_for_pods_ready.md (backoff 60 s doubling to 3,600 s).
+
+Quota accounting: a queue's guaranteed part is ``nominal - lendingLimit`` (0 with no lending limit); the cohort
+pool is the sum of what each queue may lend (``lendingLimit`` or ``nominal``); a queue fits a request when its
+usage stays within ``nominal + borrowingLimit`` and the cohort pool covers every queue's usage above its
+guaranteed part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from fmstack.errors import InputError
+
+PREEMPT_WITHIN = ("Never", "LowerPriority", "LowerOrNewerEqualPriority")
+PREEMPT_RECLAIM = ("Never", "LowerPriority", "Any")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Quota:
+    """Quota of one flavor-resource (e.g. ``"h100/gpu"``) in a ClusterQueue."""
+
+    nominal: int
+    borrowing_limit: int | None = None
+    """None: may borrow up to everything the cohort lends."""
+    lending_limit: int | None = None
+    """None: lends all of its unused nominal quota."""
+
+    @property
+    def lendable(self) -> int:
+        return self.nominal if self.lending_limit is None else min(self.lending_limit, self.nominal)
+
+    @property
+    def guaranteed(self) -> int:
+        return self.nominal - self.lendable
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClusterQueue:
+    """A ClusterQueue with its quotas, cohort, preemption policy and fair-sharing weight."""
+
+    name: str
+    quotas: Mapping[str, Quota]
+    cohort: str | None = None
+    within_cluster_queue: str = "Never"
+    reclaim_within_cohort: str = "Never"
+    fair_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.within_cluster_queue not in PREEMPT_WITHIN:
+            raise InputError("withinClusterQueue", f"{self.within_cluster_queue!r}; allowed: {PREEMPT_WITHIN}")
+        if self.reclaim_within_cohort not in PREEMPT_RECLAIM:
+            raise InputError("reclaimWithinCohort", f"{self.reclaim_within_cohort!r}; allowed: {PREEMPT_RECLAIM}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Workload:
+    """A workload (all its pod sets summed per flavor-resource), admitted or pending."""
+
+    wid: int
+    queue: str
+    request: Mapping[str, int]
+    priority: int = 0
+    admitted_s: float = 0.0
+
+
+@dataclass(kw_only=True, slots=True)
+class KueueState:
+    """ClusterQueues and the admitted workloads; all queries are pure functions of this state."""
+
+    queues: Mapping[str, ClusterQueue]
+    admitted: list[Workload] = field(default_factory=list)
+
+    def queue(self, name: str) -> ClusterQueue:
+        try:
+            return self.queues[name]
+        except KeyError:
+            raise InputError(
+                "queue", f"unknown ClusterQueue {name!r}; known: {', '.join(sorted(self.queues))}"
+            ) from None
+
+    def members(self, cq: ClusterQueue) -> list[ClusterQueue]:
+        if cq.cohort is None:
+            return [cq]
+        return [q for q in self.queues.values() if q.cohort == cq.cohort]
+
+    _cache: dict[tuple[str, str], int] | None = None
+    _by_id: dict[int, Workload] | None = None
+
+    def admit(self, wl: Workload) -> None:
+        """Record ``wl`` as admitted."""
+        self.admitted.append(wl)
+        self._cache = None
+        self._by_id = None
+
+    def usage(self, name: str, res: str, removed: frozenset[int] = frozenset()) -> int:
+        if self._cache is None or self._by_id is None:
+            self._cache, self._by_id = {}, {}
+            for w in self.admitted:
+                self._by_id[w.wid] = w
+                for r, n in w.request.items():
+                    self._cache[(w.queue, r)] = self._cache.get((w.queue, r), 0) + n
+        total = self._cache.get((name, res), 0)
+        for wid in removed:
+            gone = self._by_id.get(wid)
+            if gone is not None and gone.queue == name:
+                total -= gone.request.get(res, 0)
+        return total
+
+    def fits(self, wl: Workload, removed: frozenset[int] = frozenset()) -> bool:
+        """Quota check for admitting ``wl`` after removing the workloads ``removed``."""
+        cq = self.queue(wl.queue)
+        for res, req in wl.request.items():
+            q = cq.quotas.get(res)
+            if q is None:
+                return False
+            mine = self.usage(cq.name, res, removed) + req
+            if q.borrowing_limit is not None and mine > q.nominal + q.borrowing_limit:
+                return False
+            pool = 0
+            drawn = 0
+            for m in self.members(cq):
+                mq = m.quotas.get(res)
+                if mq is None:
+                    continue
+                pool += mq.lendable
+                use = mine if m.name == cq.name else self.usage(m.name, res, removed)
+                drawn += max(0, use - mq.guaranteed)
+            if drawn > pool:
+                return False
+        return True
+
+    def borrowing(self, name: str, removed: frozenset[int] = frozenset()) -> bool:
+        cq = self.queue(name)
+        return any(self.usage(name, r, removed) > q.nominal for r, q in cq.quotas.items())
+
+    def share(self, name: str, extra: Workload | None = None, removed: frozenset[int] = frozenset()) -> float:
+        """DRS: max over resources of borrowed x 1000 / lendable in the cohort, divided by the weight."""
+        cq = self.queue(name)
+        best = 0.0
+        for res, q in cq.quotas.items():
+            use = self.usage(name, res, removed) + (extra.request.get(res, 0) if extra else 0)
+            borrowed = max(0, use - q.nominal)
+            lendable = sum(m.quotas[res].lendable for m in self.members(cq) if res in m.quotas)
+            if borrowed > 0:
+                best = max(best, borrowed * 1000 / lendable if lendable else float("inf"))
+        if best == 0:
+            return 0.0
+        return best / cq.fair_weight if cq.fair_weight > 0 else float("inf")
+
+    def classic_candidates(self, wl: Workload) -> list[Workload]:
+        """Preemption candidates in Kueue's classic order (borrowing queues, low priority, newest first)."""
+        cq = self.queue(wl.queue)
+        out: list[Workload] = []
+        for w in self.admitted:
+            if w.queue == cq.name:
+                ok = (cq.within_cluster_queue == "LowerPriority" and w.priority < wl.priority) or (
+                    cq.within_cluster_queue == "LowerOrNewerEqualPriority"
+                    and (w.priority < wl.priority or (w.priority == wl.priority and w.admitted_s > wl.admitted_s))
+                )
+            else:
+                same_cohort = cq.cohort is not None and self.queue(w.queue).cohort == cq.cohort
+                ok = (
+                    same_cohort
+                    and self.borrowing(w.queue)
+                    and (
+                        cq.reclaim_within_cohort == "Any"
+                        or (cq.reclaim_within_cohort == "LowerPriority" and w.priority < wl.priority)
+                    )
+                )
+            if ok:
+                out.append(w)
+        return sorted(out, key=lambda w: (not self.borrowing(w.queue), w.priority, -w.admitted_s, w.wid))
+
+    def preemption_targets(self, wl: Workload, candidates: Iterable[Workload] | None = None) -> list[int] | None:
+        """Greedy targets until ``wl`` fits, then minimised in reverse; None if it cannot fit."""
+        if self.fits(wl):
+            return []
+        chosen: list[int] = []
+        for w in self.classic_candidates(wl) if candidates is None else candidates:
+            chosen.append(w.wid)
+            if self.fits(wl, frozenset(chosen)):
+                break
+        else:
+            return None
+        for wid in reversed(list(chosen)):
+            trial = frozenset(c for c in chosen if c != wid)
+            if self.fits(wl, trial):
+                chosen.remove(wid)
+        return chosen
+
+    def fair_preemption_allowed(self, wl: Workload, target: Workload) -> bool:
+        """LessThanOrEqualToFinalShare: share(preemptor queue with wl) <= share(target queue without target),
+        and the target queue borrows."""
+        if target.queue == wl.queue or not self.borrowing(target.queue):
+            return False
+        return self.share(wl.queue, extra=wl) <= self.share(target.queue, removed=frozenset({target.wid}))
+
+
+def requeue_backoff_s(attempt: int, base_s: float = 60.0, max_s: float = 3600.0) -> float:
+    """waitForPodsReady requeue delay before the ``attempt``-th retry: base x 2^(attempt-1), capped."""
+    if attempt < 1:
+        raise InputError("attempt", f"must be >= 1, got {attempt}")
+    return float(min(base_s * 2.0 ** (attempt - 1), max_s))
