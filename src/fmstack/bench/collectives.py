@@ -1,0 +1,294 @@
+"""Collectives bench: a real multi-process torch.distributed job (gloo on CPU, NCCL on CUDA).
+
+algbw and busbw exactly as NVIDIA nccl-tests defines them (doc/PERFORMANCE.md): algbw = S / t, where S is the
+buffer size the collective is named by (all-reduce and broadcast: the buffer; all-gather: the gathered output;
+reduce-scatter: the full input; all-to-all: one rank's send buffer), and busbw = algbw * factor with
+factor = 2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter and all-to-all, and 1 for broadcast.
+The per-iteration time is averaged over ranks (nccl-tests' default ``-a 1``).
+"""
+
+from __future__ import annotations
+
+import queue as queue_mod
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from fmstack.errors import InputError
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+IN_PLACE = {"all_reduce", "broadcast"}
+"""torch.distributed's all_reduce and broadcast work in place; the others write a separate output."""
+
+
+def bus_factor(op: str, num_ranks: int) -> float:
+    """busbw / algbw for ``op`` on ``num_ranks`` ranks (nccl-tests doc/PERFORMANCE.md)."""
+    if op not in OPS:
+        raise InputError("op", f"unknown collective {op!r}; allowed: {', '.join(OPS)}")
+    if num_ranks < 1:
+        raise InputError("ranks", f"{num_ranks} ranks; allowed: >= 1")
+    n = num_ranks
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op == "broadcast":
+        return 1.0
+    return (n - 1) / n
+
+
+def algbw_gbps(size_bytes: float, time_s: float) -> float:
+    """algbw = S / t in GB/s (1e9 bytes/s), S as nccl-tests names it for the collective."""
+    return size_bytes / time_s / 1e9
+
+
+def busbw_gbps(op: str, size_bytes: float, time_s: float, num_ranks: int) -> float:
+    return algbw_gbps(size_bytes, time_s) * bus_factor(op, num_ranks)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CollectiveResult:
+    """One collective at one size, averaged over ranks."""
+
+    op: str
+    size_bytes: int
+    count: int
+    """Elements per rank as nccl-tests prints them (all-gather: send count; reduce-scatter: receive count)."""
+    num_ranks: int
+    backend: str
+    time_s: float
+    algbw_gbps: float
+    busbw_gbps: float
+    wrong: int
+    """Elements that differed from the expected result in a checked call (nccl-tests' #wrong)."""
+
+
+def message_sizes(device: str, quick: bool, num_ranks: int, max_bytes: int | None = None) -> list[int]:
+    """Sizes (bytes, multiples of 4*num_ranks): 1 KiB..16 MiB on CPU (quick: ..1 MiB), ..1 GiB on CUDA."""
+    top = (1 << 20) if quick else ((16 << 20) if device == "cpu" else (1 << 30))
+    if max_bytes is not None:
+        if max_bytes < 4 * num_ranks:
+            raise InputError("max-bytes", f"{max_bytes} < 4 bytes x ranks({num_ranks}); allowed: >= {4 * num_ranks}")
+        top = max_bytes
+    step = 16 if quick else 4
+    sizes: list[int] = []
+    size = 1 << 10
+    while size <= top:
+        sizes.append(size - size % (4 * num_ranks))
+        size *= step
+    return sizes or [top - top % (4 * num_ranks)]
+
+
+def _count(op: str, size: int, n: int) -> int:
+    elems = size // 4
+    return elems // n if op in ("all_gather", "reduce_scatter", "all_to_all") else elems
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _worker(rank: int, n: int, port: int, device: str, ops: list[str], sizes: list[int], min_time_s: float,
+            out: Any) -> None:  # fmt: skip
+    """One rank: join the group, run every op at every size, report averages from rank 0."""
+    import torch
+    import torch.distributed as dist
+
+    try:
+        torch.set_num_threads(1)
+        backend = "nccl" if device == "cuda" else "gloo"
+        if device == "cuda":
+            torch.cuda.set_device(rank)
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n)
+        dev = torch.device(device, rank) if device == "cuda" else torch.device("cpu")
+        results = []
+        for op in ops:
+            for size in sizes:
+                results.append(_one(op, size, rank, n, dev, min_time_s, backend))
+                if rank == 0:
+                    out.put(("step", op, size))
+        if rank == 0:
+            out.put(("done", [asdict(r) for r in results]))
+        dist.barrier()
+        dist.destroy_process_group()
+    except Exception as exc:  # reported to the parent, which raises it as one line
+        out.put(("error", f"rank {rank}: {type(exc).__name__}: {exc}"))
+        raise
+
+
+def _one(op: str, size: int, rank: int, n: int, dev: Any, min_time_s: float, backend: str) -> CollectiveResult:
+    import torch
+    import torch.distributed as dist
+
+    elems = size // 4
+    per = elems // n
+    f32 = torch.float32
+    if op == "all_reduce":
+        buf = torch.full((elems,), float(rank + 1), dtype=f32, device=dev)
+        expect = torch.full((elems,), n * (n + 1) / 2, dtype=f32, device=dev)
+        got = buf
+
+        def call() -> None:
+            dist.all_reduce(buf)
+    elif op == "broadcast":
+        buf = torch.full((elems,), 1.0 if rank == 0 else 0.0, dtype=f32, device=dev)
+        expect = torch.ones(elems, dtype=f32, device=dev)
+        got = buf
+
+        def call() -> None:
+            dist.broadcast(buf, src=0)
+    elif op == "all_gather":
+        src = torch.full((per,), float(rank + 1), dtype=f32, device=dev)
+        got = torch.empty(per * n, dtype=f32, device=dev)
+        expect = torch.arange(1, n + 1, dtype=f32, device=dev).repeat_interleave(per)
+
+        def call() -> None:
+            dist.all_gather_into_tensor(got, src)
+    elif op == "reduce_scatter":
+        src = torch.full((per * n,), float(rank + 1), dtype=f32, device=dev)
+        got = torch.empty(per, dtype=f32, device=dev)
+        expect = torch.full((per,), n * (n + 1) / 2, dtype=f32, device=dev)
+
+        # torch 2.13 renamed reduce_scatter_tensor to reduce_scatter_single (the old name warns)
+        rs = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+
+        def call() -> None:
+            rs(got, src)
+    else:  # all_to_all: rank r sends chunk j = r*n + j to rank j, so rank r receives j*n + r from rank j
+        src = (rank * n + torch.arange(n, dtype=f32, device=dev)).repeat_interleave(per)
+        got = torch.empty(per * n, dtype=f32, device=dev)
+        expect = (torch.arange(n, dtype=f32, device=dev) * n + rank).repeat_interleave(per)
+
+        def call() -> None:
+            dist.all_to_all_single(got, src)
+
+    call()  # the checked call, then warm-up
+    wrong = torch.tensor([int((got != expect).sum())], dtype=torch.int64, device=dev)
+    dist.all_reduce(wrong)
+    call()
+    iters = _agree_iters(call, dev, min_time_s)
+    _sync(dev)
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(iters):
+        call()
+    _sync(dev)
+    per_iter = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64, device=dev)
+    dist.all_reduce(per_iter)
+    time_s = float(per_iter) / n
+    return CollectiveResult(op=op, size_bytes=size, count=_count(op, size, n), num_ranks=n, backend=backend,
+                            time_s=time_s, algbw_gbps=algbw_gbps(size, time_s),
+                            busbw_gbps=busbw_gbps(op, size, time_s, n), wrong=int(wrong))  # fmt: skip
+
+
+def _sync(dev: Any) -> None:
+    import torch
+
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def _agree_iters(call: Callable[[], None], dev: Any, min_time_s: float) -> int:
+    """Iterations for ``min_time_s``, from the slowest rank's single-call time, so every rank runs the same."""
+    import torch
+    import torch.distributed as dist
+
+    _sync(dev)
+    start = time.perf_counter()
+    call()
+    _sync(dev)
+    t = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=dev)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return max(3, min(1000, int(min_time_s / max(float(t), 1e-9)) + 1))
+
+
+def run_collectives(
+    device: str,
+    ops: list[str],
+    sizes: list[int],
+    *,
+    num_ranks: int = 2,
+    min_time_s: float = 0.05,
+    timeout_s: float = 600.0,
+    on_step: Callable[[], None] | None = None,
+) -> list[CollectiveResult]:
+    """Spawn ``num_ranks`` processes (torch.multiprocessing, spawn) that run the collectives; rank 0 reports."""
+    import torch.multiprocessing as mp
+
+    for op in ops:
+        bus_factor(op, num_ranks)
+    if num_ranks < 2:
+        raise InputError("ranks", f"{num_ranks}; a collective needs allowed: >= 2 ranks")
+    if device == "cuda":
+        import torch
+
+        have = torch.cuda.device_count()
+        if have < num_ranks:
+            raise InputError("ranks", f"{num_ranks} ranks but {have} CUDA devices; allowed: 2..{have}")
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_worker, args=(r, num_ranks, port, device, ops, sizes, min_time_s, out), daemon=True)
+             for r in range(num_ranks)]  # fmt: skip
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                msg = out.get(timeout=1.0)
+            except queue_mod.Empty:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"collectives bench timed out after {timeout_s:.0f} s") from None
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    raise RuntimeError(f"a rank exited with code {dead[0].exitcode}") from None
+                continue
+            if msg[0] == "step" and on_step:
+                on_step()
+            elif msg[0] == "error":
+                raise RuntimeError(f"collectives bench failed: {msg[1]}")
+            elif msg[0] == "done":
+                results = [CollectiveResult(**d) for d in msg[1]]
+                break
+        for p in procs:
+            p.join(timeout=30)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+    return results
+
+
+def format_nccl_tests(results: list[CollectiveResult]) -> str:
+    """Text in nccl-tests' column layout (one table per op; the in-place or out-of-place column group)."""
+    lines: list[str] = []
+    for op in dict.fromkeys(r.op for r in results):
+        rows = [r for r in results if r.op == op]
+        mode = "in-place" if op in IN_PLACE else "out-of-place"
+        n, backend = rows[0].num_ranks, rows[0].backend
+        lines.append(f"# {op}  nranks {n}  backend {backend}")
+        lines.append(f"# {'':10}  {'':12}  {'':8}  {'':6}  {'':6}  {mode:^32}")
+        lines.append(
+            f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  {'time':>7}  {'algbw':>6}  "
+            f"{'busbw':>6} {'#wrong':>6}"
+        )
+        lines.append(
+            f"# {'(B)':>10}  {'(elements)':>12}  {'':8}  {'':6}  {'':6}  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}"
+        )
+        for r in rows:
+            redop = "sum" if op in ("all_reduce", "reduce_scatter") else "none"
+            root = 0 if op == "broadcast" else -1
+            t_us = r.time_s * 1e6
+            t = f"{t_us:7.2f}" if t_us < 1e4 else f"{t_us:7.0f}"
+            lines.append(
+                f"{r.size_bytes:12d}  {r.count:12d}  {'float':>8}  {redop:>6}  {root:6d}  {t}  "
+                f"{r.algbw_gbps:6.2f}  {r.busbw_gbps:6.2f}  {r.wrong:5d}"
+            )
+        avg = sum(r.busbw_gbps for r in rows) / len(rows)
+        lines.append(f"# Avg bus bandwidth    : {avg:g}")
+        lines.append("#")
+    return "\n".join(lines)

@@ -1,0 +1,123 @@
+"""Which device a bench runs on, its catalog entry, and a timer that waits for the device.
+
+torch is imported inside functions, so importing this module (and `fmstack bench --help`) stays light.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fmstack.catalog import Catalog
+from fmstack.catalog.schema import GPU
+from fmstack.errors import InputError
+
+DEVICES = ("cpu", "cuda")
+
+# catalog precision name -> torch dtype attribute
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeviceSpec:
+    """The device under test."""
+
+    kind: str
+    """cpu or cuda."""
+    name: str
+    """What the driver calls it (torch.cuda.get_device_name), or the CPU model name."""
+    catalog_gpu: GPU | None = None
+    """The catalog entry this device matched, if any."""
+
+
+def check_device(kind: str) -> str:
+    """Validate a --device value (before torch is imported)."""
+    if kind not in DEVICES:
+        raise InputError("device", f"unknown device {kind!r}; allowed: {', '.join(DEVICES)}")
+    return kind
+
+
+def check_dtype(name: str) -> str:
+    if name not in DTYPES:
+        raise InputError("dtype", f"unknown dtype {name!r}; allowed: {', '.join(DTYPES)}")
+    return name
+
+
+def torch_dtype(name: str) -> Any:
+    import torch
+
+    return getattr(torch, DTYPES[check_dtype(name)])
+
+
+def cpu_name() -> str:
+    """The CPU model name from /proc/cpuinfo (Linux), else platform.processor()."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+def match_catalog_gpu(device_name: str, catalog: Catalog) -> GPU | None:
+    """The catalog GPU for a CUDA device name such as 'NVIDIA H100 80GB HBM3' or 'NVIDIA A100-SXM4-40GB'.
+
+    Tries the name without the vendor word, then model plus memory ('A100-40GB'), then the bare model ('H100').
+    """
+    rest = re.sub(r"^\s*nvidia\s+", "", device_name, flags=re.IGNORECASE).strip()
+    tokens = re.split(r"[\s\-]+", rest)
+    mem = next((t for t in tokens if re.fullmatch(r"\d+GB", t, flags=re.IGNORECASE)), None)
+    candidates = [rest, tokens[0]]
+    if mem:
+        candidates.insert(1, f"{tokens[0]}-{mem}")
+    for name in candidates:
+        try:
+            return catalog.gpu(name)
+        except InputError:
+            continue
+    return None
+
+
+def resolve_device(kind: str, catalog: Catalog) -> DeviceSpec:
+    """Check that the device exists on this machine and look it up in the catalog."""
+    check_device(kind)
+    if kind == "cpu":
+        return DeviceSpec(kind="cpu", name=cpu_name())
+    import torch
+
+    if not torch.cuda.is_available():
+        raise InputError("device", "cuda requested but torch sees no CUDA device here; allowed here: cpu")
+    name = torch.cuda.get_device_name(0)
+    return DeviceSpec(kind="cuda", name=name, catalog_gpu=match_catalog_gpu(name, catalog))
+
+
+def synchronize(kind: str) -> None:
+    if kind == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def time_per_call_s(fn: Callable[[], object], kind: str, *, min_time_s: float, warmup: int = 2) -> float:
+    """Mean seconds per call of ``fn``: warm-up calls, then batches of calls, doubled until one batch lasts
+    ``min_time_s``. The device is synchronised around each batch, so asynchronous CUDA work is counted in full.
+    """
+    for _ in range(warmup):
+        fn()
+    calls = 1
+    while True:
+        synchronize(kind)
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        synchronize(kind)
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_time_s or calls >= 1 << 20:
+            return elapsed / calls
+        calls = calls * 2 if elapsed <= 0 else max(calls * 2, int(calls * 1.2 * min_time_s / elapsed))

@@ -1,0 +1,182 @@
+"""One entry point for the CLI: run the chosen benches, build the profile, write it atomically.
+
+Everything the user typed is checked (device, dtype, model, output file, storage path) before any measurement
+starts, so bad input fails in a second and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fmstack.bench import collectives as coll
+from fmstack.bench import gemm as gemm_mod
+from fmstack.bench import memory as mem_mod
+from fmstack.bench import storage as sto_mod
+from fmstack.bench.device import DeviceSpec, check_device, check_dtype, resolve_device
+from fmstack.bench.profile import build_profile, catalog_peaks
+from fmstack.catalog import Catalog
+from fmstack.errors import InputError
+from fmstack.perfmodel.calibration import CalibrationProfile, load_profile, save_profile
+
+KINDS = ("gemm", "memory", "collectives", "storage")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BenchOptions:
+    """What to measure and how big."""
+
+    kinds: tuple[str, ...]
+    device: str = "cpu"
+    quick: bool = False
+    dtypes: tuple[str, ...] = ()
+    """Empty: fp32 on CPU; bf16, fp16, fp32 on CUDA."""
+    model: str | None = None
+    """Catalog model whose layer GEMM shapes are added to the sweep."""
+    tokens: int = 2048
+    """Tokens per micro-batch for the model's layer shapes (the GEMMs' m)."""
+    max_dim: int | None = None
+    """Largest GEMM dimension (model shapes are scaled down to it); default 1024 on CPU, none on CUDA."""
+    threads: int | None = None
+    """torch intra-op threads for GEMM and memory (default: torch's choice)."""
+    max_bytes: int | None = None
+    ranks: int = 2
+    ops: tuple[str, ...] = coll.OPS
+    storage_path: str | None = None
+    endpoint_url: str | None = None
+    min_time_s: float = 0.05
+    out: Path | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class BenchReport:
+    """Results of one run."""
+
+    device: DeviceSpec
+    gemm: list[gemm_mod.GemmResult] = field(default_factory=list)
+    memory: list[mem_mod.MemoryResult] = field(default_factory=list)
+    collectives: list[coll.CollectiveResult] = field(default_factory=list)
+    storage: list[sto_mod.StorageResult] = field(default_factory=list)
+    profile: CalibrationProfile | None = None
+    out: Path | None = None
+
+
+def _check_out(out: Path | None) -> CalibrationProfile | None:
+    """Validate --out before measuring; an existing file must be a profile (it is merged, never clobbered)."""
+    if out is None:
+        return None
+    if out.is_dir():
+        raise InputError("out", f"{out} is a directory; give a file name such as profile.json")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError("out", f"directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise InputError("out", f"no write permission in {parent}")
+    if out.exists():
+        return load_profile(out)
+    return None
+
+
+def plan_gemm_shapes(opts: BenchOptions, catalog: Catalog) -> list[gemm_mod.GemmShape]:
+    max_dim = opts.max_dim or (1024 if opts.device == "cpu" else 1 << 16)
+    if max_dim < 8:
+        raise InputError("max-dim", f"{max_dim}; allowed: >= 8")
+    if opts.tokens < 1:
+        raise InputError("tokens", f"{opts.tokens}; allowed: >= 1")
+    shapes = [gemm_mod.GemmShape(m=s, n=s, k=s) for s in gemm_mod.square_sizes(opts.device, opts.quick)]
+    shapes = [s for s in shapes if s.m <= max_dim] or shapes[:1]
+    if opts.model:
+        shapes += gemm_mod.model_shapes(catalog.model(opts.model), tokens=opts.tokens, max_dim=max_dim)
+    return shapes
+
+
+def count_steps(opts: BenchOptions, catalog: Catalog) -> int:
+    """How many progress steps a run has (for the progress bar)."""
+    steps = 0
+    if "gemm" in opts.kinds:
+        steps += len(plan_gemm_shapes(opts, catalog)) * len(_dtypes(opts))
+    if "memory" in opts.kinds:
+        steps += 2 * len(mem_mod.buffer_sizes(opts.device, opts.quick, opts.max_bytes))
+    if "collectives" in opts.kinds:
+        steps += len(opts.ops) * len(coll.message_sizes(opts.device, opts.quick, opts.ranks, opts.max_bytes))
+    if "storage" in opts.kinds:
+        steps += len(sto_mod.default_sweep(opts.quick))
+    return steps
+
+
+def _dtypes(opts: BenchOptions) -> list[str]:
+    if opts.dtypes:
+        return [check_dtype(d) for d in opts.dtypes]
+    return ["fp32"] if opts.device == "cpu" else ["bf16", "fp16", "fp32"]
+
+
+def run_bench(opts: BenchOptions, catalog: Catalog, on_step: Callable[[], None] | None = None) -> BenchReport:
+    """Run the benches in ``opts.kinds`` and, with ``opts.out``, write (or merge into) the profile."""
+    check_device(opts.device)
+    for kind in opts.kinds:
+        if kind not in KINDS:
+            raise InputError("bench", f"unknown bench {kind!r}; allowed: {', '.join(KINDS)}, all")
+    for op in opts.ops:
+        coll.bus_factor(op, opts.ranks)
+    if opts.min_time_s <= 0:
+        raise InputError("min-time", f"{opts.min_time_s}; allowed: > 0 seconds")
+    if opts.threads is not None and opts.threads < 1:
+        raise InputError("threads", f"{opts.threads}; allowed: >= 1")
+    if "storage" in opts.kinds and not opts.storage_path:
+        raise InputError("path", "the storage bench needs --path (a directory or an s3:// URL)")
+    base = _check_out(opts.out)
+    count_steps(opts, catalog)  # validates sizes and the model before anything runs
+    spec = resolve_device(opts.device, catalog)
+    peaks, mem_peak = catalog_peaks(spec)
+
+    import torch
+
+    if opts.threads is not None:
+        torch.set_num_threads(opts.threads)
+    report = BenchReport(device=spec)
+    if "gemm" in opts.kinds:
+        shapes = plan_gemm_shapes(opts, catalog)
+        report.gemm = gemm_mod.run_gemm(opts.device, _dtypes(opts), shapes, peak_tflops=peaks,
+                                        min_time_s=opts.min_time_s, on_step=on_step)  # fmt: skip
+    if "memory" in opts.kinds:
+        sizes = mem_mod.buffer_sizes(opts.device, opts.quick, opts.max_bytes)
+        report.memory = mem_mod.run_memory(opts.device, sizes, peak_gbps=mem_peak, min_time_s=opts.min_time_s,
+                                           on_step=on_step)  # fmt: skip
+    if "collectives" in opts.kinds:
+        sizes = coll.message_sizes(opts.device, opts.quick, opts.ranks, opts.max_bytes)
+        report.collectives = coll.run_collectives(opts.device, list(opts.ops), sizes, num_ranks=opts.ranks,
+                                                  min_time_s=opts.min_time_s, on_step=on_step)  # fmt: skip
+    if "storage" in opts.kinds:
+        assert opts.storage_path is not None
+        report.storage = sto_mod.run_storage(opts.storage_path, sto_mod.default_sweep(opts.quick),
+                                             endpoint_url=opts.endpoint_url, on_step=on_step)  # fmt: skip
+    report.profile = build_profile(spec, gemm=report.gemm, memory=report.memory, collectives=report.collectives,
+                                   storage=report.storage, num_threads=torch.get_num_threads(),
+                                   torch_version=str(torch.__version__), base=base)  # fmt: skip
+    if opts.out is not None:
+        report.out = save_profile(report.profile, opts.out)
+    return report
+
+
+def report_dict(report: BenchReport) -> dict[str, object]:
+    """JSON-ready results (the profile included)."""
+    from dataclasses import asdict
+
+    def rows(items: list[object]) -> list[dict[str, object]]:
+        return [asdict(i) for i in items]  # type: ignore[call-overload]
+
+    storage = [{**asdict(s), "write_gbps": s.write_gbps, "read_gbps": s.read_gbps} for s in report.storage]
+    spec = report.device
+    return {
+        "device": {"kind": spec.kind, "name": spec.name,
+                   "catalog_gpu": spec.catalog_gpu.name if spec.catalog_gpu else None},
+        "gemm": [{**asdict(g), "flops": g.shape.flops} for g in report.gemm],
+        "memory": rows(list(report.memory)),
+        "collectives": rows(list(report.collectives)),
+        "storage": storage,
+        "profile": json.loads(report.profile.model_dump_json()) if report.profile else None,
+        "out": str(report.out) if report.out else None,
+    }  # fmt: skip

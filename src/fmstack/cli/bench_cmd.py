@@ -1,0 +1,179 @@
+"""`fmstack bench`: measure GEMM, memory, collectives and storage on this machine; write a calibration profile."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from fmstack.catalog import load_catalog
+from fmstack.cli.common import catalog_option, console, json_option, print_json
+
+_F = Callable[..., Any]
+
+
+def _common(func: _F) -> _F:
+    for deco in reversed([
+        click.option("--device", default="cpu", show_default=True, help="cpu or cuda."),
+        click.option("--out", type=click.Path(path_type=Path), default=None,
+                     help="Write the calibration profile here (an existing profile is updated, atomically)."),
+        click.option("--quick", is_flag=True, help="Small sizes (seconds; what CI runs)."),
+        click.option("--min-time", "min_time_s", type=float, default=0.05, show_default=True,
+                     help="Seconds each measurement runs at least."),
+        catalog_option,
+        json_option,
+    ]):  # fmt: skip
+        func = deco(func)
+    return func
+
+
+def _gemm_opts(func: _F) -> _F:
+    for deco in reversed([
+        click.option("--dtype", "dtypes", multiple=True, help="fp32, bf16, fp16 (repeat). Default: fp32 on cpu; "
+                     "bf16, fp16, fp32 on cuda."),
+        click.option("--model", default=None, help="Add the layer GEMM shapes of this catalog model."),
+        click.option("--tokens", type=int, default=2048, show_default=True, help="Tokens per micro-batch (GEMM m)."),
+        click.option("--max-dim", type=int, default=None, help="Largest GEMM dimension (default 1024 on cpu)."),
+        click.option("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)."),
+    ]):  # fmt: skip
+        func = deco(func)
+    return func
+
+
+def _coll_opts(func: _F) -> _F:
+    for deco in reversed([
+        click.option("--ranks", type=int, default=2, show_default=True, help="Processes in the collective job."),
+        click.option("--op", "ops", multiple=True, help="all_reduce, all_gather, reduce_scatter, all_to_all, "
+                     "broadcast (repeat; default all)."),
+    ]):  # fmt: skip
+        func = deco(func)
+    return func
+
+
+def _storage_opts(required: bool) -> Callable[[_F], _F]:
+    help_text = "Directory or fsspec URL (s3://bucket/prefix) to write to." + (
+        "" if required else " Default: the system temp directory."
+    )
+
+    def deco(func: _F) -> _F:
+        func = click.option("--endpoint-url", default=None, help="S3 endpoint (a local S3-compatible server).")(func)
+        return click.option("--path", "storage_path", required=required, help=help_text)(func)
+
+    return deco
+
+
+def _max_bytes(func: _F) -> _F:
+    return click.option("--max-bytes", type=int, default=None, help="Largest buffer or message in bytes.")(func)
+
+
+def _run(kinds: tuple[str, ...], as_json: bool, catalog_dir: Path | None, **kw: Any) -> None:
+    from fmstack.bench.collectives import OPS
+    from fmstack.bench.runner import BenchOptions, count_steps, report_dict, run_bench
+
+    kw["dtypes"] = tuple(kw.get("dtypes") or ())
+    kw["ops"] = tuple(kw.get("ops") or ()) or OPS
+    opts = BenchOptions(kinds=kinds, **kw)
+    cat = load_catalog(catalog_dir)
+    err = Console(stderr=True)
+    with Progress(TextColumn("bench {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True, disable=not err.is_terminal) as progress:  # fmt: skip
+        task = progress.add_task(", ".join(kinds), total=count_steps(opts, cat))
+        report = run_bench(opts, cat, on_step=lambda: progress.advance(task))
+    if as_json:
+        print_json(report_dict(report))
+        return
+    _render(report)
+
+
+def _render(report: Any) -> None:
+    from fmstack.bench.collectives import format_nccl_tests
+
+    out = console()
+    dev = report.device
+    where = f" (catalog {dev.catalog_gpu.name})" if dev.catalog_gpu else ""
+    out.print(f"device: {dev.kind} {dev.name}{where}")
+    if report.gemm:
+        t = Table("shape", "m", "n", "k", "dtype", "GFLOP", "time ms", "TFLOP/s", "% of peak", title="GEMM",
+                  title_justify="left")  # fmt: skip
+        for g in report.gemm:
+            pct = f"{g.pct_of_peak:.1f}" if g.pct_of_peak is not None else "-"
+            t.add_row(g.shape.label, str(g.shape.m), str(g.shape.n), str(g.shape.k), g.dtype,
+                      f"{g.shape.flops / 1e9:.3g}", f"{g.time_s * 1e3:.3f}", f"{g.tflops:.4g}", pct)  # fmt: skip
+        out.print(t)
+    if report.memory:
+        t = Table("kernel", "buffer MiB", "bytes moved", "time ms", "GB/s", "% of peak", title="memory",
+                  title_justify="left")  # fmt: skip
+        for m in report.memory:
+            pct = f"{m.pct_of_peak:.1f}" if m.pct_of_peak is not None else "-"
+            t.add_row(m.kernel, f"{m.buffer_bytes / 2**20:g}", f"{m.bytes_moved:,}", f"{m.time_s * 1e3:.3f}",
+                      f"{m.bw_gbps:.2f}", pct)  # fmt: skip
+        out.print(t)
+    if report.collectives:
+        out.print("collectives (nccl-tests layout):")
+        click.echo(format_nccl_tests(report.collectives))
+    if report.storage:
+        t = Table("file MiB", "files", "write GB/s", "read GB/s", title=f"storage {report.storage[0].target}",
+                  title_justify="left")  # fmt: skip
+        for s in report.storage:
+            t.add_row(f"{s.file_bytes / 2**20:g}", str(s.num_files), f"{s.write_gbps:.3f}", f"{s.read_gbps:.3f}")
+        out.print(t)
+    if report.out:
+        out.print(f"profile written: {report.out}")
+
+
+@click.group(epilog="Example:\n\n  fmstack bench all --quick --out profile.json\n\n"
+             "  fmstack bench gemm --device cuda --model llama3.1-70b --dtype bf16")  # fmt: skip
+def bench() -> None:
+    """Measure this machine (GEMM, memory, collectives, storage) and write a calibration profile."""
+
+
+@bench.command("gemm", epilog="Example:\n\n  fmstack bench gemm --model llama3.1-8b --out profile.json")
+@_common
+@_gemm_opts
+def gemm_cmd(as_json: bool, catalog_dir: Path | None, **kw: Any) -> None:
+    """Achieved TFLOP/s of matrix multiplies over square and model-layer shapes, per dtype."""
+    _run(("gemm",), as_json, catalog_dir, **kw)
+
+
+@bench.command("memory", epilog="Example:\n\n  fmstack bench memory --max-bytes 268435456")
+@_common
+@_max_bytes
+def memory_cmd(as_json: bool, catalog_dir: Path | None, **kw: Any) -> None:
+    """Memory bandwidth (STREAM copy and triad) over buffer sizes."""
+    _run(("memory",), as_json, catalog_dir, **kw)
+
+
+@bench.command("collectives", epilog="Example:\n\n  fmstack bench collectives --ranks 2 --op all_reduce")
+@_common
+@_coll_opts
+@_max_bytes
+def collectives_cmd(as_json: bool, catalog_dir: Path | None, **kw: Any) -> None:
+    """all-reduce, all-gather, reduce-scatter, all-to-all, broadcast: algbw and busbw as nccl-tests."""
+    _run(("collectives",), as_json, catalog_dir, **kw)
+
+
+@bench.command("storage", epilog="Example:\n\n  fmstack bench storage --path /fsx/scratch\n\n"
+               "  fmstack bench storage --path s3://my-bucket/bench --endpoint-url http://127.0.0.1:5000")  # fmt: skip
+@_common
+@_storage_opts(required=True)
+def storage_cmd(as_json: bool, catalog_dir: Path | None, **kw: Any) -> None:
+    """Sequential write (fsync) and read throughput over file sizes and counts; removes what it wrote."""
+    _run(("storage",), as_json, catalog_dir, **kw)
+
+
+@bench.command("all", epilog="Example:\n\n  fmstack bench all --quick --threads 1 --out profile.json")
+@_common
+@_gemm_opts
+@_coll_opts
+@_max_bytes
+@_storage_opts(required=False)
+def all_cmd(as_json: bool, catalog_dir: Path | None, **kw: Any) -> None:
+    """Every bench in turn, then one profile."""
+    kw["storage_path"] = kw.get("storage_path") or tempfile.gettempdir()
+    _run(("gemm", "memory", "collectives", "storage"), as_json, catalog_dir, **kw)

@@ -1,0 +1,182 @@
+"""The calibration profile: what `fmstack bench` measured on one machine, as curves the model reads.
+
+`fmstack bench ... --out profile.json` writes it; perfmodel reads it with :func:`load_profile` and uses the
+measured curves instead of its default efficiencies. It lives here (not in bench) because perfmodel may not
+import bench. The schema is documented in docs/bench.md; ``schema_version`` changes when a field changes meaning.
+
+Units: GB = 1e9 bytes, bandwidth in GB/s, TFLOP/s = 1e12 FLOP/s. Collective bandwidths are nccl-tests' busbw
+(NVIDIA nccl-tests, doc/PERFORMANCE.md), so they compare across rank counts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from typing import Literal, overload
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from fmstack.errors import InputError
+
+SCHEMA_VERSION = 1
+
+
+class Curve(BaseModel):
+    """A measured quantity y versus an operation size x (FLOPs, bytes), read piecewise linear in log10(x).
+
+    Sizes span orders of magnitude, so interpolation runs in log10(x); outside the measured range the curve is
+    clamped to its end values (no extrapolation: a bigger GEMM is assumed no faster than the biggest measured).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    x: list[float] = Field(min_length=1, description="operation size, strictly increasing, > 0")
+    y: list[float] = Field(min_length=1, description="measured value at each x")
+
+    @model_validator(mode="after")
+    def _check(self) -> Curve:
+        if len(self.x) != len(self.y):
+            raise ValueError(f"x has {len(self.x)} points but y has {len(self.y)}; they must match")
+        if any(v <= 0 for v in self.x):
+            raise ValueError("x values must be > 0 (the curve is read in log10(x))")
+        if any(b <= a for a, b in zip(self.x, self.x[1:], strict=False)):
+            raise ValueError("x values must be strictly increasing")
+        if any(not np.isfinite(v) for v in self.y):
+            raise ValueError("y values must be finite")
+        return self
+
+    @overload
+    def at(self, x: float) -> float: ...
+    @overload
+    def at(self, x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]: ...
+    def at(self, x: float | npt.NDArray[np.float64]) -> float | npt.NDArray[np.float64]:
+        """y at x: linear in log10(x) between points, clamped at both ends; vectorised over arrays."""
+        xs = np.log10(np.asarray(self.x, dtype=np.float64))
+        ys = np.asarray(self.y, dtype=np.float64)
+        arr = np.asarray(x, dtype=np.float64)
+        if np.any(arr <= 0):
+            raise InputError("x", "curve sizes must be > 0")
+        out = np.interp(np.log10(arr), xs, ys)
+        if np.ndim(x) == 0:
+            return float(out)
+        return out
+
+
+class CollectiveCurve(Curve):
+    """busbw (GB/s) versus message bytes for one collective, with how it was measured."""
+
+    num_ranks: int = Field(ge=2)
+    backend: str = Field(min_length=1, description="torch.distributed backend: gloo, nccl")
+
+
+class DeviceInfo(BaseModel):
+    """The measured device. For a CPU, peaks are the best rates measured on it (see ``peak_source``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    kind: Literal["cpu", "cuda"]
+    catalog_gpu: str | None = None
+    peak_tflops: dict[str, float] = Field(default_factory=dict, description="per dtype (fp32, bf16, fp16)")
+    peak_memory_bw_gbps: float | None = Field(default=None, gt=0)
+    peak_source: str = Field(default="", description="where the peaks come from: catalog or measured")
+    num_threads: int | None = Field(default=None, gt=0, description="torch intra-op threads during the GEMM bench")
+
+
+class CalibrationProfile(BaseModel):
+    """Everything one machine's benches measured; each section is empty until its bench has run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: int = SCHEMA_VERSION
+    device: DeviceInfo
+    measured_at: datetime
+    torch_version: str | None = None
+    gemm_efficiency: dict[str, Curve] = Field(default_factory=dict, description="dtype -> achieved/peak vs FLOPs")
+    gemm_tflops: dict[str, Curve] = Field(default_factory=dict, description="dtype -> TFLOP/s vs FLOPs per GEMM")
+    memory_bw_gbps: Curve | None = Field(default=None, description="copy bandwidth GB/s vs bytes moved")
+    memory_curves: dict[str, Curve] = Field(default_factory=dict, description="copy, triad: GB/s vs bytes moved")
+    collectives: dict[str, CollectiveCurve] = Field(default_factory=dict, description="op -> busbw GB/s vs bytes")
+    storage_gbps: dict[str, Curve] = Field(default_factory=dict, description="write, read: GB/s vs file bytes")
+    storage_target: str | None = None
+
+    @model_validator(mode="after")
+    def _version(self) -> CalibrationProfile:
+        if self.schema_version != SCHEMA_VERSION:
+            raise ValueError(f"schema_version {self.schema_version} unsupported; this fmstack reads {SCHEMA_VERSION}")
+        return self
+
+    def gemm_curve(self, dtype: str) -> Curve:
+        """The TFLOP/s curve of ``dtype``; InputError naming the dtypes measured."""
+        if dtype not in self.gemm_tflops:
+            known = ", ".join(sorted(self.gemm_tflops)) or "none (run `fmstack bench gemm --out ...`)"
+            raise InputError("calibration.gemm_tflops", f"no curve for dtype {dtype!r}; measured: {known}")
+        return self.gemm_tflops[dtype]
+
+    def memory_curve(self) -> Curve:
+        if self.memory_bw_gbps is None:
+            raise InputError("calibration.memory_bw_gbps", "not measured; run `fmstack bench memory --out ...`")
+        return self.memory_bw_gbps
+
+    def collective_curve(self, op: str) -> CollectiveCurve:
+        if op not in self.collectives:
+            known = ", ".join(sorted(self.collectives)) or "none (run `fmstack bench collectives --out ...`)"
+            raise InputError("calibration.collectives", f"no curve for {op!r}; measured: {known}")
+        return self.collectives[op]
+
+
+def _describe(exc: ValidationError) -> tuple[str, str]:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "(profile)"
+    msg = {"extra_forbidden": "unknown field", "missing": "missing required field"}.get(err["type"], err["msg"])
+    return loc, msg
+
+
+def parse_profile(data: object, where: str = "calibration") -> CalibrationProfile:
+    """Validate already-parsed JSON into a profile; InputError names the bad field."""
+    if not isinstance(data, dict):
+        raise InputError(where, f"a calibration profile must be a JSON object, got {type(data).__name__}")
+    try:
+        return CalibrationProfile.model_validate(data)
+    except ValidationError as exc:
+        loc, msg = _describe(exc)
+        raise InputError(where, f"field '{loc}': {msg}") from None
+
+
+def load_profile(path: str | Path) -> CalibrationProfile:
+    """Read a profile JSON file; InputError (naming the field) on a missing, unreadable or malformed file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError("calibration", f"cannot read {p}: {exc.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError("calibration", f"{p} is not valid JSON at line {exc.lineno}: {exc.msg}") from None
+    return parse_profile(data, where=f"calibration {p}")
+
+
+def save_profile(profile: CalibrationProfile, path: str | Path) -> Path:
+    """Write atomically (temporary file, then rename): an existing file is never left half-written."""
+    p = Path(path)
+    if not p.parent.is_dir():
+        raise InputError("out", f"directory {p.parent} does not exist")
+    text = profile.model_dump_json(indent=2) + "\n"
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    except OSError as exc:
+        raise InputError("out", f"cannot write in {p.parent}: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p
