@@ -18,6 +18,7 @@ from fmstack.errors import InputError
 # name -> "module:attribute" of a click command or group
 _COMMANDS: dict[str, str] = {
     "catalog": "fmstack.cli.catalog_cmd:catalog",
+    "bench": "fmstack.cli.bench_cmd:bench",
 }
 
 
