@@ -106,7 +106,7 @@ class AppSnapshot:
         data: dict[str, Any] = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError("app snapshot: expected a JSON object")
-        hist = {}
+        hist: dict[str, Any] = {}
         for key in ("step_duration", "ttft", "itl"):
             h = data.pop(key, None)
             if h is not None:

@@ -1,0 +1,156 @@
+"""Fakes beside the real backends: a scripted GPU backend and an in-memory sysfs, both with injectable faults.
+
+:class:`FakeGpuBackend` implements :class:`~fmstack.observability.gpu.GpuBackend` from a JSON fixture of NVML
+answers (``{"gpus": [{field: value, ...}], "script": [{"at_poll": N, "gpu": G, "xid": X}, ...]}``) and takes
+faults by method: :meth:`lose_nvml` (every call fails, as after a driver crash), :meth:`fall_off_bus` (one GPU
+unreadable, Xid 79 queued as the driver reports it), :meth:`inject_xid`, :meth:`set`. :class:`RandomFaults`
+draws faults from a seeded ``random.Random`` passed in (the benchmark and the fault test use it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from fmstack.observability.gpu import GpuReadError, GpuReading
+from fmstack.observability.sysfs import DictFs
+
+H100_DEFAULTS: dict[str, Any] = {
+    "model_name": "NVIDIA H100 80GB HBM3",
+    "gpu_util_pct": 97.0,
+    "mem_copy_util_pct": 41.0,
+    "sm_clock_mhz": 1980.0,
+    "mem_clock_mhz": 2619.0,
+    "fb_used_mib": 71234.0,
+    "fb_free_mib": 9851.0,
+    "power_w": 652.5,
+    "energy_mj": 123456789.0,
+    "gpu_temp_c": 61.0,
+    "memory_temp_c": 70.0,
+    "pcie_replay_total": 0,
+    "ecc_sbe_volatile_total": 0,
+    "ecc_dbe_volatile_total": 0,
+    "ecc_sbe_aggregate_total": 2,
+    "ecc_dbe_aggregate_total": 0,
+    "remapped_rows_correctable": 0,
+    "remapped_rows_uncorrectable": 0,
+    "row_remap_pending": False,
+    "row_remap_failure": False,
+    "nvlink_crc_flit_errors_total": 0,
+    "nvlink_crc_data_errors_total": 0,
+    "nvlink_replay_errors_total": 0,
+    "nvlink_recovery_errors_total": 0,
+    "power_violation_ns": 0,
+    "thermal_violation_ns": 0,
+    "clocks_event_reasons": 0,
+    "sm_active_ratio": 0.82,
+}
+"""Plausible H100 SXM values for a busy node (made up, not a recording): 700 W TDP, 80 GB HBM3."""
+
+
+def _reading(index: int, values: dict[str, Any]) -> GpuReading:
+    data = {**H100_DEFAULTS, **values}
+    data.setdefault("uuid", f"GPU-00000000-0000-0000-0000-{index:012d}")
+    data.setdefault("pci_bus_id", f"00000000:{0x53 + 16 * index:02X}:00.0")
+    data["index"] = index
+    known = {f.name for f in dataclasses.fields(GpuReading)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"gpu {index}: unknown NVML fields {unknown}; known: {sorted(known)}")
+    return GpuReading(**data)
+
+
+class FakeGpuBackend:
+    """Scripted NVML answers with faults; implements the :class:`GpuBackend` interface."""
+
+    def __init__(self, num_gpus: int = 8, gpus: list[dict[str, Any]] | None = None) -> None:
+        specs = gpus if gpus is not None else [{} for _ in range(num_gpus)]
+        self.readings = [_reading(i, spec) for i, spec in enumerate(specs)]
+        self.script: list[dict[str, int]] = []
+        self.nvml_lost = False
+        self.off_bus: set[int] = set()
+        self.pending_xids: list[tuple[int, int]] = []
+        self.polls = 0
+
+    @classmethod
+    def from_json(cls, path: Path) -> FakeGpuBackend:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        backend = cls(gpus=list(data["gpus"]))
+        backend.script = [dict(step) for step in data.get("script", [])]
+        return backend
+
+    def device_count(self) -> int:
+        if self.nvml_lost:
+            raise GpuReadError("NVML: Driver Not Loaded (fake)")
+        return len(self.readings)
+
+    def read(self, index: int) -> GpuReading:
+        if self.nvml_lost:
+            raise GpuReadError("NVML: Driver Not Loaded (fake)")
+        if index in self.off_bus:
+            raise GpuReadError(f"gpu {index}: GPU is lost (fake)")
+        return self.readings[index]
+
+    def poll_xids(self) -> list[tuple[int, int]]:
+        if self.nvml_lost:
+            raise GpuReadError("NVML: Driver Not Loaded (fake)")
+        self.polls += 1
+        due = [s for s in self.script if s["at_poll"] == self.polls]
+        events = self.pending_xids + [(s["gpu"], s["xid"]) for s in due]
+        self.pending_xids = []
+        return events
+
+    def inject_xid(self, gpu: int, xid: int) -> None:
+        self.pending_xids.append((gpu, xid))
+
+    def fall_off_bus(self, gpu: int) -> None:
+        self.off_bus.add(gpu)
+        self.inject_xid(gpu, 79)
+
+    def lose_nvml(self) -> None:
+        self.nvml_lost = True
+
+    def heal(self) -> None:
+        self.nvml_lost = False
+        self.off_bus.clear()
+
+    def set(self, gpu: int, **values: Any) -> None:
+        """Change fields of one GPU's answers (e.g. ``row_remap_failure=True``)."""
+        self.readings[gpu] = dataclasses.replace(self.readings[gpu], **values)
+
+
+class RandomFaults:
+    """Before each scrape, heal everything and then inject each fault kind with probability ``p``."""
+
+    KINDS = ("nvml_lost", "gpu_off_bus", "xid", "efa_file_gone", "efa_device_gone", "lustre_gone", "app_error")
+
+    def __init__(self, rng: random.Random, gpu: FakeGpuBackend, efa_fs: DictFs, p: float = 0.1) -> None:
+        self.rng, self.gpu, self.efa_fs, self.p = rng, gpu, efa_fs, p
+        self.app_should_fail = False
+        self.injected: dict[str, int] = dict.fromkeys(self.KINDS, 0)
+
+    def step(self) -> None:
+        self.gpu.heal()
+        self.efa_fs.restore()
+        self.app_should_fail = False
+        for kind in self.KINDS:
+            if self.rng.random() >= self.p:
+                continue
+            self.injected[kind] += 1
+            if kind == "nvml_lost":
+                self.gpu.lose_nvml()
+            elif kind == "gpu_off_bus":
+                self.gpu.fall_off_bus(self.rng.randrange(len(self.gpu.readings)))
+            elif kind == "xid":
+                self.gpu.inject_xid(self.rng.randrange(len(self.gpu.readings)), self.rng.choice([13, 31, 48, 63, 94]))
+            elif kind == "efa_file_gone":
+                self.efa_fs.hide(self.rng.choice(self.efa_fs.file_paths()))
+            elif kind == "efa_device_gone":
+                self.efa_fs.hide_prefix(self.rng.choice(self.efa_fs.dir_paths(depth=4)))
+            elif kind == "lustre_gone":
+                self.efa_fs.hide_prefix("proc/fs/lustre")
+            elif kind == "app_error":
+                self.app_should_fail = True

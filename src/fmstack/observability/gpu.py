@@ -1,0 +1,207 @@
+"""GPU backends: the :class:`GpuBackend` interface, its NVML implementation (nvidia-ml-py), and the reading type.
+
+NVML calls used (NVML API reference, https://docs.nvidia.com/deploy/nvml-api/, and
+shared/reference/observability.md §1 "Other NVML mappings"): utilization rates, clock info, memory info (bytes ->
+MiB as DCGM reports FB), power usage (mW -> W), total energy (mJ), temperature, PCIe replay counter, total ECC
+errors (corrected / uncorrected, volatile / aggregate), remapped rows (correctable, uncorrectable, pending,
+failure), NVLink error counters per active link, violation status (ns), clocks-event reasons, and Xid events
+through an event set registered for ``nvmlEventTypeXidCriticalError``. A field the GPU does not support reads as
+``None`` and is not exported (dcgm-exporter drops blank sentinels too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class GpuReadError(RuntimeError):
+    """A GPU (or NVML itself) could not be read."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GpuReading:
+    """One GPU at one instant; ``None`` where the device does not support a field."""
+
+    index: int
+    uuid: str
+    pci_bus_id: str
+    model_name: str
+    gpu_util_pct: float | None = None
+    mem_copy_util_pct: float | None = None
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    fb_used_mib: float | None = None
+    fb_free_mib: float | None = None
+    power_w: float | None = None
+    energy_mj: float | None = None
+    gpu_temp_c: float | None = None
+    memory_temp_c: float | None = None
+    pcie_replay_total: int | None = None
+    ecc_sbe_volatile_total: int | None = None
+    ecc_dbe_volatile_total: int | None = None
+    ecc_sbe_aggregate_total: int | None = None
+    ecc_dbe_aggregate_total: int | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    row_remap_pending: bool | None = None
+    row_remap_failure: bool | None = None
+    nvlink_crc_flit_errors_total: int | None = None
+    nvlink_crc_data_errors_total: int | None = None
+    nvlink_replay_errors_total: int | None = None
+    nvlink_recovery_errors_total: int | None = None
+    power_violation_ns: int | None = None
+    thermal_violation_ns: int | None = None
+    clocks_event_reasons: int | None = None
+    sm_active_ratio: float | None = None
+
+
+class GpuBackend(Protocol):
+    """What the exporter needs from a GPU source; NVML and the fake both implement it."""
+
+    def device_count(self) -> int:
+        """GPUs enumerated; raises :class:`GpuReadError` when the library itself is unusable."""
+        ...
+
+    def read(self, index: int) -> GpuReading:
+        """Read one GPU; raises :class:`GpuReadError` when that GPU cannot be read."""
+        ...
+
+    def poll_xids(self) -> list[tuple[int, int]]:
+        """(gpu index, xid) events since the last poll, oldest first; never blocks."""
+        ...
+
+
+class NvmlBackend:
+    """NVML through nvidia-ml-py (``import pynvml``), imported lazily so the module loads without it."""
+
+    NVLINK_MAX_LINKS = 18
+
+    def __init__(self) -> None:
+        import pynvml
+
+        self._nv: Any = pynvml
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            raise GpuReadError(f"NVML init failed: {exc}") from None
+        self._events: Any = None
+        self._index_by_uuid: dict[str, int] = {}
+        try:
+            self._events = pynvml.nvmlEventSetCreate()
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+                self._index_by_uuid[_text(pynvml.nvmlDeviceGetUUID(handle))] = i
+                # events unsupported (e.g. in some VMs): Xids then come only from other sources
+                with contextlib.suppress(pynvml.NVMLError):
+                    pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, self._events)
+        except pynvml.NVMLError:
+            self._events = None
+
+    def close(self) -> None:
+        try:
+            if self._events is not None:
+                self._nv.nvmlEventSetFree(self._events)
+            self._nv.nvmlShutdown()
+        except self._nv.NVMLError:
+            pass
+
+    def device_count(self) -> int:
+        try:
+            return int(self._nv.nvmlDeviceGetCount())
+        except self._nv.NVMLError as exc:
+            raise GpuReadError(f"NVML device count: {exc}") from None
+
+    def _opt(self, fn: Any, *args: Any) -> Any:
+        """Call an NVML getter; ``None`` if the device does not support it (or the call fails)."""
+        try:
+            return fn(*args)
+        except self._nv.NVMLError:
+            return None
+
+    def read(self, index: int) -> GpuReading:
+        nv = self._nv
+        try:
+            h = nv.nvmlDeviceGetHandleByIndex(index)
+            uuid = _text(nv.nvmlDeviceGetUUID(h))
+            bus = _text(nv.nvmlDeviceGetPciInfo(h).busId)
+            name = _text(nv.nvmlDeviceGetName(h))
+        except nv.NVMLError as exc:
+            raise GpuReadError(f"gpu {index}: {exc}") from None
+        util = self._opt(nv.nvmlDeviceGetUtilizationRates, h)
+        mem = self._opt(nv.nvmlDeviceGetMemoryInfo, h)
+        power_mw = self._opt(nv.nvmlDeviceGetPowerUsage, h)
+        remap = self._opt(nv.nvmlDeviceGetRemappedRows, h)
+        ecc = nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+        power_v = self._opt(nv.nvmlDeviceGetViolationStatus, h, nv.NVML_PERF_POLICY_POWER)
+        thermal_v = self._opt(nv.nvmlDeviceGetViolationStatus, h, nv.NVML_PERF_POLICY_THERMAL)
+        links = self._nvlink_errors(h)
+        return GpuReading(
+            index=index,
+            uuid=uuid,
+            pci_bus_id=bus,
+            model_name=name,
+            gpu_util_pct=None if util is None else float(util.gpu),
+            mem_copy_util_pct=None if util is None else float(util.memory),
+            sm_clock_mhz=self._opt(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM),
+            mem_clock_mhz=self._opt(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM),
+            fb_used_mib=None if mem is None else mem.used / 2**20,
+            fb_free_mib=None if mem is None else mem.free / 2**20,
+            power_w=None if power_mw is None else power_mw / 1000.0,
+            energy_mj=self._opt(nv.nvmlDeviceGetTotalEnergyConsumption, h),
+            gpu_temp_c=self._opt(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU),
+            pcie_replay_total=self._opt(nv.nvmlDeviceGetPcieReplayCounter, h),
+            ecc_sbe_volatile_total=self._opt(nv.nvmlDeviceGetTotalEccErrors, h, ecc[0], nv.NVML_VOLATILE_ECC),
+            ecc_dbe_volatile_total=self._opt(nv.nvmlDeviceGetTotalEccErrors, h, ecc[1], nv.NVML_VOLATILE_ECC),
+            ecc_sbe_aggregate_total=self._opt(nv.nvmlDeviceGetTotalEccErrors, h, ecc[0], nv.NVML_AGGREGATE_ECC),
+            ecc_dbe_aggregate_total=self._opt(nv.nvmlDeviceGetTotalEccErrors, h, ecc[1], nv.NVML_AGGREGATE_ECC),
+            remapped_rows_correctable=None if remap is None else int(remap[0]),
+            remapped_rows_uncorrectable=None if remap is None else int(remap[1]),
+            row_remap_pending=None if remap is None else bool(remap[2]),
+            row_remap_failure=None if remap is None else bool(remap[3]),
+            nvlink_crc_flit_errors_total=links[0],
+            nvlink_crc_data_errors_total=links[1],
+            nvlink_replay_errors_total=links[2],
+            nvlink_recovery_errors_total=links[3],
+            power_violation_ns=None if power_v is None else int(power_v.violationTime),
+            thermal_violation_ns=None if thermal_v is None else int(thermal_v.violationTime),
+            clocks_event_reasons=self._opt(nv.nvmlDeviceGetCurrentClocksEventReasons, h),
+        )
+
+    def _nvlink_errors(self, h: Any) -> tuple[int | None, int | None, int | None, int | None]:
+        nv = self._nv
+        kinds = (
+            nv.NVML_NVLINK_ERROR_DL_CRC_FLIT,
+            nv.NVML_NVLINK_ERROR_DL_CRC_DATA,
+            nv.NVML_NVLINK_ERROR_DL_REPLAY,
+            nv.NVML_NVLINK_ERROR_DL_RECOVERY,
+        )
+        totals: list[int | None] = [None] * 4
+        for link in range(self.NVLINK_MAX_LINKS):
+            if self._opt(nv.nvmlDeviceGetNvLinkState, h, link) != nv.NVML_FEATURE_ENABLED:
+                continue
+            for k, kind in enumerate(kinds):
+                value = self._opt(nv.nvmlDeviceGetNvLinkErrorCounter, h, link, kind)
+                if value is not None:
+                    totals[k] = (totals[k] or 0) + int(value)
+        return totals[0], totals[1], totals[2], totals[3]
+
+    def poll_xids(self) -> list[tuple[int, int]]:
+        nv = self._nv
+        out: list[tuple[int, int]] = []
+        if self._events is None:
+            return out
+        while True:
+            try:
+                data = nv.nvmlEventSetWait_v2(self._events, 0)
+            except nv.NVMLError:
+                return out  # NVML_ERROR_TIMEOUT: no (more) events
+            if data.eventType != nv.nvmlEventTypeXidCriticalError:
+                continue
+            index = self._opt(nv.nvmlDeviceGetIndex, data.device)
+            out.append((-1 if index is None else int(index), int(data.eventData)))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

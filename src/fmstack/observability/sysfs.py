@@ -1,0 +1,100 @@
+"""A tiny filesystem seam for sysfs / procfs readers: the real one (:class:`OsFs`) and an in-memory one.
+
+Readers only list directories and read small text files, so the seam has two methods. :class:`DictFs` holds a
+recorded tree in memory (loaded from a fixture directory) and can hide files or whole subtrees to play
+"a sysfs file vanished" or "a device went away" in tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Protocol
+
+
+class FileSystem(Protocol):
+    """Relative paths with '/' separators, from the filesystem's root."""
+
+    def listdir(self, path: str) -> list[str]:
+        """Names in a directory; raises OSError if it does not exist."""
+        ...
+
+    def read_text(self, path: str) -> str:
+        """A file's text; raises OSError if it does not exist or cannot be read."""
+        ...
+
+
+class OsFs:
+    """The real filesystem under ``root`` (``/`` on a node; a fixture directory in tests)."""
+
+    def __init__(self, root: str | os.PathLike[str] = "/") -> None:
+        self.root = Path(root)
+
+    def listdir(self, path: str) -> list[str]:
+        return sorted(os.listdir(self.root / path))
+
+    def read_text(self, path: str) -> str:
+        with open(self.root / path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+
+
+class DictFs:
+    """An in-memory tree: ``{"sys/class/infiniband/rdmap0/ports/1/hw_counters/tx_bytes": "123\\n", ...}``."""
+
+    def __init__(self, files: dict[str, str]) -> None:
+        self.files = dict(files)
+        self._hidden_files: set[str] = set()
+        self._hidden_prefixes: list[str] = []
+        self._children: dict[str, list[str]] = {}
+        for path in self.files:
+            parts = path.split("/")
+            for depth in range(len(parts)):
+                parent, child = "/".join(parts[:depth]), parts[depth]
+                kids = self._children.setdefault(parent, [])
+                if child not in kids:
+                    kids.append(child)
+        for kids in self._children.values():
+            kids.sort()
+
+    @classmethod
+    def from_tree(cls, root: Path) -> DictFs:
+        """Load every file under ``root`` (a recorded fixture tree)."""
+        files = {
+            p.relative_to(root).as_posix(): p.read_text(encoding="utf-8")
+            for p in sorted(root.rglob("*"))
+            if p.is_file()
+        }
+        return cls(files)
+
+    def _hidden(self, path: str) -> bool:
+        return path in self._hidden_files or any(path == p or path.startswith(p + "/") for p in self._hidden_prefixes)
+
+    def listdir(self, path: str) -> list[str]:
+        path = path.strip("/")
+        if path not in self._children or self._hidden(path):
+            raise FileNotFoundError(path)
+        prefix = path + "/" if path else ""
+        return [c for c in self._children[path] if not self._hidden(prefix + c)]
+
+    def read_text(self, path: str) -> str:
+        path = path.strip("/")
+        if path not in self.files or self._hidden(path):
+            raise FileNotFoundError(path)
+        return self.files[path]
+
+    def file_paths(self) -> list[str]:
+        return sorted(self.files)
+
+    def dir_paths(self, depth: int) -> list[str]:
+        """Directories exactly ``depth`` components deep (e.g. 4: ``sys/class/infiniband/<device>``)."""
+        return sorted(p for p in self._children if p and p.count("/") == depth - 1)
+
+    def hide(self, path: str) -> None:
+        self._hidden_files.add(path)
+
+    def hide_prefix(self, path: str) -> None:
+        self._hidden_prefixes.append(path.strip("/"))
+
+    def restore(self) -> None:
+        self._hidden_files.clear()
+        self._hidden_prefixes.clear()
