@@ -9,13 +9,12 @@ The per-iteration time is averaged over ranks (nccl-tests' default ``-a 1``).
 
 from __future__ import annotations
 
-import queue as queue_mod
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from fmstack.bench.spawn import free_port, run_ranks
 from fmstack.errors import InputError
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
@@ -82,12 +81,6 @@ def message_sizes(device: str, quick: bool, num_ranks: int, max_bytes: int | Non
 def _count(op: str, size: int, n: int) -> int:
     elems = size // 4
     return elems // n if op in ("all_gather", "reduce_scatter", "all_to_all") else elems
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _worker(rank: int, n: int, port: int, device: str, ops: list[str], sizes: list[int], min_time_s: float,
@@ -215,8 +208,6 @@ def run_collectives(
     on_step: Callable[[], None] | None = None,
 ) -> list[CollectiveResult]:
     """Spawn ``num_ranks`` processes (torch.multiprocessing, spawn) that run the collectives; rank 0 reports."""
-    import torch.multiprocessing as mp
-
     for op in ops:
         bus_factor(op, num_ranks)
     if num_ranks < 2:
@@ -227,40 +218,9 @@ def run_collectives(
         have = torch.cuda.device_count()
         if have < num_ranks:
             raise InputError("ranks", f"{num_ranks} ranks but {have} CUDA devices; allowed: 2..{have}")
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, num_ranks, port, device, ops, sizes, min_time_s, out), daemon=True)
-             for r in range(num_ranks)]  # fmt: skip
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + timeout_s
-    try:
-        while True:
-            try:
-                msg = out.get(timeout=1.0)
-            except queue_mod.Empty:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"collectives bench timed out after {timeout_s:.0f} s") from None
-                dead = [p for p in procs if p.exitcode not in (None, 0)]
-                if dead:
-                    raise RuntimeError(f"a rank exited with code {dead[0].exitcode}") from None
-                continue
-            if msg[0] == "step" and on_step:
-                on_step()
-            elif msg[0] == "error":
-                raise RuntimeError(f"collectives bench failed: {msg[1]}")
-            elif msg[0] == "done":
-                results = [CollectiveResult(**d) for d in msg[1]]
-                break
-        for p in procs:
-            p.join(timeout=30)
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=5)
-    return results
+    (rows,) = run_ranks(_worker, (num_ranks, free_port(), device, ops, sizes, min_time_s), num_ranks=num_ranks,
+                        what="collectives bench", timeout_s=timeout_s, on_step=on_step)  # fmt: skip
+    return [CollectiveResult(**d) for d in rows]
 
 
 def format_nccl_tests(results: list[CollectiveResult]) -> str:

@@ -47,6 +47,7 @@ def build_profile(
     collectives: list[CollectiveResult] | None = None,
     storage: list[StorageResult] | None = None,
     num_threads: int | None = None,
+    concurrent_processes: int = 1,
     torch_version: str | None = None,
     base: CalibrationProfile | None = None,
     now: datetime | None = None,
@@ -99,6 +100,7 @@ def build_profile(
         peak_memory_bw_gbps=peak_mem,
         peak_source=source,
         num_threads=num_threads if gemm else old_dev.get("num_threads", num_threads),
+        concurrent_processes=concurrent_processes,
     )
     merged = {k: v for k, v in old.items() if k not in ("device", "measured_at", "schema_version")}
     merged.update(update)

@@ -86,6 +86,9 @@ class DeviceInfo(BaseModel):
     peak_memory_bw_gbps: float | None = Field(default=None, gt=0)
     peak_source: str = Field(default="", description="where the peaks come from: catalog or measured")
     num_threads: int | None = Field(default=None, gt=0, description="torch intra-op threads during the GEMM bench")
+    concurrent_processes: int = Field(
+        default=1, ge=1, description="processes measuring GEMM and memory at once (per-process rates recorded)"
+    )
 
 
 class CalibrationProfile(BaseModel):

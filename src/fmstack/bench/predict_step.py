@@ -1,0 +1,133 @@
+"""Predict the reference workload's DDP step time from a calibration profile (closing the loop).
+
+step time = GEMM time + memory-bound time + gradient all-reduce time, with
+- GEMM time: every matrix multiply of forward and backward (backward = two GEMMs of the forward's FLOPs per
+  Linear: dX = dY W and dW = dY^T X; Narayanan et al. 2021, sec. 5.1 "3x forward"), each at the calibrated
+  TFLOP/s for its FLOPs (``gemm_tflops`` curve); attention as batched (T x T x head_dim) GEMMs per head.
+- memory-bound time: bytes that the non-GEMM ops read and write (LayerNorm, GELU, residual adds, softmax and
+  cross-entropy, embedding, AdamW, DDP's bucket copies), each at the calibrated bandwidth for its size
+  (``memory_bw_gbps`` curve, STREAM copy). Counting convention in :func:`memory_ops`.
+- all-reduce time: DDP's gradient buckets (first bucket 1 MiB, then 25 MiB; torch DDP defaults), each at
+  algbw = busbw / (2(n-1)/n) of the calibrated gloo all-reduce curve (nccl-tests' definition, inverted).
+The three are added: on a CPU the gloo threads and the compute share the same cores, so DDP's overlap of
+all-reduce with backward buys little; this is an upper-bound style choice, stated in docs/bench.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fmstack.bench.collectives import bus_factor
+from fmstack.bench.gemm import GemmShape
+from fmstack.perfmodel.calibration import CalibrationProfile
+from fmstack.workloads.gpt import GPTConfig, total_params
+
+FP32_BYTES = 4
+DDP_FIRST_BUCKET_BYTES = 1 << 20
+"""torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES."""
+DDP_BUCKET_BYTES = 25 << 20
+"""DistributedDataParallel(bucket_cap_mb=25)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepPrediction:
+    """Predicted step time and its parts (seconds)."""
+
+    gemm_s: float
+    memory_s: float
+    allreduce_s: float
+    gemm_flops: float
+    memory_bytes: float
+    grad_bytes: float
+
+    @property
+    def total_s(self) -> float:
+        return self.gemm_s + self.memory_s + self.allreduce_s
+
+
+def step_gemms(cfg: GPTConfig, micro_batch: int) -> list[tuple[GemmShape, int]]:
+    """(shape, how many times per step) of every GEMM in forward and backward of one rank's micro-batch."""
+    n_tok = micro_batch * cfg.seq_len
+    d, f, v = cfg.d_model, cfg.ffn_mult * cfg.d_model, cfg.vocab_size
+    hd = d // cfg.n_heads
+    linears = [("qkv", 3 * d, d), ("proj", d, d), ("fc1", f, d), ("fc2", d, f)]
+    out: list[tuple[GemmShape, int]] = []
+    for name, n_out, n_in in linears:
+        out.append((GemmShape(m=n_tok, n=n_out, k=n_in, label=f"{name} fwd"), cfg.n_layers))
+        out.append((GemmShape(m=n_tok, n=n_in, k=n_out, label=f"{name} dX"), cfg.n_layers))
+        out.append((GemmShape(m=n_out, n=n_in, k=n_tok, label=f"{name} dW"), cfg.n_layers))
+    out.append((GemmShape(m=n_tok, n=v, k=d, label="head fwd"), 1))
+    out.append((GemmShape(m=n_tok, n=d, k=v, label="head dX"), 1))
+    out.append((GemmShape(m=v, n=d, k=n_tok, label="head dW"), 1))
+    t = cfg.seq_len
+    per_attention = micro_batch * cfg.n_heads * cfg.n_layers
+    # forward: Q K^T and P V; backward: two GEMMs of the same size for each (dQ, dK and dP, dV)
+    out.append((GemmShape(m=t, n=t, k=hd, label="attn QK^T"), 3 * per_attention))
+    out.append((GemmShape(m=t, n=hd, k=t, label="attn PV"), 3 * per_attention))
+    return out
+
+
+def memory_ops(cfg: GPTConfig, micro_batch: int, num_params: int) -> list[tuple[float, int]]:
+    """(bytes one op moves, ops per step) for the memory-bound ops of one rank, fp32.
+
+    Forward per block, in activations of N x d floats (N = tokens): LayerNorm read+write 2 (x2), attention output
+    re-layout 2, residual add 3 (x2), GELU 2 on N x f. Backward moves twice the forward's bytes (each op reads the
+    saved input and the incoming gradient and writes one gradient). Loss: log-softmax and its gradient over N x V
+    logits, 2 + 2. Embedding lookups and their add: 2 + 3 N x d. Per parameter per step: AdamW reads p, g, m, v
+    and writes p, m, v (7 floats); DDP copies each gradient into its bucket and back (4) and divides by the world
+    size (2).
+    """
+    n_tok = micro_batch * cfg.seq_len
+    nd = n_tok * cfg.d_model * FP32_BYTES
+    nf = nd * cfg.ffn_mult
+    nv = n_tok * cfg.vocab_size * FP32_BYTES
+    ops: list[tuple[float, int]] = []
+    block_fwd = [(2 * nd, 2), (2 * nd, 1), (3 * nd, 2), (2 * nf, 1)]
+    for size, count in block_fwd:
+        ops.append((size, count * cfg.n_layers))  # forward
+        ops.append((2 * size, count * cfg.n_layers))  # backward: twice the bytes
+    ops.append((2 * nd, 3))  # final LayerNorm forward, its backward as two
+    ops.append((2 * nv, 2))  # log-softmax forward and backward
+    ops.append((2 * nd, 2))  # token and position lookups
+    ops.append((3 * nd, 1))  # their sum
+    ops.append((num_params * FP32_BYTES * 7, 1))  # AdamW
+    ops.append((num_params * FP32_BYTES * 2, 2))  # DDP bucket copy in and out
+    ops.append((num_params * FP32_BYTES * 2, 1))  # gradient / world size
+    return ops
+
+
+def ddp_buckets(grad_bytes: int) -> list[int]:
+    """Bucket sizes DDP all-reduces for ``grad_bytes`` of fp32 gradients (1 MiB first, then 25 MiB caps)."""
+    buckets = [min(grad_bytes, DDP_FIRST_BUCKET_BYTES)]
+    rest = grad_bytes - buckets[0]
+    while rest > 0:
+        buckets.append(min(rest, DDP_BUCKET_BYTES))
+        rest -= buckets[-1]
+    return buckets
+
+
+def predict_step(cfg: GPTConfig, *, micro_batch: int, num_ranks: int, profile: CalibrationProfile) -> StepPrediction:
+    """Predicted DDP step time of one rank (all ranks do the same work), fp32 on the profiled device."""
+    gemm_tflops = profile.gemm_curve("fp32")
+    gemm_s = 0.0
+    flops = 0.0
+    for shape, count in step_gemms(cfg, micro_batch):
+        flops += shape.flops * count
+        gemm_s += count * shape.flops / (gemm_tflops.at(shape.flops) * 1e12)
+    params = total_params(cfg)
+    bw = profile.memory_curve()
+    mem_s = 0.0
+    mem_bytes = 0.0
+    for size, count in memory_ops(cfg, micro_batch, params):
+        mem_bytes += size * count
+        mem_s += count * size / (bw.at(size) * 1e9)
+    grad_bytes = params * FP32_BYTES
+    allreduce_s = 0.0
+    if num_ranks > 1:
+        curve = profile.collective_curve("all_reduce")
+        factor = bus_factor("all_reduce", num_ranks)
+        for b in ddp_buckets(grad_bytes):
+            algbw = curve.at(b) / factor
+            allreduce_s += b / (algbw * 1e9)
+    return StepPrediction(gemm_s=gemm_s, memory_s=mem_s, allreduce_s=allreduce_s, gemm_flops=flops,
+                          memory_bytes=mem_bytes, grad_bytes=grad_bytes)  # fmt: skip
