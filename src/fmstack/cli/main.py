@@ -18,6 +18,8 @@ from fmstack.errors import InputError
 # name -> "module:attribute" of a click command or group
 _COMMANDS: dict[str, str] = {
     "catalog": "fmstack.cli.catalog_cmd:catalog",
+    "exporter": "fmstack.cli.observe_cmd:exporter",
+    "health": "fmstack.cli.observe_cmd:health",
     "bench": "fmstack.cli.bench_cmd:bench",
 }
 

@@ -1,0 +1,198 @@
+"""`fmstack exporter` (serve node metrics, write rules / dashboards) and `fmstack health` (signals -> action)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import socket
+import tempfile
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from fmstack.cli.common import console, json_option, print_json
+from fmstack.errors import InputError
+
+
+def _check_bind(bind: str) -> str:
+    try:
+        ipaddress.ip_address(bind)
+    except ValueError:
+        raise InputError("--bind", f"{bind!r} is not an IP address; e.g. 127.0.0.1 (default) or 0.0.0.0") from None
+    return bind
+
+
+def _write_new_files(directory: Path, files: dict[str, str], force: bool) -> list[Path]:
+    """Write files into ``directory`` all or nothing; refuse to overwrite unless ``force``."""
+    if directory.exists() and not directory.is_dir():
+        raise InputError("--dashboards", f"{directory} exists and is not a directory")
+    clash = [n for n in files if (directory / n).exists()]
+    if clash and not force:
+        raise InputError("--dashboards", f"{directory / clash[0]} exists; pass --force to overwrite")
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in files.items():
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, directory / name)
+        written.append(directory / name)
+    return written
+
+
+@click.command(
+    "exporter",
+    epilog="Example:\n\n  fmstack exporter --port 9400 --expected-gpus 8 --expected-efa 32\n\n"
+    "  fmstack exporter --backend fake --once            # one scrape of an 8-GPU fake node to stdout\n\n"
+    "  fmstack exporter --dashboards grafana/            # write the Grafana JSON and exit",
+)
+@click.option("--port", type=click.IntRange(0, 65535), default=9400, show_default=True, help="TCP port (0: any free).")
+@click.option("--bind", default="127.0.0.1", show_default=True, help="Address to bind; 0.0.0.0 exposes it to all.")
+@click.option("--hostname", default=None, help="Value of the Hostname label [default: this host's name].")
+@click.option(
+    "--backend",
+    type=click.Choice(["nvml", "fake", "none"]),
+    default="nvml",
+    show_default=True,
+    help="GPU source: NVML, the scripted fake, or no GPU source.",
+)
+@click.option("--fake-script", type=click.Path(path_type=Path, dir_okay=False), help="JSON of NVML answers (fake).")
+@click.option("--sysfs-root", type=click.Path(path_type=Path, file_okay=False), default=Path("/"), show_default=True)
+@click.option("--app-dir", type=click.Path(path_type=Path, file_okay=False), help="Directory of app snapshot files.")
+@click.option("--expected-gpus", type=click.IntRange(0, 1024), default=None, help="GPUs the node should have.")
+@click.option("--expected-efa", type=click.IntRange(0, 1024), default=None, help="EFA devices the node should have.")
+@click.option("--once", is_flag=True, help="Print one scrape to stdout and exit.")
+@click.option("--print-rules", is_flag=True, help="Print the alert and recording rules (YAML) and exit.")
+@click.option("--dashboards", type=click.Path(path_type=Path), help="Write the Grafana dashboards (JSON) here, exit.")
+@click.option("--force", is_flag=True, help="With --dashboards: overwrite existing files.")
+def exporter(
+    port: int,
+    bind: str,
+    hostname: str | None,
+    backend: str,
+    fake_script: Path | None,
+    sysfs_root: Path,
+    app_dir: Path | None,
+    expected_gpus: int | None,
+    expected_efa: int | None,
+    once: bool,
+    print_rules: bool,
+    dashboards: Path | None,
+    force: bool,
+) -> None:
+    """Serve GPU (NVML), EFA, Lustre and application metrics for Prometheus on 127.0.0.1:9400."""
+    if print_rules:
+        text = resources.files("fmstack.observability").joinpath("rules/fmstack-rules.yml").read_text("utf-8")
+        click.echo(text, nl=False)
+        return
+    if dashboards is not None:
+        from fmstack.observability.dashboards import DASHBOARDS, build_dashboard
+
+        files = {f"fmstack-{n}.json": json.dumps(build_dashboard(n), indent=2) + "\n" for n in DASHBOARDS}
+        for path in _write_new_files(dashboards, files, force):
+            click.echo(str(path))
+        return
+    _check_bind(bind)
+    if fake_script is not None and backend != "fake":
+        raise InputError("--fake-script", "only with --backend fake")
+    if app_dir is not None and not app_dir.is_dir():
+        raise InputError("--app-dir", f"{app_dir} is not a directory")
+    if not sysfs_root.is_dir():
+        raise InputError("--sysfs-root", f"{sysfs_root} is not a directory")
+    from fmstack.observability.node import build_node_exporter
+
+    exp = build_node_exporter(
+        hostname=hostname or socket.gethostname(),
+        backend=backend,
+        fake_script=fake_script,
+        sysfs_root=sysfs_root,
+        app_dir=app_dir,
+        expected_gpus=expected_gpus,
+        expected_efa=expected_efa,
+    )
+    if once:
+        click.echo(exp.render().decode(), nl=False)
+        return
+    try:
+        server = exp.serve(bind, port)
+    except OSError as exc:
+        raise InputError("--port", f"cannot listen on {bind}:{port}: {exc.strerror}") from None
+    host, real_port = server.server_address[:2]
+    click.echo(f"fmstack exporter: serving http://{host}:{real_port}/metrics (Ctrl-C to stop)", err=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        server.shutdown()
+
+
+def _load_signals(path: Path) -> list[Any]:
+    from fmstack.observability.health_io import signals_from_dict
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError("--signals", f"cannot read {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError("--signals", f"{path} is not valid JSON at line {exc.lineno}: {exc.msg}") from None
+    if isinstance(data, dict) and "nodes" in data:
+        data = data["nodes"]
+    items = data if isinstance(data, list) else [data]
+    return [signals_from_dict(item, where=f"signals[{i}]") for i, item in enumerate(items)]
+
+
+@click.command(
+    "health",
+    epilog="Example:\n\n  fmstack health --xid 79 --node n1 --format slurm\n\n"
+    "  fmstack health --signals node-signals.json --format k8s --json",
+)
+@click.option("--signals", "signals_file", type=click.Path(path_type=Path), help="JSON: one node, a list, or {nodes}.")
+@click.option("--xid", "xids", type=click.IntRange(1, 1023), multiple=True, help="An Xid seen on the node (repeat).")
+@click.option("--node", default=None, help="Node name (with --xid).")
+@click.option("--format", "fmt", type=click.Choice(["text", "slurm", "k8s"]), default="text", show_default=True)
+@json_option
+def health(signals_file: Path | None, xids: tuple[int, ...], node: str | None, fmt: str, as_json: bool) -> None:
+    """Decide per node: none, restart job, reset GPU, reboot or replace; render as Slurm or Kubernetes actions."""
+    from fmstack.observability.health import HealthEngine, NodeSignals
+    from fmstack.observability.health_io import check_node_name, k8s_node_state, render_k8s, render_slurm
+
+    if signals_file is None and not xids:
+        raise InputError("--signals", "give --signals FILE.json or at least one --xid")
+    if signals_file is not None and xids:
+        raise InputError("--xid", "use either --signals or --xid, not both")
+    nodes = _load_signals(signals_file) if signals_file else [NodeSignals(node=node or "", xids=list(xids))]
+    if fmt != "text":
+        for s in nodes:
+            if not s.node:
+                raise InputError("--node", f"--format {fmt} needs a node name (--node, or 'node' in the signals)")
+            check_node_name(s.node)
+    elif node:
+        check_node_name(node)
+    engine = HealthEngine()
+    results = []
+    for s in nodes:
+        d = engine.decide(s)
+        row: dict[str, Any] = {"node": s.node, **d.to_dict()}
+        if fmt == "slurm":
+            row["commands"] = render_slurm(s.node, d)
+        elif fmt == "k8s":
+            row["commands"] = render_k8s(s.node, d)
+            row["kubernetes"] = k8s_node_state(d)
+        results.append(row)
+    if as_json:
+        print_json(results)
+        return
+    if fmt != "text":
+        for row in results:
+            for cmd in row["commands"]:
+                click.echo(cmd)
+        return
+    table = Table("node", "action", "reasons")
+    for row in results:
+        table.add_row(row["node"] or "-", row["action"], "\n".join(row["reasons"]) or "-")
+    console().print(table)

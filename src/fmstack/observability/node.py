@@ -1,0 +1,62 @@
+"""Assemble a node exporter from its sources (what ``fmstack exporter`` runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fmstack.errors import InputError
+from fmstack.observability.app_source import AppDirSource
+from fmstack.observability.efa import EfaSource
+from fmstack.observability.exporter import Exporter, Source
+from fmstack.observability.gpu import GpuBackend, GpuReadError
+from fmstack.observability.lustre import LustreSource
+from fmstack.observability.sysfs import OsFs
+
+
+def make_gpu_backend(kind: str, fake_script: Path | None = None) -> GpuBackend:
+    """``nvml``: the real NVML; ``fake``: the scripted fake (8 x H100, or ``fake_script``)."""
+    from fmstack.observability.fake import FakeGpuBackend
+
+    if kind == "fake":
+        if fake_script is None:
+            return FakeGpuBackend(num_gpus=8)
+        try:
+            return FakeGpuBackend.from_json(fake_script)
+        except OSError as exc:
+            raise InputError("--fake-script", f"cannot read {fake_script}: {exc.strerror}") from None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InputError("--fake-script", f"{fake_script}: {exc}") from None
+    if kind == "nvml":
+        from fmstack.observability.gpu import NvmlBackend
+
+        try:
+            return NvmlBackend()
+        except ImportError:
+            raise InputError("--backend", "nvml needs nvidia-ml-py: pip install 'fmstack[observe]'") from None
+        except GpuReadError as exc:
+            raise InputError("--backend", f"nvml: {exc}; on a node without GPUs use --backend none") from None
+    raise InputError("--backend", f"unknown backend {kind!r}; allowed: nvml, fake, none")
+
+
+def build_node_exporter(
+    *,
+    hostname: str,
+    backend: str = "nvml",
+    fake_script: Path | None = None,
+    sysfs_root: Path = Path("/"),
+    app_dir: Path | None = None,
+    expected_gpus: int | None = None,
+    expected_efa: int | None = None,
+) -> Exporter:
+    """GPU (unless ``backend == "none"``), EFA, Lustre and, with ``app_dir``, application sources."""
+    from fmstack.observability.gpu_source import GpuSource
+
+    sources: list[Source] = []
+    if backend != "none":
+        sources.append(GpuSource(make_gpu_backend(backend, fake_script), hostname, expected_gpus))
+    fs = OsFs(sysfs_root)
+    sources.append(EfaSource(fs, hostname, expected_efa))
+    sources.append(LustreSource(fs))
+    if app_dir is not None:
+        sources.append(AppDirSource(app_dir))
+    return Exporter(sources)
