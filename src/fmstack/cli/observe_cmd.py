@@ -122,8 +122,8 @@ def exporter(
         server = exp.serve(bind, port)
     except OSError as exc:
         raise InputError("--port", f"cannot listen on {bind}:{port}: {exc.strerror}") from None
-    host, real_port = server.server_address[:2]
-    click.echo(f"fmstack exporter: serving http://{host}:{real_port}/metrics (Ctrl-C to stop)", err=True)
+    real_port = server.server_address[1]
+    click.echo(f"fmstack exporter: serving http://{bind}:{real_port}/metrics (Ctrl-C to stop)", err=True)
     try:
         while True:
             time.sleep(3600)
