@@ -106,7 +106,7 @@ def test_oracle10_if_a_preempts_b_then_b_cannot_preempt_a_back(
     state = KueueState(queues=queues, admitted=admitted)
     wl = Workload(wid=999, queue="a", request={"gpu": req})
     for target in [w for w in admitted if w.queue == "b"]:
-        if not state.fair_preemption_allowed(wl, target):
+        if not (state.fair_preemption_allowed(wl, target) and state.fits(wl, frozenset({target.wid}))):
             continue
         after = KueueState(queues=queues, admitted=[w for w in admitted if w.wid != target.wid] + [wl])
         back = Workload(wid=target.wid, queue="b", request=target.request)

@@ -6,7 +6,7 @@ one line each here). :func:`make_policy` turns a name into a policy or raises In
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection
 from typing import Protocol
 
 from fmstack.errors import InputError
@@ -42,8 +42,8 @@ class SchedulingPolicy(Protocol):
     def schedule(
         self,
         now_s: float,
-        pending: Sequence[PendingJob],
-        running: Sequence[RunningJob],
+        pending: Collection[PendingJob],
+        running: Collection[RunningJob],
         capacity: Capacity,
         *,
         periodic: bool = False,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from fmstack.errors import InputError
@@ -106,8 +106,8 @@ class BackfillPolicy:
     def schedule(
         self,
         now_s: float,
-        pending: Sequence[PendingJob],
-        running: Sequence[RunningJob],
+        pending: Collection[PendingJob],
+        running: Collection[RunningJob],
         capacity: Capacity,
         *,
         periodic: bool = False,
@@ -118,7 +118,7 @@ class BackfillPolicy:
         return Plan(self.backfill(now_s, order, running, capacity))
 
     def backfill(
-        self, now_s: float, order: Sequence[PendingJob], running: Sequence[RunningJob], capacity: Capacity
+        self, now_s: float, order: Sequence[PendingJob], running: Collection[RunningJob], capacity: Capacity
     ) -> list[int]:
         """One backfill cycle over jobs already in priority order; returns the ids started now."""
         p = self.params

@@ -6,13 +6,13 @@ no other job in that partition is scheduled" (Slurm doc/html/sched_config.shtml)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from fmstack.orchestration.policies.base import Capacity, PendingJob, Plan, RunningJob
 
 
-def priority_order(pending: Sequence[PendingJob]) -> list[PendingJob]:
+def priority_order(pending: Collection[PendingJob]) -> list[PendingJob]:
     """Slurm's order among equals: priority (high first), then submit time, then job id."""
     return sorted(pending, key=lambda j: (-j.priority, j.submit_s, j.job_id))
 
@@ -37,8 +37,8 @@ class FifoPolicy:
     def schedule(
         self,
         now_s: float,
-        pending: Sequence[PendingJob],
-        running: Sequence[RunningJob],
+        pending: Collection[PendingJob],
+        running: Collection[RunningJob],
         capacity: Capacity,
         *,
         periodic: bool = False,
@@ -56,8 +56,8 @@ class SjfPolicy:
     def schedule(
         self,
         now_s: float,
-        pending: Sequence[PendingJob],
-        running: Sequence[RunningJob],
+        pending: Collection[PendingJob],
+        running: Collection[RunningJob],
         capacity: Capacity,
         *,
         periodic: bool = False,

@@ -9,7 +9,7 @@ queue with the workload added (lowest first, kueue fair_sharing.md), then priori
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from fmstack.orchestration.policies.base import Capacity, PendingJob, Plan, RunningJob
@@ -48,8 +48,8 @@ class KueuePolicy:
     def schedule(
         self,
         now_s: float,
-        pending: Sequence[PendingJob],
-        running: Sequence[RunningJob],
+        pending: Collection[PendingJob],
+        running: Collection[RunningJob],
         capacity: Capacity,
         *,
         periodic: bool = False,

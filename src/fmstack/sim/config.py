@@ -1,0 +1,46 @@
+"""What one simulation run is: fleet, workload, policy, faults, recovery, seed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fmstack.errors import InputError
+from fmstack.sim.recovery import RecoverySettings
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SimConfig:
+    """One run of the fleet twin."""
+
+    instance: str = "p5.48xlarge"
+    nodes: int = 64
+    days: float = 7.0
+    jobs: int = 1000
+    """Synthetic jobs to generate (ignored with ``trace``)."""
+    trace: Path | None = None
+    """A CSV trace instead of the generator."""
+    load: float = 0.85
+    """Offered load the generator scales runtimes to."""
+    policy: str = "slurm-backfill"
+    faults: str | None = "llama3"
+    """Failure model name (fmstack.perfmodel.failures), or None for no faults."""
+    planned: bool = True
+    """Include planned maintenance at the failure model's planned rate."""
+    recovery: RecoverySettings = field(default_factory=RecoverySettings)
+    spares: int = 0
+    seed: int = 1
+    sample_s: float = 3600.0
+    """Period of the time series."""
+
+    def __post_init__(self) -> None:
+        if self.days <= 0:
+            raise InputError("days", f"must be > 0, got {self.days}")
+        if self.spares < 0:
+            raise InputError("spares", f"must be >= 0, got {self.spares}")
+        if self.sample_s <= 0:
+            raise InputError("sample", f"must be > 0 s, got {self.sample_s}")
+
+    @property
+    def horizon_s(self) -> float:
+        return self.days * 86400.0

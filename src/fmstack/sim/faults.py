@@ -1,0 +1,62 @@
+"""Faults: when they strike, what they are, and what the node-health engine does about them.
+
+Rates and cause shares come from the shared failure model (:func:`fmstack.perfmodel.failures.
+load_failure_model`, Llama 3 Table 5 by default). Failures strike nodes of the pool uniformly (a series system:
+fleet rate = per-node rate x nodes); planned maintenance arrives at the model's planned rate. Each cause becomes
+node signals that :class:`fmstack.observability.health.HealthEngine` turns into an action ([D] mapping):
+
+- ``gpu``: Xid 79 (fallen off the bus) and one GPU missing -> reboot (the engine escalates repeats to replace);
+- ``dependency``, ``network``, ``unknown``: Xid 13 (application error) -> restart the job, the node is fine;
+- ``host``, ``unplanned_maintenance``: no GPU signal exists for them; the node is replaced (node_loss in the
+  failure model).
+
+Repair times ([D], change with :class:`RepairTimes`): GPU reset 10 min, reboot with health checks 30 min,
+replacement 4 h. Detection delay: Slurm's SlurmdTimeout 300 s (slurm.conf.5) unless set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fmstack.observability.health import Action, HealthEngine, NodeSignals
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RepairTimes:
+    """Seconds a node is out for each action."""
+
+    reset_s: float = 600.0
+    reboot_s: float = 1800.0
+    replace_s: float = 4 * 3600.0
+    maintenance_s: float = 1800.0
+    """Planned maintenance (firmware, configuration): like a reboot."""
+
+    def out_s(self, action: Action) -> float:
+        return {
+            Action.NONE: 0.0,
+            Action.RESTART_JOB: 0.0,
+            Action.RESET_GPU: self.reset_s,
+            Action.REBOOT_NODE: self.reboot_s,
+            Action.REPLACE_NODE: self.replace_s,
+        }[action]
+
+
+def signals_for(category: str, gpus_per_node: int, resets: int, reboots: int) -> NodeSignals | None:
+    """Node signals of a failure cause, or None when no health signal describes it (host hardware)."""
+    if category == "gpu":
+        return NodeSignals(
+            xids=[79], gpus_visible=gpus_per_node - 1, gpus_expected=gpus_per_node,
+            resets_in_window=resets, reboots_in_window=reboots,
+        )  # fmt: skip
+    if category in ("host", "unplanned_maintenance"):
+        return None
+    return NodeSignals(xids=[13], resets_in_window=resets, reboots_in_window=reboots)
+
+
+def decide(engine: HealthEngine, category: str, gpus_per_node: int, resets: int, reboots: int) -> Action:
+    """The health engine's action for a failure of ``category`` on a node with this history."""
+    signals = signals_for(category, gpus_per_node, resets, reboots)
+    if signals is None:
+        return Action.REPLACE_NODE
+    action = engine.decide(signals).action
+    return Action.RESTART_JOB if action == Action.NONE else action

@@ -1,0 +1,175 @@
+"""Fault events of the fleet twin: a node fails (or goes to planned maintenance), the failure is detected after
+the recovery mode's detection time, the node-health engine picks an action, the node is reset, rebooted or
+replaced (a spare joins the pool meanwhile), and each job on it recovers by its recovery mode:
+
+- checkpoint-restart (Slurm): the whole allocation ends (NODE_FAIL) and the job is requeued with the same id,
+  eligible after the requeue delay (120 s), restart count + 1; it reloads its last checkpoint;
+- auto-resume (HyperPod): the failed node is swapped for a spare and the job restarts in place from its last
+  checkpoint; with no spare it is requeued;
+- checkpointless (HyperPod peer recovery): as auto-resume, but no work is lost (peers hold the state) when a
+  spare is free at the time of the failure;
+- elastic: the job drops the failed node and continues one data-parallel replica smaller from its last
+  checkpoint (no grow-back); a one-node job is requeued.
+Failures strike the pool's nodes uniformly: candidates are drawn at rate r x (all nodes) and kept if the node is
+in the pool (thinning), so the pool sees rate r per node whatever its composition.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fmstack.observability.health import Action
+from fmstack.perfmodel.goodput import RecoveryMode
+from fmstack.sim.accounting import close_segment
+from fmstack.sim.faults import decide
+from fmstack.sim.fleet import NodeState
+from fmstack.sim.state import DETECT, FAULT, MAINT, OUT_STATE, REPAIRED, SAMPLE, SimState
+from fmstack.sim.workload import Job
+
+_ACTIVE = (NodeState.UP, NodeState.DRAINING)
+
+
+class FaultHandling(SimState):
+    """Fault, maintenance, detection, repair and sampling events."""
+
+    def _next_fault(self) -> float:
+        assert self.failures is not None
+        rate = self.failures.failures_per_node_hour / 3600.0 * len(self.fleet.state)
+        return self.env.now_s + float(self.env.rng.exponential(1.0 / rate))
+
+    def _next_maint(self) -> float:
+        assert self.failures is not None
+        rate = self.failures.planned_per_node_hour / 3600.0 * len(self.fleet.state)
+        return self.env.now_s + float(self.env.rng.exponential(1.0 / rate))
+
+    def _pick_node(self) -> int | None:
+        node = int(self.env.rng.integers(len(self.fleet.state)))
+        return node if self.fleet.state[node] in _ACTIVE else None
+
+    def _on_fault(self, _: Any) -> None:
+        assert self.failures is not None
+        self.env.schedule(self._next_fault(), FAULT)
+        node = self._pick_node()
+        if node is None:
+            return
+        category = self.failures.sample_category(self.env.rng)
+        self._strike(node, category, planned=False)
+
+    def _on_maint(self, _: Any) -> None:
+        self.env.schedule(self._next_maint(), MAINT)
+        node = self._pick_node()
+        if node is not None:
+            self._strike(node, "planned_maintenance", planned=True)
+
+    def _strike(self, node: int, category: str, *, planned: bool) -> None:
+        now = self.env.now_s
+        jobs = sorted(self.node_jobs.get(node, ()))
+        self.fleet.set_state(node, NodeState.DOWN)
+        self.nodes_out += 1
+        graceful = planned or (self.rec.mode == RecoveryMode.checkpointless and bool(self.fleet.spares))
+        lost_before = sum(self.jobs[j].lost_gpu_s for j in jobs)
+        for jid in jobs:
+            job = self.jobs[jid]
+            self.interruptions += 1
+            if job.hung:
+                continue
+            close_segment(job, now, graceful=graceful)
+            job.epoch += 1
+            job.hung = True
+        self.fault_log.append(
+            {"time_s": now, "node": node, "category": category, "jobs": jobs, "action": "",
+             "lost_gpu_h": (sum(self.jobs[j].lost_gpu_s for j in jobs) - lost_before) / 3600.0}
+        )  # fmt: skip
+        delay = 0.0 if planned else self.times.detection_s
+        self.env.schedule(now + delay, DETECT, (node, category, len(self.fault_log) - 1))
+
+    def _close_hang(self, job: Job, now_s: float) -> None:
+        hang = max(0.0, now_s - job.start_s) * job.cur_gpus
+        job.alloc_gpu_s += hang
+        job.hang_gpu_s += hang
+        job.start_s = now_s
+
+    def _on_detect(self, data: tuple[int, str, int]) -> None:
+        node, category, log_i = data
+        if category == "planned_maintenance":
+            action = Action.REBOOT_NODE
+            out_s = self.repair.maintenance_s
+        else:
+            action = decide(self.health, category, self.gpn, self.resets[node], self.reboots[node])
+            out_s = self.times.replacement_s if action == Action.REPLACE_NODE else self.repair.out_s(action)
+        self.fault_log[log_i]["action"] = action.name
+        if action == Action.RESET_GPU:
+            self.resets[node] += 1
+        elif action == Action.REBOOT_NODE:
+            self.reboots[node] += 1
+        elif action == Action.REPLACE_NODE:
+            self.resets[node] = self.reboots[node] = 0
+        spare: int | None = None
+        if out_s > 0:
+            self.fleet.set_state(node, OUT_STATE[action])
+            spare = self.fleet.take_spare()
+            self.env.schedule(self.env.now_s + out_s, REPAIRED, (node, spare is not None))
+        else:
+            self.fleet.set_state(node, NodeState.UP)
+            self.nodes_out -= 1
+        for jid in sorted(self.node_jobs.get(node, ())):
+            job = self.jobs[jid]
+            if job.hung:
+                self._close_hang(job, self.env.now_s)
+                self._recover(job, spare)
+        self._changed()
+
+    def _recover(self, job: Job, spare: int | None) -> None:
+        mode = self.rec.mode
+        if mode == RecoveryMode.checkpoint_restart:
+            self._requeue(job, self.rec.requeue_delay_s)
+            return
+        bad = [(n, g) for n, g in job.alloc if self.fleet.state[n] not in _ACTIVE]
+        keep = [(n, g) for n, g in job.alloc if self.fleet.state[n] in _ACTIVE]
+        for n, _ in job.alloc:
+            self.node_jobs.get(n, set()).discard(job.job_id)
+        self.fleet.release(bad)
+        restart = self.times.restart_s
+        if mode == RecoveryMode.elastic and bad:
+            if keep:
+                job.alloc = keep
+                self.running.pop(job.job_id, None)
+                self._run_on(job, keep, restart)
+                return
+        else:
+            for _n, g in bad:
+                swap = self._spare_for(spare, g)
+                if swap is None:
+                    self.fleet.release(keep)
+                    job.alloc = []
+                    self._requeue(job, self.rec.requeue_delay_s)
+                    return
+                got = self.fleet.place_on(swap, g)
+                keep.append(got)
+            self.running.pop(job.job_id, None)
+            self._run_on(job, keep, restart)
+            return
+        job.alloc = keep
+        self._requeue(job, self.rec.requeue_delay_s)
+
+    def _spare_for(self, spare: int | None, gpus: int) -> int | None:
+        """A node for a replacement: the spare just taken for this failure if it has room, or another one."""
+        if spare is not None and self.fleet.state[spare] == NodeState.UP and self.fleet.free[spare] >= gpus:
+            return spare
+        return self.fleet.take_spare()
+
+    def _on_repaired(self, data: tuple[int, bool]) -> None:
+        node, swapped = data
+        self.nodes_out -= 1
+        if swapped:
+            self.fleet.to_spare(node)
+        else:
+            self.fleet.set_state(node, NodeState.UP)
+        self._changed()
+
+    def _on_sample(self, _: Any) -> None:
+        self.samples.append(
+            (self.env.now_s, self.fleet.allocated_gpus, len(self.pending), len(self.running), self.nodes_out,
+             len(self.fleet.spares))
+        )  # fmt: skip
+        self.env.schedule(self.env.now_s + self.cfg.sample_s, SAMPLE)

@@ -1,0 +1,106 @@
+"""Results of a run (every metric is defined with its formula in docs/simulate.md).
+
+- utilization = allocated GPU-s / (pool GPUs x horizon);
+- goodput = productive GPU-s / allocated GPU-s; allocated = productive + checkpoint + lost + restart + hang;
+- ETTR of a job (Kokolis et al., HPCA 2025) = productive time / (end or horizon - first start), GPU-weighted
+  over jobs that started;
+- queue wait = first start - submit plus waits after requeues; JCT = end - submit; percentiles p50/p90/p99
+  (numpy "linear") by size class;
+- fairness: GPU-hours per user and per queue, and Jain's index (sum x)^2 / (n sum x^2) of per-user GPU-hours.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from fmstack.sim.state import SimState
+
+SIZE_CLASSES: tuple[tuple[str, int, int], ...] = (
+    ("1-8", 1, 8),
+    ("9-64", 9, 64),
+    ("65-512", 65, 512),
+    ("513+", 513, 1 << 30),
+)
+
+
+def _pct(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"count": 0, "p50_s": 0.0, "p90_s": 0.0, "p99_s": 0.0, "mean_s": 0.0}
+    a = np.asarray(values, dtype=float)
+    p = np.percentile(a, [50, 90, 99])
+    return {"count": len(values), "p50_s": round(float(p[0]), 3), "p90_s": round(float(p[1]), 3),
+            "p99_s": round(float(p[2]), 3), "mean_s": round(float(a.mean()), 3)}  # fmt: skip
+
+
+def jain(values: list[float]) -> float:
+    """Jain's fairness index: 1 when all equal, 1/n when one takes all."""
+    a = np.asarray(values, dtype=float)
+    if a.size == 0 or not a.any():
+        return 1.0
+    return float(a.sum() ** 2 / (a.size * (a**2).sum()))
+
+
+def summarise(sim: SimState) -> dict[str, Any]:
+    """The run's results as plain JSON-able data (rounded so that output is stable byte for byte)."""
+    cfg = sim.cfg
+    horizon = cfg.horizon_s
+    jobs = list(sim.jobs.values())
+    h = 3600.0
+    alloc = sum(j.alloc_gpu_s for j in jobs)
+    parts = {
+        "productive": sum(j.productive_gpu_s for j in jobs),
+        "checkpoint": sum(j.ckpt_gpu_s for j in jobs),
+        "lost_work": sum(j.lost_gpu_s for j in jobs),
+        "restart": sum(j.restart_gpu_s for j in jobs),
+        "hang_until_detected": sum(j.hang_gpu_s for j in jobs),
+    }
+    started = [j for j in jobs if j.first_start_s >= 0]
+    done = [j for j in jobs if j.end_s >= 0]
+    ettr_num = sum(j.productive_gpu_s for j in started)
+    ettr_den = sum(((j.end_s if j.end_s >= 0 else horizon) - j.first_start_s) * j.num_gpus for j in started)
+    by_class: dict[str, Any] = {}
+    for name, lo, hi in SIZE_CLASSES:
+        cls_started = [j for j in started if lo <= j.num_gpus <= hi]
+        cls_done = [j for j in done if lo <= j.num_gpus <= hi]
+        by_class[name] = {
+            "wait": _pct([j.wait_s for j in cls_started]),
+            "jct": _pct([j.end_s - j.submit_s for j in cls_done]),
+        }
+    per_user: Counter[str] = Counter()
+    per_queue: Counter[str] = Counter()
+    for j in jobs:
+        per_user[j.user] += j.alloc_gpu_s / h
+        per_queue[j.queue] += j.alloc_gpu_s / h
+    cats: Counter[str] = Counter(f["category"] for f in sim.fault_log)
+    actions: Counter[str] = Counter(f["action"] for f in sim.fault_log)
+    r = 6
+    return {
+        "config": {
+            "instance": cfg.instance, "nodes": cfg.nodes, "gpus": sim.fleet.total_gpus, "days": cfg.days,
+            "jobs": len(jobs), "policy": cfg.policy, "faults": cfg.faults, "recovery": cfg.recovery.mode.value,
+            "checkpoint_interval": cfg.recovery.interval, "checkpoint_cost_s": cfg.recovery.ckpt_cost_s,
+            "spares": cfg.spares, "seed": cfg.seed,
+        },
+        "utilization": round(alloc / (sim.fleet.total_gpus * horizon), r),
+        "gpu_hours": {"capacity": round(sim.fleet.total_gpus * horizon / h, 3), "allocated": round(alloc / h, 3),
+                      **{k: round(v / h, 3) for k, v in parts.items()}},
+        "goodput": round(parts["productive"] / alloc, r) if alloc else 0.0,
+        "ettr": round(ettr_num / ettr_den, r) if ettr_den else 0.0,
+        "jobs": {"submitted": len(jobs), "started": len(started), "completed": len(done),
+                 "restarts": sum(j.restarts for j in jobs), "preemptions": sim.preemptions},
+        "by_size_class": by_class,
+        "fairness": {
+            "jain_users": round(jain(list(per_user.values())), r),
+            "gpu_hours_per_user": {k: round(v, 3) for k, v in sorted(per_user.items())},
+            "gpu_hours_per_queue": {k: round(v, 3) for k, v in sorted(per_queue.items())},
+        },
+        "failures": {
+            "events": len(sim.fault_log), "job_interruptions": sim.interruptions,
+            "by_category": dict(sorted(cats.items())), "by_action": dict(sorted(actions.items())),
+            "lost_gpu_hours": round(parts["lost_work"] / h, 3),
+        },
+        "events_processed": sim.env.events_processed,
+    }  # fmt: skip

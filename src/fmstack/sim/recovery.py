@@ -1,0 +1,73 @@
+"""Recovery settings of a run: mode, checkpoint interval and cost, phase times.
+
+The modes and their detection / restart / replacement times are the shared ones of
+:mod:`fmstack.perfmodel.goodput` (``RecoveryMode``, ``RECOVERY_DEFAULTS``, cited there); the interval is fixed
+or Young's / Daly's optimum for the job's MTBF (``young_interval_s``, ``daly_interval_s``). Slurm requeues a
+job after ``requeue_delay_s`` (120 s, job_mgr.c); that delay is part of checkpoint-restart's restart time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fmstack.errors import InputError
+from fmstack.perfmodel.goodput import (
+    RECOVERY_DEFAULTS,
+    RecoveryMode,
+    RecoveryTimes,
+    daly_interval_s,
+    young_interval_s,
+)
+
+INTERVAL_RULES = ("young", "daly")
+SLURM_REQUEUE_DELAY_S = 120.0
+
+
+def parse_mode(text: str) -> RecoveryMode:
+    """``auto-resume`` or ``auto_resume`` -> RecoveryMode.auto_resume."""
+    try:
+        return RecoveryMode(text.strip().replace("-", "_"))
+    except ValueError:
+        allowed = ", ".join(m.value.replace("_", "-") for m in RecoveryMode)
+        raise InputError("recovery", f"unknown recovery mode {text!r}; allowed: {allowed}") from None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecoverySettings:
+    """How jobs checkpoint and come back after failures."""
+
+    mode: RecoveryMode = RecoveryMode.auto_resume
+    interval: str = "young"
+    """'young', 'daly', or a fixed interval in minutes as text ("30")."""
+    ckpt_cost_s: float = 60.0
+    """Seconds one checkpoint stalls training (C)."""
+    requeue_delay_s: float = SLURM_REQUEUE_DELAY_S
+
+    def __post_init__(self) -> None:
+        if self.ckpt_cost_s < 0 or not math.isfinite(self.ckpt_cost_s):
+            raise InputError("ckpt_cost", f"must be >= 0 seconds, got {self.ckpt_cost_s}")
+        if self.interval not in INTERVAL_RULES:
+            try:
+                minutes = float(self.interval)
+            except ValueError:
+                raise InputError("ckpt_interval", f"{self.interval!r}; allowed: young, daly or minutes (> 0)") from None
+            if not minutes > 0:
+                raise InputError("ckpt_interval", f"must be > 0 minutes, got {self.interval}")
+
+    @property
+    def times(self) -> RecoveryTimes:
+        return RECOVERY_DEFAULTS[self.mode]
+
+    def interval_s(self, mtbf_s: float) -> float:
+        """Compute seconds between checkpoints for a job with this MTBF."""
+        if self.interval == "young":
+            return young_interval_s(mtbf_s, self.ckpt_cost_s) if self.ckpt_cost_s > 0 else math.inf
+        if self.interval == "daly":
+            return daly_interval_s(mtbf_s, self.ckpt_cost_s) if self.ckpt_cost_s > 0 else math.inf
+        return float(self.interval) * 60.0
+
+    @property
+    def startup_after_requeue_s(self) -> float:
+        """Restart time paid when a requeued job starts again (requeue delay already waited in the queue)."""
+        return max(0.0, self.times.restart_s - self.requeue_delay_s)

@@ -1,0 +1,75 @@
+"""The fleet twin: :class:`Simulator` runs one :class:`fmstack.sim.config.SimConfig` to its horizon.
+
+Events (a kind and its data on :class:`fmstack.sim.engine.Environment`): submit, finish, fault, planned
+maintenance, detection, repair, eligible-again (after a requeue delay), backfill tick, sample. Each handler
+changes the state and schedules its follow-up events (as vidur's simulator loop). Read the results with
+:func:`fmstack.sim.metrics.summarise`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fmstack.orchestration.policies import PendingJob
+from fmstack.sim.accounting import close_segment
+from fmstack.sim.faults_loop import FaultHandling
+from fmstack.sim.state import (
+    DETECT,
+    ELIGIBLE,
+    FAULT,
+    FINISH,
+    MAINT,
+    REPAIRED,
+    SAMPLE,
+    SUBMIT,
+    TICK,
+)
+
+
+class Simulator(FaultHandling):
+    """One run: build it, call :meth:`run`, then summarise it."""
+
+    def run(self) -> Simulator:
+        env, horizon = self.env, self.cfg.horizon_s
+        for j in self.jobs.values():
+            env.schedule(j.submit_s, SUBMIT, j.job_id)
+        if self.failures is not None:
+            env.schedule(self._next_fault(), FAULT)
+            if self.cfg.planned and self.failures.planned_per_node_hour > 0:
+                env.schedule(self._next_maint(), MAINT)
+        env.schedule(0.0, SAMPLE)
+        handlers: dict[int, Callable[[Any], None]] = {
+            SUBMIT: self._on_eligible, ELIGIBLE: self._on_eligible, FINISH: self._on_finish, FAULT: self._on_fault,
+            MAINT: self._on_maint, DETECT: self._on_detect, REPAIRED: self._on_repaired, TICK: self._on_tick,
+            SAMPLE: self._on_sample,
+        }  # fmt: skip
+        env.run(horizon, lambda kind, data: handlers[kind](data))
+        for jid in sorted(self.running):
+            close_segment(self.jobs[jid], horizon, graceful=True)
+        for j in self.jobs.values():
+            if j.hung:
+                self._close_hang(j, horizon)
+        return self
+
+    def _on_eligible(self, jid: int) -> None:
+        j = self.jobs[jid]
+        if j.running:
+            return
+        if j.restarts == 0:
+            j.eligible_s = j.submit_s
+        self.pending[jid] = PendingJob(job_id=jid, num_gpus=j.num_gpus, submit_s=j.eligible_s,
+                                       time_limit_s=j.time_limit_s, user=j.user, queue=j.queue,
+                                       priority=j.priority, expected_runtime_s=j.work_s)  # fmt: skip
+        self._changed()
+
+    def _on_finish(self, data: tuple[int, int]) -> None:
+        jid, epoch = data
+        job = self.jobs[jid]
+        if epoch != job.epoch or not job.running:
+            return
+        close_segment(job, self.env.now_s, graceful=True)
+        job.done_s = job.work_s
+        job.end_s = self.env.now_s
+        self._release(job)
+        self._changed()

@@ -1,0 +1,64 @@
+"""How fast a job trains on the GPUs it gets: the :class:`JobSpeedModel` protocol and its default,
+:class:`PerfModelSpeed`, which asks the training performance model (:func:`fmstack.perfmodel.training.
+estimate_training`) once per (model, GPUs, packed) and caches the answer on the instance.
+
+Configuration it asks about ([D]): tensor parallel inside the node (tp = min(8, GPUs)), data parallel across
+nodes, FSDP sharding, selective recomputation, sequence 8,192, micro-batch 1, 4 micro-batches per data-parallel
+rank. Jobs smaller than a node run at the one-node speed scaled by GPUs / GPUs per node. A job split across leaf
+switches ("not packed") is estimated on a cluster whose leaves hold half its nodes, and runs at most
+``split_factor`` (0.9, [D]) of its packed speed when the model sees no difference.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from fmstack.catalog.loader import Catalog
+from fmstack.catalog.topology import build_cluster
+from fmstack.errors import InputError
+from fmstack.perfmodel.config import TrainConfig
+from fmstack.perfmodel.training import estimate_training
+
+
+class JobSpeedModel(Protocol):
+    """Training throughput of ``model`` on ``num_gpus``, packed in one leaf block or split across blocks."""
+
+    def tokens_per_s(self, model: str, num_gpus: int, packed: bool) -> float: ...
+
+
+class PerfModelSpeed:
+    """:class:`JobSpeedModel` from :func:`estimate_training`, cached per (model, GPUs, packed)."""
+
+    def __init__(self, catalog: Catalog, instance: str, *, split_factor: float = 0.9) -> None:
+        if not 0 < split_factor <= 1:
+            raise InputError("split_factor", f"must be in (0, 1], got {split_factor}")
+        self.catalog = catalog
+        self.instance = instance
+        self.split_factor = split_factor
+        self.gpn = catalog.instance(instance).num_gpus if instance in catalog.names("instance") else 8
+        self._cache: dict[tuple[str, int, bool], float] = {}
+
+    def tokens_per_s(self, model: str, num_gpus: int, packed: bool) -> float:
+        key = (model, num_gpus, packed)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._estimate(model, num_gpus, packed)
+            self._cache[key] = hit
+        return hit
+
+    def _estimate(self, model: str, num_gpus: int, packed: bool) -> float:
+        if num_gpus < self.gpn:
+            return self.tokens_per_s(model, self.gpn, True) * num_gpus / self.gpn
+        nodes = num_gpus // self.gpn
+        per_leaf = nodes if packed or nodes < 2 else max(1, nodes // 2)
+        cluster = build_cluster(self.catalog, self.instance, nodes, nodes_per_leaf=max(per_leaf, 1))
+        tp = min(self.gpn, num_gpus)
+        dp = num_gpus // tp
+        cfg = TrainConfig(
+            tp=tp, dp=dp, micro_batch=1, global_batch=4 * dp, seq_len=8192, sharding="fsdp",
+            recompute="selective", sequence_parallel=tp > 1,
+        )  # fmt: skip
+        tps = estimate_training(self.catalog.model(model), cluster, cfg).tokens_per_s
+        if not packed and nodes >= 2:
+            tps = min(tps, self.split_factor * self.tokens_per_s(model, num_gpus, True))
+        return float(tps)

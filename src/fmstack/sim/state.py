@@ -1,0 +1,197 @@
+"""State of a fleet-twin run: fleet, jobs, queues, and the operations that start, release and requeue jobs.
+
+The policy runs after every change (its quick pass) and at the next multiple of its ``interval_s`` after a
+change (its periodic pass: a backfill cycle with no change since the last one would start nothing, so it is
+skipped).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from fmstack.catalog.loader import Catalog
+from fmstack.catalog.topology import build_cluster
+from fmstack.errors import InputError
+from fmstack.observability.health import Action, HealthEngine
+from fmstack.orchestration.policies import PendingJob, RunningJob, make_policy
+from fmstack.perfmodel.failures import FailureModel, load_failure_model
+from fmstack.sim.accounting import close_segment, wall_to_finish_s
+from fmstack.sim.config import SimConfig
+from fmstack.sim.engine import Environment
+from fmstack.sim.faults import RepairTimes
+from fmstack.sim.fleet import Alloc, Fleet, NodeState
+from fmstack.sim.speed import JobSpeedModel, PerfModelSpeed
+from fmstack.sim.workload import Job, generate, read_trace
+
+SUBMIT, FINISH, FAULT, MAINT, DETECT, REPAIRED, ELIGIBLE, TICK, SAMPLE = range(9)
+OUT_STATE = {
+    Action.RESET_GPU: NodeState.RESETTING,
+    Action.REBOOT_NODE: NodeState.REBOOTING,
+    Action.REPLACE_NODE: NodeState.REPLACING,
+}
+
+
+class _Capacity:
+    """The fleet as a policy's :class:`Capacity`: placements are kept until the simulator starts the jobs."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.allocs: dict[int, Alloc] = {}
+
+    @property
+    def total_gpus(self) -> int:
+        return self.fleet.total_gpus
+
+    @property
+    def free_gpus(self) -> int:
+        return self.fleet.schedulable_gpus - self.fleet.allocated_gpus
+
+    def try_start(self, job: PendingJob) -> bool:
+        alloc = self.fleet.place(job.num_gpus)
+        if alloc is None:
+            return False
+        self.allocs[job.job_id] = alloc
+        return True
+
+
+class SimState:
+    """The state of one run and the operations on jobs; event handlers live in the subclasses."""
+
+    def __init__(
+        self,
+        config: SimConfig,
+        catalog: Catalog,
+        *,
+        speed: JobSpeedModel | None = None,
+        jobs: Sequence[Job] | None = None,
+        repair: RepairTimes | None = None,
+    ) -> None:
+        self.cfg = config
+        self.env = Environment(config.seed)
+        self.cluster = build_cluster(catalog, config.instance, config.nodes)
+        self.fleet = Fleet(self.cluster, config.spares)
+        self.gpn = self.cluster.gpus_per_node
+        self.speed = speed or PerfModelSpeed(catalog, config.instance)
+        self.repair = repair or RepairTimes()
+        self.rec = config.recovery
+        self.times = self.rec.times
+        self.failures: FailureModel | None = (
+            load_failure_model(config.faults, include_planned=False) if config.faults else None
+        )
+        self.health = HealthEngine()
+        if jobs is None:
+            if config.trace is not None:
+                jobs = read_trace(config.trace, fleet_gpus=self.fleet.total_gpus, gpus_per_node=self.gpn)
+            else:
+                jobs = generate(self.env.rng, num_jobs=config.jobs, horizon_s=config.horizon_s,
+                                fleet_gpus=self.fleet.total_gpus, gpus_per_node=self.gpn, target_load=config.load)  # fmt: skip
+        self.jobs: dict[int, Job] = {}
+        for j in jobs:
+            self._admit_job(j)
+        queues = tuple(sorted({j.queue for j in self.jobs.values()}))
+        self.policy = make_policy(config.policy, self.gpn, queues)
+        self.pending: dict[int, PendingJob] = {}
+        self.running: dict[int, RunningJob] = {}
+        self.node_jobs: dict[int, set[int]] = {}
+        self.resets = [0] * len(self.fleet.state)
+        self.reboots = [0] * len(self.fleet.state)
+        self.nodes_out = 0
+        self.tick_pending = False
+        self.samples: list[tuple[float, int, int, int, int, int]] = []
+        self.fault_log: list[dict[str, Any]] = []
+        self.interruptions = 0
+        self.preemptions = 0
+
+    def _admit_job(self, j: Job) -> None:
+        if j.job_id in self.jobs:
+            raise InputError("trace", f"job_id {j.job_id} appears twice")
+        if j.num_gpus > self.fleet.total_gpus:
+            raise InputError("num_gpus", f"job {j.job_id} asks {j.num_gpus} GPUs > fleet {self.fleet.total_gpus}")
+        if j.work_s <= 0:
+            j.work_s = j.tokens / self.speed.tokens_per_s(j.model, j.num_gpus, True)
+        if j.tokens <= 0:
+            j.tokens = j.work_s * self.speed.tokens_per_s(j.model, j.num_gpus, True)
+        j.time_limit_s = max(j.time_limit_s, j.work_s)
+        self.jobs[j.job_id] = j
+
+    # scheduling
+
+    def _changed(self) -> None:
+        self._schedule(periodic=False)
+        iv = self.policy.interval_s
+        if iv > 0 and not self.tick_pending and self.pending:
+            self.tick_pending = True
+            self.env.schedule((math.floor(self.env.now_s / iv) + 1) * iv, TICK)
+
+    def _on_tick(self, _: Any) -> None:
+        self.tick_pending = False
+        self._schedule(periodic=True)
+
+    def _schedule(self, *, periodic: bool) -> None:
+        if not self.pending:
+            return
+        for _ in range(2):
+            cap = _Capacity(self.fleet)
+            plan = self.policy.schedule(self.env.now_s, self.pending.values(), self.running.values(), cap,
+                                        periodic=periodic)  # fmt: skip
+            for jid in plan.starts:
+                self._start(self.jobs[jid], cap.allocs.pop(jid), startup_s=0.0 if self.jobs[jid].restarts == 0
+                            else self.rec.startup_after_requeue_s)  # fmt: skip
+            for alloc in cap.allocs.values():
+                self.fleet.release(alloc)
+            if not plan.preempt:
+                return
+            for jid in plan.preempt:
+                self._preempt(self.jobs[jid])
+
+    def _start(self, job: Job, alloc: Alloc, *, startup_s: float) -> None:
+        now = self.env.now_s
+        self.pending.pop(job.job_id, None)
+        if job.first_start_s < 0:
+            job.first_start_s = now
+        job.wait_s += now - job.eligible_s
+        self._run_on(job, alloc, startup_s)
+
+    def _run_on(self, job: Job, alloc: Alloc, startup_s: float) -> None:
+        now = self.env.now_s
+        job.alloc = alloc
+        job.cur_gpus = sum(g for _, g in alloc)
+        for n, _ in alloc:
+            self.node_jobs.setdefault(n, set()).add(job.job_id)
+        packed = self.fleet.leaves_of(alloc) <= 1
+        ref = self.speed.tokens_per_s(job.model, job.num_gpus, True)
+        job.speed = self.speed.tokens_per_s(job.model, job.cur_gpus, packed) / ref
+        job.startup_s = startup_s
+        if self.failures is not None:
+            job.ckpt_interval_s = self.rec.interval_s(self.failures.mtbf_s(job.cur_gpus, self.gpn))
+            job.ckpt_cost_s = self.rec.ckpt_cost_s if math.isfinite(job.ckpt_interval_s) else 0.0
+        job.start_s = now
+        job.running, job.hung = True, False
+        job.epoch += 1
+        self.running[job.job_id] = RunningJob(job_id=job.job_id, num_gpus=job.cur_gpus, start_s=now,
+                                              time_limit_s=job.time_limit_s, user=job.user, queue=job.queue,
+                                              priority=job.priority)  # fmt: skip
+        self.env.schedule(now + wall_to_finish_s(job), FINISH, (job.job_id, job.epoch))
+
+    def _release(self, job: Job) -> None:
+        self.fleet.release(job.alloc)
+        for n, _ in job.alloc:
+            self.node_jobs.get(n, set()).discard(job.job_id)
+        job.alloc = []
+        job.running = False
+        self.running.pop(job.job_id, None)
+
+    def _requeue(self, job: Job, delay_s: float) -> None:
+        self._release(job)
+        job.hung = False
+        job.restarts += 1
+        job.eligible_s = self.env.now_s + delay_s
+        self.env.schedule(job.eligible_s, ELIGIBLE, job.job_id)
+
+    def _preempt(self, job: Job) -> None:
+        self.preemptions += 1
+        close_segment(job, self.env.now_s, graceful=False)
+        job.epoch += 1
+        self._requeue(job, 0.0)
