@@ -130,12 +130,24 @@ class Fabric(Entry):
     scope: Literal["scale-up", "scale-out"]
     generation: str
     bw_per_gpu_gbps: float | None = Field(default=None, gt=0, description="per GPU, one direction, GB/s")
-    latency_us: float = Field(gt=0, description="alpha: per-step latency of a collective on this fabric")
+    latency_us: float = Field(
+        gt=0, description="alpha: per-step latency of a collective on this fabric (NCCL Simple protocol)"
+    )
     bw_efficiency: float = Field(gt=0, le=1, description="achievable fraction of line rate for large messages")
     max_domain_gpus: int | None = Field(default=None, gt=0)
     nvls: bool = False
     nvls_speedup: float = Field(default=1.0, ge=1.0, description="all-reduce speedup with NVLink SHARP")
     collective_speedup: float = Field(default=1.0, gt=0, description="relative to the previous generation")
+    ll_latency_us: float | None = Field(
+        default=None, gt=0, description="per-step latency with NCCL's low-latency (LL) protocol, small messages"
+    )
+    ll_bw_fraction: float | None = Field(
+        default=None, gt=0, le=1, description="fraction of the large-message bandwidth the LL protocol reaches"
+    )
+    nvls_latency_us: float | None = Field(default=None, gt=0, description="fixed latency of an NVLS all-reduce")
+    pipeline_stage_us: float | None = Field(
+        default=None, ge=0, description="per-stage chunk overhead of pipelined (tree, NVLS) algorithms"
+    )
 
 
 class StorageTier(Entry):
