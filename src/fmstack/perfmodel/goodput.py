@@ -253,9 +253,11 @@ def estimate_goodput(
     p_wait = prob_no_spare(spares, rho)
     if mode is RecoveryMode.elastic:
         replica = elastic_replica_gpus if elastic_replica_gpus is not None else gpn
-        if replica <= 0 or replica >= num_gpus:
-            raise InputError("elastic_replica_gpus", f"must be in 1..{num_gpus - 1}, got {replica}")
-        wait_cost = times.replacement_s * replica / num_gpus + times.restart_s
+        if replica <= 0 or replica > num_gpus:
+            raise InputError("elastic_replica_gpus", f"must be in 1..{num_gpus} (the job's GPUs), got {replica}")
+        # a job of one replica cannot shrink: it waits like the others
+        shrink = times.replacement_s * replica / num_gpus + times.restart_s
+        wait_cost = shrink if replica < num_gpus else times.replacement_s
     else:
         wait_cost = times.replacement_s
     per_wait = node_loss * p_wait * wait_cost
