@@ -105,18 +105,20 @@ class EfaSource:
         for dev in scan.devices:
             info.add_metric([dev.name], 1.0)
             for port, counters in dev.ports.items():
+                labels = {"device": dev.name, "port": port}  # one dict shared by the port's samples
                 for counter, value in counters.items():
                     metric = f"node_amazonefa_{counter}"
                     fam = families.get(metric)
                     if fam is None:
                         fam = families[metric] = Metric(metric, f"EFA port counter {counter}", "counter")
-                    fam.add_sample(metric, {"device": dev.name, "port": port}, float(value))
+                    fam.add_sample(metric, labels, float(value))
+            dev_labels = {"device": dev.name}
             for counter, value in dev.device_counters.items():
                 metric = f"node_amazonefa_device_{counter}"
                 fam = families.get(metric)
                 if fam is None:
                     fam = families[metric] = Metric(metric, f"EFA device counter {counter}", "counter")
-                fam.add_sample(metric, {"device": dev.name}, float(value))
+                fam.add_sample(metric, dev_labels, float(value))
         yield from families.values()
         yield info
         count = GaugeMetricFamily("fmstack_efa_device_count", "EFA devices found in this scrape", labels=["Hostname"])

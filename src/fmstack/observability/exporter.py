@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from fmstack.observability.exposition import CONTENT_TYPE, render_text
+from fmstack.observability.exposition import CONTENT_TYPE, LabelCache, render_text
 
 DEFAULT_BIND = "127.0.0.1"
 DEFAULT_PORT = 9400
@@ -48,6 +48,7 @@ class Exporter:
         self.errors: dict[str, int] = dict.fromkeys(names, 0)
         self.last_error: dict[str, str] = {}
         self.scrapes = 0
+        self._labels = LabelCache()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Guard(self))
 
@@ -82,7 +83,7 @@ class Exporter:
 
     def render(self) -> bytes:
         """One scrape as Prometheus text."""
-        return render_text(self.registry.collect())
+        return render_text(self.registry.collect(), self._labels)
 
     def serve(self, bind: str = DEFAULT_BIND, port: int = DEFAULT_PORT) -> ThreadingHTTPServer:
         """Serve ``/metrics`` on a daemon thread; returns the server (``.server_address`` has the bound port)."""

@@ -10,7 +10,6 @@ Format: https://prometheus.io/docs/instrumenting/exposition_formats/ (text-based
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,31 +24,56 @@ def _escape_help(text: str) -> str:
     return text.replace("\\", r"\\").replace("\n", r"\n")
 
 
+_SPECIAL = {"inf": "+Inf", "-inf": "-Inf", "nan": "NaN"}
+_TYPES = {"unknown": "untyped", "info": "gauge", "stateset": "gauge"}
+
+
 def format_value(value: float) -> str:
     """Go-style float formatting as Prometheus writes it: ``+Inf``, ``-Inf``, ``NaN``, ``1`` -> ``1.0``."""
-    if value == math.inf:
-        return "+Inf"
-    if value == -math.inf:
-        return "-Inf"
-    if math.isnan(value):
-        return "NaN"
-    return repr(float(value))
+    text = repr(value) if type(value) is float else repr(float(value))
+    return _SPECIAL.get(text, text)
 
 
-def render_text(families: Iterable[Any]) -> bytes:
+class LabelCache:
+    """Rendered ``{k="v",...}`` strings by label tuple; one per exporter, so repeated scrapes skip escaping.
+
+    Bounded: cleared when it exceeds ``max_entries`` (label churn, e.g. many Xid series, cannot grow it forever).
+    """
+
+    def __init__(self, max_entries: int = 100_000) -> None:
+        self.max_entries = max_entries
+        self.entries: dict[tuple[tuple[str, str], ...], str] = {}
+
+    def render(self, labels: dict[str, str]) -> str:
+        key = tuple(labels.items())
+        text = self.entries.get(key)
+        if text is None:
+            if len(self.entries) >= self.max_entries:
+                self.entries.clear()
+            text = "{" + ",".join(f'{k}="{_escape_label(v)}"' for k, v in key) + "}"
+            self.entries[key] = text
+        return text
+
+
+def render_text(families: Iterable[Any], cache: LabelCache | None = None) -> bytes:
     """Render metric families (objects with ``name``, ``documentation``, ``type``, ``samples``) as text."""
+    labels_of = (cache or LabelCache()).render
     out: list[str] = []
+    append = out.append
     for fam in families:
-        mtype = {"unknown": "untyped", "info": "gauge", "stateset": "gauge"}.get(fam.type, fam.type)
-        samples = [s for s in fam.samples if not s.name.endswith("_created")]
+        samples = fam.samples
+        if not samples:
+            continue  # an empty family says nothing; its TYPE line could not be named right for counters
+        mtype = _TYPES.get(fam.type, fam.type)
         name = fam.name
-        if fam.type == "counter" and any(s.name == name + "_total" for s in samples):
+        if fam.type == "counter" and samples[0].name == name + "_total":
             name += "_total"
-        out.append(f"# HELP {name} {_escape_help(fam.documentation)}\n# TYPE {name} {mtype}\n")
+        append(f"# HELP {name} {_escape_help(fam.documentation)}\n# TYPE {name} {mtype}\n")
         for s in samples:
+            if s.name.endswith("_created"):
+                continue
             if s.labels:
-                labels = ",".join(f'{k}="{_escape_label(v)}"' for k, v in s.labels.items())
-                out.append(f"{s.name}{{{labels}}} {format_value(s.value)}\n")
+                append(f"{s.name}{labels_of(s.labels)} {format_value(s.value)}\n")
             else:
-                out.append(f"{s.name} {format_value(s.value)}\n")
+                append(f"{s.name} {format_value(s.value)}\n")
     return "".join(out).encode("utf-8")

@@ -147,7 +147,8 @@ class RandomFaults:
             elif kind == "xid":
                 self.gpu.inject_xid(self.rng.randrange(len(self.gpu.readings)), self.rng.choice([13, 31, 48, 63, 94]))
             elif kind == "efa_file_gone":
-                self.efa_fs.hide(self.rng.choice(self.efa_fs.file_paths()))
+                path = self.rng.choice(self.efa_fs.file_paths())
+                (self.efa_fs.hide if self.rng.random() < 0.5 else self.efa_fs.break_file)(path)
             elif kind == "efa_device_gone":
                 self.efa_fs.hide_prefix(self.rng.choice(self.efa_fs.dir_paths(depth=4)))
             elif kind == "lustre_gone":

@@ -2,7 +2,7 @@
 
 Readers only list directories and read small text files, so the seam has two methods. :class:`DictFs` holds a
 recorded tree in memory (loaded from a fixture directory) and can hide files or whole subtrees to play
-"a sysfs file vanished" or "a device went away" in tests and benchmarks.
+"a sysfs file vanished" (before or after it was listed) or "a device went away" in tests and benchmarks.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ class DictFs:
         self.files = dict(files)
         self._hidden_files: set[str] = set()
         self._hidden_prefixes: list[str] = []
+        self._broken: set[str] = set()
         self._children: dict[str, list[str]] = {}
         for path in self.files:
             parts = path.split("/")
@@ -67,6 +68,8 @@ class DictFs:
         return cls(files)
 
     def _hidden(self, path: str) -> bool:
+        if not self._hidden_files and not self._hidden_prefixes:
+            return False
         return path in self._hidden_files or any(path == p or path.startswith(p + "/") for p in self._hidden_prefixes)
 
     def listdir(self, path: str) -> list[str]:
@@ -80,6 +83,8 @@ class DictFs:
         path = path.strip("/")
         if path not in self.files or self._hidden(path):
             raise FileNotFoundError(path)
+        if path in self._broken:
+            raise FileNotFoundError(f"{path} (vanished after it was listed)")
         return self.files[path]
 
     def file_paths(self) -> list[str]:
@@ -92,9 +97,14 @@ class DictFs:
     def hide(self, path: str) -> None:
         self._hidden_files.add(path)
 
+    def break_file(self, path: str) -> None:
+        """Still listed, but reading fails: the file vanished between ``listdir`` and ``open``."""
+        self._broken.add(path)
+
     def hide_prefix(self, path: str) -> None:
         self._hidden_prefixes.append(path.strip("/"))
 
     def restore(self) -> None:
         self._hidden_files.clear()
         self._hidden_prefixes.clear()
+        self._broken.clear()

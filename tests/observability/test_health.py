@@ -1,0 +1,217 @@
+"""Node-health engine: the Xid table against NVIDIA's catalog, the other rules, escalation, renderers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fmstack.errors import InputError
+from fmstack.observability.health import Action, Decision, HealthEngine, HealthPolicy, NodeSignals
+from fmstack.observability.health_io import (
+    HEALTH_LABEL,
+    k8s_node_state,
+    render_k8s,
+    render_slurm,
+    render_slurm_resume,
+    signals_from_alerts,
+    signals_from_dict,
+)
+from fmstack.observability.xid import load_xid_catalog, xids_for
+
+ENGINE = HealthEngine()
+
+
+def test_vendored_catalog_is_the_shared_one(shared_dir: Path) -> None:
+    vendored = Path(__file__).resolve().parents[2] / "src/fmstack/observability/data/xid-catalog.csv"
+    assert vendored.read_text() == (shared_dir / "data/xid-catalog.csv").read_text()
+
+
+def test_actions_are_ordered_by_severity() -> None:
+    assert Action.NONE < Action.RESTART_JOB < Action.RESET_GPU < Action.REBOOT_NODE < Action.REPLACE_NODE
+    assert max([Action.RESET_GPU, Action.NONE, Action.REBOOT_NODE]) is Action.REBOOT_NODE
+
+
+# Immediate actions read off NVIDIA's Xid catalog (shared/data/xid-catalog.csv, column "action").
+@pytest.mark.parametrize(
+    ("xid", "action"),
+    [
+        (13, Action.RESTART_JOB),  # RESTART_APP
+        (31, Action.RESTART_JOB),  # RESTART_APP
+        (43, Action.NONE),  # IGNORE
+        (48, Action.RESET_GPU),  # WORKFLOW_XID_48: solo RESET_GPU
+        (63, Action.NONE),  # IGNORE (pending remap, reset later)
+        (64, Action.RESET_GPU),  # RESET_GPU
+        (74, Action.RESET_GPU),  # WORKFLOW_NVLINK_ERR
+        (79, Action.REBOOT_NODE),  # RESTART_BM
+        (92, Action.NONE),  # IGNORE
+        (94, Action.RESTART_JOB),  # RESTART_APP
+        (95, Action.RESET_GPU),  # RESET_GPU
+        (119, Action.RESET_GPU),
+        (147, Action.NONE),  # WORKFLOW_NVLINK5_ERR (IGNORE)
+        (149, Action.RESET_GPU),  # WORKFLOW_NVLINK5_ERR (RESET_GPU)
+        (171, Action.RESET_GPU),  # follow Xid 48
+    ],
+)
+def test_single_xid_follows_the_catalog(xid: int, action: Action) -> None:
+    d = ENGINE.decide(NodeSignals(xids=[xid]))
+    assert d.action is action
+    assert d.sources == ["https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"]
+
+
+def test_catalog_has_41_rows_and_only_79_reboots() -> None:
+    table = load_xid_catalog()
+    assert len(table) == 41
+    assert xids_for(table, Action.REBOOT_NODE) == [79]
+    assert xids_for(table, Action.REPLACE_NODE) == []
+
+
+def test_unknown_xid_is_no_action_with_a_reason() -> None:
+    d = ENGINE.decide(NodeSignals(xids=[999]))
+    assert d.action is Action.NONE
+    assert "not in the Xid catalog" in d.reasons[0]
+
+
+def test_xid45_solo_restarts_the_job_but_defers_to_another_xid() -> None:
+    assert ENGINE.decide(NodeSignals(xids=[45])).action is Action.RESTART_JOB
+    assert ENGINE.decide(NodeSignals(xids=[45, 43])).action is Action.NONE
+    assert ENGINE.decide(NodeSignals(xids=[45, 48])).action is Action.RESET_GPU
+
+
+@pytest.mark.parametrize(
+    ("text", "action"),
+    [
+        ("None", Action.NONE),
+        ("Drain P2P", Action.RESET_GPU),
+        ("GPU Reset Required", Action.RESET_GPU),
+        ("Node Reboot Required", Action.REBOOT_NODE),
+    ],
+)
+def test_xid154_follows_the_announced_action(text: str, action: Action) -> None:
+    assert ENGINE.decide(NodeSignals(xids=[154], xid154_action=text)).action is action
+
+
+def test_memory_and_inventory_rules() -> None:
+    assert ENGINE.decide(NodeSignals(row_remap_failure=True)).action is Action.REPLACE_NODE
+    assert ENGINE.decide(NodeSignals(pending_row_remap=True)).action is Action.RESET_GPU
+    assert ENGINE.decide(NodeSignals(dbe_volatile_count=1)).action is Action.RESET_GPU
+    assert ENGINE.decide(NodeSignals(gpus_visible=7, gpus_expected=8)).action is Action.REBOOT_NODE
+    assert ENGINE.decide(NodeSignals(gpus_visible=8, gpus_expected=8)).action is Action.NONE
+    assert ENGINE.decide(NodeSignals(efa_visible=31, efa_expected=32)).action is Action.REBOOT_NODE
+    assert ENGINE.decide(NodeSignals(nvlink_error_count=99)).action is Action.NONE
+    assert ENGINE.decide(NodeSignals(nvlink_error_count=100)).action is Action.RESET_GPU
+
+
+def test_watch_signals_give_reasons_but_no_action() -> None:
+    d = ENGINE.decide(NodeSignals(sbe_rate_per_hour=240, thermal_violation_ratio=0.4, efa_error_count=3))
+    assert d.action is Action.NONE
+    assert len(d.reasons) == 3
+    assert "240/h > 10/h" in d.reasons[0]
+    assert ENGINE.decide(NodeSignals()) == Decision(Action.NONE, [], [])
+
+
+def test_recurrence_escalates() -> None:
+    # Xid 79 again after a reboot in the window: replace (orchestration-05-xid-ecc.md: "repeat -> replace")
+    assert ENGINE.decide(NodeSignals(xids=[79], reboots_in_window=1)).action is Action.REPLACE_NODE
+    # a third reset in the window becomes a reboot
+    assert ENGINE.decide(NodeSignals(xids=[48], resets_in_window=1)).action is Action.RESET_GPU
+    d = ENGINE.decide(NodeSignals(xids=[48], resets_in_window=2))
+    assert d.action is Action.REBOOT_NODE
+    assert d.reasons[-1].startswith("escalated reset -> reboot")
+    lenient = HealthEngine(HealthPolicy(resets_to_reboot=5))
+    assert lenient.decide(NodeSignals(xids=[48], resets_in_window=2)).action is Action.RESET_GPU
+
+
+def test_policy_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match=r"resets_to_reboot\(0\)"):
+        HealthPolicy(resets_to_reboot=0)
+
+
+_signals = st.builds(
+    NodeSignals,
+    xids=st.lists(st.sampled_from(sorted(load_xid_catalog())), max_size=4),
+    row_remap_failure=st.booleans(),
+    pending_row_remap=st.booleans(),
+    dbe_volatile_count=st.integers(0, 3),
+    gpus_visible=st.integers(6, 8),
+    gpus_expected=st.just(8),
+    nvlink_error_count=st.integers(0, 200),
+    resets_in_window=st.integers(0, 3),
+    reboots_in_window=st.integers(0, 2),
+)
+
+
+@given(_signals, st.sampled_from(sorted(load_xid_catalog())))
+def test_more_evidence_never_lowers_the_action(s: NodeSignals, extra_xid: int) -> None:
+    before = ENGINE.decide(s).action
+    if extra_xid in (45, 154):  # these two defer to other Xids by design
+        return
+    s.xids = [*s.xids, extra_xid]
+    assert ENGINE.decide(s).action >= before
+
+
+def test_slurm_rendering() -> None:
+    reboot = ENGINE.decide(NodeSignals(xids=[79]))
+    assert render_slurm("n1", reboot) == [
+        "scontrol reboot ASAP nextstate=resume reason='fmstack reboot_node: xid 79 "
+        "(ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS): catalog RESTART_BM -> reboot_node' n1"
+    ]
+    reset = ENGINE.decide(NodeSignals(dbe_volatile_count=2))
+    assert render_slurm("gpu-st-p5-7", reset) == [
+        "scontrol update nodename=gpu-st-p5-7 state=drain reason='fmstack reset_gpu: 2 uncorrected (DBE) ECC errors'"
+    ]
+    assert render_slurm("n1", ENGINE.decide(NodeSignals(xids=[13]))) == []
+    assert render_slurm_resume("n1") == ["scontrol update nodename=n1 state=resume"]
+
+
+def test_k8s_rendering_uses_hyperpod_statuses() -> None:
+    cases = {
+        Action.NONE: "Schedulable",
+        Action.RESTART_JOB: "Schedulable",
+        Action.RESET_GPU: "Unschedulable",
+        Action.REBOOT_NODE: "UnschedulablePendingReboot",
+        Action.REPLACE_NODE: "UnschedulablePendingReplacement",
+    }
+    for action, status in cases.items():
+        state = k8s_node_state(Decision(action, ["why: it broke"], []))
+        assert state["labels"][HEALTH_LABEL] == status
+        assert bool(state["add_taints"]) == (status != "Schedulable")
+        for value in state["labels"].values():
+            assert len(value) <= 63
+    cmds = render_k8s("n1", ENGINE.decide(NodeSignals(row_remap_failure=True)))
+    assert cmds[0].startswith(
+        f"kubectl label node n1 --overwrite {HEALTH_LABEL}=UnschedulablePendingReplacement "
+        "sagemaker.amazonaws.com/fault-types=REPLACE_NODE"
+    )
+    assert cmds[1] == f"kubectl taint node n1 --overwrite {HEALTH_LABEL}=UnschedulablePendingReplacement:NoSchedule"
+    healthy = render_k8s("n1", ENGINE.decide(NodeSignals()))
+    assert healthy[1] == f"kubectl taint node n1 {HEALTH_LABEL}:NoSchedule-"
+
+
+def test_signals_from_dict_names_the_field() -> None:
+    s = signals_from_dict({"node": "n1", "xids": [79, 13], "gpus_visible": 7, "gpus_expected": 8})
+    assert s.xids == [79, 13] and s.gpus_visible == 7
+    with pytest.raises(InputError, match=r"signals\.colour: unknown field; allowed: node, xids"):
+        signals_from_dict({"colour": 1})
+    with pytest.raises(InputError, match=r"signals\.xids: expected a list of integer"):
+        signals_from_dict({"xids": "79"})
+    with pytest.raises(InputError, match=r"thermal_violation_ratio: is a fraction 0..1, got 2"):
+        signals_from_dict({"thermal_violation_ratio": 2})
+    with pytest.raises(InputError, match=r"row_remap_failure: expected true or false"):
+        signals_from_dict({"row_remap_failure": 1})
+    with pytest.raises(InputError, match="not a valid node name"):
+        signals_from_dict({"node": "n1 && reboot"})
+
+
+def test_signals_from_alerts() -> None:
+    alerts = [
+        {"state": "firing", "labels": {"alertname": "FmstackGpuXidRebootRequired", "Hostname": "n1", "xid": "79"}},
+        {"state": "firing", "labels": {"alertname": "FmstackGpuRowRemapFailure", "Hostname": "n2"}},
+        {"state": "pending", "labels": {"alertname": "FmstackGpuEccDbe", "Hostname": "n3"}},
+    ]
+    by_node = signals_from_alerts(alerts)
+    assert sorted(by_node) == ["n1", "n2"]
+    assert ENGINE.decide(by_node["n1"]).action is Action.REBOOT_NODE
+    assert ENGINE.decide(by_node["n2"]).action is Action.REPLACE_NODE
