@@ -129,14 +129,31 @@ def run_bench(opts: BenchOptions, catalog: Catalog, on_step: Callable[[], None] 
         raise InputError("path", "the storage bench needs --path (a directory or an s3:// URL)")
     base = _check_out(opts.out)
     count_steps(opts, catalog)  # validates sizes and the model before anything runs
+    if opts.storage_path and "storage" in opts.kinds:
+        sto_mod.check_target(opts.storage_path, opts.endpoint_url)
     spec = resolve_device(opts.device, catalog)
     peaks, mem_peak = catalog_peaks(spec)
-
+    report = BenchReport(device=spec)
     import torch
 
+    previous_threads = torch.get_num_threads()
     if opts.threads is not None:
         torch.set_num_threads(opts.threads)
-    report = BenchReport(device=spec)
+    try:
+        _measure(opts, catalog, report, peaks, mem_peak, on_step)
+        threads = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(previous_threads)
+    report.profile = build_profile(spec, gemm=report.gemm, memory=report.memory, collectives=report.collectives,
+                                   storage=report.storage, num_threads=threads,
+                                   torch_version=str(torch.__version__), base=base)  # fmt: skip
+    if opts.out is not None:
+        report.out = save_profile(report.profile, opts.out)
+    return report
+
+
+def _measure(opts: BenchOptions, catalog: Catalog, report: BenchReport, peaks: dict[str, float],
+             mem_peak: float | None, on_step: Callable[[], None] | None) -> None:  # fmt: skip
     if "gemm" in opts.kinds:
         shapes = plan_gemm_shapes(opts, catalog)
         report.gemm = gemm_mod.run_gemm(opts.device, _dtypes(opts), shapes, peak_tflops=peaks,
@@ -153,12 +170,6 @@ def run_bench(opts: BenchOptions, catalog: Catalog, on_step: Callable[[], None] 
         assert opts.storage_path is not None
         report.storage = sto_mod.run_storage(opts.storage_path, sto_mod.default_sweep(opts.quick),
                                              endpoint_url=opts.endpoint_url, on_step=on_step)  # fmt: skip
-    report.profile = build_profile(spec, gemm=report.gemm, memory=report.memory, collectives=report.collectives,
-                                   storage=report.storage, num_threads=torch.get_num_threads(),
-                                   torch_version=str(torch.__version__), base=base)  # fmt: skip
-    if opts.out is not None:
-        report.out = save_profile(report.profile, opts.out)
-    return report
 
 
 def report_dict(report: BenchReport) -> dict[str, object]:

@@ -105,12 +105,23 @@ class _Fsspec:
         except (ImportError, ValueError) as exc:
             raise InputError("path", f"no filesystem for {protocol}:// ({exc}); for s3 install fmstack[s3]") from None
         self.root = url.rstrip("/")
+        self.endpoint_url = endpoint_url
 
     def mkdir(self) -> None:
+        """Check the bucket (first path component) can be listed: reachable endpoint, bucket exists."""
         protocol, rest = self.root.split("://", 1)
         bucket = f"{protocol}://{rest.split('/', 1)[0]}"
-        if not self.fs.exists(bucket):
-            raise FileNotFoundError(f"{bucket} does not exist")
+        try:
+            self.fs.ls(bucket)
+        except FileNotFoundError:
+            raise InputError("path", f"{bucket} does not exist") from None
+        except PermissionError as exc:
+            raise InputError("path", f"no permission to list {bucket}: {_short(exc)}") from None
+        except OSError:
+            raise
+        except Exception as exc:  # botocore's connection errors are not OSErrors
+            where = self.endpoint_url or "the default endpoint"
+            raise InputError("endpoint-url", f"cannot reach {where} for {bucket}: {_short(exc)}") from None
 
     def write(self, name: str, data: bytes, size: int) -> None:
         with self.fs.open(f"{self.root}/{name}", "wb", block_size=max(5 << 20, CHUNK_BYTES)) as f:
@@ -161,12 +172,7 @@ def run_storage(
             raise InputError("file-size/count", f"{size} bytes x {count} files; allowed: both > 0")
     backend = _open_target(target, endpoint_url)
     try:
-        try:
-            backend.mkdir()
-        except PermissionError as exc:
-            raise InputError("path", f"no write permission in {target}: {exc}") from None
-        except Exception as exc:
-            raise InputError("path", f"cannot use {target}: {_short(exc)}") from None
+        _prepare(backend, target)
         data = os.urandom(min(CHUNK_BYTES, max(size for size, _ in sweep)))
         results = []
         for i, (size, count) in enumerate(sweep):
@@ -192,6 +198,26 @@ def run_storage(
         raise InputError("path", f"no write permission in {target}: {exc}") from None
     except OSError as exc:
         raise InputError("path", f"cannot use {target}: {_short(exc)}") from None
+    finally:
+        backend.cleanup()
+
+
+def _prepare(backend: _Local | _Fsspec, target: str) -> None:
+    try:
+        backend.mkdir()
+    except InputError:
+        raise
+    except PermissionError as exc:
+        raise InputError("path", f"no write permission in {target}: {exc}") from None
+    except Exception as exc:
+        raise InputError("path", f"cannot use {target}: {_short(exc)}") from None
+
+
+def check_target(target: str, endpoint_url: str | None = None) -> None:
+    """Fail fast on a bad --path or endpoint (before other benches spend minutes): create and remove the folder."""
+    backend = _open_target(target, endpoint_url)
+    try:
+        _prepare(backend, target)
     finally:
         backend.cleanup()
 

@@ -1,0 +1,132 @@
+"""All four benches run for real on this CPU through the CLI (small sizes), and the profile they write.
+
+Assertions are invariants of the definitions (rate = work / time, busbw = algbw x nccl-tests factor, every
+collective's result checked element by element, CPU peak = best measured rate), not measured values.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fmstack.bench.collectives import OPS, bus_factor
+from fmstack.perfmodel.calibration import load_profile
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+
+def _fmstack(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fmstack", *args], capture_output=True, text=True, timeout=300,
+                          cwd=cwd)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def bench_all(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    work = tmp_path_factory.mktemp("bench")
+    store = work / "store"
+    store.mkdir()
+    proc = _fmstack("bench", "all", "--quick", "--threads", "1", "--min-time", "0.02", "--model", "llama3.1-8b",
+                    "--path", str(store), "--out", str(work / "profile.json"), "--json", cwd=work)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout), work
+
+
+def test_gemm_rows(bench_all: tuple[dict[str, Any], Path]) -> None:
+    data, _ = bench_all
+    rows = data["gemm"]
+    assert {r["shape"]["label"].split()[0] for r in rows} == {"square", "llama3.1-8b"}
+    for r in rows:
+        s = r["shape"]
+        assert r["flops"] == 2 * s["m"] * s["n"] * s["k"]
+        assert r["tflops"] == pytest.approx(r["flops"] / r["time_s"] / 1e12)
+        assert max(s["m"], s["n"], s["k"]) <= 1024  # scaled down on CPU
+        assert r["pct_of_peak"] is None  # a CPU has no catalog peak
+
+
+def test_memory_rows(bench_all: tuple[dict[str, Any], Path]) -> None:
+    rows = bench_all[0]["memory"]
+    assert {r["kernel"] for r in rows} == {"copy", "triad"}
+    for r in rows:
+        words = 2 if r["kernel"] == "copy" else 3  # STREAM's counting
+        assert r["bytes_moved"] == words * r["buffer_bytes"]
+        assert r["bw_gbps"] == pytest.approx(r["bytes_moved"] / r["time_s"] / 1e9)
+
+
+def test_collectives_are_correct_and_busbw_is_nccl_tests(bench_all: tuple[dict[str, Any], Path]) -> None:
+    rows = bench_all[0]["collectives"]
+    assert {r["op"] for r in rows} == set(OPS)
+    for r in rows:
+        assert r["wrong"] == 0, r
+        assert r["num_ranks"] == 2 and r["backend"] == "gloo"
+        assert r["algbw_gbps"] == pytest.approx(r["size_bytes"] / r["time_s"] / 1e9)
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * bus_factor(r["op"], 2))
+
+
+def test_storage_rows_and_nothing_left(bench_all: tuple[dict[str, Any], Path]) -> None:
+    data, work = bench_all
+    assert len(data["storage"]) == 3
+    assert all(r["write_gbps"] > 0 and r["read_gbps"] > 0 for r in data["storage"])
+    assert list((work / "store").iterdir()) == []
+
+
+def test_profile_file(bench_all: tuple[dict[str, Any], Path]) -> None:
+    data, work = bench_all
+    prof = load_profile(work / "profile.json")
+    assert prof.device.kind == "cpu" and prof.device.catalog_gpu is None
+    assert prof.device.num_threads == 1
+    best = max(r["tflops"] for r in data["gemm"])
+    assert prof.device.peak_tflops["fp32"] == pytest.approx(best)  # CPU peak := best measured rate
+    assert max(prof.gemm_efficiency["fp32"].y) == pytest.approx(1.0)
+    assert prof.memory_bw_gbps is not None and set(prof.memory_curves) == {"copy", "triad"}
+    assert set(prof.collectives) == set(OPS)
+    assert prof.collectives["all_reduce"].num_ranks == 2
+    assert set(prof.storage_gbps) == {"write", "read"}
+    assert {p.name for p in work.iterdir()} == {"store", "profile.json"}  # no temporary file left
+
+
+def test_profile_is_merged_not_clobbered(bench_all: tuple[dict[str, Any], Path], tmp_path: Path) -> None:
+    _, work = bench_all
+    out = tmp_path / "p.json"
+    out.write_text((work / "profile.json").read_text())
+    before = load_profile(out)
+    proc = _fmstack("bench", "memory", "--quick", "--max-bytes", "262144", "--min-time", "0.01", "--out", str(out),
+                    cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    after = load_profile(out)
+    assert after.gemm_tflops == before.gemm_tflops and after.collectives == before.collectives
+    assert after.memory_bw_gbps != before.memory_bw_gbps
+    assert "profile written" in proc.stdout
+
+
+def test_nccl_tests_text_layout(tmp_path: Path) -> None:
+    proc = _fmstack("bench", "collectives", "--quick", "--op", "all_reduce", "--max-bytes", "65536",
+                    "--min-time", "0.01", cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    header = next(ln for ln in lines if "algbw" in ln)
+    assert header.split()[1:] == ["size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"]
+    rows = [ln.split() for ln in lines if ln.strip() and ln.strip()[0].isdigit()]
+    assert [int(r[0]) for r in rows] == [1024, 16384]
+    for size, count, dtype, redop, root, t_us, algbw, busbw, wrong in rows:
+        assert int(count) == int(size) // 4 and (dtype, redop, root, wrong) == ("float", "sum", "-1", "0")
+        assert float(busbw) == pytest.approx(float(algbw), abs=0.011)  # 2 ranks: 2(n-1)/n = 1
+    assert any(ln.startswith("# Avg bus bandwidth") for ln in lines)
+
+
+def test_bench_help_does_not_import_torch() -> None:
+    code = (
+        "import sys\nfrom fmstack.cli.main import main\n"
+        "try:\n    main(['bench', 'gemm', '--help'])\nexcept SystemExit:\n    pass\n"
+        "assert 'torch' not in sys.modules, 'bench --help imported torch'\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "Example:" in proc.stdout

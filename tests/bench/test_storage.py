@@ -1,0 +1,127 @@
+"""Storage bench against a local directory and a real S3-compatible server (moto_server on 127.0.0.1).
+
+Bad input (unwritable path, missing bucket, unreachable endpoint) gives one line and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fmstack.bench.storage import run_storage
+from fmstack.errors import InputError
+
+SWEEP = [(64 << 10, 3), (1 << 20, 2)]
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",  # never probe the instance-metadata address from a test
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_local_write_read_and_nothing_left(tmp_path: Path) -> None:
+    results = run_storage(str(tmp_path), SWEEP)
+    assert [(r.file_bytes, r.num_files) for r in results] == SWEEP
+    for r in results:
+        assert r.total_bytes == r.file_bytes * r.num_files
+        assert r.write_gbps == pytest.approx(r.total_bytes / r.write_s / 1e9)
+        assert r.write_gbps > 0 and r.read_gbps > 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_not_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="is not an existing directory"):
+        run_storage(str(tmp_path / "nope"), SWEEP)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_no_write_permission() -> None:
+    # /sys refuses new entries even to root (EPERM), so this holds whoever runs the tests
+    with pytest.raises(InputError, match="no write permission in /sys"):
+        run_storage("/sys", SWEEP)
+
+
+def test_bad_sweep() -> None:
+    with pytest.raises(InputError, match="allowed: both > 0"):
+        run_storage("/tmp", [(0, 1)])
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[str]:
+    exe = shutil.which("moto_server")
+    if exe is None:
+        pytest.skip("moto_server not installed (pip install 'moto[server]' s3fs)")
+    pytest.importorskip("s3fs")
+    port = _free_port()
+    proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture()
+def s3_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in S3_ENV.items():
+        monkeypatch.setenv(key, value)
+
+
+def _s3fs(endpoint: str) -> object:
+    import s3fs
+
+    return s3fs.S3FileSystem(client_kwargs={"endpoint_url": endpoint})
+
+
+def test_s3_write_read_and_cleanup(moto: str, s3_env: None) -> None:
+    fs = _s3fs(moto)
+    fs.mkdir("bench-ok")  # type: ignore[attr-defined]
+    results = run_storage("s3://bench-ok/runs", SWEEP, endpoint_url=moto)
+    assert [(r.file_bytes, r.num_files) for r in results] == SWEEP
+    assert all(r.write_gbps > 0 and r.read_gbps > 0 for r in results)
+    fs.invalidate_cache()  # type: ignore[attr-defined]
+    assert fs.find("bench-ok") == []  # type: ignore[attr-defined]
+
+
+def test_s3_missing_bucket(moto: str, s3_env: None) -> None:
+    with pytest.raises(InputError, match="s3://no-such-bucket does not exist"):
+        run_storage("s3://no-such-bucket/x", SWEEP, endpoint_url=moto)
+
+
+def test_s3_unreachable_endpoint_is_one_line_and_fast(tmp_path: Path) -> None:
+    pytest.importorskip("s3fs")
+    dead = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    env = {**os.environ, **S3_ENV}
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "fmstack", "bench", "storage", "--path", "s3://b/x", "--endpoint-url", dead],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert time.monotonic() - start < 60
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("fmstack: error: endpoint-url: cannot reach"), proc.stderr
+    assert list(tmp_path.iterdir()) == []
