@@ -114,7 +114,7 @@ def test_nccl_tests_text_layout(tmp_path: Path) -> None:
     assert header.split()[1:] == ["size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"]
     rows = [ln.split() for ln in lines if ln.strip() and ln.strip()[0].isdigit()]
     assert [int(r[0]) for r in rows] == [1024, 16384]
-    for size, count, dtype, redop, root, t_us, algbw, busbw, wrong in rows:
+    for size, count, dtype, redop, root, _t_us, algbw, busbw, wrong in rows:
         assert int(count) == int(size) // 4 and (dtype, redop, root, wrong) == ("float", "sum", "-1", "0")
         assert float(busbw) == pytest.approx(float(algbw), abs=0.011)  # 2 ranks: 2(n-1)/n = 1
     assert any(ln.startswith("# Avg bus bandwidth") for ln in lines)

@@ -67,11 +67,11 @@ def test_round_trip_and_atomic_save(tmp_path: Path) -> None:
 
 def test_sections_missing_name_the_field() -> None:
     prof = CalibrationProfile(device=DeviceInfo(name="c", kind="cpu"), measured_at=datetime(2026, 1, 1, tzinfo=UTC))
-    with pytest.raises(InputError, match=r"calibration.gemm_tflops: no curve for dtype 'bf16'"):
+    with pytest.raises(InputError, match=r"calibration\.gemm_tflops: no curve for dtype 'bf16'"):
         prof.gemm_curve("bf16")
-    with pytest.raises(InputError, match="calibration.memory_bw_gbps"):
+    with pytest.raises(InputError, match=r"calibration\.memory_bw_gbps"):
         prof.memory_curve()
-    with pytest.raises(InputError, match="calibration.collectives"):
+    with pytest.raises(InputError, match=r"calibration\.collectives"):
         prof.collective_curve("all_reduce")
 
 
