@@ -88,7 +88,7 @@ def test_vectorised_matches_scalar(catalog: Catalog) -> None:
     cluster = build_cluster(catalog, "p5.48xlarge", 32)
     sizes = np.array([8.0, 2.0**20, 2.0**27, 2.0**33])
     ranks = np.array([8, 16, 64, 256])
-    placement = GroupPlacement(num_ranks=ranks, ranks_per_domain=np.full(4, 8))  # type: ignore[arg-type]
+    placement = GroupPlacement(num_ranks=ranks, ranks_per_domain=np.full(4, 8))
     for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv"):
         vec = collective_time_s(op, sizes, placement, cluster)
         assert isinstance(vec, np.ndarray) and vec.shape == (4,)

@@ -12,18 +12,19 @@ lists each formula with its source.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from fmstack.errors import InputError
-from fmstack.perfmodel.collectives_algos import BUILDERS, make_tiers
+from fmstack.perfmodel.collectives_algos import BUILDERS, Num, make_tiers, minimum
 
 if TYPE_CHECKING:
     from fmstack.catalog.topology import Cluster
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.integer[Any]]
 Real = float | int | npt.ArrayLike
 Time = float | FloatArray
 
@@ -37,8 +38,8 @@ def _f(x: Real) -> FloatArray:
     return np.asarray(x, dtype=np.float64)
 
 
-def _out(x: FloatArray) -> Time:
-    return float(x) if x.ndim == 0 else x
+def _out(x: FloatArray | float) -> Time:
+    return float(x) if isinstance(x, float) or x.ndim == 0 else x
 
 
 def _bw_bytes_per_s(bw_gbps: Real) -> FloatArray:
@@ -155,9 +156,9 @@ def busbw_gbps(op: str, size_bytes: Real, time_s: Real, n: Real) -> Time:
 class GroupPlacement:
     """Where a communicator's ranks sit: how many in all, and how many share one NVLink domain."""
 
-    num_ranks: int
-    """Ranks in the group (a NumPy integer array works too, for vectorised planners)."""
-    ranks_per_domain: int
+    num_ranks: int | IntArray
+    """Ranks in the group (an integer array evaluates many groups at once)."""
+    ranks_per_domain: int | IntArray
     """Ranks of the group inside one NVLink domain: 8 for TP in a p5 node, 1 for DP one rank per node."""
 
     def __post_init__(self) -> None:
@@ -175,12 +176,24 @@ class GroupPlacement:
             )
 
 
+def _inputs(size_bytes: Real, placement: GroupPlacement) -> tuple[Num, Num, Num]:
+    """Floats when every input is a scalar (the fast path), else float arrays that broadcast."""
+    s, n, g = _f(size_bytes), _f(placement.num_ranks), _f(placement.ranks_per_domain)
+    if s.ndim == 0 and n.ndim == 0 and g.ndim == 0:
+        return float(s), float(n), float(g)
+    return s, n, g
+
+
 def algorithm_times_s(op: str, size_bytes: Real, placement: GroupPlacement, cluster: Cluster) -> dict[str, Time]:
     """Time of each algorithm NCCL could run for ``op`` (each already the best of its protocols)."""
     if op not in BUILDERS:
         raise InputError("op", f"unknown collective {op!r}; allowed: {', '.join(OPS)}")
-    tiers = make_tiers(_f(size_bytes), _f(placement.num_ranks), _f(placement.ranks_per_domain), cluster)
-    return {k: _out(v) for k, v in BUILDERS[op](tiers).items()}
+    s, n, g = _inputs(size_bytes, placement)
+    cands = BUILDERS[op](make_tiers(s, n, g, cluster))
+    if isinstance(s, float):
+        return {k: _out(v) for k, v in cands.items()}
+    shape = np.broadcast_shapes(np.shape(s), np.shape(n), np.shape(g))
+    return {k: np.broadcast_to(np.asarray(v, dtype=np.float64), shape).copy() for k, v in cands.items()}
 
 
 def collective_time_s(
@@ -196,7 +209,7 @@ def collective_time_s(
         raise InputError("algorithm", f"unknown algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS)}")
     cands = algorithm_times_s(op, size_bytes, placement, cluster)
     if algorithm == "auto":
-        return _out(np.minimum.reduce([_f(v) for v in cands.values()]))
+        return _out(minimum(list(cands.values())))
     if algorithm not in cands:
         raise InputError("algorithm", f"{op} on {cluster.instance.name} supports: auto, {', '.join(cands)}")
     return cands[algorithm]

@@ -8,6 +8,8 @@ Everything is vectorised over NumPy arrays of sizes and group shapes.
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,8 +24,37 @@ if TYPE_CHECKING:
     from fmstack.catalog.topology import Cluster
 
 FloatArray = npt.NDArray[np.float64]
-_INF = np.inf
+Num = float | FloatArray
+"""A Python float when every input is a scalar (fast path: one estimate in microseconds), else an array."""
+_INF = math.inf
 PROTOCOLS = ("simple", "ll")
+
+
+def _where(cond: bool | npt.NDArray[np.bool_], a: Num, b: Num) -> Num:
+    if isinstance(cond, bool | np.bool_):
+        return a if cond else b
+    return np.where(cond, a, b)
+
+
+def _maximum(a: Num, b: Num) -> Num:
+    if isinstance(a, float) and isinstance(b, float):
+        return max(a, b)
+    return np.maximum(a, b)
+
+
+def minimum(values: list[Num]) -> Num:
+    """Element-wise minimum of floats or arrays."""
+    if all(isinstance(v, float) for v in values):
+        return min(values)
+    return np.asarray(functools.reduce(np.minimum, values), dtype=np.float64)
+
+
+def _sqrt(x: Num) -> Num:
+    return math.sqrt(x) if isinstance(x, float) else np.sqrt(x)
+
+
+def _ceil_log2(x: Num) -> Num:
+    return float(math.ceil(math.log2(x))) if isinstance(x, float) else np.ceil(np.log2(x))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -65,36 +96,35 @@ def link_params(cluster: Cluster, scope: str) -> LinkParams | None:
     )
 
 
-def _pipe(latency: FloatArray | float, fill: FloatArray | float, transfer: FloatArray) -> FloatArray:
+def _pipe(latency: Num, fill: Num, transfer: Num) -> Num:
     """``latency + (sqrt(fill) + sqrt(transfer))^2``: see ``collectives.pipelined_time_s``."""
-    return np.asarray(latency + (np.sqrt(fill) + np.sqrt(transfer)) ** 2, dtype=np.float64)
+    return latency + (_sqrt(fill) + _sqrt(transfer)) ** 2
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Tiers:
     """One evaluation: sizes, group shape (arrays) and the two link tiers."""
 
-    s: FloatArray
-    n: FloatArray
-    g: FloatArray
-    domains: FloatArray
+    s: Num
+    n: Num
+    g: Num
+    domains: Num
     up: LinkParams | None
     out: LinkParams
     nvls: bool
     nvls_latency_s: float
     nvls_speedup: float
 
-    def up_bw(self, proto: str) -> FloatArray:
-        """Per-rank NVLink bandwidth (bytes/s); infinite when the group has one rank per domain."""
-        if self.up is None:
-            return np.full_like(self.g, _INF)
-        frac = self.up.ll_bw_fraction if proto == "ll" else 1.0
-        return np.where(self.g > 1, self.up.bw_gbps * frac * 1e9, _INF)
+    bw: dict[str, Num]
+    """Bytes/s by tier and protocol ("up_simple", "out_ll", ...): see :func:`_tier_bandwidths`."""
 
-    def out_bw(self, proto: str) -> FloatArray:
+    def up_bw(self, proto: str) -> Num:
+        """Per-rank NVLink bandwidth (bytes/s); infinite when the group has one rank per domain."""
+        return self.bw["up_" + proto]
+
+    def out_bw(self, proto: str) -> Num:
         """Scale-out bandwidth (bytes/s) of the group's g ranks in one domain together (rail-optimised)."""
-        frac = self.out.ll_bw_fraction if proto == "ll" else 1.0
-        return np.where(self.domains > 1, self.g * self.out.bw_gbps * frac * 1e9, _INF)
+        return self.bw["out_" + proto]
 
     def up_lat(self, proto: str) -> float:
         if self.up is None:
@@ -111,58 +141,87 @@ class Tiers:
         return self.out.stage_s if proto == "simple" else 0.0
 
 
-def make_tiers(size_bytes: FloatArray, n: FloatArray, g: FloatArray, cluster: Cluster) -> Tiers:
+def _tier_bandwidths(up: LinkParams | None, out: LinkParams, g: Num, domains: Num) -> dict[str, Num]:
+    """NVLink per rank (infinite with one rank per domain) and the network of the group's g ranks in a domain
+    together (infinite inside one domain), for the Simple and LL protocols, in bytes/s."""
+    bws = {}
+    for proto in PROTOCOLS:
+        if up is None:
+            bws["up_" + proto] = _where(g > 0, _INF, _INF)
+        else:
+            frac = up.ll_bw_fraction if proto == "ll" else 1.0
+            bws["up_" + proto] = _where(g > 1, up.bw_gbps * frac * 1e9, _INF)
+        frac = out.ll_bw_fraction if proto == "ll" else 1.0
+        bws["out_" + proto] = _where(domains > 1, g * out.bw_gbps * frac * 1e9, _INF)
+    return bws
+
+
+def _any(cond: bool | npt.NDArray[np.bool_]) -> bool:
+    return bool(np.any(cond))
+
+
+def _all_finite(x: Num) -> bool:
+    return math.isfinite(x) if isinstance(x, float) else bool(np.all(np.isfinite(x)))
+
+
+def _show(x: Num) -> str:
+    return str(int(x)) if isinstance(x, float) else str(x.astype(int).tolist())
+
+
+def make_tiers(size_bytes: Num, n: Num, g: Num, cluster: Cluster) -> Tiers:
     """Check the group against the cluster and collect the link parameters."""
-    if np.any(g > cluster.gpus_per_domain):
+    if _any(g > cluster.gpus_per_domain):
         raise InputError(
             "ranks_per_domain",
-            f"{g if g.ndim else int(g)} ranks per domain > {cluster.gpus_per_domain} GPUs per NVLink domain "
+            f"{_show(g)} ranks per domain > {cluster.gpus_per_domain} GPUs per NVLink domain "
             f"of {cluster.instance.name}",
         )
-    if np.any(n > cluster.num_gpus):
-        raise InputError("num_ranks", f"{n if n.ndim else int(n)} ranks > {cluster.num_gpus} GPUs in the cluster")
-    if np.any(size_bytes < 0) or not np.all(np.isfinite(size_bytes)):
+    if _any(n > cluster.num_gpus):
+        raise InputError("num_ranks", f"{_show(n)} ranks > {cluster.num_gpus} GPUs in the cluster")
+    if _any(size_bytes < 0) or not _all_finite(size_bytes):
         raise InputError("size_bytes", "must be finite and >= 0")
     up = link_params(cluster, "scale-up")
-    if up is None and np.any(g > 1):
+    if up is None and _any(g > 1):
         raise InputError("ranks_per_domain", f"{cluster.instance.name} has no NVLink domain; use 1")
     out = link_params(cluster, "scale-out")
     if out is None:  # pragma: no cover - every Cluster has a scale-out fabric
         raise InputError("instance", f"{cluster.instance.name} has no scale-out fabric")
     fab = cluster.scale_up
+    domains = n / g
     return Tiers(
         s=size_bytes,
         n=n,
         g=g,
-        domains=n / g,
+        domains=domains,
         up=up,
         out=out,
+        bw=_tier_bandwidths(up, out, g, domains),
         nvls=bool(fab is not None and fab.nvls),
         nvls_latency_s=((fab.nvls_latency_us or fab.latency_us) * 1e-6) if fab is not None else 0.0,
         nvls_speedup=fab.nvls_speedup if fab is not None else 1.0,
     )
 
 
-def _steps_latency(t: Tiers, proto: str, steps: FloatArray, inter_steps: FloatArray) -> FloatArray:
+def _steps_latency(t: Tiers, proto: str, steps: Num, inter_steps: Num) -> Num:
     """NCCL's ring latency: intra-domain steps at the NVLink latency, inter-domain steps at the network's
     (NCCL ``src/graph/tuning.cc``: ``(nsteps - nInterSteps) * intraLat + nInterSteps * interLat``)."""
     return (steps - inter_steps) * t.up_lat(proto) + inter_steps * t.out_lat(proto)
 
 
-def _ring_bw(t: Tiers, proto: str) -> FloatArray:
+def _ring_bw(t: Tiers, proto: str) -> Num:
     """A ring crosses each domain boundary once per channel, so it runs at min(NVLink, domain network)."""
-    return np.minimum(t.up_bw(proto), t.out_bw(proto))
+    return minimum([t.up_bw(proto), t.out_bw(proto)])
 
 
-def _best(values: list[FloatArray]) -> FloatArray:
-    return np.asarray(np.minimum.reduce(values), dtype=np.float64)
+def _best(values: list[Num]) -> Num:
+    return minimum(values)
 
 
-def all_reduce(t: Tiers) -> dict[str, FloatArray]:
+def all_reduce(t: Tiers) -> dict[str, Num]:
     """Ring, tree (chain in the domain + double binary tree across), NVLS / NVLS-tree, hierarchical."""
     n, g, dom, s = t.n, t.g, t.domains, t.s
-    depth = np.ceil(np.log2(dom))
-    tree_k = np.where(dom <= 2, 1.0, 2.0)  # network bytes per buffer byte, see tree_all_reduce_time_s
+    depth = _ceil_log2(dom)
+    tree_k = _where(dom <= 2, 1.0, 2.0)  # network bytes per buffer byte, see tree_all_reduce_time_s
     across = dom > 1
     ring = _best(
         [_steps_latency(t, p, 2 * (n - 1), 2 * (dom - 1)) + 2 * (n - 1) / n * s / _ring_bw(t, p) for p in PROTOCOLS]
@@ -172,52 +231,54 @@ def all_reduce(t: Tiers) -> dict[str, FloatArray]:
             _pipe(
                 2 * ((g - 1) * t.up_lat(p) + depth * t.out_lat(p)),
                 2 * ((g - 1) * t.up_stage(p) + depth * t.out_stage(p)),
-                np.maximum(np.where(g > 1, 2 * s / t.up_bw(p), 0.0), np.where(across, tree_k * s / t.out_bw(p), 0.0)),
+                _maximum(_where(g > 1, 2 * s / t.up_bw(p), 0.0), _where(across, tree_k * s / t.out_bw(p), 0.0)),
             )
             for p in PROTOCOLS
         ]
     )
     cands = {"ring": ring, "tree": tree}
     if t.nvls:
-        nvls_algbw = t.up_bw("simple") * t.nvls_speedup * g / np.maximum(2 * (g - 1), 1)
+        nvls_algbw = t.up_bw("simple") * t.nvls_speedup * g / _maximum(2 * (g - 1), 1)
         nvls = _pipe(
             t.nvls_latency_s + 2 * depth * t.out_lat("simple"),
             2 * t.up_stage("simple") + 2 * depth * t.out_stage("simple"),
-            np.maximum(s / nvls_algbw, np.where(across, tree_k * s / t.out_bw("simple"), 0.0)),
+            _maximum(s / nvls_algbw, _where(across, tree_k * s / t.out_bw("simple"), 0.0)),
         )
-        cands["nvls"] = np.where(g > 2, nvls, _INF)
+        cands["nvls"] = _where(g > 2, nvls, _INF)
     hier = []
     for p in PROTOCOLS:
         per_rank_out, shard = t.out_bw(p) / g, s / g
-        inter = np.minimum(
-            2 * (dom - 1) * t.out_lat(p) + 2 * (dom - 1) / dom * shard / per_rank_out,
-            _pipe(2 * depth * t.out_lat(p), 2 * depth * t.out_stage(p), tree_k * shard / per_rank_out),
+        inter = minimum(
+            [
+                2 * (dom - 1) * t.out_lat(p) + 2 * (dom - 1) / dom * shard / per_rank_out,
+                _pipe(2 * depth * t.out_lat(p), 2 * depth * t.out_stage(p), tree_k * shard / per_rank_out),
+            ]
         )
         intra = (g - 1) * t.up_lat(p) + (g - 1) / g * s / t.up_bw(p)
-        hier.append(2 * intra + np.where(across, inter, 0.0))
+        hier.append(2 * intra + _where(across, inter, 0.0))
     cands["hierarchical"] = _best(hier)
-    return {k: np.where(n > 1, v, 0.0) for k, v in cands.items()}
+    return {k: _where(n > 1, v, 0.0) for k, v in cands.items()}
 
 
-def all_gather(t: Tiers) -> dict[str, FloatArray]:
+def all_gather(t: Tiers) -> dict[str, Num]:
     """Ring over all ranks; the same cost for reduce-scatter (nccl-tests sizes: output / input buffer)."""
     n, dom, s = t.n, t.domains, t.s
     ring = _best([_steps_latency(t, p, n - 1, dom - 1) + (n - 1) / n * s / _ring_bw(t, p) for p in PROTOCOLS])
-    return {"ring": np.where(n > 1, ring, 0.0)}
+    return {"ring": _where(n > 1, ring, 0.0)}
 
 
-def all_to_all(t: Tiers) -> dict[str, FloatArray]:
+def all_to_all(t: Tiers) -> dict[str, Num]:
     """Bytes that stay in the domain go over NVLink, the fraction (n-g)/n that leaves it over the domain's
     network links, in parallel; one start-up latency per tier (NCCL posts all n-1 sends of a grouped
     all-to-all at once)."""
     n, g, dom, s = t.n, t.g, t.domains, t.s
-    t_up = np.where(g > 1, (g - 1) / n * s / t.up_bw("simple"), 0.0)
-    t_out = np.where(dom > 1, g * (n - g) / n * s / t.out_bw("simple"), 0.0)
-    lat = np.where(g > 1, t.up_lat("simple"), 0.0) + np.where(dom > 1, t.out_lat("simple"), 0.0)
-    return {"ring": np.where(n > 1, lat + np.maximum(t_up, t_out), 0.0)}
+    t_up = _where(g > 1, (g - 1) / n * s / t.up_bw("simple"), 0.0)
+    t_out = _where(dom > 1, g * (n - g) / n * s / t.out_bw("simple"), 0.0)
+    lat = _where(g > 1, t.up_lat("simple"), 0.0) + _where(dom > 1, t.out_lat("simple"), 0.0)
+    return {"ring": _where(n > 1, lat + _maximum(t_up, t_out), 0.0)}
 
 
-def broadcast(t: Tiers) -> dict[str, FloatArray]:
+def broadcast(t: Tiers) -> dict[str, Num]:
     """Pipelined chain through the ranks (NCCL ring broadcast): n-N NVLink hops, N-1 network hops."""
     n, dom, s = t.n, t.domains, t.s
     ring = _best(
@@ -230,20 +291,20 @@ def broadcast(t: Tiers) -> dict[str, FloatArray]:
             for p in PROTOCOLS
         ]
     )
-    return {"ring": np.where(n > 1, ring, 0.0)}
+    return {"ring": _where(n > 1, ring, 0.0)}
 
 
-def send_recv(t: Tiers) -> dict[str, FloatArray]:
+def send_recv(t: Tiers) -> dict[str, Num]:
     """Each rank sends S to its peer: over NVLink inside a domain, else over its own NICs."""
     res = []
     for p in PROTOCOLS:
         inside = t.up_lat(p) + t.s / t.up_bw(p)
         across = t.out_lat(p) + t.s / (t.out_bw(p) / t.g)
-        res.append(np.where(t.domains > 1, across, inside))
-    return {"ring": np.where(t.n > 1, _best(res), 0.0)}
+        res.append(_where(t.domains > 1, across, inside))
+    return {"ring": _where(t.n > 1, _best(res), 0.0)}
 
 
-BUILDERS: dict[str, Callable[[Tiers], dict[str, FloatArray]]] = {
+BUILDERS: dict[str, Callable[[Tiers], dict[str, Num]]] = {
     "all_reduce": all_reduce,
     "all_gather": all_gather,
     "reduce_scatter": all_gather,
