@@ -1,0 +1,138 @@
+"""End to end with the real thing: Prometheus scrapes the exporter (fake GPUs), Xid 79 fires an alert, the
+health engine turns the firing alerts into a reboot."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fmstack.observability.app_metrics import AppMetrics
+from fmstack.observability.app_source import AppSource
+from fmstack.observability.efa import EfaSource
+from fmstack.observability.exporter import Exporter
+from fmstack.observability.fake import FakeGpuBackend
+from fmstack.observability.gpu_source import GpuSource
+from fmstack.observability.health import Action, HealthEngine
+from fmstack.observability.health_io import render_slurm, signals_from_alerts
+from fmstack.observability.lustre import LustreSource
+from fmstack.observability.sysfs import DictFs
+
+PROMETHEUS = shutil.which("prometheus")
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (Debian package prometheus)"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+def _poll(what: str, check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+            if result:
+                return result
+        except OSError as exc:  # server not up yet
+            last = exc
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last error: {last})")
+
+
+@pytest.fixture
+def stack(tmp_path: Path, fixtures: Path) -> Iterator[tuple[FakeGpuBackend, str]]:
+    gpu = FakeGpuBackend(num_gpus=8)
+    fs = DictFs.from_tree(fixtures / "p5-node")
+    app = AppMetrics(job_id="e2e")
+    app.record_step(1.0, 4096, loss=2.0)
+    exporter = Exporter(
+        [GpuSource(gpu, "n1", expected_gpus=8), EfaSource(fs, "n1", 2), LustreSource(fs), AppSource(app)]
+    )
+    server = exporter.serve("127.0.0.1", 0)
+    exporter_port = server.server_address[1]
+    rules = tmp_path / "fmstack-rules.yml"
+    rules.write_text(resources.files("fmstack.observability").joinpath("rules/fmstack-rules.yml").read_text())
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"rule_files: ['{rules}']\n"
+        "scrape_configs:\n"
+        f"  - job_name: fmstack\n    static_configs: [{{targets: ['127.0.0.1:{exporter_port}']}}]\n"
+    )
+    port = _free_port()
+    assert PROMETHEUS is not None
+    log = (tmp_path / "prometheus.log").open("w")
+    proc = subprocess.Popen(
+        [
+            PROMETHEUS,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
+    try:
+        yield gpu, f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        server.shutdown()
+        server.server_close()
+
+
+def test_xid79_fires_and_the_engine_reboots(stack: tuple[FakeGpuBackend, str]) -> None:
+    gpu, base = stack
+    _poll("prometheus ready", lambda: urllib.request.urlopen(f"{base}/-/ready", timeout=5).status == 200)
+
+    def scraped() -> bool:
+        data = _get(f"{base}/api/v1/query?query=fmstack_gpu_count")["data"]["result"]
+        return bool(data) and data[0]["value"][1] == "8"
+
+    _poll("first scrape of the exporter", scraped)
+    rules = _get(f"{base}/api/v1/rules")["data"]["groups"]
+    assert sum(len(g["rules"]) for g in rules) == 30
+    assert not [a for a in _get(f"{base}/api/v1/alerts")["data"]["alerts"] if a["state"] == "firing"]
+
+    gpu.fall_off_bus(3)  # the driver reports Xid 79 and NVML can no longer read GPU 3
+
+    def firing() -> list[dict[str, Any]]:
+        alerts = _get(f"{base}/api/v1/alerts")["data"]["alerts"]
+        names = {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"}
+        return alerts if {"FmstackGpuXidRebootRequired", "FmstackGpuMissing"} <= names else []
+
+    alerts = _poll("Xid 79 alert firing", firing)
+    xid = next(a for a in alerts if a["labels"]["alertname"] == "FmstackGpuXidRebootRequired")
+    assert xid["labels"]["xid"] == "79" and xid["labels"]["gpu"] == "3" and xid["labels"]["Hostname"] == "n1"
+    assert xid["labels"]["action"] == "reboot_node"
+
+    signals = signals_from_alerts(alerts)["n1"]
+    assert signals.xids == [79] and signals.gpu_missing
+    decision = HealthEngine().decide(signals)
+    assert decision.action is Action.REBOOT_NODE
+    assert render_slurm("n1", decision)[0].startswith("scontrol reboot ASAP nextstate=resume reason=")
