@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -278,3 +279,26 @@ def test_bad_goodput_inputs(kwargs: dict[str, object], field: str) -> None:
     with pytest.raises(InputError) as err:
         estimate_goodput(**args)  # type: ignore[arg-type]
     assert err.value.field == field
+
+
+def test_user_failure_file_and_its_errors(tmp_path: Path) -> None:
+    good = tmp_path / "rates.yaml"
+    good.write_text(
+        "models:\n  mine:\n    source: our fleet, 2025\n    gpus_per_node: 4\n    failures_per_1000_node_days: 24\n",
+        encoding="utf-8",
+    )
+    # 24 per 1000 node-days = 1e-3 per node-hour; 1,000 nodes of 4 GPUs -> MTBF 1 h
+    assert load_failure_model("mine", path=good).mtbf_s(4000, 4) == pytest.approx(3600.0)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("models:\n  mine:\n    source: x\n    gpus_per_node: 4\n", encoding="utf-8")
+    with pytest.raises(InputError, match="failures_per_1000_node_days") as err:
+        load_failure_model("mine", path=bad)
+    assert err.value.field == "failure_model"
+    with pytest.raises(InputError, match="cannot read"):
+        load_failure_model("mine", path=tmp_path / "missing.yaml")
+
+
+def test_elastic_job_of_one_replica_waits_like_the_others() -> None:
+    io = _fixed_io(blocking_s=30.0, read_s=60.0)
+    one_node = {m: _estimate(1, io, m) for m in (RecoveryMode.elastic, RecoveryMode.auto_resume)}
+    assert one_node[RecoveryMode.elastic].goodput == pytest.approx(one_node[RecoveryMode.auto_resume].goodput)
