@@ -115,7 +115,7 @@ def _fixed_io(blocking_s: float, read_s: float = 0.0, background_s: float = 0.0)
 
 
 def test_goodput_is_dalys_wall_time_by_hand() -> None:
-    # Daly (2006) eq. 13 with M = 100 s, R = 4 + 6 = 10 s, tau = 20 s, delta = 5 s, U = 1000 s:
+    # Daly's (2006) complete model with M = 100 s, R = 4 + 6 = 10 s, tau = 20 s, delta = 5 s, U = 1000 s:
     # W = 100 e^0.1 (e^0.25 - 1) 1000 / 20 = 100 x 1.105171 x 0.284025 x 50 = 1569.48 s
     fm = FailureModel(name="t", source="test", failures_per_node_hour=1.0, gpus_per_node=8, job_mtbf_s=100.0)
     times = RecoveryTimes(detection_s=4.0, restart_s=6.0, replacement_s=0.0, rollback="checkpoint", source="test")

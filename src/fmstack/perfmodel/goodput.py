@@ -2,8 +2,9 @@
 
 - Young (CACM 1974): optimal compute interval between checkpoints T = sqrt(2 C M), C the time a checkpoint
   stalls training, M the job's MTBF. M = 185.6 min, C = 1 min -> 19.3 min.
-- Daly (FGCS 2006, eq. 37): T = sqrt(2 C M) [1 + (1/3) sqrt(C / 2M) + (1/9) (C / 2M)] - C for C < 2M, else M.
-- Daly (FGCS 2006, eq. 13), the expected wall time of a job of ideal length U checkpointing every tau seconds
+- Daly (FGCS 2006), higher-order estimate:
+  T = sqrt(2 C M) [1 + (1/3) sqrt(C / 2M) + (1/9) (C / 2M)] - C for C < 2M, else M.
+- Daly (FGCS 2006), complete model: the expected wall time of a job of ideal length U checkpointing every tau seconds
   of work at cost delta, with exponential failures of mean M and recovery time R per failure:
   W = M e^(R/M) (e^((tau + delta)/M) - 1) U / tau. It counts the lost part of each interval and failures during
   recovery; R does not move the optimum, so Daly's interval ignores it.
@@ -275,7 +276,7 @@ def estimate_goodput(
         )
     work = train_time_s * (1.0 + delta / tau)
     s_len = segment + seg_cost
-    # Daly (2006) eq. 13, split into its parts: n1 failed attempts at a segment, each losing the expected
+    # Daly's (2006) complete model, split into its parts: n1 failed attempts at a segment, each losing the expected
     # partial segment M - s / (e^(s/M) - 1) and a recovery that takes M (e^(R/M) - 1) with failures during it.
     n1 = work / s_len * math.expm1(s_len / mtbf)
     partial = mtbf - s_len / math.expm1(s_len / mtbf)
