@@ -34,3 +34,31 @@ BAD_ARGV: list[tuple[list[str], str]] = [
     (["catalog", "show"], "Missing argument"),
     (["no-such-command"], "No such command"),
 ]
+
+BAD_FILES.update(
+    {
+        "obs_signals_unknown.json": '{"node": "n1", "xids": [79], "colour": "red"}',
+        "obs_signals_not_json.json": '{"node": "n1", "xids": [79,',
+        "obs_signals_bad_xids.json": '[{"node": "n1", "xids": "79"}]',
+        "obs_nvml_bad.json": '{"gpus": [{"gpu_temperature": 50}]}',
+        "fmstack-cluster.json": "{}",
+    }
+)
+
+BAD_ARGV += [
+    (["health"], "--signals: give --signals FILE.json or at least one --xid"),
+    (["health", "--xid", "0"], "Invalid value for '--xid'"),
+    (["health", "--xid", "79", "--node", "n1;reboot"], "not a valid node name"),
+    (["health", "--xid", "79", "--format", "slurm"], "--format slurm needs a node name"),
+    (["health", "--xid", "79", "--format", "xml"], "'xml' is not one of"),
+    (["health", "--signals", "/nonexistent/signals.json"], "--signals: cannot read"),
+    (["health", "--signals", "@file:obs_signals_unknown.json"], "signals[0].colour: unknown field; allowed: node"),
+    (["health", "--signals", "@file:obs_signals_not_json.json"], "not valid JSON at line 1"),
+    (["health", "--signals", "@file:obs_signals_bad_xids.json"], "expected a list of integer Xid codes"),
+    (["exporter", "--bind", "localhost:9400", "--once", "--backend", "none"], "--bind: 'localhost:9400' is not an IP"),
+    (["exporter", "--port", "70000"], "Invalid value for '--port'"),
+    (["exporter", "--backend", "fake", "--fake-script", "@file:obs_nvml_bad.json", "--once"],
+     "gpu 0: unknown NVML fields ['gpu_temperature']"),
+    (["exporter", "--backend", "none", "--app-dir", "/nonexistent/app", "--once"], "--app-dir: /nonexistent/app is not"),
+    (["exporter", "--dashboards", "@dir:fmstack-cluster.json"], "pass --force to overwrite"),
+]  # fmt: skip
