@@ -1,0 +1,70 @@
+"""`fmstack exporter` and `fmstack health` through the CLI (in-process click runner)."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from fmstack.cli.main import cli
+
+
+def _run(*args: str) -> str:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_exporter_once_on_the_fixture_node(fixtures: Path) -> None:
+    out = _run(
+        "exporter", "--backend", "fake", "--fake-script", str(fixtures / "nvml-h100x8.json"),
+        "--sysfs-root", str(fixtures / "p5-node"), "--hostname", "n1", "--expected-gpus", "8", "--expected-efa", "32", "--once",
+    )  # fmt: skip
+    lines = out.splitlines()
+    assert 'fmstack_gpu_count{Hostname="n1"} 8.0' in lines
+    assert 'fmstack_efa_device_count{Hostname="n1"} 2.0' in lines
+    assert 'fmstack_efa_expected_device_count{Hostname="n1"} 32.0' in lines
+    assert 'node_amazonefa_rx_drops{device="rdmap16s27",port="1"} 0.0' in lines
+    assert 'fmstack_exporter_source_up{source="lustre"} 1.0' in lines
+
+
+def test_print_rules_is_the_packaged_file() -> None:
+    packaged = resources.files("fmstack.observability").joinpath("rules/fmstack-rules.yml").read_text()
+    assert _run("exporter", "--print-rules") == packaged
+
+
+def test_dashboards_written_once(tmp_path: Path) -> None:
+    out = _run("exporter", "--dashboards", str(tmp_path / "g"))
+    names = sorted(Path(p).name for p in out.split())
+    assert names == ["fmstack-cluster.json", "fmstack-inference.json", "fmstack-training.json"]
+    data = json.loads((tmp_path / "g/fmstack-training.json").read_text())
+    assert data["uid"] == "fmstack-training"
+    result = CliRunner().invoke(cli, ["exporter", "--dashboards", str(tmp_path / "g")])
+    assert result.exit_code != 0  # refuses to overwrite; main() turns this into exit 2 (tests/bad_inputs.py)
+    _run("exporter", "--dashboards", str(tmp_path / "g"), "--force")
+
+
+def test_health_from_a_signals_file(tmp_path: Path) -> None:
+    signals = [
+        {"node": "n1", "xids": [79]},
+        {"node": "n2", "row_remap_failure": True},
+        {"node": "n3", "xids": [13]},
+        {"node": "n4"},
+    ]
+    path = tmp_path / "signals.json"
+    path.write_text(json.dumps({"nodes": signals}))
+    rows = json.loads(_run("health", "--signals", str(path), "--json"))
+    assert [r["action"] for r in rows] == ["REBOOT_NODE", "REPLACE_NODE", "RESTART_JOB", "NONE"]
+    slurm = _run("health", "--signals", str(path), "--format", "slurm").splitlines()
+    assert len(slurm) == 2
+    assert slurm[0].startswith("scontrol reboot ASAP nextstate=resume") and slurm[0].endswith(" n1")
+    assert slurm[1].startswith("scontrol update nodename=n2 state=drain reason='fmstack replace_node: row remap")
+    k8s = _run("health", "--signals", str(path), "--format", "k8s").splitlines()
+    assert "sagemaker.amazonaws.com/node-health-status=UnschedulablePendingReplacement" in k8s[2]
+
+
+def test_health_xid_table() -> None:
+    out = _run("health", "--xid", "48", "--xid", "63", "--node", "n1")
+    assert "RESET_GPU" in out and "WORKFLOW_XID_48" in out
