@@ -35,6 +35,25 @@ BAD_ARGV: list[tuple[list[str], str]] = [
     (["no-such-command"], "No such command"),
 ]
 
+BAD_ARGV += [
+    (["estimate", "train", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--nodes", "4", "--tp", "8",
+      "--pp", "3", "--dp", "2"], "tp(8) * pp(3) * cp(1) * dp(2) = 48 != num_gpus(32)"),
+    (["estimate", "train", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--nodes", "1", "--tp", "3"],
+     "does not divide num_gpus(8)"),
+    (["estimate", "train", "--model", "llama9-1t", "--instance", "p5.48xlarge"], "unknown model 'llama9-1t'"),
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.96xlarge"], "unknown instance"),
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "12"],
+     "12 is not a multiple of 8 GPUs per node"),
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "0"], "nodes"),
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--precision", "fp3"],
+     "'fp3' is not one of"),
+    (["estimate", "train", "--model", "mixtral-8x7b", "--instance", "p5.48xlarge", "--nodes", "2", "--ep", "16",
+      "--global-batch", "16"], "ep(16) does not divide num_experts(8)"),
+    (["estimate", "train", "--model", "@file:model_heads.yaml", "--instance", "p5.48xlarge"], "num_heads"),
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--calibration", "/nonexistent.json"],
+     "calibration"),
+]  # fmt: skip
+
 BAD_FILES.update(
     {
         "obs_signals_unknown.json": '{"node": "n1", "xids": [79], "colour": "red"}',

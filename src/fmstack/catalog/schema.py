@@ -225,6 +225,8 @@ class ModelArch(Entry):
     biases: bool = False
     position: Literal["learned", "rope"] = "rope"
     tied_embeddings: bool = False
+    dropout: bool = False
+    """Trained with dropout (GPT-3 / Megatron GPT): stores dropout masks (Korthikanti et al. 2022)."""
     moe: MoE | None = None
     mla: MLA | None = None
     published_params_b: float | None = Field(default=None, gt=0)

@@ -32,6 +32,8 @@ class Cluster:
     nodes_per_leaf: int = DEFAULT_NODES_PER_LEAF
     leaves_per_spine: int = DEFAULT_LEAVES_PER_SPINE
     name: str = field(default="")
+    whole_domains: bool = False
+    """Require whole NVLink domains (set when the cluster is named by its UltraServer)."""
 
     def __post_init__(self) -> None:
         if self.num_nodes <= 0:
@@ -39,7 +41,9 @@ class Cluster:
         if self.nodes_per_leaf <= 0 or self.leaves_per_spine <= 0:
             raise InputError("nodes_per_leaf", "leaf and spine sizes must be positive")
         nodes_per_domain = self.nodes_per_domain
-        if nodes_per_domain > 1 and self.num_nodes % nodes_per_domain:
+        # a job may use part of one large domain (8 GPUs of an NVL72 rack), but whole UltraServers otherwise
+        partial_ok = self.instance.ultraserver is None or (self.num_nodes < nodes_per_domain and not self.whole_domains)
+        if nodes_per_domain > 1 and self.num_nodes % nodes_per_domain and not partial_ok:
             raise InputError(
                 "nodes",
                 f"num_nodes({self.num_nodes}) must be a multiple of {nodes_per_domain} {self.instance.name} nodes "
@@ -65,7 +69,7 @@ class Cluster:
 
     @property
     def num_domains(self) -> int:
-        return self.num_nodes // self.nodes_per_domain
+        return -(-self.num_nodes // self.nodes_per_domain)
 
     @property
     def network_bw_gbps_per_node(self) -> float:
@@ -122,7 +126,7 @@ def build_cluster(
     """
     if num_nodes <= 0:
         raise InputError("nodes", f"must be a positive number of nodes, got {num_nodes}")
-    inst = _resolve_instance(catalog, instance)
+    inst = resolve_instance(catalog, instance)
     gpu = catalog.gpu(inst.gpu)
     scale_up = None
     if inst.nvlink_domain_gpus > 1 and gpu.nvlink_generation is not None:
@@ -136,10 +140,11 @@ def build_cluster(
         nodes_per_leaf=nodes_per_leaf,
         leaves_per_spine=leaves_per_spine,
         name=instance,
+        whole_domains=inst.ultraserver is not None and inst.ultraserver.lower() == instance.lower(),
     )
 
 
-def _resolve_instance(catalog: Catalog, name: str) -> Instance:
+def resolve_instance(catalog: Catalog, name: str) -> Instance:
     try:
         return catalog.instance(name)
     except InputError as not_instance:

@@ -18,6 +18,8 @@ from fmstack.errors import InputError
 # name -> "module:attribute" of a click command or group
 _COMMANDS: dict[str, str] = {
     "catalog": "fmstack.cli.catalog_cmd:catalog",
+    "estimate": "fmstack.cli.estimate_cmd:estimate",
+    "validate": "fmstack.cli.validate_cmd:validate",
     "exporter": "fmstack.cli.observe_cmd:exporter",
     "health": "fmstack.cli.observe_cmd:health",
     "bench": "fmstack.cli.bench_cmd:bench",

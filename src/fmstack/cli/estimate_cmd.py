@@ -1,0 +1,161 @@
+"""`fmstack estimate train`: one configuration, its step time, MFU, memory and bottleneck."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from fmstack.catalog import load_catalog
+from fmstack.catalog.topology import build_cluster, resolve_instance
+from fmstack.cli.common import catalog_option, console, json_option, print_json
+from fmstack.errors import InputError
+from fmstack.perfmodel.config import PRECISION_CHOICES, RECOMPUTE_CHOICES, SHARDING_CHOICES, fill_defaults
+from fmstack.perfmodel.training import TrainingEstimate, estimate_training
+
+TRAIN_EXAMPLE = """Example:
+
+  fmstack estimate train --model llama3.1-70b --instance p5.48xlarge --nodes 64 --tp 8 --pp 4 \\
+      --micro-batch 1 --global-batch 1024 --seq-len 8192 --recompute selective
+"""
+
+
+@click.group(epilog="Example:\n\n  fmstack estimate train --model llama3.1-8b --instance p5.48xlarge --nodes 1")
+def estimate() -> None:
+    """Estimate one workload on one cluster: training (train), and more as they land."""
+
+
+def _choice(values: tuple[str, ...]) -> click.Choice[str]:
+    return click.Choice(values, case_sensitive=False)
+
+
+def cluster_options(func: Any) -> Any:
+    """--model, --instance, --nodes / --gpus, --catalog."""
+    for option in reversed(
+        [
+            click.option("--model", required=True, help="Zoo model name or a model YAML file."),
+            click.option("--instance", required=True, help="Instance or UltraServer name from the catalog."),
+            click.option("--nodes", type=int, default=None, help="Number of instances (nodes)."),
+            click.option("--gpus", type=int, default=None, help="Number of GPUs (a multiple of GPUs per node)."),
+        ]
+    ):
+        func = option(func)
+    return catalog_option(func)
+
+
+def resolve_nodes(nodes: int | None, gpus: int | None, gpus_per_node: int) -> int:
+    if nodes is None and gpus is None:
+        return 1
+    if nodes is not None and gpus is not None and nodes * gpus_per_node != gpus:
+        raise InputError("gpus", f"--gpus({gpus}) != --nodes({nodes}) * {gpus_per_node} GPUs per node")
+    if gpus is not None:
+        if gpus <= 0:
+            raise InputError("gpus", f"must be a positive number of GPUs, got {gpus}")
+        if gpus % gpus_per_node:
+            raise InputError("gpus", f"{gpus} is not a multiple of {gpus_per_node} GPUs per node")
+        return gpus // gpus_per_node
+    assert nodes is not None
+    return nodes
+
+
+@estimate.command("train", epilog=TRAIN_EXAMPLE)
+@cluster_options
+@click.option("--tp", type=int, default=None, help="Tensor parallel degree [1].")
+@click.option("--pp", type=int, default=None, help="Pipeline stages [1].")
+@click.option("--dp", type=int, default=None, help="Data parallel degree [remaining GPUs].")
+@click.option("--cp", type=int, default=None, help="Context parallel degree [1].")
+@click.option("--ep", type=int, default=None, help="Expert parallel degree (MoE) [1].")
+@click.option("--etp", type=int, default=None, help="Tensor parallel degree inside experts [1].")
+@click.option("--vpp", "virtual_stages", type=int, default=None, help="Virtual stages per pipeline rank [1].")
+@click.option("--sp/--no-sp", "sequence_parallel", default=None, help="Sequence parallelism [on when tp > 1].")
+@click.option("--micro-batch", type=int, default=None, help="Sequences per micro-batch [1].")
+@click.option("--global-batch", type=int, default=None, help="Sequences per step [dp * mb * 4 pp].")
+@click.option("--seq-len", type=int, default=None, help="Sequence length in tokens [2048].")
+@click.option("--precision", type=_choice(PRECISION_CHOICES), default=None, help="Linear-layer precision [bf16].")
+@click.option("--recompute", type=_choice(RECOMPUTE_CHOICES), default=None, help="Activation recomputation [none].")
+@click.option("--sharding", type=_choice(SHARDING_CHOICES), default=None, help="ZeRO / FSDP sharding [zero1].")
+@click.option("--overlap-dp/--no-overlap-dp", default=None, help="Overlap DP communication [on].")
+@click.option("--overlap-tp/--no-overlap-tp", default=None, help="Overlap TP communication [off].")
+@click.option("--flash/--no-flash", "flash_attention", default=None, help="Fused attention [on].")
+@click.option("--tokens", type=float, default=None, help="Token budget: also print the time to train it.")
+@click.option("--calibration", type=click.Path(path_type=Path), default=None, help="Calibration profile JSON.")
+@json_option
+def train_cmd(
+    model: str,
+    instance: str,
+    nodes: int | None,
+    gpus: int | None,
+    catalog_dir: Path | None,
+    tokens: float | None,
+    calibration: Path | None,
+    as_json: bool,
+    **degrees: Any,
+) -> None:
+    """Predict one training step: time, MFU, memory per GPU and the bottleneck."""
+    cat = load_catalog(catalog_dir)
+    arch = cat.model(model)
+    inst_gpus = _gpus_per_node(cat, instance)
+    cluster = build_cluster(cat, instance, resolve_nodes(nodes, gpus, inst_gpus))
+    cfg = fill_defaults(cluster.num_gpus, degrees)
+    efficiency = None
+    if calibration is not None:
+        from fmstack.perfmodel.calibration import load_profile
+        from fmstack.perfmodel.efficiency import efficiency_from_profile
+
+        efficiency = efficiency_from_profile(load_profile(calibration), cluster.gpu)
+    if tokens is not None and tokens <= 0:
+        raise InputError("tokens", f"must be > 0, got {tokens:g}")
+    est = estimate_training(arch, cluster, cfg, efficiency=efficiency)
+    data = est.to_json()
+    if tokens is not None:
+        data["time_to_train_s"] = est.time_to_train_s(tokens)
+        data["time_to_train_days"] = data["time_to_train_s"] / 86400
+    if as_json:
+        print_json(data)
+        return
+    render_estimate(est, data)
+
+
+def _gpus_per_node(cat: Any, instance: str) -> int:
+    return int(resolve_instance(cat, instance).num_gpus)
+
+
+def render_estimate(est: TrainingEstimate, data: dict[str, Any]) -> None:
+    c = est.config
+    out = console()
+    out.print(
+        f"[bold]{est.model}[/] on {est.num_gpus} x {est.instance} GPUs: tp {c.tp} pp {c.pp}"
+        f"{f' (v{c.virtual_stages})' if c.virtual_stages > 1 else ''} dp {c.dp} cp {c.cp} ep {c.ep}, "
+        f"mb {c.micro_batch} x gb {c.global_batch} x seq {c.seq_len}, {c.precision}, recompute {c.recompute}, "
+        f"{c.sharding}{', sp' if c.sequence_parallel else ''}"
+    )
+    table = Table("part of the step", "seconds", "share", title="step breakdown", title_justify="left")
+    for name, value in est.parts_s.items():
+        if value > 0:
+            table.add_row(name, f"{value:.4f}", f"{100 * value / est.step_time_s:5.1f} %")
+    table.add_row("[bold]step", f"[bold]{est.step_time_s:.4f}", "100.0 %")
+    out.print(table)
+    comm = Table("link", "on the link (s)", "exposed (s)", title="communication", title_justify="left")
+    for name, link in est.comm.items():
+        if link.link_s > 0:
+            comm.add_row(name, f"{link.link_s:.4f}", f"{link.exposed_s:.4f}")
+    out.print(comm)
+    m = est.memory
+    mem = Table("memory per GPU", "GiB", title="memory (most loaded stage)", title_justify="left")
+    for label, value in (
+        ("weights", m.weights_gib), ("gradients", m.grads_gib), ("optimizer", m.optimizer_gib),
+        ("activations", m.activations_gib), ("temporary", m.temporary_gib), ("total", m.total_gib),
+    ):  # fmt: skip
+        mem.add_row(label, f"{value:.1f}")
+    mem.add_row("capacity - reserve", f"{m.capacity_gib - m.reserve_gib:.1f}")
+    out.print(mem)
+    fits = "[green]fits[/]" if m.fits else "[red]does NOT fit[/]"
+    out.print(
+        f"MFU {est.mfu * 100:.1f} %  HFU {est.hfu * 100:.1f} %  {est.tflops_per_gpu:.0f} model TFLOP/s/GPU  "
+        f"{est.tokens_per_s:,.0f} tokens/s ({est.tokens_per_s_per_gpu:,.0f} per GPU)  memory {fits}"
+    )
+    if "time_to_train_s" in data:
+        out.print(f"time to train {data['time_to_train_s'] / 86400:,.1f} days (no failures or checkpoints)")
+    out.print(f"bottleneck: [bold]{est.bottleneck}[/]")

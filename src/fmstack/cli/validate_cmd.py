@@ -1,0 +1,78 @@
+"""`fmstack validate`: the model against every published measurement, with the errors."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from fmstack.catalog import load_catalog
+from fmstack.cli.common import catalog_option, console, json_option, print_json
+from fmstack.perfmodel.validation import TrainingCheck, summary, validate_training
+
+
+def _collective_checks(cat: Any) -> list[Any]:
+    module = importlib.import_module("fmstack.perfmodel.collectives_validation")
+    return list(module.validate_collectives(cat))
+
+
+@click.command(epilog="Example:\n\n  fmstack validate\n\n  fmstack validate --only training --json")
+@click.option("--only", type=click.Choice(["training", "collectives"]), default=None, help="Run one set of cases only.")
+@catalog_option
+@json_option
+def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
+    """Run the model on every published case (training runs, nccl-tests) and print predicted vs measured."""
+    cat = load_catalog(catalog_dir)
+    result: dict[str, Any] = {}
+    training: list[TrainingCheck] = []
+    collectives: list[Any] = []
+    if only in (None, "training"):
+        training = validate_training(cat)
+        dense = summary(training, "dense")
+        moe = summary(training, "moe")
+        result["training"] = {
+            "cases": [asdict(c) for c in training],
+            "dense": {"median_abs_error_pct": dense[0], "worst_abs_error_pct": dense[1], "compared": dense[2]},
+            "moe": {"median_abs_error_pct": moe[0], "worst_abs_error_pct": moe[1], "compared": moe[2]},
+            "not_expressible": sum(1 for c in training if c.not_expressible),
+        }
+    if only in (None, "collectives"):
+        collectives = _collective_checks(cat)
+        result["collectives"] = {"cases": [asdict(c) for c in collectives]}
+    if as_json:
+        print_json(result)
+        return
+    out = console()
+    if training:
+        table = Table("id", "model", "GPUs", "metric", "measured", "predicted", "error", "config / why not",
+                      title="training: predicted vs published", title_justify="left")  # fmt: skip
+        for c in training:
+            if c.predicted is None:
+                table.add_row(c.id, c.model, str(c.num_gpus), c.metric, f"{c.measured:g}", "-", "-",
+                              f"[yellow]not expressible: {c.not_expressible}")  # fmt: skip
+            else:
+                table.add_row(c.id, c.model, str(c.num_gpus), c.metric, f"{c.measured:g}", f"{c.predicted:.4g}",
+                              f"{c.error_pct:+.1f} %", c.config)  # fmt: skip
+        out.print(table)
+        for scope in ("dense", "moe"):
+            med, worst, n = summary(training, scope)
+            out.print(f"training {scope}: {n} cases, median |error| {med:.1f} %, worst {worst:.1f} %")
+    if collectives:
+        table = Table("id", "op", "system", "GPUs", "bytes", "measured busbw", "predicted", "error", "in scope",
+                      title="collectives: busbw GB/s, predicted vs nccl-tests", title_justify="left")  # fmt: skip
+        for c in collectives:
+            pred = "-" if c.predicted_busbw_gbps is None else f"{c.predicted_busbw_gbps:.1f}"
+            err = "-" if c.error_pct is None else f"{c.error_pct:+.1f} %"
+            table.add_row(c.id, c.op, c.system, str(c.num_gpus), f"{c.size_bytes:,.0f}" if c.size_bytes else "-",
+                          f"{c.measured_busbw_gbps:g}", pred, err, "yes" if c.in_scope else f"no: {c.note}")  # fmt: skip
+        out.print(table)
+        errors = sorted(abs(c.error_pct) for c in collectives if c.in_scope and c.error_pct is not None)
+        if errors:
+            out.print(
+                f"collectives in scope: {len(errors)} cases, median |error| {errors[len(errors) // 2]:.1f} %, "
+                f"worst {errors[-1]:.1f} %"
+            )

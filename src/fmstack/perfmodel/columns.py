@@ -1,0 +1,112 @@
+"""Training configurations as columns of NumPy arrays, so one formula serves one config or millions.
+
+The scalar estimate (:func:`fmstack.perfmodel.training.estimate_training`) builds one-row columns from a
+:class:`TrainConfig`; the planner builds long columns from its enumeration. Both then call the same
+vectorised step model, so the two paths give the same numbers by construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fmstack.perfmodel.config import PRECISION_CHOICES, RECOMPUTE_CHOICES, SHARDING_CHOICES, TrainConfig
+
+F = NDArray[np.float64]
+
+RECOMPUTE_CODE = {name: i for i, name in enumerate(RECOMPUTE_CHOICES)}
+PRECISION_CODE = {name: i for i, name in enumerate(PRECISION_CHOICES)}
+SHARDING_CODE = {name: i for i, name in enumerate(SHARDING_CHOICES)}
+
+
+@dataclass(frozen=True, slots=True)
+class Columns:
+    """One float64 array per configuration field; codes for the categorical ones."""
+
+    tp: F
+    pp: F
+    dp: F
+    cp: F
+    ep: F
+    etp: F
+    sp: F
+    vpp: F
+    mb: F
+    gb: F
+    seq: F
+    precision: F
+    recompute: F
+    sharding: F
+    hsdp: F
+    overlap_dp: F
+    overlap_tp: F
+    flash: F
+    grad_bytes: F
+    reduce_bytes: F
+
+    def __len__(self) -> int:
+        return int(self.tp.shape[0])
+
+    def row(self, i: int) -> TrainConfig:
+        """The configuration of row ``i`` as a TrainConfig."""
+        inv_p = {v: k for k, v in PRECISION_CODE.items()}
+        inv_r = {v: k for k, v in RECOMPUTE_CODE.items()}
+        inv_s = {v: k for k, v in SHARDING_CODE.items()}
+        return TrainConfig(
+            tp=int(self.tp[i]),
+            pp=int(self.pp[i]),
+            dp=int(self.dp[i]),
+            cp=int(self.cp[i]),
+            ep=int(self.ep[i]),
+            etp=int(self.etp[i]),
+            sequence_parallel=bool(self.sp[i]),
+            virtual_stages=int(self.vpp[i]),
+            micro_batch=int(self.mb[i]),
+            global_batch=int(self.gb[i]),
+            seq_len=int(self.seq[i]),
+            precision=inv_p[int(self.precision[i])],
+            recompute=inv_r[int(self.recompute[i])],
+            sharding=inv_s[int(self.sharding[i])],
+            hsdp_shard_size=int(self.hsdp[i]),
+            overlap_dp=bool(self.overlap_dp[i]),
+            overlap_tp=bool(self.overlap_tp[i]),
+            flash_attention=bool(self.flash[i]),
+            grad_bytes=int(self.grad_bytes[i]),
+            reduce_bytes=int(self.reduce_bytes[i]),
+        )
+
+    def take(self, index: NDArray[np.int64]) -> Columns:
+        return Columns(*(getattr(self, f.name)[index] for f in fields(self)))
+
+
+def columns_from_configs(configs: Sequence[TrainConfig]) -> Columns:
+    """Columns with one row per configuration."""
+
+    def col(values: Sequence[float]) -> F:
+        return np.asarray(values, dtype=np.float64)
+
+    return Columns(
+        tp=col([c.tp for c in configs]),
+        pp=col([c.pp for c in configs]),
+        dp=col([c.dp for c in configs]),
+        cp=col([c.cp for c in configs]),
+        ep=col([c.ep for c in configs]),
+        etp=col([c.etp for c in configs]),
+        sp=col([float(c.sequence_parallel) for c in configs]),
+        vpp=col([c.virtual_stages for c in configs]),
+        mb=col([c.micro_batch for c in configs]),
+        gb=col([c.global_batch for c in configs]),
+        seq=col([c.seq_len for c in configs]),
+        precision=col([PRECISION_CODE[c.precision] for c in configs]),
+        recompute=col([RECOMPUTE_CODE[c.recompute] for c in configs]),
+        sharding=col([SHARDING_CODE[c.sharding] for c in configs]),
+        hsdp=col([c.hsdp_shard_size for c in configs]),
+        overlap_dp=col([float(c.overlap_dp) for c in configs]),
+        overlap_tp=col([float(c.overlap_tp) for c in configs]),
+        flash=col([float(c.flash_attention) for c in configs]),
+        grad_bytes=col([c.grad_bytes for c in configs]),
+        reduce_bytes=col([c.reduce_bytes for c in configs]),
+    )

@@ -1,0 +1,178 @@
+"""The training configuration: parallel degrees, batch, precision, recomputation, overlap.
+
+Validated against a model and a cluster by :func:`validate_config`, which raises InputError with the
+arithmetic that failed (``tp(8) * pp(4) * cp(1) * dp(3) = 96 != num_gpus(128)``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from fmstack.catalog.schema import ModelArch
+from fmstack.errors import InputError
+
+Recompute = Literal["none", "selective", "full"]
+Precision = Literal["bf16", "fp16", "fp8"]
+Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp", "hsdp"]
+Schedule = Literal["1f1b", "interleaved"]
+
+RECOMPUTE_CHOICES: tuple[Recompute, ...] = ("none", "selective", "full")
+PRECISION_CHOICES: tuple[Precision, ...] = ("bf16", "fp16", "fp8")
+SHARDING_CHOICES: tuple[Sharding, ...] = ("none", "zero1", "zero2", "zero3", "fsdp", "hsdp")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainConfig:
+    """How one training step is run. Degrees multiply to the job's GPU count: tp * pp * cp * dp."""
+
+    tp: int = 1
+    """Tensor parallel degree (Megatron column/row split of every linear layer)."""
+    pp: int = 1
+    """Pipeline parallel stages."""
+    dp: int = 1
+    """Data parallel replicas (with ZeRO / FSDP, the sharding group unless hsdp)."""
+    cp: int = 1
+    """Context parallel degree (ring attention over sequence chunks)."""
+    ep: int = 1
+    """Expert parallel degree (MoE experts split across ep ranks of the dp * cp group)."""
+    etp: int = 1
+    """Tensor parallel degree inside each expert."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism: norms and dropout split over the TP group (Korthikanti et al. 2022)."""
+    virtual_stages: int = 1
+    """Model chunks per pipeline stage (interleaved 1F1B when > 1)."""
+    micro_batch: int = 1
+    """Sequences per micro-batch per data-parallel replica."""
+    global_batch: int = 1
+    """Sequences per optimizer step, over all replicas."""
+    seq_len: int = 2048
+    precision: Precision = "bf16"
+    """Compute precision of the linear layers; fp8 keeps attention, norms and optimizer in bf16/fp32."""
+    recompute: Recompute = "none"
+    sharding: Sharding = "zero1"
+    """Optimizer / gradient / parameter sharding over the data-parallel group (zero1 = distributed optimizer)."""
+    hsdp_shard_size: int = 8
+    """With hsdp: GPUs per sharding group (replicated across the others)."""
+    overlap_dp: bool = True
+    """Overlap data-parallel gradient reduction / FSDP gathers with compute."""
+    overlap_tp: bool = False
+    """Overlap tensor-parallel collectives with GEMMs (Transformer Engine userbuffers)."""
+    flash_attention: bool = True
+    """Fused attention (FlashAttention): causal blocks skipped, no s^2 activations stored."""
+    grad_bytes: int = 4
+    """Bytes per gradient element kept for the optimizer (4: fp32 main grads, as Megatron-Core)."""
+    reduce_bytes: int = 2
+    """Bytes per gradient element on the wire for the data-parallel reduction (bf16)."""
+
+    @property
+    def model_parallel(self) -> int:
+        return self.tp * self.pp * self.cp
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def num_micro_batches(self) -> int:
+        return self.global_batch // (self.micro_batch * self.dp)
+
+    def with_(self, **changes: object) -> TrainConfig:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _positive(name: str, value: int) -> None:
+    if value < 1:
+        raise InputError(name, f"must be >= 1, got {value}")
+
+
+def validate_config(cfg: TrainConfig, model: ModelArch, num_gpus: int) -> None:
+    """Check shapes; raise InputError showing the arithmetic that failed."""
+    for name in ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_stages", "micro_batch", "global_batch", "seq_len"):
+        _positive(name, getattr(cfg, name))
+    if cfg.precision not in PRECISION_CHOICES:
+        raise InputError("precision", f"{cfg.precision!r} unknown; allowed: {', '.join(PRECISION_CHOICES)}")
+    if cfg.recompute not in RECOMPUTE_CHOICES:
+        raise InputError("recompute", f"{cfg.recompute!r} unknown; allowed: {', '.join(RECOMPUTE_CHOICES)}")
+    if cfg.sharding not in SHARDING_CHOICES:
+        raise InputError("sharding", f"{cfg.sharding!r} unknown; allowed: {', '.join(SHARDING_CHOICES)}")
+    product = cfg.num_gpus
+    if product != num_gpus:
+        raise InputError(
+            "parallelism",
+            f"tp({cfg.tp}) * pp({cfg.pp}) * cp({cfg.cp}) * dp({cfg.dp}) = {product} != num_gpus({num_gpus})",
+        )
+    if model.num_heads % cfg.tp:
+        raise InputError("tp", f"num_heads({model.num_heads}) of {model.name} is not divisible by tp({cfg.tp})")
+    if model.num_kv_heads % cfg.tp and cfg.tp % model.num_kv_heads:
+        raise InputError(
+            "tp", f"num_kv_heads({model.num_kv_heads}) and tp({cfg.tp}) must divide one another (replicated kv heads)"
+        )
+    if model.num_layers < cfg.pp * cfg.virtual_stages:
+        raise InputError(
+            "pp",
+            f"num_layers({model.num_layers}) < pp({cfg.pp}) * virtual_stages({cfg.virtual_stages}): a chunk would be empty",
+        )
+    if cfg.virtual_stages > 1 and cfg.pp == 1:
+        raise InputError(
+            "virtual_stages", f"interleaving needs pp > 1, got pp(1) with virtual_stages({cfg.virtual_stages})"
+        )
+    if cfg.seq_len % (2 * cfg.cp) and cfg.cp > 1:
+        raise InputError(
+            "cp", f"seq_len({cfg.seq_len}) must be divisible by 2 * cp({cfg.cp}) for load-balanced ring attention"
+        )
+    per_step = cfg.micro_batch * cfg.dp
+    if cfg.global_batch % per_step:
+        raise InputError(
+            "global_batch",
+            f"global_batch({cfg.global_batch}) is not a multiple of micro_batch({cfg.micro_batch}) * dp({cfg.dp}) = {per_step}",
+        )
+    if cfg.virtual_stages > 1 and cfg.num_micro_batches % cfg.pp:
+        raise InputError(
+            "global_batch",
+            f"interleaved schedule needs micro-batches({cfg.num_micro_batches}) to be a multiple of pp({cfg.pp})",
+        )
+    if model.moe is None:
+        if cfg.ep > 1:
+            raise InputError("ep", f"{model.name} is dense; ep({cfg.ep}) must be 1")
+    else:
+        if model.moe.num_experts % cfg.ep:
+            raise InputError("ep", f"ep({cfg.ep}) does not divide num_experts({model.moe.num_experts}) of {model.name}")
+        group = cfg.dp * cfg.cp * cfg.tp
+        if group % (cfg.ep * cfg.etp):
+            raise InputError(
+                "ep", f"ep({cfg.ep}) * etp({cfg.etp}) must divide dp({cfg.dp}) * cp({cfg.cp}) * tp({cfg.tp}) = {group}"
+            )
+    if cfg.sharding == "hsdp" and (cfg.dp % cfg.hsdp_shard_size):
+        raise InputError("hsdp_shard_size", f"dp({cfg.dp}) is not a multiple of hsdp_shard_size({cfg.hsdp_shard_size})")
+    if cfg.seq_len > model.max_seq_len * 4:
+        raise InputError(
+            "seq_len", f"seq_len({cfg.seq_len}) is far beyond {model.name}'s max_seq_len({model.max_seq_len})"
+        )
+
+
+def fill_defaults(num_gpus: int, given: dict[str, object]) -> TrainConfig:
+    """A TrainConfig from the degrees a user gave; what is left out defaults sensibly.
+
+    tp, pp, cp, ep default to 1 and the remaining GPUs go to dp; sequence parallelism is on when tp > 1;
+    the global batch defaults to enough micro-batches to keep the 1F1B bubble (p - 1) / m at or below
+    25 % (m = 4 p), i.e. dp * micro_batch * 4 * pp sequences.
+    """
+    values = {k: v for k, v in given.items() if v is not None}
+    tp = int(values.get("tp", 1))  # type: ignore[call-overload]
+    pp = int(values.get("pp", 1))  # type: ignore[call-overload]
+    cp = int(values.get("cp", 1))  # type: ignore[call-overload]
+    for name, value in (("tp", tp), ("pp", pp), ("cp", cp)):
+        _positive(name, value)
+    if "dp" not in values:
+        mp = tp * pp * cp
+        if num_gpus % mp:
+            raise InputError(
+                "parallelism", f"tp({tp}) * pp({pp}) * cp({cp}) = {mp} does not divide num_gpus({num_gpus})"
+            )
+        values["dp"] = num_gpus // mp
+    values.setdefault("sequence_parallel", tp > 1)
+    mb = int(values.get("micro_batch", 1))  # type: ignore[call-overload]
+    dp = int(values["dp"])  # type: ignore[call-overload]
+    values.setdefault("global_batch", dp * mb * (4 * pp if pp > 1 else 1))
+    return TrainConfig(**values)  # type: ignore[arg-type]

@@ -1,0 +1,89 @@
+"""How much of the GPU's peak an operation gets: GEMM efficiency by size, attention, memory-bound ops.
+
+Defaults are data (``data/efficiency.yaml``, per GPU architecture and precision, each with its
+justification); a measured calibration profile (``fmstack bench --out``) replaces them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import numpy as np
+import yaml
+from numpy.typing import NDArray
+
+from fmstack.catalog.schema import GPU
+from fmstack.errors import InputError
+from fmstack.perfmodel.calibration import CalibrationProfile, Curve
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Efficiency:
+    """Efficiency model of one GPU: GEMM curve per precision, attention and memory-bound fractions."""
+
+    gemm: dict[str, Curve]
+    attention: float
+    memory: float
+    source: str
+
+    def gemm_at(self, precision: str, flops_per_call: NDArray[np.float64]) -> NDArray[np.float64]:
+        curve = self.gemm.get(precision) or self.gemm["bf16"]
+        return curve.at(np.maximum(np.asarray(flops_per_call, dtype=np.float64), 1.0))
+
+
+@lru_cache(maxsize=1)
+def _load_defaults() -> dict[str, Any]:
+    """The packaged defaults file, parsed once per process (immutable data, not state)."""
+    text = (resources.files("fmstack.perfmodel") / "data" / "efficiency.yaml").read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    assert isinstance(data, dict)
+    return data
+
+
+def default_efficiency(gpu: GPU) -> Efficiency:
+    """The documented default curves for ``gpu``'s architecture."""
+    return _default_for(gpu.architecture)
+
+
+@lru_cache(maxsize=16)
+def _default_for(architecture: str) -> Efficiency:
+    table = _load_defaults()
+    entry = table.get(architecture)
+    if entry is None:
+        raise InputError(
+            "gpu",
+            f"no default efficiency for architecture {architecture!r}; known: {', '.join(table)}; "
+            "pass --calibration with a measured profile",
+        )
+    curves = {k: Curve(x=v["x"], y=v["y"]) for k, v in entry.items() if isinstance(v, dict)}
+    return Efficiency(
+        gemm=curves, attention=float(entry["attention"]), memory=float(entry["memory"]), source=str(entry["source"])
+    )
+
+
+def efficiency_from_profile(profile: CalibrationProfile, gpu: GPU) -> Efficiency:
+    """Measured GEMM efficiency curves (and memory bandwidth fraction) replace the defaults for ``gpu``.
+
+    Precisions the profile did not measure keep their defaults; the attention fraction keeps its default
+    scaled by the measured / default GEMM plateau ratio (attention kernels are Tensor-core bound too).
+    """
+    base = default_efficiency(gpu)
+    gemm = dict(base.gemm)
+    for dtype, curve in profile.gemm_efficiency.items():
+        gemm[dtype] = curve
+    ratio = 1.0
+    if "bf16" in profile.gemm_efficiency:
+        measured = profile.gemm_efficiency["bf16"].y[-1]
+        ratio = measured / base.gemm["bf16"].y[-1]
+    memory = base.memory
+    if profile.memory_bw_gbps is not None and profile.device.peak_memory_bw_gbps:
+        memory = min(1.0, profile.memory_bw_gbps.y[-1] / profile.device.peak_memory_bw_gbps)
+    return Efficiency(
+        gemm=gemm,
+        attention=min(1.0, base.attention * ratio),
+        memory=memory,
+        source=f"calibration profile of {profile.device.name} measured {profile.measured_at:%Y-%m-%d}",
+    )

@@ -1,0 +1,294 @@
+"""The vectorised training-step model: one formula for one configuration or millions.
+
+Per micro-batch and pipeline stage (the slowest, last stage with the LM head), forward and backward
+time is GEMM FLOPs at the GPU's peak times a size-dependent efficiency, attention-core FLOPs at the
+attention efficiency (causal half with FlashAttention), memory-bound bytes over HBM bandwidth, and the
+exposed tensor / context / expert parallel communication. The pipeline runs (m + (p - 1) / v) such
+stage-steps (Narayanan et al. 2021, sec. 2.2: bubble fraction (p - 1) / (v m)); the data-parallel
+gradient reduction (or FSDP gathers) adds what compute does not hide; the optimizer step is
+memory-bound. Every term is an array over configuration rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fmstack.catalog.topology import Cluster
+from fmstack.perfmodel.collectives import GroupPlacement, collective_time_s
+from fmstack.perfmodel.columns import PRECISION_CODE, SHARDING_CODE, Columns
+from fmstack.perfmodel.efficiency import Efficiency
+from fmstack.perfmodel.memory import MemoryArrays, local_params, memory_per_gpu
+from fmstack.perfmodel.modelconsts import ModelConsts
+
+F = NDArray[np.float64]
+
+OPTIMIZER_BYTES_PER_PARAM_STEP = 34.0
+"""Adam step traffic per sharded parameter: read fp32 master, m, v, grad (16 B), write master, m, v (12 B),
+write bf16 weights (2 B), plus the gradient-norm pass (4 B)."""
+TP_OVERLAP_HIDDEN = 0.7
+"""Fraction of TP communication hidden by GEMM overlap (Transformer Engine userbuffers) when enabled
+(fmstack default; Wang et al. 2023, 'Overlap communication with dependent computation', report most of it
+hidden)."""
+MOE_LAYER_OVERHEAD_S = 250e-6
+"""Per MoE layer and pass: router softmax / top-k, token histogram with its device-to-host synchronisation
+(Megatron-Core dropless dispatcher), permute and unpermute launches (fmstack default)."""
+PER_LAYER_OVERHEAD_S = 30e-6
+"""Kernel launch and framework time per layer per micro-batch pass that no kernel is busy (fmstack
+default; about 30 kernels of ~1 us launch gap each)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepArrays:
+    """Every time in seconds per optimizer step (``*_s``), per configuration row."""
+
+    step_s: F
+    gemm_s: F
+    attention_s: F
+    memory_bound_s: F
+    recompute_s: F
+    overhead_s: F
+    tp_link_s: F
+    tp_exposed_s: F
+    cp_link_s: F
+    cp_exposed_s: F
+    ep_link_s: F
+    ep_exposed_s: F
+    pp_link_s: F
+    pp_exposed_s: F
+    dp_link_s: F
+    dp_exposed_s: F
+    bubble_s: F
+    optimizer_s: F
+    model_flops: F
+    hardware_flops: F
+    tokens: F
+    memory: MemoryArrays
+
+
+def _placement_per_domain(size: F, stride: F, gpus_per_domain: float) -> F:
+    """Ranks of a group (``stride`` apart in the node-major rank order) that share one NVLink domain: the
+    largest divisor of the group size that fits in the domain (computed once per distinct pair)."""
+    cap = np.clip(np.floor(gpus_per_domain / stride), 1.0, None)
+    if size.shape[0] <= 8:  # one or a few rows: plain Python is faster than np.unique
+        return np.array(
+            [_largest_divisor_at_most(int(n), int(c)) for n, c in zip(size, cap, strict=True)], dtype=np.float64
+        )
+    pairs = np.stack([size, np.minimum(cap, size)], axis=-1).astype(np.int64)
+    unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
+    best = np.array([_largest_divisor_at_most(int(n), int(c)) for n, c in unique], dtype=np.float64)
+    return best[inverse.reshape(-1)]
+
+
+def _largest_divisor_at_most(n: int, cap: int) -> int:
+    for d in range(min(n, cap), 0, -1):
+        if n % d == 0:
+            return d
+    return 1
+
+
+def _comm(op: str, size_bytes: F, ranks: F, per_domain: F, cluster: Cluster) -> F:
+    if not np.any(ranks > 1) or not np.any(size_bytes > 0):
+        return np.zeros(np.broadcast_shapes(np.shape(ranks), np.shape(size_bytes)))
+    out = collective_time_s(op, size_bytes, GroupPlacement(num_ranks=ranks, ranks_per_domain=per_domain), cluster)  # type: ignore[arg-type]
+    return np.where(ranks > 1, np.asarray(out, dtype=np.float64), 0.0)
+
+
+def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns) -> StepArrays:
+    """Step time, its breakdown, FLOPs and memory for every configuration row of ``c``."""
+    gpu = cluster.gpu
+    gpd = float(cluster.gpus_per_domain)
+    h = mc.h
+    t, p, v, cp, ep = c.tp, c.pp, c.vpp, c.cp, c.ep
+    m = c.gb / (c.mb * c.dp)
+    tokens_mb = c.mb * c.seq / cp  # tokens of one micro-batch on one GPU's sequence shard
+    fp8 = c.precision == PRECISION_CODE["fp8"]
+    peak_lin = np.where(fp8, gpu.fp8_dense_tflops or gpu.bf16_dense_tflops, gpu.bf16_dense_tflops) * 1e12
+    peak_attn = gpu.bf16_dense_tflops * 1e12
+    hbm_bps = gpu.hbm_bw_gbps * 1e9 * eff.memory
+
+    # GEMM FLOPs per micro-batch on one GPU of the last stage (its share of layers + the LM head)
+    layer_linear = (mc.fwd_linear_per_token - mc.fwd_head_per_token - mc.fwd_expert_per_token) / mc.layers
+    # uneven splits are allowed: the slowest stage holds ceil(L / (p v)) layers in each of its v chunks
+    stage_layers = np.ceil(mc.layers / (p * v)) * v
+    dense_lin_tok = stage_layers * layer_linear / t + mc.fwd_head_per_token / t
+    expert_lin_tok = (mc.fwd_expert_per_token / mc.layers * stage_layers) / t
+    # representative GEMM size: an MLP / projection GEMM of this micro-batch
+    mlp_call = 2.0 * tokens_mb * h * np.maximum(mc.ffn, mc.q_width) / t
+    expert_call = 2.0 * tokens_mb * mc.top_k * ep / np.maximum(mc.experts, 1.0) * h * mc.expert_ffn / t
+    eff_dense = _gemm_eff(eff, c, mlp_call)
+    eff_expert = _gemm_eff(eff, c, np.maximum(expert_call, 1.0))
+    gemm_fwd = tokens_mb * dense_lin_tok / (peak_lin * eff_dense) + tokens_mb * expert_lin_tok / (
+        peak_lin * np.where(mc.experts > 0, eff_expert, 1.0)
+    )
+
+    causal = np.where(c.flash > 0, 0.5, 1.0)
+    core_flops = tokens_mb * (mc.fwd_core_per_token_per_ctx / mc.layers * stage_layers) * c.seq / t  # full, non-causal
+    core_call = 2.0 * tokens_mb * c.seq * mc.q_width / t
+    attn_eff = np.where(c.flash > 0, eff.attention, _gemm_eff_bf16(eff, core_call))
+    attn_fwd = core_flops * causal / (peak_attn * attn_eff)
+
+    mem_fwd = tokens_mb * stage_layers * _elementwise_bytes_per_token_layer(mc, c) / hbm_bps
+    fwd_compute = gemm_fwd + attn_fwd + mem_fwd
+    overhead_fwd = (
+        stage_layers * PER_LAYER_OVERHEAD_S + stage_layers * (mc.moe_layers / mc.layers) * MOE_LAYER_OVERHEAD_S
+    )
+    recompute = np.where(c.recompute == 2, fwd_compute, np.where(c.recompute == 1, attn_fwd, 0.0))
+
+    # tensor parallel: 2 all-reduces (or all-gather + reduce-scatter with SP) per layer per pass
+    tp_pd = _placement_per_domain(t, np.ones_like(t), gpd)
+    act_bytes = tokens_mb * h * 2.0
+    tp_one = _comm("all_reduce", act_bytes, t, tp_pd, cluster)
+    tp_passes = 2.0 + np.where(c.recompute == 2, 1.0, 0.0)  # forward, backward (input grads), recomputed forward
+    tp_link = 2.0 * stage_layers * tp_one * tp_passes
+    tp_exposed = tp_link * np.where(c.overlap_tp > 0, 1.0 - TP_OVERLAP_HIDDEN, 1.0)
+
+    # context parallel: ring attention passes K and V chunks, overlapped with the attention core
+    cp_pd = _placement_per_domain(cp, t, gpd)
+    kv_bytes = tokens_mb * 2.0 * mc.kv_width * 2.0 / t
+    cp_step = _comm(
+        "send_recv", kv_bytes, np.where(cp > 1, 2.0, 1.0), np.where((cp > 1) & (cp_pd >= cp), 2.0, 1.0), cluster
+    )
+    cp_fwd = stage_layers * (cp - 1.0) * cp_step
+    cp_link = cp_fwd * 3.0
+    attn_core_total = attn_fwd * 3.0
+    cp_exposed = np.maximum(0.0, cp_link - attn_core_total)
+
+    # expert parallel: dispatch + combine all-to-all per MoE layer, forward and backward
+    ep_pd = _placement_per_domain(ep, t, gpd)
+    a2a_bytes = tokens_mb / t * mc.top_k * h * 2.0
+    ep_one = _comm("all_to_all", a2a_bytes, ep, ep_pd, cluster)  # nccl-tests size: bytes each rank sends
+    ep_link = (mc.moe_layers / mc.layers * stage_layers) * 2.0 * ep_one * (2.0 + np.where(c.recompute == 2, 1.0, 0.0))
+    ep_exposed = ep_link
+
+    # pipeline point-to-point: activations to the next stage, gradients back
+    pp_stride = t * cp * c.dp
+    pp_pd = _placement_per_domain(p, pp_stride, gpd)
+    p2p_bytes = tokens_mb * h * 2.0 / np.where(c.sp > 0, t, 1.0)
+    pp_one = _comm(
+        "send_recv", p2p_bytes, np.where(p > 1, 2.0, 1.0), np.where((p > 1) & (pp_pd >= p), 2.0, 1.0), cluster
+    )
+    pp_link_mb = 2.0 * v * pp_one * np.where(p > 1, 1.0, 0.0)
+
+    t_f = fwd_compute + overhead_fwd
+    t_b = 2.0 * fwd_compute + recompute + 2.0 * overhead_fwd
+    t_comm = tp_exposed + cp_exposed + ep_exposed
+    t_mb = t_f + t_b + t_comm + pp_link_mb
+    bubble = (p - 1.0) / v * (t_f + t_b + t_comm)
+    pipeline = m * t_mb + bubble
+
+    # data parallel gradient reduction / FSDP gathers
+    nonexpert, expert = local_params(mc, c)
+    dp_group = c.dp * cp
+    dp_pd = _placement_per_domain(dp_group, t, gpd)
+    expert_dp = dp_group * t / (ep * c.etp)
+    exp_pd = _placement_per_domain(expert_dp, ep * c.etp, gpd) if mc.params_expert > 0 else np.ones_like(expert_dp)
+    hsdp = c.sharding == SHARDING_CODE["hsdp"]
+    full_shard = (c.sharding >= SHARDING_CODE["zero3"]) & ~hsdp
+    any_full = bool(np.any(full_shard))
+    none_bytes = np.zeros_like(nonexpert)
+    grad_ar = _comm("all_reduce", nonexpert * c.reduce_bytes, dp_group, dp_pd, cluster) + _comm(
+        "all_reduce", expert * c.reduce_bytes, expert_dp, exp_pd, cluster
+    )
+    ag = _comm("all_gather", nonexpert * 2.0 if any_full else none_bytes, dp_group, dp_pd, cluster) + _comm(
+        "all_gather", expert * 2.0 if any_full else none_bytes, expert_dp, exp_pd, cluster
+    )
+    rs = _comm("reduce_scatter", nonexpert * c.reduce_bytes if any_full else none_bytes, dp_group, dp_pd, cluster)
+    rs = rs + _comm("reduce_scatter", expert * c.reduce_bytes if any_full else none_bytes, expert_dp, exp_pd, cluster)
+    shard = np.where(hsdp, np.gcd(c.hsdp.astype(np.int64), dp_group.astype(np.int64)), 1.0)
+    hsdp_ag = _comm("all_gather", nonexpert * 2.0, shard, _placement_per_domain(shard, t, gpd), cluster)
+    replicas = dp_group / shard
+    hsdp_ar = _comm(
+        "all_reduce",
+        nonexpert * c.reduce_bytes / shard,
+        replicas,
+        _placement_per_domain(replicas, t * shard, gpd),
+        cluster,
+    )
+    # zero3 / fsdp: parameters gathered for forward and backward of every micro-batch, grads reduced once
+    fsdp_link = m * 2.0 * ag + rs
+    fsdp_exposed = np.where(
+        c.overlap_dp > 0,
+        m * (np.maximum(0.0, ag - t_f) + np.maximum(0.0, ag - t_b)) + np.maximum(0.0, rs - t_b),
+        fsdp_link,
+    )
+    hsdp_link = m * 2.0 * hsdp_ag + hsdp_ar
+    hsdp_exposed = np.where(
+        c.overlap_dp > 0,
+        m * (np.maximum(0.0, hsdp_ag - t_f) + np.maximum(0.0, hsdp_ag - t_b)) + np.maximum(0.0, hsdp_ar - t_b),
+        hsdp_link,
+    )
+    window = t_b + np.where(c.sharding >= SHARDING_CODE["zero1"], t_f, 0.0)
+    ddp_exposed = np.where(c.overlap_dp > 0, np.maximum(0.0, grad_ar - window), grad_ar)
+    dp_link = np.where(hsdp, hsdp_link, np.where(full_shard, fsdp_link, grad_ar))
+    dp_exposed = np.where(hsdp, hsdp_exposed, np.where(full_shard, fsdp_exposed, ddp_exposed))
+
+    # optimizer step on the local (sharded) parameters
+    opt_shard = np.where(c.sharding >= SHARDING_CODE["zero1"], np.where(hsdp, shard, dp_group), 1.0)
+    exp_shard = np.where(
+        c.sharding >= SHARDING_CODE["zero1"], np.where(hsdp, np.minimum(shard, expert_dp), expert_dp), 1.0
+    )
+    opt_params = nonexpert / opt_shard + expert / exp_shard
+    optimizer = opt_params * OPTIMIZER_BYTES_PER_PARAM_STEP / hbm_bps
+
+    step = pipeline + dp_exposed + optimizer
+
+    tokens = c.gb * c.seq
+    model_flops = tokens * (3.0 * (mc.fwd_linear_per_token + mc.fwd_core_per_token_per_ctx * c.seq))
+    recompute_model = np.where(
+        c.recompute == 2,
+        tokens * (mc.fwd_linear_per_token - mc.fwd_head_per_token + mc.fwd_core_per_token_per_ctx * c.seq),
+        np.where(c.recompute == 1, tokens * mc.fwd_core_per_token_per_ctx * c.seq, 0.0),
+    )
+    return StepArrays(
+        step_s=step,
+        gemm_s=m * 3.0 * gemm_fwd,
+        attention_s=m * 3.0 * attn_fwd,
+        memory_bound_s=m * 3.0 * mem_fwd,
+        recompute_s=m * recompute,
+        overhead_s=m * 3.0 * overhead_fwd,
+        tp_link_s=m * tp_link,
+        tp_exposed_s=m * tp_exposed,
+        cp_link_s=m * cp_link,
+        cp_exposed_s=m * cp_exposed,
+        ep_link_s=m * ep_link,
+        ep_exposed_s=m * ep_exposed,
+        pp_link_s=m * pp_link_mb,
+        pp_exposed_s=m * pp_link_mb,
+        dp_link_s=dp_link,
+        dp_exposed_s=dp_exposed,
+        bubble_s=bubble,
+        optimizer_s=optimizer,
+        model_flops=model_flops,
+        hardware_flops=model_flops + recompute_model,
+        tokens=tokens,
+        memory=memory_per_gpu(mc, c),
+    )
+
+
+def _gemm_eff(eff: Efficiency, c: Columns, flops_per_call: F) -> F:
+    bf16 = eff.gemm_at("bf16", flops_per_call)
+    fp8 = eff.gemm_at("fp8", flops_per_call)
+    return np.where(c.precision == PRECISION_CODE["fp8"], fp8, bf16)
+
+
+def _gemm_eff_bf16(eff: Efficiency, flops_per_call: F) -> F:
+    return eff.gemm_at("bf16", flops_per_call)
+
+
+def _elementwise_bytes_per_token_layer(mc: ModelConsts, c: Columns) -> F:
+    """HBM bytes per token per layer (forward) of norms, residual adds, activation function, dropout, casts."""
+    h = mc.h
+    split = np.where(c.sp > 0, c.tp, 1.0)
+    norms = 2.0 * (2.0 * h + 2.0 * h)  # read and write h in 2 B, two norms
+    residual = 2.0 * 3.0 * 2.0 * h  # read two, write one
+    dropout = (2.0 * (2.0 * h + 2.0 * h + h)) if mc.dropout else 0.0
+    act_width = mc.ffn if mc.moe_layers == 0 else mc.top_k * mc.expert_ffn
+    act = (6.0 if mc.swiglu else 4.0) * act_width / c.tp
+    softmax = np.where(c.flash > 0, 0.0, mc.heads * c.seq * (6.0 + (5.0 if mc.dropout else 0.0)) / c.tp)
+    fp8_casts = np.where(c.precision == PRECISION_CODE["fp8"], 3.0 * (4.0 * h + mc.ffn) / c.tp, 0.0)
+    # MoE: permute tokens into expert order and back (read + write each), averaged over all layers
+    permute = (mc.moe_layers / mc.layers) * 4.0 * mc.top_k * h * 2.0 / c.tp
+    return np.asarray((norms + residual + dropout) / split + act + softmax + fp8_casts + permute, dtype=np.float64)
