@@ -47,7 +47,7 @@ def _bw_bytes_per_s(bw_gbps: Real) -> FloatArray:
 
 
 def ring_all_reduce_time_s(size_bytes: Real, n: Real, bw_gbps: Real, latency_s: Real) -> Time:
-    """Ring all-reduce: ``2(n-1) alpha + 2(n-1)/n * S / B`` (Thakur et al. 2005 sec. 4.4; Patarasuk and
+    """Ring all-reduce: ``2(n-1) alpha + 2(n-1)/n * S / B`` (Thakur et al. 2005 sec. 4; Patarasuk and
     Yuan 2009). ``B`` is the per-rank link bandwidth the ring runs at; n = 1 costs nothing."""
     s, k = _f(size_bytes), _f(n)
     t = 2 * (k - 1) * _f(latency_s) + 2 * (k - 1) / k * s / _bw_bytes_per_s(bw_gbps)
@@ -55,14 +55,14 @@ def ring_all_reduce_time_s(size_bytes: Real, n: Real, bw_gbps: Real, latency_s: 
 
 
 def ring_all_gather_time_s(size_bytes: Real, n: Real, bw_gbps: Real, latency_s: Real) -> Time:
-    """Ring all-gather of an ``S``-byte output: ``(n-1) alpha + (n-1)/n * S / B`` (Thakur et al. 2005 sec. 4.1)."""
+    """Ring all-gather of an ``S``-byte output: ``(n-1) alpha + (n-1)/n * S / B`` (Thakur et al. 2005 sec. 4)."""
     s, k = _f(size_bytes), _f(n)
     t = (k - 1) * _f(latency_s) + (k - 1) / k * s / _bw_bytes_per_s(bw_gbps)
     return _out(np.where(k > 1, t, 0.0))
 
 
 def ring_reduce_scatter_time_s(size_bytes: Real, n: Real, bw_gbps: Real, latency_s: Real) -> Time:
-    """Ring reduce-scatter of an ``S``-byte input: same cost as the ring all-gather (Thakur et al. 2005 sec. 4.5)."""
+    """Ring reduce-scatter of an ``S``-byte input: same cost as the ring all-gather (Thakur et al. 2005 sec. 4)."""
     return ring_all_gather_time_s(size_bytes, n, bw_gbps, latency_s)
 
 
@@ -71,8 +71,8 @@ def pipelined_time_s(latency_s: Real, fill_s: Real, transfer_s: Real) -> Time:
 
     Moving S bytes through k pipeline stages in chunks of c bytes costs ``(k - 1 + S/c) (o + c/B)``; the
     optimal c = sqrt(S o B / (k - 1)) gives ``(sqrt((k-1) o) + sqrt(S/B))^2`` (Johnsson and Ho 1989,
-    "Optimum broadcasting and personalized communication in hypercubes", IEEE TC 38(9); the pipelined
-    linear-array broadcast of Traeff and Ripke 2008, eq. 1). ``fill = (k-1) o`` is the sum of the stages'
+    "Optimum broadcasting and personalized communication in hypercubes", IEEE TC 38(9): optimal packet size
+    of a pipelined broadcast). ``fill = (k-1) o`` is the sum of the stages'
     per-chunk overheads and ``transfer = S/B``. NCCL shrinks its chunks for mid-size messages in the same
     spirit (``src/enqueue.cc``: NVLS and NVLS-tree chunk sizes halve while nBytes < k * concurrentOps * chunk).
     """
@@ -113,7 +113,7 @@ def nvls_all_reduce_time_s(
 
 def all_to_all_time_s(size_bytes: Real, n: Real, bw_gbps: Real, latency_s: Real) -> Time:
     """Pairwise all-to-all of an ``S``-byte send buffer: ``(n-1) alpha + (n-1)/n * S / B`` (Thakur et al.
-    2005 sec. 4.6): each rank keeps S/n and sends S/n to each of the n-1 others."""
+    2005 sec. 4): each rank keeps S/n and sends S/n to each of the n-1 others."""
     return ring_all_gather_time_s(size_bytes, n, bw_gbps, latency_s)
 
 
