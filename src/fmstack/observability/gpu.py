@@ -87,17 +87,16 @@ class NvmlBackend:
         except pynvml.NVMLError as exc:
             raise GpuReadError(f"NVML init failed: {exc}") from None
         self._events: Any = None
-        self._index_by_uuid: dict[str, int] = {}
         try:
             self._events = pynvml.nvmlEventSetCreate()
-            for i in range(pynvml.nvmlDeviceGetCount()):
-                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-                self._index_by_uuid[_text(pynvml.nvmlDeviceGetUUID(handle))] = i
-                # events unsupported (e.g. in some VMs): Xids then come only from other sources
-                with contextlib.suppress(pynvml.NVMLError):
-                    pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, self._events)
+            count = pynvml.nvmlDeviceGetCount()
         except pynvml.NVMLError:
-            self._events = None
+            self._events, count = None, 0
+        for i in range(count):
+            # one GPU already lost, or events unsupported (some VMs): the other GPUs still report Xids
+            with contextlib.suppress(pynvml.NVMLError):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+                pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, self._events)
 
     def close(self) -> None:
         try:
