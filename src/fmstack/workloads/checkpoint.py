@@ -1,0 +1,165 @@
+"""Two-tier asynchronous checkpoints with torch.distributed.checkpoint (DCP) and auto-resume.
+
+Save: every rank calls ``dcp.async_save`` into ``<local>/step_N`` on a dedicated gloo process group (so the
+background collectives never interleave with training collectives). DCP's coordinator writes ``.metadata`` only after
+every rank has written its shard, so when rank 0's future is done the checkpoint is complete: rank 0 then writes
+the ``COMMITTED`` marker, queues the copy to the durable tier (fsspec, e.g. s3://) and prunes to the last K.
+At most one save is in flight: the next save first waits for the previous one.
+
+Resume: rank 0 picks the newest committed step in either tier and broadcasts it; every rank loads model, optimizer,
+step (the data position: batches are a pure function of step) and its own RNG state.
+Sources: PyTorch DCP docs (``torch.distributed.checkpoint.async_save``, ``state_dict.get_state_dict``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import async_save
+
+from fmstack.workloads import ckpt_store
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointConfig:
+    """Where and how often to checkpoint."""
+
+    local_dir: str
+    """Fast tier: a local (or shared) directory; written first."""
+    durable_url: str | None = None
+    """Durable tier: a path or fsspec URL (s3://bucket/prefix); committed checkpoints are copied here."""
+    interval_steps: int = 10
+    """Save after every this many optimizer steps."""
+    keep_last: int = 3
+    """Committed checkpoints kept in each tier."""
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+    """fsspec options for the durable tier (e.g. ``{"client_kwargs": {"endpoint_url": ...}}``)."""
+
+    def __post_init__(self) -> None:
+        if self.interval_steps < 1:
+            raise ValueError(f"interval_steps({self.interval_steps}) must be >= 1")
+        if self.keep_last < 1:
+            raise ValueError(f"keep_last({self.keep_last}) must be >= 1")
+
+
+Log = Callable[[str], None]
+
+
+class TieredCheckpointer:
+    """Async DCP saves to a local tier, commit marker, background copy to a durable tier, retention, resume."""
+
+    def __init__(self, cfg: CheckpointConfig, *, log: Log = print) -> None:
+        self.cfg = cfg
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        self._pg = dist.new_group(backend="gloo")
+        self._log = log
+        self._pending: tuple[int, Any] | None = None
+        self._committed_pending = False
+        self._uploader = cf.ThreadPoolExecutor(max_workers=1) if self.rank == 0 and cfg.durable_url else None
+        self._uploads: list[cf.Future[None]] = []
+        self._uploading: set[int] = set()
+        self._lock = threading.Lock()
+
+    def _state(self, model: torch.nn.Module, optim: torch.optim.Optimizer, step: int) -> dict[str, Any]:
+        msd, osd = get_state_dict(model, optim)
+        return {"model": msd, "optim": osd, "step": step, "rng": {f"rank{self.rank}": torch.get_rng_state()}}
+
+    def save(self, step: int, model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
+        """Start an asynchronous save of ``step`` (waits for the previous save first)."""
+        self.wait()
+        self._log(f"ckpt save-begin step={step}")
+        path = ckpt_store.step_dir(self.cfg.local_dir, step)
+        fut = async_save(self._state(model, optim, step), checkpoint_id=path, process_group=self._pg)
+        self._pending = (step, fut)
+        self._committed_pending = False
+
+    def poll(self) -> None:
+        """Commit the in-flight save on rank 0 as soon as it is complete; cheap, call every step."""
+        if self._pending and self.rank == 0 and not self._committed_pending and self._pending[1].done():
+            self._pending[1].result()
+            self._commit(self._pending[0])
+            self._committed_pending = True
+
+    def wait(self) -> None:
+        """Block until the in-flight save is written and committed."""
+        if self._pending is None:
+            return
+        step, fut = self._pending
+        fut.result()
+        if self.rank == 0 and not self._committed_pending:
+            self._commit(step)
+        self._pending = None
+
+    def _commit(self, step: int) -> None:
+        info = {"step": step, "world_size": self.world_size, "time_unix_s": round(time.time(), 3)}
+        ckpt_store.write_marker(self.cfg.local_dir, step, info)
+        self._log(f"ckpt committed step={step}")
+        if self._uploader is not None:
+            with self._lock:
+                self._uploading.add(step)
+            self._uploads.append(self._uploader.submit(self._upload, step))
+        with self._lock:
+            protect = frozenset(self._uploading)
+        ckpt_store.prune(self.cfg.local_dir, self.cfg.keep_last, protect=protect)
+
+    def _upload(self, step: int) -> None:
+        assert self.cfg.durable_url is not None
+        try:
+            ckpt_store.upload(self.cfg.local_dir, step, self.cfg.durable_url, self.cfg.storage_options)
+            ckpt_store.prune(self.cfg.durable_url, self.cfg.keep_last, storage_options=self.cfg.storage_options)
+            self._log(f"ckpt durable step={step}")
+        finally:
+            with self._lock:
+                self._uploading.discard(step)
+
+    def close(self) -> None:
+        """Finish the in-flight save and every durable copy."""
+        self.wait()
+        for up in self._uploads:
+            up.result()
+        if self._uploader is not None:
+            self._uploader.shutdown(wait=True)
+        dist.barrier(group=self._pg)
+
+    def newest(self) -> tuple[int, str] | None:
+        """(step, root) of the newest committed checkpoint over both tiers, as decided by rank 0."""
+        choice: list[Any] = [None]
+        if self.rank == 0:
+            found = [(s, self.cfg.local_dir) for s in ckpt_store.committed_steps(self.cfg.local_dir)[-1:]]
+            if self.cfg.durable_url:
+                durable = ckpt_store.committed_steps(self.cfg.durable_url, self.cfg.storage_options)
+                found += [(s, self.cfg.durable_url) for s in durable[-1:]]
+            # ties go to the local tier (listed first; max keeps the first maximum)
+            choice[0] = max(found, key=lambda sr: sr[0]) if found else None
+        dist.broadcast_object_list(choice, src=0, group=self._pg)
+        return choice[0]  # type: ignore[no-any-return]
+
+    def restore(self, model: torch.nn.Module, optim: torch.optim.Optimizer) -> int:
+        """Load the newest committed checkpoint into model and optimizer; returns the step to continue after (0 if none)."""
+        found = self.newest()
+        if found is None:
+            return 0
+        step, root = found
+        state = self._state(model, optim, 0)
+        path = ckpt_store.step_dir(root, step)
+        if root == self.cfg.local_dir:
+            dcp_load(state, checkpoint_id=path, process_group=self._pg)
+        else:
+            from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+            reader = FsspecReader(path, **dict(self.cfg.storage_options))
+            dcp_load(state, storage_reader=reader, process_group=self._pg)
+        set_state_dict(model, optim, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        torch.set_rng_state(state["rng"][f"rank{self.rank}"])
+        self._log(f"ckpt resumed step={state['step']} from={root}")
+        return int(state["step"])

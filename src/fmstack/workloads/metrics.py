@@ -1,0 +1,67 @@
+"""Per-step training metrics behind a small interface.
+
+``JsonlMetrics`` appends one JSON object per step to a file (rank 0 only), read by tests and by the bench
+engineer's step-time comparison. When the observability layer's application-metrics API lands, an adapter
+implementing ``StepMetrics`` will forward the same fields to it; the training loop will not change.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepRecord:
+    """One optimizer step as seen by rank 0."""
+
+    step: int
+    loss: float
+    step_time_s: float
+    tokens_per_s: float
+    tokens: int
+    """Tokens processed in this step over all ranks."""
+
+
+class StepMetrics(Protocol):
+    def record(self, rec: StepRecord) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class JsonlMetrics:
+    """Append-only JSON lines; a resumed run appends again, so readers keep the last record per step."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = path.open("a", encoding="utf-8")
+
+    def record(self, rec: StepRecord) -> None:
+        # repr(float) round-trips exactly, so loss curves can be compared bit for bit
+        self._f.write(json.dumps(asdict(rec)) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+class NullMetrics:
+    """For ranks other than 0."""
+
+    def record(self, rec: StepRecord) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def read_loss_curve(path: Path) -> dict[int, float]:
+    """step -> loss, the last record for each step winning (a resumed run rewrites the steps it repeats)."""
+    curve: dict[int, float] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            curve[int(rec["step"])] = float(rec["loss"])
+    return dict(sorted(curve.items()))
