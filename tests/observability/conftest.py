@@ -16,12 +16,7 @@ def fixtures() -> Path:
 
 def efa_tree_32() -> dict[str, str]:
     """The recorded p5 tree with its 2 EFA devices cloned to 32 (p5.48xlarge has 32), plus Lustre."""
+    from fmstack.observability.fake import clone_efa_devices
     from fmstack.observability.sysfs import DictFs
 
-    base = DictFs.from_tree(FIXTURES / "p5-node").files
-    files = {k: v for k, v in base.items() if not k.startswith("sys/class/infiniband/")}
-    template = {k.split("/", 4)[4]: v for k, v in base.items() if k.startswith("sys/class/infiniband/rdmap16s27/")}
-    for i in range(32):
-        for rest, text in template.items():
-            files[f"sys/class/infiniband/rdmap{16 * (i + 1)}s27/{rest}"] = text
-    return files
+    return clone_efa_devices(DictFs.from_tree(FIXTURES / "p5-node").files, "rdmap16s27", 32)

@@ -122,6 +122,22 @@ class FakeGpuBackend:
         self.readings[gpu] = dataclasses.replace(self.readings[gpu], **values)
 
 
+def clone_efa_devices(files: dict[str, str], template: str, num_devices: int) -> dict[str, str]:
+    """A recorded tree with its EFA devices replaced by ``num_devices`` copies of device ``template``.
+
+    Names follow p5's ``rdmap<16*(i+1)>s27`` pattern (32 devices on a p5.48xlarge).
+    """
+    prefix = f"sys/class/infiniband/{template}/"
+    if not any(k.startswith(prefix) for k in files):
+        raise ValueError(f"no EFA device {template!r} in the tree")
+    out = {k: v for k, v in files.items() if not k.startswith("sys/class/infiniband/")}
+    device_files = {k[len(prefix) :]: v for k, v in files.items() if k.startswith(prefix)}
+    for i in range(num_devices):
+        for rest, text in device_files.items():
+            out[f"sys/class/infiniband/rdmap{16 * (i + 1)}s27/{rest}"] = text
+    return out
+
+
 class RandomFaults:
     """Before each scrape, heal everything and then inject each fault kind with probability ``p``."""
 
