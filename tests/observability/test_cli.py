@@ -68,3 +68,27 @@ def test_health_from_a_signals_file(tmp_path: Path) -> None:
 def test_health_xid_table() -> None:
     out = _run("health", "--xid", "48", "--xid", "63", "--node", "n1")
     assert "RESET_GPU" in out and "WORKFLOW_XID_48" in out
+
+
+def test_exporter_serves_on_loopback_until_stopped(fixtures: Path) -> None:
+    import re
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fmstack", "exporter", "--backend", "fake", "--port", "0",
+         "--sysfs-root", str(fixtures / "p5-node")],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        m = re.match(r"fmstack exporter: serving http://127\.0\.0\.1:(\d+)/metrics", line)
+        assert m, line
+        with urllib.request.urlopen(f"http://127.0.0.1:{m.group(1)}/metrics", timeout=10) as resp:
+            assert b'fmstack_exporter_source_up{source="gpu"} 1.0' in resp.read()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
