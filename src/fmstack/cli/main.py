@@ -19,6 +19,8 @@ from fmstack.errors import InputError
 _COMMANDS: dict[str, str] = {
     "catalog": "fmstack.cli.catalog_cmd:catalog",
     "estimate": "fmstack.cli.estimate_cmd:estimate",
+    "plan": "fmstack.cli.plan_cmd:plan",
+    "scale": "fmstack.cli.plan_cmd:scale",
     "validate": "fmstack.cli.validate_cmd:validate",
     "exporter": "fmstack.cli.observe_cmd:exporter",
     "health": "fmstack.cli.observe_cmd:health",

@@ -176,3 +176,18 @@ def fill_defaults(num_gpus: int, given: dict[str, object]) -> TrainConfig:
     dp = int(values["dp"])  # type: ignore[call-overload]
     values.setdefault("global_batch", dp * mb * (4 * pp if pp > 1 else 1))
     return TrainConfig(**values)  # type: ignore[arg-type]
+
+
+def describe_config(c: TrainConfig) -> str:
+    """A short one-line description: tp8 pp4 v2 dp16 mb1 gb1024 bf16 selective zero1 sp."""
+    parts = [f"tp{c.tp}", f"pp{c.pp}", f"dp{c.dp}"]
+    if c.cp > 1:
+        parts.append(f"cp{c.cp}")
+    if c.ep > 1:
+        parts.append(f"ep{c.ep}")
+    if c.virtual_stages > 1:
+        parts.append(f"v{c.virtual_stages}")
+    parts += [f"mb{c.micro_batch}", f"gb{c.global_batch}", c.precision, c.recompute, c.sharding]
+    if c.sequence_parallel:
+        parts.append("sp")
+    return " ".join(parts)

@@ -20,7 +20,7 @@ from fmstack.catalog.loader import Catalog
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import build_cluster
 from fmstack.errors import InputError
-from fmstack.perfmodel.config import TrainConfig
+from fmstack.perfmodel.config import TrainConfig, describe_config
 from fmstack.perfmodel.training import TrainingEstimate, estimate_training
 
 # published model names -> zoo names
@@ -216,26 +216,12 @@ def validate_training(catalog: Catalog) -> list[TrainingCheck]:
                 predicted=predicted,
                 error_pct=error,
                 scope="moe" if model.moe is not None else "dense",
-                config=_config_text(est.config),
+                config=describe_config(est.config),
                 bottleneck=est.bottleneck,
                 assumptions=assumptions + ([] if est.fits else [f"does not fit: {est.memory.total_gib:.0f} GiB"]),
             )
         )
     return checks
-
-
-def _config_text(c: TrainConfig) -> str:
-    parts = [f"tp{c.tp}", f"pp{c.pp}", f"dp{c.dp}"]
-    if c.cp > 1:
-        parts.append(f"cp{c.cp}")
-    if c.ep > 1:
-        parts.append(f"ep{c.ep}")
-    if c.virtual_stages > 1:
-        parts.append(f"v{c.virtual_stages}")
-    parts += [f"mb{c.micro_batch}", f"gb{c.global_batch}", c.precision, c.recompute, c.sharding]
-    if c.sequence_parallel:
-        parts.append("sp")
-    return " ".join(parts)
 
 
 def not_expressible_reason(row: dict[str, str]) -> str:

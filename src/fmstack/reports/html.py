@@ -61,9 +61,7 @@ def html_page(title: str, sections: Sequence[Section], *, subtitle: str = "") ->
         if section.table_header:
             parts.append(_table(section.table_header, section.table_rows))
         for fig in section.figures:
-            parts.append(
-                pio.to_html(fig, full_html=False, include_plotlyjs=True if first_figure else False, validate=True)
-            )
+            parts.append(pio.to_html(fig, full_html=False, include_plotlyjs=bool(first_figure), validate=True))
             first_figure = False
     body = "\n".join(parts)
     return (

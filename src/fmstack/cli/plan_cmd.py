@@ -1,0 +1,286 @@
+"""`fmstack plan train` (the main job) and `fmstack scale`: search, rank, explain, sweep."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from fmstack.catalog import load_catalog
+from fmstack.catalog.loader import Catalog
+from fmstack.catalog.topology import Cluster, build_cluster, resolve_instance
+from fmstack.cli.common import catalog_option, console, json_option, print_json
+from fmstack.errors import InputError
+from fmstack.perfmodel.config import PRECISION_CHOICES, RECOMPUTE_CHOICES, describe_config
+from fmstack.perfmodel.efficiency import Efficiency, default_efficiency
+from fmstack.perfmodel.planner import OBJECTIVES, PlanResult, SearchSpace, plan_training
+from fmstack.perfmodel.scaling import AXES, EFA_GENERATIONS, GPU_GENERATIONS, ScalePoint, sweep
+from fmstack.reports.plan_report import RANKED_HEADER, ranked_rows
+
+PLAN_EXAMPLE = """Examples:
+
+  fmstack plan train --model llama3.1-405b --instance p5.48xlarge --gpus 16384 --tokens 15e12 --global-batch 2048
+
+  fmstack plan train --model llama3.1-70b --instance p5.48xlarge,p5en.48xlarge,p6-b200.48xlarge \\
+      --gpus 512,1024 --tokens 2e12 --objective cost --html plan.html
+"""
+
+
+def parse_gpus(text: str) -> list[int]:
+    """'512', '512,1024', '512-4096' (doubling) or '512-2048:512' (step)."""
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                lo_text, hi_text = part.split("-", 1)
+                step = None
+                if ":" in hi_text:
+                    hi_text, step_text = hi_text.split(":", 1)
+                    step = int(step_text)
+                lo, hi = int(lo_text), int(hi_text)
+                value = lo
+                while value <= hi:
+                    out.append(value)
+                    value = value + step if step else value * 2
+            else:
+                out.append(int(float(part)))
+    except ValueError:
+        raise InputError("gpus", f"{text!r} is not a count, a list (512,1024) or a range (512-4096[:step])") from None
+    if not out or any(v <= 0 for v in out):
+        raise InputError("gpus", f"must be positive GPU counts, got {text!r}")
+    return out
+
+
+def build_clusters(cat: Catalog, instances: str, gpus: str) -> list[Cluster]:
+    clusters = []
+    for name in [n.strip() for n in instances.split(",") if n.strip()]:
+        per_node = resolve_instance(cat, name).num_gpus
+        for count in parse_gpus(gpus):
+            if count % per_node:
+                raise InputError("gpus", f"{count} is not a multiple of {per_node} GPUs per {name} node")
+            clusters.append(build_cluster(cat, name, count // per_node))
+    return clusters
+
+
+def _space(seq_len: int, global_batch: int | None, precisions: str, recompute: str | None) -> SearchSpace:
+    precs = tuple(p.strip().lower() for p in precisions.split(","))
+    for p in precs:
+        if p not in PRECISION_CHOICES:
+            raise InputError("precision", f"{p!r} unknown; allowed: {', '.join(PRECISION_CHOICES)}")
+    rec = RECOMPUTE_CHOICES if recompute is None else tuple(r.strip() for r in recompute.split(","))
+    for r in rec:
+        if r not in RECOMPUTE_CHOICES:
+            raise InputError("recompute", f"{r!r} unknown; allowed: {', '.join(RECOMPUTE_CHOICES)}")
+    if global_batch is not None and global_batch <= 0:
+        raise InputError("global_batch", f"must be > 0, got {global_batch}")
+    if seq_len <= 0:
+        raise InputError("seq_len", f"must be > 0, got {seq_len}")
+    return SearchSpace(seq_len=seq_len, global_batch=global_batch, precisions=precs, recompute=rec)
+
+
+def _efficiency_for(calibration: Path | None) -> Any:
+    if calibration is None:
+        return None
+    from fmstack.perfmodel.calibration import load_profile
+    from fmstack.perfmodel.efficiency import efficiency_from_profile
+
+    profile = load_profile(calibration)
+
+    def eff(cluster: Cluster) -> Efficiency:
+        return efficiency_from_profile(profile, cluster.gpu) if profile else default_efficiency(cluster.gpu)
+
+    return eff
+
+
+def search_options(func: Any) -> Any:
+    for option in reversed(
+        [
+            click.option("--model", required=True, help="Zoo model name or a model YAML file."),
+            click.option("--instance", required=True, help="Instance name(s), comma-separated, from the catalog."),
+            click.option("--gpus", required=True, help="GPU count, list (512,1024) or range (512-4096[:step])."),
+            click.option("--tokens", type=float, required=True, help="Tokens to train on (e.g. 15e12)."),
+            click.option(
+                "--objective",
+                type=click.Choice(OBJECTIVES),
+                default="time",
+                show_default=True,
+                help="Rank by time to train, cost, or MFU.",
+            ),
+            click.option("--seq-len", type=int, default=8192, show_default=True, help="Sequence length (tokens)."),
+            click.option("--global-batch", type=int, default=None, help="Sequences per step [about 4M tokens]."),
+            click.option(
+                "--precision",
+                "precisions",
+                default="bf16",
+                show_default=True,
+                help="Precision(s) allowed, comma-separated (bf16,fp8).",
+            ),
+            click.option("--recompute", default=None, help="Recompute choices allowed [none,selective,full]."),
+            click.option(
+                "--calibration",
+                type=click.Path(path_type=Path),
+                default=None,
+                help="Calibration profile JSON (fmstack bench --out).",
+            ),
+        ]
+    ):
+        func = option(func)
+    return catalog_option(func)
+
+
+@click.group(epilog=PLAN_EXAMPLE)
+def plan() -> None:
+    """Search every configuration, rank it, explain the best (training; serving when available)."""
+
+
+@plan.command("train", epilog=PLAN_EXAMPLE)
+@search_options
+@click.option("--top", type=int, default=10, show_default=True, help="How many configurations to show.")
+@click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write an HTML report.")
+@json_option
+def plan_train(
+    model: str, instance: str, gpus: str, tokens: float, objective: str, seq_len: int, global_batch: int | None,
+    precisions: str, recompute: str | None, calibration: Path | None, catalog_dir: Path | None, top: int,
+    html_path: Path | None, as_json: bool,
+) -> None:  # fmt: skip
+    """Find the best way to train MODEL on these instances: parallelism, time, cost and bottleneck."""
+    cat = load_catalog(catalog_dir)
+    arch = cat.model(model)
+    clusters = build_clusters(cat, instance, gpus)
+    space = _space(seq_len, global_batch, precisions, recompute)
+    with _progress(as_json, len(clusters)) as tick:
+        result = plan_training(arch, clusters, tokens=tokens, objective=objective, top=top, space=space,
+                               efficiency_for=_efficiency_for(calibration), progress=tick)  # fmt: skip
+    scaling: list[ScalePoint] = []
+    if html_path is not None:
+        from fmstack.reports.html import write_html
+        from fmstack.reports.plan_report import plan_html
+
+        best = result.best
+        base_nodes = best.num_gpus // resolve_instance(cat, best.instance).num_gpus
+        node_values = sorted({max(1, base_nodes // 4), max(1, base_nodes // 2), base_nodes, base_nodes * 2})
+        try:
+            scaling = sweep(cat, arch, axis="nodes", values=[str(v) for v in node_values], instance=best.instance,
+                            gpus=best.num_gpus, tokens=tokens, objective=objective, space=space)  # fmt: skip
+        except InputError:
+            scaling = []  # a smaller point may not fit in memory; the report shows what exists
+        write_html(html_path, plan_html(result, scaling))
+    if as_json:
+        print_json(plan_json(result))
+        return
+    render_plan(result)
+    if html_path is not None:
+        console().print(f"report written to {html_path}")
+
+
+def plan_json(result: PlanResult) -> dict[str, Any]:
+    return {
+        "model": result.model,
+        "objective": result.objective,
+        "considered": result.considered,
+        "rejected_shape": result.rejected_shape,
+        "rejected_memory": result.rejected_memory,
+        "ranked": [
+            {**est.to_json(), "time_to_train_s": t, "cost_usd": c}
+            for est, t, c in zip(result.ranked, result.time_to_train_s, result.cost_usd, strict=True)
+        ],
+    }
+
+
+def render_plan(result: PlanResult) -> None:
+    out = console()
+    table = Table(*RANKED_HEADER, title=f"best ways to train {result.model} (by {result.objective})",
+                  title_justify="left")  # fmt: skip
+    for row in ranked_rows(result):
+        table.add_row(*row)
+    out.print(table)
+    out.print(
+        f"{result.considered:,} configurations considered, {result.rejected_shape:,} rejected for shape, "
+        f"{result.rejected_memory:,} rejected for memory"
+    )
+    best = result.best
+    out.print(f"best: [bold]{describe_config(best.config)}[/] on {best.num_gpus} x {best.instance} GPUs")
+    out.print(f"bottleneck: [bold]{best.bottleneck}[/]")
+
+
+class _progress:
+    """A progress bar over clusters when the search is long enough to need one (and not for --json)."""
+
+    def __init__(self, quiet: bool, total: int) -> None:
+        self.bar: Progress | None = None
+        if not quiet and total > 1:
+            self.bar = Progress(TextColumn("searching"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                                TimeElapsedColumn(), console=console(), transient=True)  # fmt: skip
+            self.task = self.bar.add_task("search", total=total)
+
+    def __enter__(self) -> Any:
+        if self.bar is not None:
+            self.bar.start()
+            bar, task = self.bar, self.task
+            return lambda done, _total: bar.update(task, completed=done)
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+SCALE_EXAMPLE = """Examples:
+
+  fmstack scale --model llama3.1-70b --instance p5.48xlarge --gpus 512 --tokens 2e12 --axis nodes \\
+      --values 16,32,64,128,256 --global-batch 1024
+
+  fmstack scale --model llama3.1-405b --instance p5.48xlarge --gpus 4096 --tokens 15e12 --axis gpu
+"""
+
+
+@click.command(epilog=SCALE_EXAMPLE)
+@search_options
+@click.option("--axis", type=click.Choice(AXES), required=True, help="What to sweep.")
+@click.option("--values", default=None, help="Comma-separated values [defaults per axis].")
+@click.option("--weak", is_flag=True, help="With --axis nodes: grow the global batch with the GPUs (weak scaling).")
+@click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write an HTML report.")
+@json_option
+def scale(
+    model: str, instance: str, gpus: str, tokens: float, objective: str, seq_len: int, global_batch: int | None,
+    precisions: str, recompute: str | None, calibration: Path | None, catalog_dir: Path | None, axis: str,
+    values: str | None, weak: bool, html_path: Path | None, as_json: bool,
+) -> None:  # fmt: skip
+    """Sweep one axis (nodes, GPU generation, EFA generation, NVLink domain, sequence length) and re-plan."""
+    cat = load_catalog(catalog_dir)
+    arch = cat.model(model)
+    counts = parse_gpus(gpus)
+    if len(counts) != 1:
+        raise InputError("gpus", "scale takes one GPU count (the sweep's starting point)")
+    space = _space(seq_len, global_batch, precisions, recompute)
+    defaults = {
+        "nodes": ",".join(str(max(1, counts[0] // resolve_instance(cat, instance).num_gpus * f)) for f in (1, 2, 4, 8)),
+        "gpu": ",".join(GPU_GENERATIONS), "efa": ",".join(EFA_GENERATIONS), "nvlink": "8,16,32,72",
+        "seq-len": "2048,4096,8192,16384,32768",
+    }  # fmt: skip
+    items = [v.strip() for v in (values or defaults[axis]).split(",") if v.strip()]
+    with _progress(as_json, len(items)) as tick:
+        points = sweep(cat, arch, axis=axis, values=items, instance=instance, gpus=counts[0], tokens=tokens,
+                       objective=objective, space=space, weak=weak, progress=tick)  # fmt: skip
+    if html_path is not None:
+        from fmstack.reports.html import Section, html_page, write_html
+        from fmstack.reports.plan_report import scaling_figure
+
+        write_html(html_path, html_page(f"fmstack scale: {arch.name} over {axis}",
+                                        [Section(title=axis, figures=[scaling_figure(points, axis)])]))  # fmt: skip
+    if as_json:
+        from dataclasses import asdict
+
+        print_json({"model": arch.name, "axis": axis, "weak": weak, "points": [asdict(p) for p in points]})
+        return
+    table = Table(axis, "GPUs", "step s", "MFU %", "tokens/s", "tokens/s/GPU", "efficiency", "days", "cost $",
+                  "configuration", "bottleneck", title=f"{arch.name}: scaling over {axis}", title_justify="left")  # fmt: skip
+    for p in points:
+        table.add_row(p.value, str(p.num_gpus), f"{p.step_time_s:.2f}", f"{p.mfu * 100:.1f}", f"{p.tokens_per_s:,.0f}",
+                      f"{p.tokens_per_s_per_gpu:,.0f}", f"{p.scaling_efficiency:.2f}", f"{p.time_to_train_s / 86400:,.1f}",
+                      "-" if p.cost_usd is None else f"{p.cost_usd:,.0f}", p.config, p.bottleneck)  # fmt: skip
+    console().print(table)

@@ -1,0 +1,285 @@
+"""The planner: enumerate every training configuration, prune, evaluate vectorised, rank.
+
+The space per cluster: tp (powers of two within the NVLink domain, dividing the heads), pp, virtual stages,
+cp, dp (the rest), ep (MoE), micro-batch, recomputation, sharding, precision. Shape rules are applied as
+NumPy masks; survivors run through the same vectorised step model the single estimate uses
+(:func:`fmstack.perfmodel.step.step_model`), so both paths give identical numbers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fmstack.catalog.schema import ModelArch
+from fmstack.catalog.topology import Cluster
+from fmstack.errors import InputError
+from fmstack.perfmodel.columns import PRECISION_CODE, RECOMPUTE_CODE, SHARDING_CODE, Columns, columns_from_configs
+from fmstack.perfmodel.config import TrainConfig, describe_config
+from fmstack.perfmodel.efficiency import Efficiency, default_efficiency
+from fmstack.perfmodel.memory import DEFAULT_RESERVE_GIB, GIB
+from fmstack.perfmodel.modelconsts import model_consts
+from fmstack.perfmodel.step import StepArrays, step_model
+from fmstack.perfmodel.training import TrainingEstimate, from_arrays
+
+OBJECTIVES = ("time", "cost", "mfu")
+DEFAULT_GLOBAL_BATCH_TOKENS = 4 * 1024 * 1024
+"""Default global batch when none is given: 4M tokens (Llama 3's initial batch, Llama 3 paper sec. 3.4.1)."""
+MAX_PP = 64
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SearchSpace:
+    """What the planner may choose. Empty tuples mean 'the default candidates'."""
+
+    seq_len: int = 8192
+    global_batch: int | None = None
+    """Sequences per step; None = about DEFAULT_GLOBAL_BATCH_TOKENS, rounded to a multiple of dp * mb."""
+    precisions: tuple[str, ...] = ("bf16",)
+    recompute: tuple[str, ...] = ("none", "selective", "full")
+    sharding: tuple[str, ...] = ("zero1", "fsdp")
+    micro_batches: tuple[int, ...] = (1, 2, 4, 8)
+    virtual_stages: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8)
+    cp: tuple[int, ...] = (1, 2, 4, 8)
+    max_pp: int = MAX_PP
+    flash_attention: bool = True
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanResult:
+    """Ranked configurations of one search, with what was pruned and why."""
+
+    model: str
+    objective: str
+    considered: int
+    rejected_shape: int
+    rejected_memory: int
+    ranked: list[TrainingEstimate]
+    cost_usd: list[float | None]
+    time_to_train_s: list[float | None]
+    tokens: float | None
+    closest_misfit: str = ""
+    clusters: list[str] = field(default_factory=list)
+    included_rank: int | None = None
+    """1-based rank of ``include`` among all configurations that fit (None: not enumerated or does not fit)."""
+
+    @property
+    def best(self) -> TrainingEstimate:
+        return self.ranked[0]
+
+
+def _pow2_upto(limit: int) -> list[int]:
+    return [1 << i for i in range(int(math.log2(max(limit, 1))) + 1)]
+
+
+def _divisors(n: int, limit: int) -> list[int]:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def enumerate_space(model: ModelArch, cluster: Cluster, space: SearchSpace) -> tuple[Columns, int]:
+    """All candidate rows (shape-valid) and the number considered before the shape masks."""
+    n = cluster.num_gpus
+    tps = [t for t in _pow2_upto(cluster.gpus_per_domain) if n % t == 0]
+    pps = _divisors(n, min(space.max_pp, model.num_layers))
+    eps = [1] if model.moe is None else _divisors(model.moe.num_experts, n)
+    prec = [PRECISION_CODE[p] for p in space.precisions]  # type: ignore[index]
+    rec = [RECOMPUTE_CODE[r] for r in space.recompute]  # type: ignore[index]
+    shard = [SHARDING_CODE[s] for s in space.sharding]  # type: ignore[index]
+    grid = np.array(
+        list(itertools.product(tps, pps, space.cp, eps, space.virtual_stages, space.micro_batches, prec, rec, shard)),
+        dtype=np.float64,
+    )
+    considered = int(grid.shape[0])
+    tp, pp, cp, ep, vpp, mb, pr, rc, sh = grid.T
+    mp = tp * pp * cp
+    dp = np.floor(n / mp)
+    ok = (n % mp == 0) & (dp >= 1)
+    ok &= (model.num_heads % tp == 0) & ((model.num_kv_heads % tp == 0) | (tp % model.num_kv_heads == 0))
+    ok &= model.num_layers >= pp * vpp
+    ok &= (vpp == 1) | (pp > 1)
+    ok &= (cp == 1) | (space.seq_len % (2 * cp) == 0)
+    ok &= ((dp * cp * tp) % ep == 0) if model.moe is not None else ep == 1
+    if space.global_batch is None:
+        # about 4M tokens, rounded up to whole micro-batches per replica; at most twice the target
+        target = max(1, round(DEFAULT_GLOBAL_BATCH_TOKENS / space.seq_len))
+        gb = np.ceil(target / np.maximum(dp * mb, 1)) * dp * mb
+        ok &= gb <= 2 * target
+    else:
+        gb = np.full_like(dp, float(space.global_batch))
+        ok &= space.global_batch % np.maximum(dp * mb, 1) == 0
+    m = gb / np.maximum(dp * mb, 1)
+    ok &= (vpp == 1) | (m % pp == 0)
+    idx = np.nonzero(ok)[0]
+    ones = np.ones(idx.shape[0])
+    cols = Columns(
+        tp=tp[idx], pp=pp[idx], dp=dp[idx], cp=cp[idx], ep=ep[idx], etp=ones.copy(), sp=(tp[idx] > 1).astype(np.float64),
+        vpp=vpp[idx], mb=mb[idx], gb=gb[idx], seq=ones * space.seq_len, precision=pr[idx], recompute=rc[idx],
+        sharding=sh[idx], hsdp=ones * 8, overlap_dp=ones.copy(), overlap_tp=ones * 0.0, flash=ones * float(space.flash_attention),
+        grad_bytes=ones * 4, reduce_bytes=ones * 2,
+    )  # fmt: skip
+    return cols, considered
+
+
+def evaluate(
+    model: ModelArch, cluster: Cluster, cols: Columns, efficiency: Efficiency | None = None, chunk: int = 200_000
+) -> StepArrays:
+    """The step model over every row (in chunks, to bound memory)."""
+    eff = efficiency or default_efficiency(cluster.gpu)
+    mc = model_consts(model)
+    if len(cols) <= chunk:
+        return step_model(mc, cluster, eff, cols)
+    parts = [
+        step_model(mc, cluster, eff, cols.take(np.arange(i, min(i + chunk, len(cols)))))
+        for i in range(0, len(cols), chunk)
+    ]
+    return _concat(parts)
+
+
+def _concat(parts: Sequence[StepArrays]) -> StepArrays:
+    from dataclasses import fields
+
+    from fmstack.perfmodel.memory import MemoryArrays
+
+    values: dict[str, object] = {}
+    for f in fields(StepArrays):
+        if f.name == "memory":
+            values["memory"] = MemoryArrays(
+                *(np.concatenate([getattr(p.memory, g.name) for p in parts]) for g in fields(MemoryArrays))
+            )
+        else:
+            values[f.name] = np.concatenate([getattr(p, f.name) for p in parts])
+    return StepArrays(**values)  # type: ignore[arg-type]
+
+
+def _score(objective: str, arrays: StepArrays, cluster: Cluster, tokens: float) -> NDArray[np.float64]:
+    """Lower is better: seconds to train, dollars to train, or minus MFU."""
+    if objective == "mfu":
+        peak = cluster.num_gpus * cluster.gpu.bf16_dense_tflops * 1e12
+        return np.asarray(-arrays.model_flops / (arrays.step_s * peak), dtype=np.float64)
+    seconds = tokens * arrays.step_s / arrays.tokens
+    if objective == "cost":
+        price = cluster.instance.price_per_hour_usd or 0.0
+        return np.asarray(seconds / 3600.0 * price * cluster.num_nodes, dtype=np.float64)
+    return np.asarray(seconds, dtype=np.float64)
+
+
+def plan_training(
+    model: ModelArch,
+    clusters: Sequence[Cluster],
+    *,
+    tokens: float,
+    objective: str = "time",
+    top: int = 10,
+    space: SearchSpace | None = None,
+    efficiency_for: Callable[[Cluster], Efficiency] | None = None,
+    reserve_gib: float = DEFAULT_RESERVE_GIB,
+    progress: Callable[[int, int], None] | None = None,
+    include: TrainConfig | None = None,
+) -> PlanResult:
+    """Search every configuration on every cluster; rank by ``objective`` (time, cost or mfu)."""
+    if objective not in OBJECTIVES:
+        raise InputError("objective", f"unknown objective {objective!r}; allowed: {', '.join(OBJECTIVES)}")
+    if tokens <= 0:
+        raise InputError("tokens", f"must be > 0, got {tokens:g}")
+    if top < 1:
+        raise InputError("top", f"must be >= 1, got {top}")
+    space = space or SearchSpace()
+    if space.seq_len <= 0:
+        raise InputError("seq_len", f"must be > 0, got {space.seq_len}")
+    for p in space.precisions:
+        for c in clusters:
+            c.gpu.peak_tflops(p)
+    considered = rejected_shape = rejected_memory = 0
+    candidates: list[tuple[float, int, int, Cluster, Columns, StepArrays]] = []
+    all_scores: list[NDArray[np.float64]] = []
+    include_score: float | None = None
+    best_misfit: tuple[float, str] | None = None
+    for ci, cluster in enumerate(clusters):
+        if objective == "cost" and cluster.instance.price_per_hour_usd is None:
+            raise InputError(
+                "objective",
+                f"cost needs a price for {cluster.instance.name}: set price_per_hour_usd in a --catalog file",
+            )
+        cols, n_considered = enumerate_space(model, cluster, space)
+        considered += n_considered
+        rejected_shape += n_considered - len(cols)
+        if len(cols) == 0:
+            if progress:
+                progress(ci + 1, len(clusters))
+            continue
+        eff = efficiency_for(cluster) if efficiency_for else None
+        arrays = evaluate(model, cluster, cols, eff)
+        usable = cluster.gpu.hbm_gib - reserve_gib
+        mem_gib = arrays.memory.total / GIB
+        fits = mem_gib <= usable
+        rejected_memory += int((~fits).sum())
+        if not fits.any():
+            short = mem_gib - usable
+            j = int(np.argmin(short))
+            text = f"{cluster.name}: closest is {describe_config(cols.row(j))} needing {mem_gib[j]:.1f} GiB of {usable:.1f} GiB usable ({short[j]:.1f} GiB short)"
+            if best_misfit is None or short[j] < best_misfit[0]:
+                best_misfit = (float(short[j]), text)
+        score = np.where(fits, _score(objective, arrays, cluster, tokens), np.inf)
+        all_scores.append(score[np.isfinite(score)])
+        if include is not None and ci == 0:
+            include_score = _included_score(model, cluster, cols, score, include)
+        order = np.argsort(score, kind="stable")[:top]
+        for j in order:
+            if np.isfinite(score[j]):
+                candidates.append((float(score[j]), ci, int(j), cluster, cols, arrays))
+        if progress:
+            progress(ci + 1, len(clusters))
+    if not candidates:
+        hint = best_misfit[1] if best_misfit else "no configuration has a valid shape"
+        raise InputError(
+            "model",
+            f"no configuration of {model.name} fits: {hint}; try more GPUs, full recomputation, fsdp, "
+            "or an instance with more HBM per GPU (e.g. p5en.48xlarge, p6-b200.48xlarge)",
+        )
+    candidates.sort(key=lambda c: (c[0], c[1], c[2]))
+    ranked: list[TrainingEstimate] = []
+    costs: list[float | None] = []
+    times: list[float | None] = []
+    for _, _, j, cluster, cols, arrays in candidates[:top]:
+        est = from_arrays(model, cluster, cols.row(j), arrays, j, reserve_gib=reserve_gib)
+        ranked.append(est)
+        seconds = tokens / est.tokens_per_s
+        times.append(seconds)
+        price = cluster.instance.price_per_hour_usd
+        costs.append(seconds / 3600.0 * price * cluster.num_nodes if price is not None else None)
+    rank = None
+    if include_score is not None and np.isfinite(include_score):
+        everything = np.concatenate(all_scores)
+        rank = int(np.sum(everything < include_score)) + 1
+    return PlanResult(
+        included_rank=rank,
+        model=model.name,
+        objective=objective,
+        considered=considered,
+        rejected_shape=rejected_shape,
+        rejected_memory=rejected_memory,
+        ranked=ranked,
+        cost_usd=costs,
+        time_to_train_s=times,
+        tokens=tokens,
+        closest_misfit=best_misfit[1] if best_misfit else "",
+        clusters=[c.name for c in clusters],
+    )
+
+
+def _included_score(
+    model: ModelArch, cluster: Cluster, cols: Columns, score: NDArray[np.float64], cfg: TrainConfig
+) -> float | None:
+    """The score of the enumerated row equal to ``cfg`` (None when the search space does not contain it)."""
+    target = columns_from_configs([cfg])
+    keys = ("tp", "pp", "dp", "cp", "ep", "vpp", "mb", "gb", "precision", "recompute", "sharding", "sp")
+    match = np.ones(len(cols), dtype=bool)
+    for key in keys:
+        match &= getattr(cols, key) == getattr(target, key)[0]
+    hits = np.nonzero(match)[0]
+    return float(score[hits[0]]) if hits.size else None

@@ -1,0 +1,113 @@
+"""The planner's HTML report: ranked table, step breakdown per configuration, memory against capacity,
+and scaling curves with the bottleneck of every point marked."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fmstack.perfmodel.config import describe_config
+from fmstack.perfmodel.planner import PlanResult
+from fmstack.perfmodel.scaling import ScalePoint
+from fmstack.reports.html import Section, html_page
+
+PART_COLORS = {
+    "gemm": "#4c78a8", "attention": "#72b7b2", "memory_bound": "#54a24b", "recompute": "#eeca3b",
+    "overhead": "#bab0ac", "tp": "#f58518", "cp": "#ff9da6", "ep": "#9d755d", "pp": "#b279a2",
+    "dp": "#e45756", "bubble": "#d6d6d6", "optimizer": "#79706e",
+}  # fmt: skip
+
+
+def ranked_rows(result: PlanResult) -> list[list[str]]:
+    rows = []
+    for i, (est, seconds, cost) in enumerate(zip(result.ranked, result.time_to_train_s, result.cost_usd, strict=True)):
+        rows.append([
+            str(i + 1), est.instance, str(est.num_gpus), describe_config(est.config), f"{est.step_time_s:.2f}",
+            f"{est.mfu * 100:.1f}", f"{est.tokens_per_s:,.0f}", f"{est.memory.total_gib:.1f}",
+            f"{(seconds or 0) / 86400:,.1f}", "-" if cost is None else f"{cost:,.0f}", est.bottleneck,
+        ])  # fmt: skip
+    return rows
+
+
+RANKED_HEADER = ("#", "instance", "GPUs", "configuration", "step s", "MFU %", "tokens/s", "GiB/GPU", "days", "cost $",
+                 "bottleneck")  # fmt: skip
+
+
+def breakdown_figure(result: PlanResult) -> object:
+    import plotly.graph_objects as go
+
+    labels = [f"#{i + 1} {describe_config(e.config)}" for i, e in enumerate(result.ranked)]
+    fig = go.Figure()
+    for part, color in PART_COLORS.items():
+        fig.add_bar(name=part, y=labels, x=[e.parts_s.get(part, 0.0) for e in result.ranked], orientation="h",
+                    marker_color=color)  # fmt: skip
+    fig.update_layout(barmode="stack", title="step time breakdown (s)", height=120 + 40 * len(labels),
+                      yaxis={"autorange": "reversed"}, margin={"l": 320})  # fmt: skip
+    return fig
+
+
+def memory_figure(result: PlanResult) -> object:
+    import plotly.graph_objects as go
+
+    labels = [f"#{i + 1}" for i in range(len(result.ranked))]
+    fig = go.Figure()
+    for part in ("weights_gib", "grads_gib", "optimizer_gib", "activations_gib", "temporary_gib"):
+        fig.add_bar(name=part.removesuffix("_gib"), x=labels, y=[getattr(e.memory, part) for e in result.ranked])
+    capacity = [e.memory.capacity_gib - e.memory.reserve_gib for e in result.ranked]
+    fig.add_scatter(
+        name="usable HBM", x=labels, y=capacity, mode="lines+markers", line={"color": "black", "dash": "dash"}
+    )
+    fig.update_layout(barmode="stack", title="memory per GPU (GiB) against usable capacity", height=420)
+    return fig
+
+
+def scaling_figure(points: Sequence[ScalePoint], axis: str) -> object:
+    from plotly.subplots import make_subplots
+
+    x = [p.value for p in points]
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_scatter(name="tokens/s", x=x, y=[p.tokens_per_s for p in points], mode="lines+markers",
+                    text=[p.bottleneck for p in points], hovertemplate="%{x}: %{y:,.0f} tokens/s<br>%{text}")  # fmt: skip
+    fig.add_scatter(name="MFU", x=x, y=[p.mfu for p in points], mode="lines+markers", secondary_y=True)
+    fig.add_scatter(name="scaling efficiency", x=x, y=[p.scaling_efficiency for p in points], mode="lines",
+                    line={"dash": "dot"}, secondary_y=True)  # fmt: skip
+    for p in points:
+        fig.add_annotation(x=p.value, y=p.tokens_per_s, text=p.bottleneck.split(":")[0], showarrow=True,
+                           arrowhead=1, ay=-30, font={"size": 9})  # fmt: skip
+    fig.update_layout(title=f"scaling over {axis} (best configuration at each point; bottleneck marked)", height=460)
+    fig.update_yaxes(title_text="tokens/s", secondary_y=False)
+    fig.update_yaxes(title_text="MFU / efficiency", secondary_y=True, range=[0, 1.05])
+    return fig
+
+
+def plan_html(result: PlanResult, scaling: Sequence[ScalePoint] = (), scaling_axis: str = "nodes") -> str:
+    counts = (
+        f"{result.considered:,} configurations considered, {result.rejected_shape:,} rejected for shape, "
+        f"{result.rejected_memory:,} rejected for memory; objective: {result.objective}"
+    )
+    sections = [
+        Section(title="ranked configurations", text=counts, table_header=RANKED_HEADER, table_rows=ranked_rows(result)),
+        Section(title="where the step time goes", figures=[breakdown_figure(result)]),
+        Section(title="memory per GPU", figures=[memory_figure(result)]),
+    ]
+    if scaling:
+        rows = [[p.value, str(p.num_gpus), f"{p.step_time_s:.2f}", f"{p.mfu * 100:.1f}", f"{p.tokens_per_s:,.0f}",
+                 f"{p.scaling_efficiency:.2f}", p.config, p.bottleneck] for p in scaling]  # fmt: skip
+        sections.append(
+            Section(
+                title=f"scaling over {scaling_axis}",
+                figures=[scaling_figure(scaling, scaling_axis)],
+                table_header=(
+                    "value",
+                    "GPUs",
+                    "step s",
+                    "MFU %",
+                    "tokens/s",
+                    "efficiency",
+                    "configuration",
+                    "bottleneck",
+                ),
+                table_rows=rows,
+            )
+        )
+    tokens = f"{result.tokens:.3g} tokens" if result.tokens else ""
+    return html_page(f"fmstack plan: {result.model}", sections, subtitle=f"{tokens} on {', '.join(result.clusters)}")
