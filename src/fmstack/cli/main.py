@@ -18,6 +18,9 @@ from fmstack.errors import InputError
 # name -> "module:attribute" of a click command or group
 _COMMANDS: dict[str, str] = {
     "catalog": "fmstack.cli.catalog_cmd:catalog",
+    "launch": "fmstack.cli.launch_cmd:launch",
+    "status": "fmstack.cli.launch_cmd:status",
+    "cancel": "fmstack.cli.launch_cmd:cancel",
     "estimate": "fmstack.cli.estimate_cmd:estimate",
     "plan": "fmstack.cli.plan_cmd:plan",
     "scale": "fmstack.cli.plan_cmd:scale",

@@ -1,8 +1,8 @@
 """Per-step training metrics behind a small interface.
 
 ``JsonlMetrics`` appends one JSON object per step to a file (rank 0 only), read by tests and by the bench
-engineer's step-time comparison. When the observability layer's application-metrics API lands, an adapter
-implementing ``StepMetrics`` will forward the same fields to it; the training loop will not change.
+step-time comparison; ``AppMetricsSink`` feeds the observability layer's application-metrics API
+(``fmstack.observability.app_metrics.AppMetrics``), which the exporter serves as ``fmstack_train_*``.
 """
 
 from __future__ import annotations
@@ -45,6 +45,42 @@ class JsonlMetrics:
 
     def close(self) -> None:
         self._f.close()
+
+
+class AppMetricsSink:
+    """Forwards each step to the observability layer's ``AppMetrics`` and, if a directory is given, writes its
+    snapshot there for ``fmstack exporter --app-dir DIR`` (atomic temp file + rename, done by ``AppMetrics``)."""
+
+    def __init__(self, job_id: str, snapshot_dir: Path | None = None) -> None:
+        from fmstack.observability.app_metrics import AppMetrics
+
+        self.app = AppMetrics(job_id=job_id)
+        self._path = snapshot_dir / f"{job_id}.json" if snapshot_dir else None
+        if snapshot_dir:
+            snapshot_dir.mkdir(parents=True, exist_ok=True)
+
+    def record(self, rec: StepRecord) -> None:
+        self.app.record_step(step_time_s=rec.step_time_s, tokens=rec.tokens, loss=rec.loss)
+        if self._path:
+            self.app.write_snapshot(self._path)
+
+    def close(self) -> None:
+        return None
+
+
+class FanOut:
+    """Send every record to several sinks."""
+
+    def __init__(self, *sinks: StepMetrics) -> None:
+        self._sinks = sinks
+
+    def record(self, rec: StepRecord) -> None:
+        for s in self._sinks:
+            s.record(rec)
+
+    def close(self) -> None:
+        for s in self._sinks:
+            s.close()
 
 
 class NullMetrics:

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from fmstack.workloads.checkpoint import CheckpointConfig, TieredCheckpointer
 from fmstack.workloads.gpt import PRESETS, GPTConfig, build_model, flops_per_step, synthetic_batch
-from fmstack.workloads.metrics import JsonlMetrics, NullMetrics, StepMetrics, StepRecord
+from fmstack.workloads.metrics import AppMetricsSink, FanOut, JsonlMetrics, NullMetrics, StepMetrics, StepRecord
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -47,6 +47,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ckpt-keep", type=int, default=3)
     p.add_argument("--storage-options", default="{}", help="fsspec options for the durable tier, as JSON")
     p.add_argument("--metrics-file", help="JSON lines, one per step (rank 0)")
+    p.add_argument("--app-metrics-dir", help="write AppMetrics snapshots here for `fmstack exporter --app-dir`")
+    p.add_argument("--job-id", default=os.environ.get("SLURM_JOB_ID", "local"), help="job_id label of the metrics")
     p.add_argument("--step-sleep-s", type=float, default=0.0, help="extra sleep per step (to test preemption)")
     p.add_argument("--crash-at-step", type=int, help="fault injection: SIGKILL rank 0 after this step")
     return p.parse_args(argv)
@@ -94,6 +96,16 @@ def _quiet(line: str) -> None:
     return None
 
 
+def _metrics(args: argparse.Namespace, rank: int) -> StepMetrics:
+    if rank != 0:
+        return NullMetrics()
+    app_dir = Path(args.app_metrics_dir) if args.app_metrics_dir else None
+    sinks: list[StepMetrics] = [AppMetricsSink(args.job_id, app_dir)]
+    if args.metrics_file:
+        sinks.append(JsonlMetrics(Path(args.metrics_file)))
+    return FanOut(*sinks)
+
+
 def train(args: argparse.Namespace) -> dict[str, Any]:
     rank, world, device = _init_dist()
     cfg = model_config(args)
@@ -112,7 +124,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         )
         ckpt = TieredCheckpointer(ckpt_cfg, log=log)
     start = ckpt.restore(model, optim) if ckpt else 0
-    metrics: StepMetrics = JsonlMetrics(Path(args.metrics_file)) if rank == 0 and args.metrics_file else NullMetrics()
+    metrics = _metrics(args, rank)
     tokens_per_step = args.batch_size * cfg.seq_len * world
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     loss_val = float("nan")

@@ -1,0 +1,58 @@
+"""``fmstack launch SPEC --on local|slurm|kubernetes|pytorchjob [--dry-run]``, ``fmstack status ID``,
+``fmstack cancel ID``: parse, call the orchestration layer, print."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from fmstack.catalog import load_catalog
+from fmstack.cli.common import catalog_option, json_option, print_json
+from fmstack.orchestration.jobspec import check_checkpoint_location, load_jobspec, resolve
+from fmstack.orchestration.launchers.base import LAUNCHERS, get_launcher, split_job_id
+
+
+@click.command(
+    epilog="Example:\n\n  fmstack launch job.yaml --on slurm --dry-run\n\n  fmstack launch job.yaml --on local",
+)
+@click.argument("spec", type=click.Path(path_type=Path))
+@click.option("--on", "on", required=True, type=click.Choice(sorted(LAUNCHERS)), help="Where to run the job.")
+@click.option("--dry-run", is_flag=True, help="Print the rendered script or manifest; submit nothing.")
+@catalog_option
+@json_option
+def launch(spec: Path, on: str, dry_run: bool, catalog_dir: Path | None, as_json: bool) -> None:
+    """Validate a JobSpec, render it for a launcher and submit it (docs/launch.md)."""
+    job = resolve(load_jobspec(spec), load_catalog(catalog_dir))
+    launcher = get_launcher(on)
+    launcher.render(job)  # render errors surface before any location probe or submission
+    check_checkpoint_location(job.spec)
+    sub = launcher.submit(job, dry_run=dry_run)
+    if as_json:
+        print_json({"job_id": sub.job_id, "dry_run": sub.dry_run, "rendered": sub.rendered})
+    elif dry_run:
+        click.echo(sub.rendered, nl=False)
+    else:
+        click.echo(sub.job_id)
+
+
+@click.command(epilog="Example:\n\n  fmstack status slurm:42")
+@click.argument("job_id", metavar="ID")
+@json_option
+def status(job_id: str, as_json: bool) -> None:
+    """Show a job's state: PENDING, RUNNING, COMPLETED, FAILED, CANCELLED or UNKNOWN."""
+    launcher, native = split_job_id(job_id)
+    st = launcher.status(native)
+    if as_json:
+        print_json({"job_id": st.job_id, "state": st.state, "detail": st.detail, "restarts": st.restarts})
+    else:
+        click.echo(f"{st.job_id} {st.state} restarts={st.restarts} {st.detail}")
+
+
+@click.command(epilog="Example:\n\n  fmstack cancel slurm:42")
+@click.argument("job_id", metavar="ID")
+def cancel(job_id: str) -> None:
+    """Cancel a job."""
+    launcher, native = split_job_id(job_id)
+    launcher.cancel(native)
+    click.echo(f"{job_id} cancel requested")

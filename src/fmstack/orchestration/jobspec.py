@@ -1,0 +1,272 @@
+"""JobSpec: one job description for the local, Slurm and Kubernetes launchers (docs/launch.md).
+
+A YAML or TOML file validated by pydantic (unknown fields rejected), then resolved against the catalog: the instance
+type fills in GPUs per node (a request above the instance's count is an error), EFA devices and memory. The resolved
+job is what launchers render; nothing here touches a scheduler.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from fmstack.catalog import Catalog
+from fmstack.errors import InputError
+
+# DNS-1123 label: valid as a Slurm job name and a Kubernetes object name; nothing a shell would interpret
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,48}[a-z0-9])?$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Workload(_Strict):
+    """The reference workload (``fmstack.workloads.train``) and its options."""
+
+    model: Literal["tiny", "small", "medium"] = "tiny"
+    parallel: Literal["ddp", "fsdp"] = "ddp"
+    precision: Literal["fp32", "bf16"] = "fp32"
+    steps: int = Field(default=100, gt=0)
+    batch_size: int = Field(default=8, gt=0)
+    seed: int = 0
+    step_sleep_s: float = Field(default=0.0, ge=0)
+    extra_args: list[str] = Field(default_factory=list, description="more arguments, passed through quoted")
+
+
+class Checkpoint(_Strict):
+    """Two tiers: ``location`` (fast, local or shared FS) and optional ``durable`` (path or fsspec URL)."""
+
+    location: str
+    durable: str | None = None
+    interval_steps: int = Field(default=10, gt=0)
+    keep_last: int = Field(default=3, gt=0)
+    storage_options: dict[str, Any] = Field(default_factory=dict)
+
+
+class Retry(_Strict):
+    """Restarts: Slurm requeue (node failure or these exit codes), local retries with exponential backoff,
+    Kubernetes JobSet failurePolicy.maxRestarts."""
+
+    max_restarts: int = Field(default=0, ge=0)
+    backoff_s: float = Field(default=5.0, ge=0)
+    requeue_exit_codes: list[int] = Field(default_factory=list)
+
+
+class Plan(_Strict):
+    """Parallel degrees from ``fmstack plan``; their product must equal the job's GPUs (or processes)."""
+
+    tp: int = Field(default=1, gt=0)
+    pp: int = Field(default=1, gt=0)
+    dp: int = Field(default=1, gt=0)
+
+
+class JobSpec(_Strict):
+    """What to run, where, on how much."""
+
+    name: str
+    workload: Workload | None = None
+    command: list[str] | None = Field(default=None, description="argv run by torchrun instead of the workload")
+    nodes: int = Field(default=1, gt=0)
+    gpus_per_node: int | None = Field(default=None, ge=0)
+    procs_per_node: int | None = Field(default=None, gt=0, description="defaults to gpus_per_node, or 1 on CPU")
+    instance: str | None = None
+    partition: str | None = None
+    queue: str | None = Field(default=None, description="Kueue LocalQueue name (Kubernetes)")
+    namespace: str = "default"
+    time_limit_min: int = Field(default=60, gt=0)
+    exclusive: bool = True
+    array: str | None = Field(default=None, description="Slurm array range, e.g. 0-3 or 1-8%2")
+    env: dict[str, str] = Field(default_factory=dict)
+    image: str | None = None
+    python: str = Field(default="python3", description="interpreter on the compute nodes")
+    log_dir: str = "."
+    checkpoint: Checkpoint | None = None
+    retry: Retry = Field(default_factory=Retry)
+    plan: Plan | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError(f"{v!r} must be a DNS-1123 label: lowercase letters, digits and '-', 1-50 characters")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in v if not _ENV_KEY.match(k)]
+        if bad:
+            raise ValueError(f"variable names {bad} must match [A-Za-z_][A-Za-z0-9_]*")
+        return v
+
+    @field_validator("array")
+    @classmethod
+    def _array(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"\d+(-\d+)?(:\d+)?(,\d+(-\d+)?)*(%\d+)?", v):
+            raise ValueError(f"{v!r} is not a Slurm array range like 0-3, 1,3,5 or 1-8%2")
+        return v
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ResolvedJob:
+    """A JobSpec with the catalog's facts filled in: what launchers render."""
+
+    spec: JobSpec
+    gpus_per_node: int
+    procs_per_node: int
+    efa_devices: int
+    """EFA interfaces to request per node (0 if the instance has no EFA)."""
+    memory_gib: float | None
+    log_dir: str
+    """Absolute log directory."""
+
+    @property
+    def world_size(self) -> int:
+        return self.spec.nodes * self.procs_per_node
+
+
+def _describe(exc: ValidationError) -> tuple[str, str]:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "(spec)"
+    if err["type"] == "extra_forbidden":
+        return loc, "unknown field; see docs/launch.md for the JobSpec fields"
+    if err["type"] == "missing":
+        return loc, "missing required field"
+    return loc, f"{err['msg']} (given {err.get('input')!r})"
+
+
+def parse_jobspec(data: Any, where: str = "jobspec") -> JobSpec:
+    if not isinstance(data, dict):
+        raise InputError(where, f"a JobSpec must be a mapping, got {type(data).__name__}")
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as exc:
+        field, msg = _describe(exc)
+        raise InputError(f"{where} field '{field}'", msg) from None
+    if (spec.workload is None) == (spec.command is None):
+        raise InputError(f"{where} field 'workload'", "give exactly one of 'workload' or 'command'")
+    if spec.command is not None and not spec.command:
+        raise InputError(f"{where} field 'command'", "must not be empty")
+    return spec
+
+
+def load_jobspec(path: Path) -> JobSpec:
+    """Read a JobSpec from YAML (.yaml/.yml) or TOML (.toml)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(str(path), f"cannot read JobSpec: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (yaml.YAMLError, tomllib.TOMLDecodeError) as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark is not None else ""
+        raise InputError(str(path), f"not valid {'TOML' if path.suffix == '.toml' else 'YAML'}{line}") from None
+    return parse_jobspec(data, str(path))
+
+
+def resolve(spec: JobSpec, catalog: Catalog) -> ResolvedJob:
+    """Fill in from the catalog and check the arithmetic (GPUs per node, plan degrees)."""
+    efa, memory = 0, None
+    gpus = spec.gpus_per_node
+    if spec.instance is not None:
+        inst = catalog.instance(spec.instance)
+        if gpus is None:
+            gpus = inst.num_gpus
+        elif gpus > inst.num_gpus:
+            raise InputError(
+                "gpus_per_node", f"{gpus} > {inst.num_gpus}, the GPUs of one {inst.name}; allowed: 0..{inst.num_gpus}"
+            )
+        efa = inst.network_interfaces if inst.network.startswith("efa") else 0
+        memory = inst.host_memory_gib
+    gpus = gpus or 0
+    procs = spec.procs_per_node or gpus or 1
+    if gpus and procs > gpus:
+        raise InputError("procs_per_node", f"{procs} > gpus_per_node({gpus}): one process per GPU at most")
+    if spec.plan is not None:
+        p = spec.plan
+        world = spec.nodes * procs
+        if p.tp * p.pp * p.dp != world:
+            raise InputError(
+                "plan",
+                f"tp({p.tp}) * pp({p.pp}) * dp({p.dp}) = {p.tp * p.pp * p.dp} != "
+                f"nodes({spec.nodes}) * procs_per_node({procs}) = {world}",
+            )
+    return ResolvedJob(
+        spec=spec,
+        gpus_per_node=gpus,
+        procs_per_node=procs,
+        efa_devices=efa,
+        memory_gib=memory,
+        log_dir=os.path.abspath(spec.log_dir),
+    )
+
+
+def check_checkpoint_location(spec: JobSpec) -> None:
+    """Fail before submission if a checkpoint tier cannot be written. Creates nothing."""
+    if spec.checkpoint is None:
+        return
+    ck = spec.checkpoint
+    _check_local("checkpoint.location", ck.location)
+    if ck.durable is None:
+        return
+    if "://" not in ck.durable or ck.durable.startswith("file://"):
+        _check_local("checkpoint.durable", ck.durable.removeprefix("file://"))
+        return
+    try:
+        import fsspec
+
+        fs, path = fsspec.core.url_to_fs(ck.durable, **ck.storage_options)
+        bucket = str(path).split("/", 1)[0]
+        if not fs.exists(bucket):
+            raise InputError("checkpoint.durable", f"{ck.durable!r}: bucket {bucket!r} does not exist")
+    except InputError:
+        raise
+    except Exception as exc:  # any transport or auth failure means unreachable
+        reason = " ".join(str(exc).split())[:160] or type(exc).__name__
+        raise InputError("checkpoint.durable", f"{ck.durable!r} is unreachable: {reason}") from None
+
+
+def _check_local(field: str, location: str) -> None:
+    if "://" in location:
+        raise InputError(field, f"{location!r}: the fast tier must be a local or shared file-system path")
+    p = Path(location).absolute()
+    while not p.exists():
+        p = p.parent
+    if not p.is_dir():
+        raise InputError(field, f"{location!r}: {p} is not a directory")
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise InputError(field, f"{location!r}: {p} is not writable")
+
+
+def workload_argv(job: ResolvedJob) -> list[str]:
+    """The program torchrun runs on every node: ``-m fmstack.workloads.train ...`` or the user's command."""
+    spec = job.spec
+    if spec.command is not None:
+        return list(spec.command)
+    w = spec.workload
+    assert w is not None  # parse_jobspec guarantees one of the two
+    argv = ["-m", "fmstack.workloads.train", "--model", w.model, "--parallel", w.parallel, "--precision", w.precision]
+    argv += ["--steps", str(w.steps), "--batch-size", str(w.batch_size), "--seed", str(w.seed)]
+    if w.step_sleep_s:
+        argv += ["--step-sleep-s", repr(w.step_sleep_s)]
+    ck = spec.checkpoint
+    if ck is not None:
+        argv += ["--ckpt-dir", os.path.abspath(ck.location), "--ckpt-interval", str(ck.interval_steps)]
+        argv += ["--ckpt-keep", str(ck.keep_last)]
+        if ck.durable:
+            argv += ["--ckpt-durable", ck.durable]
+        if ck.storage_options:
+            import json
+
+            argv += ["--storage-options", json.dumps(ck.storage_options, sort_keys=True)]
+    return argv + list(w.extra_args)

@@ -1,0 +1,113 @@
+"""Local launcher: torchrun on this machine (CPU gloo or the local GPUs), retried with exponential backoff.
+
+The rendered bash script is the whole job: it loops over attempts (the workload auto-resumes from its newest
+checkpoint), records the exit code, and runs detached so ``fmstack status local:ID`` can look at it later.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import time
+from pathlib import Path
+
+from fmstack.errors import InputError
+from fmstack.orchestration.jobspec import ResolvedJob
+from fmstack.orchestration.launchers import shell
+from fmstack.orchestration.launchers.base import JobStatus, Submission
+from fmstack.orchestration.launchers.torchrun import job_env, program_argv, torchrun_prefix
+
+STATE_ENV = "FMSTACK_STATE_DIR"
+
+
+def state_root() -> Path:
+    return Path(os.environ.get(STATE_ENV) or Path.home() / ".local" / "state" / "fmstack" / "jobs")
+
+
+def backoff_delays_s(base_s: float, max_restarts: int) -> list[float]:
+    """Exponential backoff: base, 2*base, 4*base, ... capped at 300 s (one value per retry)."""
+    return [min(base_s * 2**i, 300.0) for i in range(max_restarts)]
+
+
+class LocalLauncher:
+    name = "local"
+
+    def render(self, job: ResolvedJob, state_dir: str = "$FMSTACK_JOB_DIR") -> str:
+        spec = job.spec
+        env = job_env(job)
+        cmd = [*torchrun_prefix(job), "--standalone", *program_argv(job)]
+        delays = " ".join(f"{d:g}" for d in backoff_delays_s(spec.retry.backoff_s, spec.retry.max_restarts))
+        state = state_dir if state_dir.startswith("$") else shlex.quote(state_dir)
+        lines = [
+            "#!/usr/bin/env bash",
+            f"# fmstack local job {spec.name}: {spec.nodes} node(s) x {job.procs_per_node} process(es)",
+            "set -u",
+            f"cd {shlex.quote(job.log_dir)}",
+            *(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())),
+            f"delays=({delays})",
+            "attempt=0",
+            "while :; do",
+            f"  {shlex.join(cmd)}",
+            "  rc=$?",
+            '  [ "$rc" -eq 0 ] && break',
+            '  [ "$attempt" -ge "${#delays[@]}" ] && break',
+            '  echo "fmstack: attempt $((attempt + 1)) exited $rc; retrying in ${delays[$attempt]} s" >&2',
+            '  sleep "${delays[$attempt]}"',
+            "  attempt=$((attempt + 1))",
+            "done",
+            f'echo "$rc" > {state}/exit_code',
+            'exit "$rc"',
+        ]
+        return "\n".join(lines) + "\n"
+
+    def submit(self, job: ResolvedJob, *, dry_run: bool = False) -> Submission:
+        if job.spec.nodes != 1:
+            raise InputError("nodes", f"{job.spec.nodes}: the local launcher runs on this machine only; allowed: 1")
+        native = f"{job.spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        job_dir = state_root() / native
+        text = self.render(job, str(job_dir))
+        if dry_run:
+            return Submission(job_id=f"local:{native}", rendered=text, dry_run=True)
+        job_dir.mkdir(parents=True, exist_ok=False)
+        Path(job.log_dir).mkdir(parents=True, exist_ok=True)
+        script = job_dir / "job.sh"
+        script.write_text(text, encoding="utf-8")
+        pid = shell.spawn(["bash", str(script)], log_path=job_dir / "output.log")
+        (job_dir / "pid").write_text(str(pid), encoding="utf-8")
+        return Submission(job_id=f"local:{native}", rendered=text, dry_run=False)
+
+    def _dir(self, native_id: str) -> Path:
+        d = state_root() / native_id
+        if "/" in native_id or not d.is_dir():
+            raise InputError("ID", f"local:{native_id} not found under {state_root()}")
+        return d
+
+    def status(self, native_id: str) -> JobStatus:
+        d = self._dir(native_id)
+        code_file = d / "exit_code"
+        if code_file.exists():
+            rc = int(code_file.read_text().strip() or "1")
+            state = "COMPLETED" if rc == 0 else ("CANCELLED" if (d / "cancelled").exists() else "FAILED")
+            return JobStatus(job_id=f"local:{native_id}", state=state, detail=f"exit {rc}; log {d / 'output.log'}")
+        pid = int((d / "pid").read_text())
+        if _alive(pid):
+            return JobStatus(job_id=f"local:{native_id}", state="RUNNING", detail=f"pid {pid}")
+        state = "CANCELLED" if (d / "cancelled").exists() else "FAILED"
+        return JobStatus(job_id=f"local:{native_id}", state=state, detail="exited without recording an exit code")
+
+    def cancel(self, native_id: str) -> None:
+        d = self._dir(native_id)
+        pid = int((d / "pid").read_text())
+        (d / "cancelled").touch()
+        if _alive(pid):
+            os.killpg(pid, signal.SIGTERM)
+
+
+def _alive(pid: int) -> bool:
+    """Running and not a zombie (a zombie still answers kill -0)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -1,0 +1,121 @@
+"""Slurm launcher: an sbatch script (srun + torchrun on every node), submitted, queried and cancelled through the
+Slurm commands (``sbatch --parsable``, ``scontrol show job -o``, ``scancel``, ``scontrol requeue``).
+
+Directives follow sbatch(1): ``--nodes``, ``--ntasks-per-node=1`` (torchrun starts the per-GPU processes),
+``--gres=gpu:N``, ``--exclusive``, ``--time``, ``--requeue`` (Slurm requeues on node failure; the script requeues
+itself on the JobSpec's ``requeue_exit_codes`` while ``SLURM_RESTART_COUNT`` < ``max_restarts``), ``--array``.
+The rendezvous host is the first node's NodeAddr (``scontrol show node``), which also resolves for virtual nodes.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from fmstack.errors import InputError
+from fmstack.orchestration.jobspec import ResolvedJob
+from fmstack.orchestration.launchers import shell
+from fmstack.orchestration.launchers.base import JobStatus, Submission
+from fmstack.orchestration.launchers.torchrun import job_env, program_argv, torchrun_prefix
+
+_STATES = {
+    "PENDING": "PENDING", "CONFIGURING": "PENDING", "REQUEUED": "PENDING", "REQUEUE_HOLD": "PENDING",
+    "RUNNING": "RUNNING", "COMPLETING": "RUNNING", "SUSPENDED": "RUNNING",
+    "COMPLETED": "COMPLETED", "CANCELLED": "CANCELLED",
+    "FAILED": "FAILED", "TIMEOUT": "FAILED", "NODE_FAIL": "FAILED", "OUT_OF_MEMORY": "FAILED", "PREEMPTED": "FAILED",
+    "BOOT_FAIL": "FAILED", "DEADLINE": "FAILED",
+}  # fmt: skip
+
+
+def render_sbatch(job: ResolvedJob) -> str:
+    """The sbatch script for ``job``; everything user-written is a quoted shell word."""
+    spec = job.spec
+    q = shlex.quote
+    d = [f"--job-name={spec.name}", f"--nodes={spec.nodes}", "--ntasks-per-node=1"]
+    if job.gpus_per_node:
+        d.append(f"--gres=gpu:{job.gpus_per_node}")
+    if spec.exclusive:
+        d.append("--exclusive")
+    d.append(f"--time={spec.time_limit_min}")
+    if spec.partition:
+        d.append(f"--partition={spec.partition}")
+    d += ["--requeue", "--open-mode=append", f"--output={job.log_dir}/%x-%j.out"]
+    if spec.array:
+        d.append(f"--array={spec.array}")
+    for v in (spec.partition or "", job.log_dir):
+        if any(c.isspace() or c in "\"'$`\\" for c in v):
+            raise InputError("partition/log_dir", f"{v!r}: #SBATCH values must not contain spaces, quotes, $ or `")
+    cmd = torchrun_prefix(job)
+    rdzv = '--node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT"'
+    inner = f"exec {shlex.join(cmd)} {rdzv} {shlex.join(program_argv(job))}"
+    requeue_codes = " ".join(str(c) for c in spec.retry.requeue_exit_codes)
+    lines = [
+        "#!/bin/bash",
+        *(f"#SBATCH {x}" for x in d),
+        f"# fmstack: {spec.nodes} node(s) x {job.procs_per_node} process(es), {job.gpus_per_node} GPU(s) per node",
+        "set -uo pipefail",
+        *(f"export {k}={q(v)}" for k, v in sorted(job_env(job).items())),
+        'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        'MASTER_ADDR=$(scontrol show node "$HEAD_NODE" | tr " " "\\n" | sed -n "s/^NodeAddr=//p")',
+        "MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))",
+        "export MASTER_ADDR MASTER_PORT",
+        'echo "fmstack: job $SLURM_JOB_ID restart ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB_NODELIST head $MASTER_ADDR"',
+        "# node rank comes from each srun task's own SLURM_NODEID, hence bash -c",
+        f"srun --kill-on-bad-exit=1 --nodes={spec.nodes} --ntasks-per-node=1 bash -c {q(inner)}",
+        "rc=$?",
+        f"for code in {requeue_codes}; do",
+        f'  if [ "$rc" -eq "$code" ] && [ "${{SLURM_RESTART_COUNT:-0}}" -lt {spec.retry.max_restarts} ]; then',
+        '    echo "fmstack: exit $rc asks for a requeue"; scontrol requeue "$SLURM_JOB_ID"; exit 0',
+        "  fi",
+        "done",
+        'exit "$rc"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def parse_scontrol(text: str) -> dict[str, str]:
+    """``scontrol show job -o`` is one line of Key=Value pairs."""
+    out: dict[str, str] = {}
+    for tok in text.split():
+        k, sep, v = tok.partition("=")
+        if sep and k not in out:
+            out[k] = v
+    return out
+
+
+class SlurmLauncher:
+    name = "slurm"
+
+    def render(self, job: ResolvedJob) -> str:
+        return render_sbatch(job)
+
+    def submit(self, job: ResolvedJob, *, dry_run: bool = False) -> Submission:
+        text = self.render(job)
+        if dry_run:
+            return Submission(job_id="slurm:DRY-RUN", rendered=text, dry_run=True)
+        out = shell.run(["sbatch", "--parsable"], input_text=text)
+        native = out.strip().split(";")[0]
+        if not native.isdigit():
+            raise InputError("launcher", f"sbatch printed {out.strip()!r}, expected a job id")
+        return Submission(job_id=f"slurm:{native}", rendered=text, dry_run=False)
+
+    def _check(self, native_id: str) -> None:
+        if not native_id.replace("_", "").isdigit():
+            raise InputError("ID", f"slurm:{native_id}: a Slurm job id is digits (array tasks: 12_3)")
+
+    def status(self, native_id: str) -> JobStatus:
+        self._check(native_id)
+        info = parse_scontrol(shell.run(["scontrol", "show", "job", "-o", native_id]))
+        raw = info.get("JobState", "UNKNOWN")
+        detail = f"{raw} ExitCode={info.get('ExitCode', '?')} Reason={info.get('Reason', '?')}"
+        restarts = int(info.get("Restarts", "0") or 0)
+        return JobStatus(
+            job_id=f"slurm:{native_id}", state=_STATES.get(raw, "UNKNOWN"), detail=detail, restarts=restarts
+        )
+
+    def cancel(self, native_id: str) -> None:
+        self._check(native_id)
+        shell.run(["scancel", native_id])
+
+    def requeue(self, native_id: str) -> None:
+        self._check(native_id)
+        shell.run(["scontrol", "requeue", native_id])
