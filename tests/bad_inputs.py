@@ -81,3 +81,26 @@ BAD_ARGV += [
     (["exporter", "--backend", "none", "--app-dir", "/nonexistent/app", "--once"], "--app-dir: /nonexistent/app is not"),
     (["exporter", "--dashboards", "@dir:fmstack-cluster.json"], "pass --force to overwrite"),
 ]  # fmt: skip
+
+BAD_ARGV += [
+    (["plan", "train", "--model", "llama3.1-405b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "1e12"],
+     "no configuration of llama3.1-405b fits"),
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "1e12",
+      "--objective", "speed"], "'speed' is not one of"),
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "0", "--tokens", "1e12"],
+     "must be positive GPU counts"),
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "12", "--tokens", "1e12"],
+     "12 is not a multiple of 8 GPUs per p5.48xlarge node"),
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "a lot", "--tokens", "1e12"],
+     "is not a count"),
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "-5"],
+     "tokens: must be > 0"),
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5e.48xlarge", "--gpus", "8", "--tokens", "1e12",
+      "--objective", "cost"], "cost needs a price for p5e.48xlarge"),
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "1e12",
+      "--html", "/nonexistent-dir/plan.html"], "does not exist"),
+    (["scale", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "1e12", "--axis",
+      "nvlink", "--values", "12"], "must be a multiple of 8 GPUs per node"),
+    (["scale", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "1e12", "--axis",
+      "efa", "--values", "efa-v9"], "unknown fabric 'efa-v9'"),
+]  # fmt: skip

@@ -198,15 +198,18 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns) -
     rs = _comm("reduce_scatter", nonexpert * c.reduce_bytes if any_full else none_bytes, dp_group, dp_pd, cluster)
     rs = rs + _comm("reduce_scatter", expert * c.reduce_bytes if any_full else none_bytes, expert_dp, exp_pd, cluster)
     shard = np.where(hsdp, np.gcd(c.hsdp.astype(np.int64), dp_group.astype(np.int64)), 1.0)
-    hsdp_ag = _comm("all_gather", nonexpert * 2.0, shard, _placement_per_domain(shard, t, gpd), cluster)
     replicas = dp_group / shard
-    hsdp_ar = _comm(
-        "all_reduce",
-        nonexpert * c.reduce_bytes / shard,
-        replicas,
-        _placement_per_domain(replicas, t * shard, gpd),
-        cluster,
-    )
+    if np.any(hsdp):
+        hsdp_ag = _comm("all_gather", nonexpert * 2.0, shard, _placement_per_domain(shard, t, gpd), cluster)
+        hsdp_ar = _comm(
+            "all_reduce",
+            nonexpert * c.reduce_bytes / shard,
+            replicas,
+            _placement_per_domain(replicas, t * shard, gpd),
+            cluster,
+        )
+    else:
+        hsdp_ag = hsdp_ar = np.zeros_like(nonexpert)
     # zero3 / fsdp: parameters gathered for forward and backward of every micro-batch, grads reduced once
     fsdp_link = m * 2.0 * ag + rs
     fsdp_exposed = np.where(

@@ -1,0 +1,61 @@
+"""`fmstack plan train` / `fmstack scale` end to end: JSON contract, HTML in a real headless browser."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.browser import render
+
+
+def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fmstack", *args], capture_output=True, text=True, timeout=300, cwd=cwd
+    )
+
+
+def test_plan_json_contract() -> None:
+    proc = _run("plan", "train", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--gpus", "256,512",
+                "--tokens", "2e12", "--global-batch", "512", "--top", "3", "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["considered"] >= data["rejected_shape"] + data["rejected_memory"] > 0
+    assert len(data["ranked"]) == 3
+    times = [r["time_to_train_s"] for r in data["ranked"]]
+    assert times == sorted(times)
+    best = data["ranked"][0]
+    for key in ("step_time_s", "mfu", "hfu", "tflops_per_gpu", "tokens_per_s", "tokens_per_s_per_gpu",
+                "memory_gib_per_gpu", "fits", "bottleneck", "breakdown"):  # fmt: skip
+        assert key in best
+    assert best["fits"] is True
+    assert best["time_to_train_s"] == pytest.approx(2e12 / best["tokens_per_s"])
+
+
+def test_scale_over_nodes_json() -> None:
+    proc = _run("scale", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "64", "--tokens", "1e12",
+                "--axis", "nodes", "--values", "8,16,32", "--global-batch", "512", "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    points = json.loads(proc.stdout)["points"]
+    assert [p["num_gpus"] for p in points] == [64, 128, 256]
+    assert points[0]["scaling_efficiency"] == 1.0
+    assert all(0 < p["scaling_efficiency"] <= 1.05 for p in points)
+    assert points[2]["tokens_per_s"] > points[0]["tokens_per_s"]
+
+
+@pytest.mark.browser
+def test_plan_html_renders_in_chromium(tmp_path: Path) -> None:
+    page = tmp_path / "plan.html"
+    proc = _run("plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "64",
+                "--tokens", "1e12", "--top", "4", "--html", str(page))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    text = page.read_text()
+    assert "http://" not in text.split("<body>")[0]  # nothing fetched from the network to render
+    rendered = render(page)
+    assert rendered.console_errors == []
+    assert rendered.dom.count('class="plot-container plotly"') >= 3  # breakdown, memory, scaling
+    assert "ranked configurations" in rendered.dom
+    assert "where the step time goes" in rendered.dom
