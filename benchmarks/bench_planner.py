@@ -16,13 +16,13 @@ import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from fmstack.catalog import load_catalog  # noqa: E402
-from fmstack.catalog.topology import build_cluster  # noqa: E402
-from fmstack.perfmodel.config import TrainConfig  # noqa: E402
-from fmstack.perfmodel.planner import SearchSpace, enumerate_space, evaluate, plan_training  # noqa: E402
-from fmstack.perfmodel.training import estimate_training  # noqa: E402
+from fmstack.catalog import load_catalog
+from fmstack.catalog.topology import build_cluster
+from fmstack.perfmodel.config import TrainConfig
+from fmstack.perfmodel.planner import SearchSpace, enumerate_space, evaluate, plan_training
+from fmstack.perfmodel.training import estimate_training
 
 
 def best_of(fn, repeat: int = 5) -> float:  # type: ignore[no-untyped-def]
