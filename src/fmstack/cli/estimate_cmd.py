@@ -45,6 +45,29 @@ def cluster_options(func: Any) -> Any:
     return catalog_option(func)
 
 
+def resilience_options(func: Any) -> Any:
+    """Checkpoint tier, FSx size, recovery mode, spares and failure rate for the time to train."""
+    from fmstack.perfmodel.goodput import RecoveryMode
+
+    for option in reversed(
+        [
+            click.option("--checkpoint-tier", default="fsx-persistent-1000", show_default=True,
+                         help="Storage tier checkpoints are written to (catalog storage name)."),
+            click.option("--fsx-capacity-tib", type=float, default=None,
+                         help="FSx capacity in TiB [sized to keep GPUs fed and checkpoints fast]."),
+            click.option("--recovery", type=click.Choice([m.value for m in RecoveryMode]),
+                         default=RecoveryMode.checkpoint_restart.value, show_default=True, help="Recovery mode."),
+            click.option("--spares", type=int, default=0, show_default=True, help="Spare nodes for auto-resume."),
+            click.option("--mtbf-hours", type=float, default=None, help="Override the per-node MTBF in hours."),
+            click.option("--failure-model", default="llama3", show_default=True,
+                         help="Failure model (llama3, meta-rsc1, meta-rsc2)."),
+            click.option("--sync-checkpoint", is_flag=True, help="Synchronous checkpoints (default: async)."),
+        ]
+    ):  # fmt: skip
+        func = option(func)
+    return func
+
+
 def resolve_nodes(nodes: int | None, gpus: int | None, gpus_per_node: int) -> int:
     if nodes is None and gpus is None:
         return 1
@@ -79,8 +102,11 @@ def resolve_nodes(nodes: int | None, gpus: int | None, gpus_per_node: int) -> in
 @click.option("--overlap-dp/--no-overlap-dp", default=None, help="Overlap DP communication [on].")
 @click.option("--overlap-tp/--no-overlap-tp", default=None, help="Overlap TP communication [off].")
 @click.option("--flash/--no-flash", "flash_attention", default=None, help="Fused attention [on].")
-@click.option("--tokens", type=float, default=None, help="Token budget: also print the time to train it.")
+@click.option(
+    "--tokens", type=float, default=None, help="Token budget: time to train it with checkpoints and failures."
+)
 @click.option("--calibration", type=click.Path(path_type=Path), default=None, help="Calibration profile JSON.")
+@resilience_options
 @json_option
 def train_cmd(
     model: str,
@@ -91,9 +117,20 @@ def train_cmd(
     tokens: float | None,
     calibration: Path | None,
     as_json: bool,
+    checkpoint_tier: str,
+    fsx_capacity_tib: float | None,
+    recovery: str,
+    spares: int,
+    mtbf_hours: float | None,
+    failure_model: str,
+    sync_checkpoint: bool,
     **degrees: Any,
 ) -> None:
-    """Predict one training step: time, MFU, memory per GPU and the bottleneck."""
+    """Predict one training step: time, MFU, memory per GPU and the bottleneck.
+
+    With --tokens, also the checkpoint size and write time, the checkpoint interval (Young / Daly), the
+    expected failures at this scale, goodput, the FSx capacity needed, and the wall-clock time to train.
+    """
     cat = load_catalog(catalog_dir)
     arch = cat.model(model)
     inst_gpus = _gpus_per_node(cat, instance)
@@ -110,7 +147,18 @@ def train_cmd(
     est = estimate_training(arch, cluster, cfg, efficiency=efficiency)
     data = est.to_json()
     if tokens is not None:
-        data["time_to_train_s"] = est.time_to_train_s(tokens)
+        from fmstack.perfmodel.failures import load_failure_model
+        from fmstack.perfmodel.resilience import plan_resilience
+
+        ideal_s = est.time_to_train_s(tokens)
+        plan = plan_resilience(
+            model=arch, cluster=cluster, catalog=cat, step_time_s=est.step_time_s, train_time_s=ideal_s,
+            tokens_per_s=est.tokens_per_s, tier=checkpoint_tier, fsx_capacity_tib=fsx_capacity_tib,
+            async_save=not sync_checkpoint, recovery=recovery, spares=spares,
+            failure_model=load_failure_model(failure_model, node_mtbf_h=mtbf_hours),
+        )  # fmt: skip
+        data.update(plan.to_json())
+        data["ideal_time_to_train_s"] = ideal_s
         data["time_to_train_days"] = data["time_to_train_s"] / 86400
     if as_json:
         print_json(data)
@@ -157,5 +205,20 @@ def render_estimate(est: TrainingEstimate, data: dict[str, Any]) -> None:
         f"{est.tokens_per_s:,.0f} tokens/s ({est.tokens_per_s_per_gpu:,.0f} per GPU)  memory {fits}"
     )
     if "time_to_train_s" in data:
-        out.print(f"time to train {data['time_to_train_s'] / 86400:,.1f} days (no failures or checkpoints)")
+        lost = ", ".join(f"{k} {v / 3600:,.0f} h" for k, v in data["lost_time_s"].items() if v > 0)
+        out.print(
+            f"checkpoint {data['checkpoint_size_gib']:,.0f} GiB to {data['checkpoint_tier']}: write "
+            f"{data['checkpoint_write_s']:,.1f} s ({'async' if data['checkpoint_async'] else 'sync'}, stalls "
+            f"{data['checkpoint_blocking_s']:.2f} s), every {data['checkpoint_interval_s'] / 60:,.1f} min; "
+            f"FSx {data['fsx_tier']} {data['fsx_capacity_tib_needed']:,.1f} TiB needed"
+        )
+        out.print(
+            f"failures: MTBF {data['mtbf_s'] / 3600:,.2f} h at this scale ({data['failure_model']}), "
+            f"{data['expected_failures']:,.0f} expected; recovery {data['recovery']}; goodput "
+            f"{data['goodput'] * 100:.1f} %; lost: {lost or 'nothing'}"
+        )
+        out.print(
+            f"time to train {data['time_to_train_s'] / 86400:,.1f} days "
+            f"(ideal {data['ideal_time_to_train_s'] / 86400:,.1f} days without failures or checkpoints)"
+        )
     out.print(f"bottleneck: [bold]{est.bottleneck}[/]")
