@@ -48,6 +48,7 @@ LAUNCHERS: dict[str, str] = {
     "local": "fmstack.orchestration.launchers.local:LocalLauncher",
     "slurm": "fmstack.orchestration.launchers.slurm:SlurmLauncher",
     "kubernetes": "fmstack.orchestration.launchers.kubernetes:KubernetesLauncher",
+    "pytorchjob": "fmstack.orchestration.launchers.pytorchjob:PyTorchJobLauncher",
 }
 
 
@@ -64,5 +65,7 @@ def split_job_id(job_id: str) -> tuple[Launcher, str]:
     """``slurm:123`` -> (the Slurm launcher, "123")."""
     kind, sep, native = job_id.partition(":")
     if not sep or not native or kind not in LAUNCHERS:
-        raise InputError("ID", f"{job_id!r} is not a job id like slurm:123, local:4567 or kubernetes:ns/name")
+        raise InputError(
+            "ID", f"{job_id!r} is not a job id like slurm:123, local:NAME-..., kubernetes:ns/name or pytorchjob:ns/name"
+        )
     return get_launcher(kind), native

@@ -1,0 +1,187 @@
+"""Kubernetes manifests for a resolved job: a JobSet (default) or a Kubeflow PyTorchJob, and their offline validation.
+
+JobSet (jobset.x-k8s.io/v1alpha2): one replicated Job of ``nodes`` Indexed pods; ``network.enableDNSHostnames``
+makes JobSet create the headless Service for rendezvous (pod ``<jobset>-<rjob>-0-0.<subdomain>`` is node 0).
+Kueue: the ``kueue.x-k8s.io/queue-name`` label, ``suspend: true`` (Kueue admits the whole JobSet at once, i.e. gang
+admission, and unsuspends it) and a ``kueue.x-k8s.io/podset-preferred-topology`` annotation on the pods for
+topology-aware placement on AWS's ``topology.k8s.aws/network-node-layer-N`` node labels.
+Validation: core objects (batch/v1 Job, v1 Pod) with kubernetes-validate in strict mode; the CRDs against the
+vendored schemas in ``orchestration/data`` with jsonschema.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+from fmstack.errors import InputError
+from fmstack.orchestration.jobspec import ResolvedJob
+from fmstack.orchestration.launchers.torchrun import job_env, program_argv, torchrun_prefix
+
+K8S_VERSION = "1.30"
+TOPOLOGY_LABEL = "topology.k8s.aws/network-node-layer-3"
+RDZV_PORT = 29500
+RJOB = "trainer"
+
+
+def _escape(arg: str) -> str:
+    """Kubernetes expands ``$(VAR)`` in command and args; ``$$`` is its escape, so user text stays literal."""
+    return arg.replace("$", "$$")
+
+
+def _container(job: ResolvedJob, master_addr: str) -> dict[str, Any]:
+    spec = job.spec
+    if not spec.image:
+        raise InputError("image", "a container image is required to run on Kubernetes (e.g. image: my/repo:tag)")
+    rdzv = ["--node-rank=$(NODE_RANK)", f"--master-addr={master_addr}", f"--master-port={RDZV_PORT}"]
+    args = [_escape(a) for a in torchrun_prefix(job)] + rdzv + [_escape(a) for a in program_argv(job)]
+    env: list[dict[str, Any]] = [{"name": k, "value": _escape(v)} for k, v in sorted(job_env(job).items())]
+    env.append(
+        {
+            "name": "NODE_RANK",
+            "valueFrom": {
+                "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}
+            },
+        }
+    )
+    limits: dict[str, str] = {}
+    if job.gpus_per_node:
+        limits["nvidia.com/gpu"] = str(job.gpus_per_node)
+    if job.efa_devices:
+        limits["vpc.amazonaws.com/efa"] = str(job.efa_devices)
+    container: dict[str, Any] = {
+        "name": "trainer",
+        "image": spec.image,
+        "command": args[:1],
+        "args": args[1:],
+        "env": env,
+        "ports": [{"containerPort": RDZV_PORT, "name": "rdzv"}],
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+    if limits:
+        container["resources"] = {"limits": limits, "requests": dict(limits)}
+    return container
+
+
+def _pod_spec(job: ResolvedJob, master_addr: str, restart: str) -> dict[str, Any]:
+    return {
+        "restartPolicy": restart,
+        "containers": [_container(job, master_addr)],
+        # NCCL and DataLoader workers need more shared memory than the container default (64 MiB)
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+    }
+
+
+def _labels(job: ResolvedJob) -> dict[str, str]:
+    labels = {"app.kubernetes.io/managed-by": "fmstack", "fmstack/job-name": job.spec.name}
+    if job.spec.queue:
+        labels["kueue.x-k8s.io/queue-name"] = job.spec.queue
+    return labels
+
+
+def _pod_annotations(job: ResolvedJob) -> dict[str, str]:
+    if job.spec.queue and job.spec.nodes > 1:
+        return {"kueue.x-k8s.io/podset-preferred-topology": TOPOLOGY_LABEL}
+    return {}
+
+
+def render_jobset(job: ResolvedJob) -> dict[str, Any]:
+    spec = job.spec
+    n = spec.nodes
+    master = f"{spec.name}-{RJOB}-0-0.{spec.name}"
+    job_spec = {
+        "parallelism": n,
+        "completions": n,
+        "completionMode": "Indexed",
+        "backoffLimit": 0,
+        "activeDeadlineSeconds": spec.time_limit_min * 60,
+        "template": {"metadata": {"annotations": _pod_annotations(job)}, "spec": _pod_spec(job, master, "Never")},
+    }
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": _labels(job)},
+        "spec": {
+            "suspend": bool(spec.queue),
+            "network": {"enableDNSHostnames": True, "subdomain": spec.name},
+            "successPolicy": {"operator": "All", "targetReplicatedJobs": [RJOB]},
+            "failurePolicy": {"maxRestarts": spec.retry.max_restarts},
+            "replicatedJobs": [{"name": RJOB, "replicas": 1, "template": {"spec": job_spec}}],
+        },
+    }
+
+
+def render_pytorchjob(job: ResolvedJob) -> dict[str, Any]:
+    """PyTorchJob: the operator sets MASTER_ADDR/MASTER_PORT and creates the Services; Master is node 0."""
+    spec = job.spec
+    master = f"{spec.name}-master-0"
+    labels = _labels(job)
+    tmpl = {"metadata": {"annotations": _pod_annotations(job)}, "spec": _pod_spec(job, master, "Never")}
+    replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": tmpl}}
+    if spec.nodes > 1:
+        replicas["Worker"] = {"replicas": spec.nodes - 1, "restartPolicy": "OnFailure", "template": tmpl}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": labels},
+        "spec": {
+            "nprocPerNode": str(job.procs_per_node),
+            "runPolicy": {
+                "cleanPodPolicy": "None",
+                "backoffLimit": spec.retry.max_restarts,
+                "suspend": bool(spec.queue),
+            },
+            "pytorchReplicaSpecs": replicas,
+        },
+    }
+
+
+def _schema(name: str) -> dict[str, Any]:
+    text = resources.files("fmstack.orchestration").joinpath("data", name).read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+SCHEMAS = {"JobSet": "jobset-v1alpha2.schema.json", "PyTorchJob": "pytorchjob-v1.schema.json"}
+
+
+def core_objects(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The core Kubernetes objects embedded in a CRD manifest, as standalone objects for kubernetes-validate."""
+    meta = {"name": manifest["metadata"]["name"], "namespace": manifest["metadata"]["namespace"]}
+    if manifest["kind"] == "JobSet":
+        return [
+            {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": rj["template"]["spec"]}
+            for rj in manifest["spec"]["replicatedJobs"]
+        ]
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {**meta, **r["template"]["metadata"]},
+            "spec": r["template"]["spec"],
+        }
+        for r in manifest["spec"]["pytorchReplicaSpecs"].values()
+    ]
+
+
+def validate_manifest(manifest: dict[str, Any]) -> None:
+    """Raise InputError naming the first violation: CRD schema (jsonschema), then the embedded core objects
+    (kubernetes-validate, strict: unknown fields are errors)."""
+    import jsonschema  # type: ignore[import-untyped]
+    import kubernetes_validate
+
+    kind = manifest.get("kind", "")
+    if kind not in SCHEMAS:
+        raise InputError("manifest", f"kind {kind!r}; allowed: {', '.join(SCHEMAS)}")
+    validator = jsonschema.Draft202012Validator(_schema(SCHEMAS[kind]))
+    err = next(iter(sorted(validator.iter_errors(manifest), key=lambda e: list(e.absolute_path))), None)
+    if err is not None:
+        where = ".".join(str(p) for p in err.absolute_path) or "(root)"
+        raise InputError(f"{kind} {where}", err.message)
+    for obj in core_objects(manifest):
+        try:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            path = ".".join(str(p) for p in getattr(exc, "path", [])) or "(root)"
+            raise InputError(f"{kind} {obj['kind']} {path}", str(getattr(exc, "message", exc))) from None
