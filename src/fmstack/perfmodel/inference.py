@@ -1,0 +1,232 @@
+"""`estimate_serve`: TTFT, inter-token latency and throughput of a serving replica at a concurrency.
+
+Closed loop with ``concurrency`` clients, each sending its next request when the last one finishes (what
+``--concurrency`` means in vLLM's and SGLang's ``bench_serving`` and in ``trtllm-bench``). With continuous
+batching (Yu et al. 2022, Orca, sec. 3) every iteration advances each running sequence one token and, on
+average, admits ``C / output_len`` new prompts (chunked prefill mixes them into decode iterations: Agrawal et al.
+2024, Sarathi-Serve, sec. 4). So the mean iteration ``T`` carries ``C`` decode tokens plus ``C * input_len /
+output_len`` prompt tokens, a request lives ``output_len`` iterations, and by Little's law (Little 1961)
+``requests/s = C / (output_len * T)``. TTFT is the iteration that holds the request's own prompt (and the others'
+decode tokens); the inter-token latency (TPOT) is ``(latency - TTFT) / (output_len - 1)``. Static batching
+(TensorRT-LLM before in-flight batching) prefills the whole batch, then decodes it. Prefix caching removes
+``prefix_hit_rate`` of each prompt's prefill FLOPs (SGLang RadixAttention, Zheng et al. 2024, sec. 3), not its
+KV reads. Above the memory limit ``max_concurrency`` the extra clients queue. The discrete-event simulation in
+:mod:`fmstack.perfmodel.inference_sim` gives percentiles.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from fmstack.catalog.schema import ModelArch
+from fmstack.catalog.topology import Cluster
+from fmstack.errors import InputError
+from fmstack.perfmodel.efficiency import Efficiency, default_efficiency
+from fmstack.perfmodel.inference_kv import KV_BYTES, ServeMemory, check_tp, kv_bytes_per_token, serve_memory
+from fmstack.perfmodel.inference_step import Deployment, bottleneck, step_time
+
+F = NDArray[np.float64]
+Scheduler = Literal["continuous", "static"]
+DEFAULT_MAX_NUM_TOKENS = 8192
+"""Prompt tokens per iteration (TensorRT-LLM ``max_num_tokens`` and vLLM ``max_num_batched_tokens`` defaults)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ServeConfig:
+    """How one replica serves: parallelism, precisions, request shape, load and scheduler."""
+
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    precision: str = "bf16"
+    """Weights and GEMM precision: bf16, fp16, fp8, fp4."""
+    kv_dtype: str | None = None
+    """KV cache precision; None = fp8 with fp8/fp4 weights (ModelOpt checkpoints quantise the KV cache), else bf16."""
+    input_len: int = 2048
+    output_len: int = 256
+    concurrency: int | None = None
+    """Clients in the closed loop; None = as many as the KV cache holds (max load)."""
+    max_batch: int | None = None
+    """Engine limit on running sequences (``max_num_seqs`` / ``max_batch_size``); None = memory only."""
+    prefix_hit_rate: float = 0.0
+    """Fraction of each prompt already in the prefix cache."""
+    scheduler: Scheduler = "continuous"
+    max_num_tokens: int = DEFAULT_MAX_NUM_TOKENS
+
+    @property
+    def kv(self) -> str:
+        if self.kv_dtype is not None:
+            return self.kv_dtype
+        return "fp8" if self.precision in ("fp8", "fp4") else "bf16"
+
+
+def validate_serve(cfg: ServeConfig, model: ModelArch, cluster: Cluster) -> None:
+    """Shapes and ranges; InputError names the field and what is allowed."""
+    for name in ("input_len", "output_len", "pp", "ep", "max_num_tokens"):
+        if getattr(cfg, name) < 1:
+            raise InputError(name.replace("_", "-"), f"must be >= 1, got {getattr(cfg, name)}")
+    if cfg.concurrency is not None and cfg.concurrency < 1:
+        raise InputError("concurrency", f"must be >= 1, got {cfg.concurrency}")
+    if not 0.0 <= cfg.prefix_hit_rate < 1.0:
+        raise InputError("prefix-hit-rate", f"must be in [0, 1), got {cfg.prefix_hit_rate}")
+    if cfg.kv not in KV_BYTES:
+        raise InputError("kv-dtype", f"{cfg.kv!r} unknown; allowed: {', '.join(KV_BYTES)}")
+    check_tp(model, cfg.tp, cluster.gpus_per_domain)
+    if cfg.tp * cfg.pp > cluster.num_gpus:
+        raise InputError("pp", f"tp({cfg.tp}) * pp({cfg.pp}) = {cfg.tp * cfg.pp} > {cluster.num_gpus} GPUs")
+    if cfg.pp > model.num_layers:
+        raise InputError("pp", f"pp({cfg.pp}) > num_layers({model.num_layers})")
+    if cfg.input_len + cfg.output_len > model.max_seq_len:
+        raise InputError(
+            "input-len",
+            f"input_len({cfg.input_len}) + output_len({cfg.output_len}) > max_seq_len({model.max_seq_len}) of {model.name}",
+        )
+
+
+def deployment(
+    model: ModelArch, cluster: Cluster, cfg: ServeConfig, efficiency: Efficiency | None = None
+) -> Deployment:
+    return Deployment(
+        model=model, cluster=cluster, efficiency=efficiency or default_efficiency(cluster.gpu), tp=cfg.tp,
+        pp=cfg.pp, ep=cfg.ep, precision=cfg.precision, kv_dtype=cfg.kv,
+    )  # fmt: skip
+
+
+def memory_of(d: Deployment) -> ServeMemory:
+    return serve_memory(
+        d.model, d.mc, hbm_gib=d.cluster.gpu.hbm_gib, tp=d.tp, pp=d.pp, precision=d.precision, kv_dtype=d.kv_dtype
+    )
+
+
+def max_concurrency(d: Deployment, cfg: ServeConfig) -> int:
+    """Sequences of ``input_len + output_len`` tokens that fit at once (memory, then the engine limit)."""
+    n = memory_of(d).max_concurrency(cfg.input_len + cfg.output_len)
+    return min(n, cfg.max_batch) if cfg.max_batch is not None else n
+
+
+@dataclass(frozen=True, slots=True)
+class Curve:
+    """Latency and throughput at each concurrency (arrays; one replica)."""
+
+    concurrency: F
+    """Clients in the loop (may exceed ``running``: the rest queue)."""
+    running: F
+    """Sequences the engine runs at once."""
+    ttft_s: F
+    itl_s: F
+    latency_s: F
+    requests_per_s: F
+    output_tokens_per_s: F
+
+
+def prefill_ctx(n: float, hit: float) -> float:
+    """Sum over a prompt's uncached tokens of the context each attends (causal): tokens hit*n+1 .. n."""
+    cached = math.floor(hit * n)
+    return (n * (n + 1.0) - cached * (cached + 1.0)) / 2.0
+
+
+def serve_curve(d: Deployment, cfg: ServeConfig, concurrency: ArrayLike) -> Curve:
+    """The analytic model at every concurrency of ``concurrency`` (vectorised)."""
+    clients = np.asarray(concurrency, dtype=np.float64)
+    limit = float(max_concurrency(d, cfg))
+    if limit < 1:
+        raise InputError(
+            "tp", f"{d.model.name} does not fit: weights and one sequence need more than {d.cluster.gpu.hbm_gib:.0f} "
+            f"GiB per GPU at tp({d.tp}) * pp({d.pp}); use more GPUs or a lower precision",
+        )  # fmt: skip
+    c = np.minimum(clients, limit)
+    isl, osl = float(cfg.input_len), float(cfg.output_len)
+    hit = cfg.prefix_hit_rate
+    new = isl - math.floor(hit * isl)
+    pctx = prefill_ctx(isl, hit)
+    ctx = isl + osl / 2.0
+    chunks = max(1.0, math.ceil(new / cfg.max_num_tokens))
+    if cfg.scheduler == "static":
+        prefill = step_time(d, 0.0, 0.0, c * new, c * pctx, c).total_s
+        decode = step_time(d, c, ctx, 0.0, 0.0, 0.0).total_s
+        ttft = prefill
+        latency = prefill + (osl - 1.0) * decode
+        itl = decode
+    else:
+        mean_iter = step_time(d, c, ctx, c * new / osl, c * pctx / osl, c / osl).total_s
+        first = chunks * step_time(d, c - 1.0, ctx, new / chunks, pctx / chunks, 1.0 / chunks).total_s
+        latency = np.maximum(osl * mean_iter, first)
+        ttft = first
+        itl = (latency - ttft) / (osl - 1.0) if osl > 1 else np.zeros_like(c)
+    rps = c / latency
+    # closed loop beyond the limit: each client waits for a free slot, throughput stays at the limit's
+    wait = np.maximum(clients / rps - latency, 0.0)
+    return Curve(
+        concurrency=clients, running=c, ttft_s=ttft + wait, itl_s=np.asarray(itl, dtype=np.float64),
+        latency_s=latency + wait, requests_per_s=rps, output_tokens_per_s=rps * osl,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ServeEstimate:
+    """One replica at one concurrency: latencies, throughput, memory and the bottleneck."""
+
+    model: str
+    instance: str
+    num_gpus: int
+    config: ServeConfig
+    concurrency: int
+    running: int
+    ttft_s: float
+    itl_s: float
+    latency_s: float
+    requests_per_s: float
+    output_tokens_per_s: float
+    output_tokens_per_s_per_gpu: float
+    max_concurrency: int
+    kv_cache_gib: float
+    """KV cache of the running sequences at full length, all GPUs of the replica."""
+    kv_pool_gib: float
+    weights_gib_per_gpu: float
+    kv_bytes_per_token: float
+    bottleneck: str
+    iteration_parts_s: dict[str, float]
+    percentiles: dict[str, float] | None = None
+    """p50/p90/p99 of TTFT, ITL and latency from the batching simulation (None when not simulated)."""
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["config"] = asdict(self.config) | {"kv_dtype": self.config.kv}
+        if self.percentiles:
+            data.update(self.percentiles)
+        return data
+
+
+def estimate_serve(
+    model: ModelArch, cluster: Cluster, cfg: ServeConfig, *, efficiency: Efficiency | None = None
+) -> ServeEstimate:
+    """Predict one replica of ``model`` on ``cluster`` serving ``cfg`` (analytic means)."""
+    validate_serve(cfg, model, cluster)
+    d = deployment(model, cluster, cfg, efficiency)
+    mem = memory_of(d)
+    limit = max_concurrency(d, cfg)
+    clients = cfg.concurrency if cfg.concurrency is not None else max(limit, 1)
+    curve = serve_curve(d, cfg, np.array([clients], dtype=np.float64))
+    running = int(curve.running[0])
+    isl, osl = cfg.input_len, cfg.output_len
+    new = isl - math.floor(cfg.prefix_hit_rate * isl)
+    pctx = prefill_ctx(isl, cfg.prefix_hit_rate)
+    parts_arr = step_time(d, running, isl + osl / 2, running * new / osl, running * pctx / osl, running / osl)
+    parts = {k: float(v) for k, v in parts_arr.parts().items()}
+    link = f"NVLink ({cluster.scale_up.name})" if cluster.scale_up is not None else cluster.scale_out.name
+    kv_tok = kv_bytes_per_token(model, KV_BYTES[cfg.kv])
+    out = float(curve.output_tokens_per_s[0])
+    return ServeEstimate(
+        model=model.name, instance=cluster.name or cluster.instance.name, num_gpus=d.num_gpus, config=cfg,
+        concurrency=clients, running=running, ttft_s=float(curve.ttft_s[0]), itl_s=float(curve.itl_s[0]),
+        latency_s=float(curve.latency_s[0]), requests_per_s=float(curve.requests_per_s[0]),
+        output_tokens_per_s=out, output_tokens_per_s_per_gpu=out / d.num_gpus, max_concurrency=limit,
+        kv_cache_gib=running * (isl + osl) * kv_tok / 2**30, kv_pool_gib=mem.kv_pool_gib * d.num_gpus,
+        weights_gib_per_gpu=mem.weights_gib, kv_bytes_per_token=kv_tok, bottleneck=bottleneck(parts, link),
+        iteration_parts_s=parts,
+    )  # fmt: skip

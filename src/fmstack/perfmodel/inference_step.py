@@ -1,0 +1,235 @@
+"""One engine iteration of a serving replica by roofline, vectorised over NumPy arrays of batch shapes.
+
+An iteration runs ``decode_seqs`` sequences one token forward (each attending ``decode_ctx`` cached tokens) and
+``prefill_tokens`` prompt tokens (chunked or whole prompts) through every layer. Per operator, time is the larger
+of its FLOPs at the GPU's peak times the size-dependent efficiency and its HBM bytes at the achievable bandwidth
+(Williams, Waterman and Patterson 2009, "Roofline", CACM 52(4)); the operators run one after another, so their
+times add. The linear layers read every weight once per iteration (decode at small batch is bound by it: Pope et
+al. 2022, sec. 2; vLLM/PagedAttention, Kwon et al. 2023, sec. 2.2); decode attention reads each sequence's KV
+cache; prefill attention is causal (FlashAttention: half the full product; Dao 2023). Tensor parallelism adds two
+all-reduces of the activations per layer (Shoeybi et al. 2019, Megatron-LM, sec. 3); MoE expert parallelism two
+all-to-alls per MoE layer (dispatch and combine; Lepikhin et al. 2020, GShard, sec. 2.2); pipeline parallelism
+splits the batch into ``pp`` micro-batches that flow through ``pp`` stages of ``layers / pp`` layers
+(Narayanan et al. 2021, sec. 2.2), so an iteration is ``pp`` stage-times plus the point-to-point transfers.
+FLOPs come from :mod:`fmstack.perfmodel.modelconsts` (2 per multiply-accumulate), collectives from
+:mod:`fmstack.perfmodel.collectives`, efficiencies from :mod:`fmstack.perfmodel.efficiency`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from fmstack.catalog.schema import ModelArch
+from fmstack.catalog.topology import Cluster
+from fmstack.errors import InputError
+from fmstack.perfmodel.collectives import GroupPlacement, collective_time_s
+from fmstack.perfmodel.efficiency import Efficiency
+from fmstack.perfmodel.inference_kv import KV_BYTES, WEIGHT_BYTES, kv_bytes_per_token, kv_split
+from fmstack.perfmodel.modelconsts import ModelConsts, model_consts
+
+F = NDArray[np.float64]
+
+ITERATION_OVERHEAD_S = 1.0e-3
+"""Scheduler, sampling and output processing of one engine iteration that no GPU kernel overlaps (fmstack
+default; vLLM's v0.6 blog measured CPU work to be most of the time before it was overlapped, INF-052)."""
+LAYER_OVERHEAD_S = 8.0e-6
+"""Kernel launch gaps per layer and iteration with CUDA graphs (about 8 kernels of ~1 us; fmstack default)."""
+ACT_BYTES = 2.0
+"""Activations on the wire and in HBM are bf16."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Deployment:
+    """One serving replica: a model on ``tp * pp`` GPUs of a cluster, with weight and KV precisions."""
+
+    model: ModelArch
+    cluster: Cluster
+    efficiency: Efficiency
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    """Expert parallel degree inside the TP group (MoE); 1 = experts split by TP."""
+    precision: str = "bf16"
+    kv_dtype: str = "bf16"
+    mc: ModelConsts = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mc", model_consts(self.model))
+        if self.precision not in WEIGHT_BYTES:
+            raise InputError("precision", f"{self.precision!r} unknown; allowed: {', '.join(WEIGHT_BYTES)}")
+        if self.kv_dtype not in KV_BYTES:
+            raise InputError("kv_dtype", f"{self.kv_dtype!r} unknown; allowed: {', '.join(KV_BYTES)}")
+        if self.ep > 1 and (self.model.moe is None or self.tp % self.ep or self.model.moe.num_experts % self.ep):
+            raise InputError("ep", f"ep({self.ep}) needs an MoE model, must divide tp({self.tp}) and the experts")
+        self.peak_linear_flops()  # the GPU must have the precision
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp
+
+    def peak_linear_flops(self) -> float:
+        return self.cluster.gpu.peak_tflops(self.precision) * 1e12
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepParts:
+    """Seconds of one iteration by part (arrays); the parts add up to ``total_s``."""
+
+    gemm_s: F
+    """Linear layers where Tensor-core compute bounds them."""
+    weights_s: F
+    """Linear layers where reading the weights from HBM bounds them."""
+    attention_s: F
+    """Attention FLOPs (prefill, and decode where compute-bound)."""
+    kv_read_s: F
+    """Decode attention where reading the KV cache bounds it."""
+    elementwise_s: F
+    tp_comm_s: F
+    ep_comm_s: F
+    pp_comm_s: F
+    overhead_s: F
+    total_s: F
+
+    def parts(self) -> dict[str, F]:
+        return {
+            "gemm_compute": self.gemm_s,
+            "weight_reads": self.weights_s,
+            "attention_compute": self.attention_s,
+            "kv_cache_reads": self.kv_read_s,
+            "elementwise": self.elementwise_s,
+            "tp_all_reduce": self.tp_comm_s,
+            "ep_all_to_all": self.ep_comm_s,
+            "pp_send_recv": self.pp_comm_s,
+            "overhead": self.overhead_s,
+        }
+
+
+def _f(x: ArrayLike) -> F:
+    return np.asarray(x, dtype=np.float64)
+
+
+def _comm(op: str, size: F, ranks: int, per_domain: int, cluster: Cluster) -> F:
+    if ranks <= 1:
+        return np.zeros_like(size)
+    t = collective_time_s(op, size, GroupPlacement(num_ranks=ranks, ranks_per_domain=per_domain), cluster)
+    return np.where(size > 0, _f(t), 0.0)
+
+
+def step_time(
+    d: Deployment,
+    decode_seqs: ArrayLike,
+    decode_ctx: ArrayLike,
+    prefill_tokens: ArrayLike = 0.0,
+    prefill_token_ctx: ArrayLike = 0.0,
+    prefill_seqs: ArrayLike = 0.0,
+) -> StepParts:
+    """Time of one iteration: ``decode_seqs`` decode tokens of mean context ``decode_ctx`` plus ``prefill_tokens``
+    prompt tokens whose attended-context sum is ``prefill_token_ctx`` (a whole causal prompt of n tokens:
+    n (n + 1) / 2), from ``prefill_seqs`` prompts (their last token goes through the LM head)."""
+    mc, gpu, eff = d.mc, d.cluster.gpu, d.efficiency
+    b, ctx = _f(decode_seqs), _f(decode_ctx)
+    p, p_ctx, p_seqs = _f(prefill_tokens), _f(prefill_token_ctx), _f(prefill_seqs)
+    tp, pp = float(d.tp), float(d.pp)
+    hbm = gpu.hbm_bw_gbps * 1e9 * eff.memory
+    peak = d.peak_linear_flops()
+    peak_attn = gpu.bf16_dense_tflops * 1e12 * eff.attention
+    layers = mc.layers / pp  # per stage
+    moe_frac = mc.moe_layers / mc.layers
+    tok = (b + p) / pp  # tokens of one micro-batch
+    head_tok = (b + p_seqs) / pp
+
+    # linear layers: FLOPs per stage per micro-batch; weights read once per micro-batch
+    dense_lin = (mc.fwd_linear_per_token - mc.fwd_head_per_token - mc.fwd_expert_per_token) / mc.layers
+    expert_lin = mc.fwd_expert_per_token / mc.layers
+    flops = tok * layers * (dense_lin + expert_lin) / tp + head_tok * mc.fwd_head_per_token / tp
+    call = 2.0 * np.maximum(tok, 1.0) * mc.h * max(mc.ffn, mc.q_width) / tp
+    gemm = flops / (peak * eff.gemm_at(d.precision, call))
+    wbytes = WEIGHT_BYTES[d.precision]
+    expert_params_layer = mc.params_expert / max(mc.moe_layers, 1.0)
+    dense_params_layer = (mc.params_total - mc.params_embedding - mc.params_expert) / mc.layers
+    # expected share of experts that at least one token routes to (uniform routing)
+    share = mc.top_k / mc.experts if mc.experts > 0 else 1.0
+    touched = 1.0 - (1.0 - share) ** np.maximum(tok, 0.0)
+    head_params = mc.vocab * mc.h
+    w_read = layers * (dense_params_layer + moe_frac * expert_params_layer * touched) * wbytes / tp + (
+        head_params * 2.0 / tp if d.pp == 1 else head_params * 2.0 / tp / pp
+    )
+    weights = w_read / hbm
+    linear_compute = gemm >= weights
+
+    # attention: decode reads the KV cache, prefill is causal FLOPs
+    core = mc.fwd_core_per_token_per_ctx / mc.layers * layers / tp
+    kv_tok = kv_bytes_per_token(d.model, KV_BYTES[d.kv_dtype]) / mc.layers * layers / kv_split(d.model, d.tp)
+    dec_flops = (b / pp) * ctx * core
+    dec_bytes = (b / pp) * ctx * kv_tok + tok * kv_tok  # read the cache, write the new tokens' K and V
+    dec_compute = dec_flops / peak_attn
+    dec_mem = dec_bytes / hbm
+    pre_attn = (p_ctx / pp) * core / peak_attn
+
+    # norms, residual adds, activation function: replicated over TP except the MLP activation
+    act_width = mc.ffn if mc.experts == 0 else (mc.top_k + mc.shared_experts) * mc.expert_ffn
+    elem_bytes = 8.0 * mc.h + 12.0 * mc.h + 6.0 * act_width / tp
+    elementwise = tok * layers * elem_bytes / hbm
+
+    gpd = d.cluster.gpus_per_domain
+    act = tok * mc.h * ACT_BYTES
+    n_ar = 2.0 * layers - (layers * moe_frac if d.ep > 1 else 0.0)
+    tp_comm = n_ar * _comm("all_reduce", act, d.tp, min(d.tp, gpd), d.cluster)
+    ep_comm = np.zeros_like(tok)
+    if d.ep > 1:
+        a2a = tok / tp * mc.top_k * mc.h * ACT_BYTES
+        ep_comm = 2.0 * layers * moe_frac * _comm("all_to_all", a2a, d.ep, min(d.ep, gpd), d.cluster)
+    pp_comm = np.zeros_like(tok)
+    if d.pp > 1:
+        cross = d.tp * d.pp > gpd
+        pp_comm = _comm("send_recv", act / tp, 2, 1 if cross else 2, d.cluster)
+
+    overhead = np.full_like(tok, ITERATION_OVERHEAD_S / pp + layers * LAYER_OVERHEAD_S)
+    parts = {
+        "gemm": np.where(linear_compute, gemm, 0.0),
+        "weights": np.where(linear_compute, 0.0, weights),
+        "attention": pre_attn + np.where(dec_compute >= dec_mem, dec_compute, 0.0),
+        "kv": np.where(dec_compute >= dec_mem, 0.0, dec_mem),
+        "elementwise": elementwise,
+        "tp": tp_comm,
+        "ep": ep_comm,
+        "pp": pp_comm,
+        "overhead": overhead,
+    }
+    scaled = {k: np.asarray(v * pp, dtype=np.float64) for k, v in parts.items()}  # pp stage-times per iteration
+    total = np.asarray(sum(scaled.values()), dtype=np.float64)
+    return StepParts(
+        gemm_s=scaled["gemm"],
+        weights_s=scaled["weights"],
+        attention_s=scaled["attention"],
+        kv_read_s=scaled["kv"],
+        elementwise_s=scaled["elementwise"],
+        tp_comm_s=scaled["tp"],
+        ep_comm_s=scaled["ep"],
+        pp_comm_s=scaled["pp"],
+        overhead_s=scaled["overhead"],
+        total_s=total,
+    )
+
+
+BOTTLENECK_LABELS = {
+    "gemm_compute": "Tensor-core compute of the linear layers (compute-bound)",
+    "weight_reads": "HBM bandwidth reading the weights (memory-bound decode)",
+    "attention_compute": "attention FLOPs",
+    "kv_cache_reads": "HBM bandwidth reading the KV cache",
+    "elementwise": "memory-bound elementwise kernels",
+    "tp_all_reduce": "tensor-parallel all-reduce on {link}",
+    "ep_all_to_all": "expert-parallel all-to-all on {link}",
+    "pp_send_recv": "pipeline send/recv on {link}",
+    "overhead": "per-iteration scheduler and launch overhead",
+}
+
+
+def bottleneck(parts: dict[str, float], link: str) -> str:
+    """The largest part of an iteration, in words, with its share."""
+    total = sum(parts.values())
+    top = max(parts, key=lambda k: parts[k])
+    return f"{BOTTLENECK_LABELS[top].format(link=link)}: {100 * parts[top] / total:.0f} % of an iteration"

@@ -1,0 +1,173 @@
+"""`fmstack validate` (inference): the serving model against published measurements.
+
+Every row of ``data/inference-calibration.csv`` (a copy of the project's published-measurements file) is kept.
+A row the model can express becomes a model, a node, a :class:`ServeConfig` and a load, with the same defaults
+for every case (no per-row constants); a row it cannot express carries the reason. Rows are *in scope* for the
+acceptance bounds (median |error| <= 15 %, worst <= 35 %) when they are throughput or TTFT measurements of the
+2024-25 in-flight-batching engines on GPUs whose efficiency defaults are not marked as assumed:
+- TensorRT-LLM v0.5 / v0.6.1 rows (2023, static batching and its low-latency runtime) are predicted and shown,
+  but out of scope: the engine of that era is not the one the defaults describe;
+- Blackwell rows are predicted and shown, but out of scope: ``efficiency.yaml`` marks Blackwell's GEMM curves as
+  an fmstack assumption "to be replaced by a calibration profile measured on B200/GB200".
+"Max load" rows run at the memory-limited concurrency (the data README: infinite request rate, the batch is
+limited by memory).
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import statistics
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import TYPE_CHECKING
+
+from fmstack.catalog.topology import build_cluster
+from fmstack.perfmodel.inference import ServeConfig, estimate_serve
+
+if TYPE_CHECKING:
+    from fmstack.catalog.loader import Catalog
+
+ACCEPT_MEDIAN_PCT = 15.0
+ACCEPT_WORST_PCT = 35.0
+
+MODEL_NAMES = {
+    "Llama 3.1 8B Instruct": "llama3.1-8b", "Llama 3.3 70B Instruct": "llama3.1-70b",
+    "Llama 3.1 405B Instruct": "llama3.1-405b", "Qwen3-235B-A22B (MoE)": "qwen3-235b-a22b",
+    "LLaMA 70B (Llama 2)": "llama2-70b", "Llama 3 8B": "llama3-8b", "Llama 3 70B": "llama3-70b",
+    "DeepSeek-R1 (MoE)": "deepseek-v3", "DeepSeek-R1-0528 (MoE)": "deepseek-v3",
+}  # fmt: skip
+"""Published names -> zoo names (Llama 3.3 70B has Llama 3.1 70B's architecture, DeepSeek-R1 DeepSeek-V3's)."""
+METRICS = {"output_throughput_total", "output_throughput_per_gpu", "ttft", "tpot"}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InferenceCheck:
+    """One published serving measurement next to the model's prediction."""
+
+    id: str
+    model: str
+    system: str
+    metric: str
+    unit: str
+    measured: float | None
+    predicted: float | None = None
+    error_pct: float | None = None
+    in_scope: bool = False
+    config: str = ""
+    bottleneck: str = ""
+    assumptions: list[str] = field(default_factory=list)
+    reason: str = ""
+    """Why the row is not expressible or not in the acceptance scope ('' when in scope)."""
+
+
+def _rows() -> list[dict[str, str]]:
+    text = (resources.files("fmstack.perfmodel") / "data" / "inference-calibration.csv").read_text(encoding="utf-8")
+    return list(csv.DictReader(text.splitlines()))
+
+
+def _system(gpu: str) -> str | None:
+    g = gpu.lower()
+    if "b200" in g:
+        return "dgx-b200"
+    if "h100" in g and "a100" not in g:
+        return "dgx-h100"
+    if "h200" in g:
+        return "p5e.48xlarge"
+    return None
+
+
+def _not_expressible(row: dict[str, str]) -> str:
+    """The reason a row cannot be expressed ('' when it can)."""
+    metric, notes, engine = row["metric_name"], row["notes"], row["engine"]
+    if metric not in METRICS:
+        return f"metric {metric!r} is a relative or claimed number, not a latency or throughput of one configuration"
+    if "MTP" in notes or "speculative" in notes.lower():
+        return "multi-token-prediction speculative decoding is not modelled"
+    if row["model"] not in MODEL_NAMES:
+        return f"model {row['model']!r} is not in the model zoo"
+    if _system(row["gpu"]) is None:
+        return f"GPU {row['gpu']!r} not mapped to a catalog node"
+    if not row["tp"]:
+        return "parallel layout not stated"
+    if metric == "tpot" and not row["input_len"]:
+        return (
+            "approximate prose claim ('1 token every 13 ms under light load') without input length or precision, "
+            f"for {engine} whose CPU overhead dominated (INF-052: GPU busy 38 % of the time)"
+        )
+    if not row["input_len"] or not row["output_len"]:
+        return "input / output length not stated"
+    return ""
+
+
+def _scope_reason(row: dict[str, str]) -> str:
+    if "attention DP" in row["notes"]:
+        return "attention data parallelism (named in the notes) is not modelled: predicted as TP, outside the scope"
+    if re.search(r"v0\.[56]", row["engine"]) or row["year"] == "2023":
+        return "TensorRT-LLM v0.5/v0.6.1 (2023) static-batching era: predicted, outside the acceptance scope"
+    if "b200" in row["gpu"].lower():
+        return "Blackwell GEMM efficiencies are assumed defaults (efficiency.yaml): predicted, outside the scope"
+    return ""
+
+
+def check_row(catalog: Catalog, row: dict[str, str]) -> InferenceCheck:
+    """Predict one row (or say why it cannot be predicted)."""
+    measured = float(row["metric_value"]) if row["metric_value"] else None
+    base = {"id": row["id"], "model": row["model"], "metric": row["metric_name"], "unit": row["metric_unit"]}
+    why = _not_expressible(row)
+    system = _system(row["gpu"]) or ""
+    if why:
+        return InferenceCheck(**base, system=system, measured=measured, reason=why)  # type: ignore[arg-type]
+    assumptions: list[str] = []
+    tp = int(row["tp"])
+    pp = int(row["pp"] or 1)
+    prec_text = row["precision"].lower()
+    precision = "fp4" if "fp4" in prec_text else "fp8" if "fp8" in prec_text else "bf16"
+    if not prec_text:
+        assumptions.append("precision not stated: bf16")
+    kv_dtype = "fp8" if "fp8 kv" in prec_text else "bf16" if "fp16 kv" in prec_text else None
+    if kv_dtype is None:
+        assumptions.append("KV cache fp8 with fp8/fp4 weights, else bf16 (fmstack default)")
+    ep = min(int(row["ep"]), tp) if row["ep"].isdigit() else 1
+    load = row["batch_or_concurrency"]
+    static = "static" in load
+    concurrency: int | None = None
+    if load.startswith("max load"):
+        assumptions.append("max load: concurrency = sequences the KV cache holds")
+    else:
+        concurrency = int(re.findall(r"\d+", load)[0])
+    cfg = ServeConfig(
+        tp=tp, pp=pp, ep=ep, precision=precision, kv_dtype=kv_dtype, input_len=int(row["input_len"]), output_len=int(row["output_len"]),
+        concurrency=concurrency, scheduler="static" if static else "continuous",
+    )  # fmt: skip
+    arch = catalog.model(MODEL_NAMES[row["model"]])
+    cluster = build_cluster(catalog, system, 1)
+    est = estimate_serve(arch, cluster, cfg)
+    metric = row["metric_name"]
+    predicted = {
+        "output_throughput_total": est.output_tokens_per_s * (int(row["num_gpus"] or tp) // (tp * pp)),
+        "output_throughput_per_gpu": est.output_tokens_per_s_per_gpu,
+        "ttft": est.ttft_s * 1e3,
+        "tpot": est.itl_s * 1e3,
+    }[metric]
+    scope = _scope_reason(row)
+    err = 100.0 * (predicted - measured) / measured if measured else None
+    return InferenceCheck(
+        **base, system=system, measured=measured, predicted=predicted, error_pct=err,
+        in_scope=not scope, reason=scope, bottleneck=est.bottleneck, assumptions=assumptions,
+        config=f"tp {tp} pp {pp} {precision}/{cfg.kv} kv, {cfg.input_len}/{cfg.output_len}, "
+        f"{'static ' if static else ''}batch {est.running}",
+    )  # fmt: skip
+
+
+def validate_inference(catalog: Catalog) -> list[InferenceCheck]:
+    """Every row of the inference measurements, predicted where the model can express it."""
+    return [check_row(catalog, row) for row in _rows()]
+
+
+def summary(checks: list[InferenceCheck]) -> tuple[float, float, int]:
+    """(median, worst) absolute error in percent over the in-scope rows, and their count."""
+    errors = [abs(c.error_pct) for c in checks if c.in_scope and c.error_pct is not None]
+    if not errors:
+        return float("nan"), float("nan"), 0
+    return statistics.median(errors), max(errors), len(errors)
