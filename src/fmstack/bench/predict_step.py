@@ -68,31 +68,34 @@ def step_gemms(cfg: GPTConfig, micro_batch: int) -> list[tuple[GemmShape, int]]:
 
 
 def memory_ops(cfg: GPTConfig, micro_batch: int, num_params: int) -> list[tuple[float, int]]:
-    """(bytes one op moves, ops per step) for the memory-bound ops of one rank, fp32.
+    """(bytes one op moves, ops per step) for the memory-bound ops of one rank, fp32, counted op by op.
 
-    Forward per block, in activations of N x d floats (N = tokens): LayerNorm read+write 2 (x2), attention output
-    re-layout 2, residual add 3 (x2), GELU 2 on N x f. Backward moves twice the forward's bytes (each op reads the
-    saved input and the incoming gradient and writes one gradient). Loss: log-softmax and its gradient over N x V
-    logits, 2 + 2. Embedding lookups and their add: 2 + 3 N x d. Per parameter per step: AdamW reads p, g, m, v
-    and writes p, m, v (7 floats); DDP copies each gradient into its bucket and back (4) and divides by the world
-    size (2).
+    In floats, with N tokens, d = d_model, f = ffn_mult * d, V = vocab; reads plus writes of each op:
+    - block forward (20 N d): LayerNorm 2 (x2), attention-output re-layout 2, residual add 3 (x2), GELU 2 f/d = 8.
+    - block backward (45 N d): gradient accumulation at the two residual branch points 3 (x2), GELU backward
+      3 f/d = 12, bias-gradient reductions 1 + 4 + 1 + 3, LayerNorm backward 5 (x2: input and weight grads),
+      re-layout 2, concatenating dq, dk, dv 6.
+    - LM head and loss (10 N V): log-softmax 4 (max, sum of exp, write), its backward 4, the zero-filled NLL
+      gradient 1, the head's bias gradient 1; final LayerNorm 2 + 5 N d; embeddings: lookup 2, add 3, backward 2 N d.
+    - per parameter: AdamW with foreach=True makes 8 unfused passes (torch/optim/adam.py ``_multi_tensor_adam``:
+      weight-decay mul 2, lerp m 3, mul v 2, addcmul v 3, sqrt 2, div 2, add eps 2, addcdiv p 4 = 20 floats);
+      DDP copies each gradient into its bucket (2), divides it by the world size (2) and copies it back (2).
+    Each op is priced at the calibrated bandwidth for its own size, so cache-resident tensors get cache speed.
     """
     n_tok = micro_batch * cfg.seq_len
     nd = n_tok * cfg.d_model * FP32_BYTES
     nf = nd * cfg.ffn_mult
     nv = n_tok * cfg.vocab_size * FP32_BYTES
-    ops: list[tuple[float, int]] = []
-    block_fwd = [(2 * nd, 2), (2 * nd, 1), (3 * nd, 2), (2 * nf, 1)]
-    for size, count in block_fwd:
-        ops.append((size, count * cfg.n_layers))  # forward
-        ops.append((2 * size, count * cfg.n_layers))  # backward: twice the bytes
-    ops.append((2 * nd, 3))  # final LayerNorm forward, its backward as two
-    ops.append((2 * nv, 2))  # log-softmax forward and backward
-    ops.append((2 * nd, 2))  # token and position lookups
-    ops.append((3 * nd, 1))  # their sum
-    ops.append((num_params * FP32_BYTES * 7, 1))  # AdamW
-    ops.append((num_params * FP32_BYTES * 2, 2))  # DDP bucket copy in and out
-    ops.append((num_params * FP32_BYTES * 2, 1))  # gradient / world size
+    layers = cfg.n_layers
+    ops: list[tuple[float, int]] = [
+        (2 * nd, 2 * layers), (2 * nd, layers), (3 * nd, 2 * layers), (2 * nf, layers),  # block forward
+        (3 * nd, 2 * layers), (3 * nf, layers), (nd, 2 * layers), (nf, layers), (3 * nd, layers),  # backward
+        (5 * nd, 2 * layers), (2 * nd, layers), (6 * nd, layers),
+        (4 * nv, 2), (nv, 2),  # log-softmax forward and backward, NLL gradient fill, head bias gradient
+        (2 * nd, 1), (5 * nd, 1), (2 * nd, 2), (3 * nd, 1),  # final LayerNorm, embeddings
+    ]  # fmt: skip
+    for floats in (2, 3, 2, 3, 2, 2, 2, 4, 2, 2, 2):  # AdamW's passes, then DDP's bucket copy, divide, copy back
+        ops.append((num_params * FP32_BYTES * floats, 1))
     return ops
 
 

@@ -1,0 +1,49 @@
+"""Closing the loop: calibrate on this CPU, predict the reference DDP step time, measure it, print the ratio.
+
+Usage: python benchmarks/bench_closing_loop.py [--steps 10] [--repeats 1] [--markdown]
+
+The reference workload is fmstack.workloads.gpt's GPT (bench.closing_loop.REFERENCE) under DDP on 2 gloo
+processes with 1 thread each. The baseline is the measured median step time from the same run; the ratio is
+predicted / measured (1.0 is a perfect prediction; issue 7 accepts 0.7..1.3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+from datetime import UTC, datetime
+
+from fmstack.bench.closing_loop import REFERENCE, REFERENCE_MICRO_BATCH, close_loop
+from fmstack.bench.device import cpu_name
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--markdown", action="store_true", help="print a table row per repeat for results/")
+    args = parser.parse_args()
+    print(f"# {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {cpu_name()}, {os.cpu_count()} cores, {platform.platform()}")
+    print(f"# workload: {REFERENCE}, micro-batch {REFERENCE_MICRO_BATCH} per rank, 2 gloo ranks x 1 thread")
+    if args.markdown:
+        print("| run | predicted ms | gemm ms | memory ms | all-reduce ms | measured median ms | ratio |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+    for i in range(args.repeats):
+        r = close_loop(steps=args.steps)
+        p, m = r.prediction, r.measurement
+        if args.markdown:
+            print(f"| {i + 1} | {p.total_s * 1e3:.1f} | {p.gemm_s * 1e3:.1f} | {p.memory_s * 1e3:.1f} | "
+                  f"{p.allreduce_s * 1e3:.1f} | {m.median_s * 1e3:.1f} | {r.ratio:.3f} |")  # fmt: skip
+            continue
+        print(f"predicted step : {p.total_s * 1e3:8.1f} ms  (GEMM {p.gemm_s * 1e3:.1f}, memory-bound "
+              f"{p.memory_s * 1e3:.1f}, all-reduce {p.allreduce_s * 1e3:.1f})")  # fmt: skip
+        print(f"  work         : {p.gemm_flops / 1e9:.2f} GFLOP, {p.memory_bytes / 1e6:.0f} MB moved, "
+              f"{p.grad_bytes / 1e6:.1f} MB of gradients all-reduced")  # fmt: skip
+        print(f"measured step  : {m.median_s * 1e3:8.1f} ms  (median of {len(m.step_times_s)}; "
+              f"min {min(m.step_times_s) * 1e3:.1f}, max {max(m.step_times_s) * 1e3:.1f})")  # fmt: skip
+        print(f"ratio predicted/measured: {r.ratio:.3f}")
+
+
+if __name__ == "__main__":
+    main()
