@@ -30,21 +30,21 @@ def _escape(arg: str) -> str:
     return arg.replace("$", "$$")
 
 
-def _container(job: ResolvedJob, master_addr: str) -> dict[str, Any]:
+def _container(job: ResolvedJob, rdzv: list[str], indexed: bool) -> dict[str, Any]:
     spec = job.spec
     if not spec.image:
         raise InputError("image", "a container image is required to run on Kubernetes (e.g. image: my/repo:tag)")
-    rdzv = ["--node-rank=$(NODE_RANK)", f"--master-addr={master_addr}", f"--master-port={RDZV_PORT}"]
     args = [_escape(a) for a in torchrun_prefix(job)] + rdzv + [_escape(a) for a in program_argv(job)]
     env: list[dict[str, Any]] = [{"name": k, "value": _escape(v)} for k, v in sorted(job_env(job).items())]
-    env.append(
-        {
-            "name": "NODE_RANK",
-            "valueFrom": {
-                "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}
-            },
-        }
-    )
+    if indexed:  # Indexed Job pods carry their index; PyTorchJob's operator sets PET_NODE_RANK itself
+        env.append(
+            {
+                "name": "NODE_RANK",
+                "valueFrom": {
+                    "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}
+                },
+            }
+        )
     limits: dict[str, str] = {}
     if job.gpus_per_node:
         limits["nvidia.com/gpu"] = str(job.gpus_per_node)
@@ -64,10 +64,10 @@ def _container(job: ResolvedJob, master_addr: str) -> dict[str, Any]:
     return container
 
 
-def _pod_spec(job: ResolvedJob, master_addr: str, restart: str) -> dict[str, Any]:
+def _pod_spec(job: ResolvedJob, rdzv: list[str], indexed: bool) -> dict[str, Any]:
     return {
-        "restartPolicy": restart,
-        "containers": [_container(job, master_addr)],
+        "restartPolicy": "Never",
+        "containers": [_container(job, rdzv, indexed)],
         # NCCL and DataLoader workers need more shared memory than the container default (64 MiB)
         "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
     }
@@ -90,13 +90,14 @@ def render_jobset(job: ResolvedJob) -> dict[str, Any]:
     spec = job.spec
     n = spec.nodes
     master = f"{spec.name}-{RJOB}-0-0.{spec.name}"
+    rdzv = ["--node-rank=$(NODE_RANK)", f"--master-addr={master}", f"--master-port={RDZV_PORT}"]
     job_spec = {
         "parallelism": n,
         "completions": n,
         "completionMode": "Indexed",
         "backoffLimit": 0,
         "activeDeadlineSeconds": spec.time_limit_min * 60,
-        "template": {"metadata": {"annotations": _pod_annotations(job)}, "spec": _pod_spec(job, master, "Never")},
+        "template": {"metadata": {"annotations": _pod_annotations(job)}, "spec": _pod_spec(job, rdzv, True)},
     }
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
@@ -113,14 +114,18 @@ def render_jobset(job: ResolvedJob) -> dict[str, Any]:
 
 
 def render_pytorchjob(job: ResolvedJob) -> dict[str, Any]:
-    """PyTorchJob: the operator sets MASTER_ADDR/MASTER_PORT and creates the Services; Master is node 0."""
+    """PyTorchJob: the training operator creates the Services and sets MASTER_ADDR, MASTER_PORT and PET_NODE_RANK
+    (kubeflow/training-operator pkg/controller.v1/pytorch/envvar.go); Master is node 0."""
     spec = job.spec
-    master = f"{spec.name}-master-0"
     labels = _labels(job)
-    tmpl = {"metadata": {"annotations": _pod_annotations(job)}, "spec": _pod_spec(job, master, "Never")}
-    replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": tmpl}}
+    rdzv = ["--node-rank=$(PET_NODE_RANK)", "--master-addr=$(MASTER_ADDR)", "--master-port=$(MASTER_PORT)"]
+
+    def tmpl() -> dict[str, Any]:
+        return {"metadata": {"annotations": _pod_annotations(job)}, "spec": _pod_spec(job, rdzv, False)}
+
+    replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": tmpl()}}
     if spec.nodes > 1:
-        replicas["Worker"] = {"replicas": spec.nodes - 1, "restartPolicy": "OnFailure", "template": tmpl}
+        replicas["Worker"] = {"replicas": spec.nodes - 1, "restartPolicy": "OnFailure", "template": tmpl()}
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
