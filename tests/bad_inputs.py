@@ -7,6 +7,7 @@ Files named ``@bad:NAME`` are written by the test from ``BAD_FILES`` into a temp
 from __future__ import annotations
 
 BAD_FILES: dict[str, str] = {
+    "not_profile.json": '{"hello": 1}',
     "not_yaml.yaml": "kind: gpu\nentries: [ {name: X, \n",
     "unknown_field.yaml": "kind: gpu\nentries:\n  - name: X1\n    architecture: x\n    bf16_dense_tflops: 1\n"
     "    fp16_dense_tflops: 1\n    hbm_gb: 1\n    hbm_type: x\n    hbm_bw_tbps: 1\n    tdp_w: 1\n    colour: red\n",
@@ -103,4 +104,16 @@ BAD_ARGV += [
       "nvlink", "--values", "12"], "must be a multiple of 8 GPUs per node"),
     (["scale", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "1e12", "--axis",
       "efa", "--values", "efa-v9"], "unknown fabric 'efa-v9'"),
+    (["bench", "gemm", "--device", "tpu"], "device: unknown device 'tpu'; allowed: cpu, cuda"),
+    (["bench", "gemm", "--dtype", "fp64"], "allowed: fp32, bf16, fp16"),
+    (["bench", "gemm", "--model", "no-such-model"], "unknown model 'no-such-model'"),
+    (["bench", "gemm", "--threads", "0"], "threads: 0; allowed: >= 1"),
+    (["bench", "memory", "--max-bytes", "100"], "max-bytes: 100 is too small"),
+    (["bench", "memory", "--out", "/nonexistent-dir/p.json"], "out: directory /nonexistent-dir does not exist"),
+    (["bench", "memory", "--out", "@file:not_profile.json"], "field 'device': missing required field"),
+    (["bench", "collectives", "--op", "all_sum"], "allowed: all_reduce, all_gather"),
+    (["bench", "collectives", "--ranks", "1"], "ranks: 1; a collective needs at least 2 processes"),
+    (["bench", "storage"], "Missing option '--path'"),
+    (["bench", "storage", "--path", "/nonexistent-dir"], "/nonexistent-dir is not an existing directory"),
+    (["bench", "storage", "--path", "/sys"], "path: no write permission in /sys"),
 ]  # fmt: skip

@@ -211,7 +211,7 @@ def run_collectives(
     for op in ops:
         bus_factor(op, num_ranks)
     if num_ranks < 2:
-        raise InputError("ranks", f"{num_ranks}; a collective needs allowed: >= 2 ranks")
+        raise InputError("ranks", f"{num_ranks}; a collective needs at least 2 processes; allowed: >= 2")
     if device == "cuda":
         import torch
 

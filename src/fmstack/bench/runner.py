@@ -121,6 +121,8 @@ def run_bench(opts: BenchOptions, catalog: Catalog, on_step: Callable[[], None] 
             raise InputError("bench", f"unknown bench {kind!r}; allowed: {', '.join(KINDS)}, all")
     for op in opts.ops:
         coll.bus_factor(op, opts.ranks)
+    if "collectives" in opts.kinds and opts.ranks < 2:
+        raise InputError("ranks", f"{opts.ranks}; a collective needs at least 2 processes; allowed: >= 2")
     if opts.min_time_s <= 0:
         raise InputError("min-time", f"{opts.min_time_s}; allowed: > 0 seconds")
     if opts.threads is not None and opts.threads < 1:
