@@ -59,3 +59,20 @@ def test_plan_html_renders_in_chromium(tmp_path: Path) -> None:
     assert rendered.dom.count('class="plot-container plotly"') >= 3  # breakdown, memory, scaling
     assert "ranked configurations" in rendered.dom
     assert "where the step time goes" in rendered.dom
+
+
+def test_plan_with_failures_objective_json() -> None:
+    proc = _run("plan", "train", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--gpus", "512,1024",
+                "--tokens", "2e12", "--global-batch", "512", "--top", "3", "--objective", "time-with-failures",
+                "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["objective"] == "time-with-failures"
+    times = [r["time_to_train_s"] for r in data["ranked"]]
+    assert times == sorted(times)
+    for row in data["ranked"]:
+        assert 0 < row["goodput"] <= 1
+        assert row["time_to_train_s"] >= row["ideal_time_s"]
+        assert row["ideal_time_s"] == pytest.approx(2e12 / row["tokens_per_s"])
+        for key in ("checkpoint_size_gib", "checkpoint_write_s", "checkpoint_interval_s", "fsx_capacity_tib_needed"):
+            assert row[key] > 0

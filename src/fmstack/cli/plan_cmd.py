@@ -105,7 +105,7 @@ def search_options(func: Any) -> Any:
             click.option("--tokens", type=float, required=True, help="Tokens to train on (e.g. 15e12)."),
             click.option(
                 "--objective",
-                type=click.Choice(OBJECTIVES),
+                type=click.Choice((*OBJECTIVES, "time-with-failures")),
                 default="time",
                 show_default=True,
                 help="Rank by time to train, cost, or MFU.",
@@ -152,9 +152,16 @@ def plan_train(
     arch = cat.model(model)
     clusters = build_clusters(cat, instance, gpus)
     space = _space(seq_len, global_batch, precisions, recompute)
+    with_failures = objective == "time-with-failures"
+    if with_failures:
+        objective = "time"
     with _progress(as_json, len(clusters)) as tick:
-        result = plan_training(arch, clusters, tokens=tokens, objective=objective, top=top, space=space,
-                               efficiency_for=_efficiency_for(calibration), progress=tick)  # fmt: skip
+        result = plan_training(arch, clusters, tokens=tokens, objective=objective, top=top * 5 if with_failures else top,
+                               space=space, efficiency_for=_efficiency_for(calibration), progress=tick)  # fmt: skip
+    if with_failures:
+        from fmstack.perfmodel.plan_failures import rerank_with_failures
+
+        result = rerank_with_failures(result, arch, cat, top=top)
     scaling: list[ScalePoint] = []
     if html_path is not None:
         from fmstack.reports.html import write_html
@@ -178,6 +185,7 @@ def plan_train(
 
 
 def plan_json(result: PlanResult) -> dict[str, Any]:
+    resilience = result.resilience or [{} for _ in result.ranked]
     return {
         "model": result.model,
         "objective": result.objective,
@@ -185,8 +193,8 @@ def plan_json(result: PlanResult) -> dict[str, Any]:
         "rejected_shape": result.rejected_shape,
         "rejected_memory": result.rejected_memory,
         "ranked": [
-            {**est.to_json(), "time_to_train_s": t, "cost_usd": c}
-            for est, t, c in zip(result.ranked, result.time_to_train_s, result.cost_usd, strict=True)
+            {**est.to_json(), **res, "time_to_train_s": t, "cost_usd": c}
+            for est, t, c, res in zip(result.ranked, result.time_to_train_s, result.cost_usd, resilience, strict=True)
         ],
     }
 

@@ -12,6 +12,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -65,6 +66,8 @@ class PlanResult:
     tokens: float | None
     closest_misfit: str = ""
     clusters: list[str] = field(default_factory=list)
+    resilience: list[dict[str, Any]] | None = None
+    """With objective time-with-failures: each ranked configuration's checkpoint / failure / goodput JSON."""
     included_rank: int | None = None
     """1-based rank of ``include`` among all configurations that fit (None: not enumerated or does not fit)."""
 

@@ -79,6 +79,20 @@ def scaling_figure(points: Sequence[ScalePoint], axis: str) -> object:
     return fig
 
 
+def hours_figure(result: PlanResult) -> object:
+    """Where the hours of each configuration go: ideal training, checkpoints, lost progress, restarts."""
+    import plotly.graph_objects as go
+
+    assert result.resilience is not None
+    labels = [f"#{i + 1}" for i in range(len(result.ranked))]
+    fig = go.Figure()
+    fig.add_bar(name="training (ideal)", x=labels, y=[r["ideal_time_s"] / 3600 for r in result.resilience])
+    for key in ("checkpoint_overhead", "lost_progress", "detection_restart", "checkpoint_read", "replacement_wait"):
+        fig.add_bar(name=key.replace("_", " "), x=labels, y=[r["lost_time_s"][key] / 3600 for r in result.resilience])
+    fig.update_layout(barmode="stack", title="where the hours go (h), with checkpoints and failures", height=420)
+    return fig
+
+
 def plan_html(result: PlanResult, scaling: Sequence[ScalePoint] = (), scaling_axis: str = "nodes") -> str:
     counts = (
         f"{result.considered:,} configurations considered, {result.rejected_shape:,} rejected for shape, "
@@ -89,6 +103,18 @@ def plan_html(result: PlanResult, scaling: Sequence[ScalePoint] = (), scaling_ax
         Section(title="where the step time goes", figures=[breakdown_figure(result)]),
         Section(title="memory per GPU", figures=[memory_figure(result)]),
     ]
+    if result.resilience:
+        rows_r = [[f"#{i + 1}", f"{r['checkpoint_size_gib']:,.0f}", f"{r['checkpoint_write_s']:,.1f}",
+                   f"{r['checkpoint_interval_s'] / 60:,.1f}", f"{r['expected_failures']:,.0f}", f"{r['goodput'] * 100:.1f}",
+                   f"{r['fsx_capacity_tib_needed']:,.1f}"] for i, r in enumerate(result.resilience)]  # fmt: skip
+        sections.append(
+            Section(
+                title="where the hours go",
+                figures=[hours_figure(result)],
+                table_header=("#", "checkpoint GiB", "write s", "interval min", "failures", "goodput %", "FSx TiB"),
+                table_rows=rows_r,
+            )
+        )
     if scaling:
         rows = [[p.value, str(p.num_gpus), f"{p.step_time_s:.2f}", f"{p.mfu * 100:.1f}", f"{p.tokens_per_s:,.0f}",
                  f"{p.scaling_efficiency:.2f}", p.config, p.bottleneck] for p in scaling]  # fmt: skip

@@ -1,0 +1,60 @@
+"""Re-rank a plan by the wall-clock time to train *including* checkpoints and failures.
+
+The vectorised search ranks by ideal time; the best few are then run through the resilience model
+(checkpoint size and write time, Young/Daly interval, failures at the job's scale, restart and
+replacement times; `resilience.py`) and re-sorted by their expected time to train. A configuration that
+is slightly slower per step but checkpoints faster (smaller shards per writer, fewer nodes) can win.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from fmstack.catalog.loader import Catalog
+from fmstack.catalog.schema import ModelArch
+from fmstack.catalog.topology import build_cluster
+from fmstack.perfmodel.failures import FailureModel, load_failure_model
+from fmstack.perfmodel.planner import PlanResult
+from fmstack.perfmodel.resilience import plan_resilience
+
+
+def rerank_with_failures(
+    result: PlanResult,
+    model: ModelArch,
+    catalog: Catalog,
+    *,
+    top: int,
+    failure_model: FailureModel | None = None,
+    **resilience_kwargs: Any,
+) -> PlanResult:
+    """The plan's candidates ranked by time to train with failures; ``resilience`` holds each one's JSON."""
+    assert result.tokens is not None
+    fm = failure_model or load_failure_model()
+    rows = []
+    for est, ideal_s, cost in zip(result.ranked, result.time_to_train_s, result.cost_usd, strict=True):
+        assert ideal_s is not None
+        cluster = build_cluster(catalog, est.instance, est.num_gpus // _gpus_per_node(catalog, est.instance))
+        plan = plan_resilience(
+            model=model, cluster=cluster, catalog=catalog, step_time_s=est.step_time_s, train_time_s=ideal_s,
+            tokens_per_s=est.tokens_per_s, failure_model=fm, **resilience_kwargs,
+        )  # fmt: skip
+        data = plan.to_json()
+        scale = data["time_to_train_s"] / ideal_s
+        rows.append((data["time_to_train_s"], est, data, None if cost is None else cost * scale))
+    rows.sort(key=lambda r: r[0])
+    rows = rows[:top]
+    return replace(
+        result,
+        objective="time-with-failures",
+        ranked=[r[1] for r in rows],
+        time_to_train_s=[r[0] for r in rows],
+        cost_usd=[r[3] for r in rows],
+        resilience=[r[2] for r in rows],
+    )
+
+
+def _gpus_per_node(catalog: Catalog, instance: str) -> int:
+    from fmstack.catalog.topology import resolve_instance
+
+    return resolve_instance(catalog, instance).num_gpus
