@@ -95,6 +95,8 @@ def upload(local_root: str, step: int, durable_root: str, storage_options: Mappi
     fs, path = filesystem(durable_root, storage_options)
     src = step_dir(local_root, step)
     dst = step_dir(path, step)
+    if not _is_remote(fs):
+        fs.makedirs(dst, exist_ok=True)
     for name in sorted(os.listdir(src)):
         if name.startswith(MARKER):
             continue
