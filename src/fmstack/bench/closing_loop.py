@@ -7,7 +7,7 @@ the GEMM shapes the step actually uses plus a square sweep, STREAM copy over the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fmstack.bench.collectives import message_sizes, run_collectives
@@ -42,9 +42,17 @@ class LoopResult:
 
 def _calib_rank(rank: int, n: int, port: int, shapes: list[GemmShape], sizes: list[int], threads: int,
                 min_time_s: float, out: Any) -> None:  # fmt: skip
-    """One of ``n`` processes measuring GEMM and memory at the same time as the others (barrier per size)."""
+    """One of ``n`` processes measuring GEMM and memory at the same time as the others (barrier per size).
+
+    Each size keeps the slowest rank's time: a synchronous data-parallel step moves at its slowest rank's pace.
+    """
     import torch
     import torch.distributed as dist
+
+    def slowest(time_s: float) -> float:
+        t = torch.tensor([time_s], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t)
 
     try:
         torch.set_num_threads(threads)
@@ -52,11 +60,15 @@ def _calib_rank(rank: int, n: int, port: int, shapes: list[GemmShape], sizes: li
         gemm = []
         for shape in shapes:
             dist.barrier()
-            gemm += run_gemm("cpu", ["fp32"], [shape], min_time_s=min_time_s)
+            (g,) = run_gemm("cpu", ["fp32"], [shape], min_time_s=min_time_s)
+            t = slowest(g.time_s)
+            gemm.append(replace(g, time_s=t, tflops=shape.flops / t / 1e12))
         memory = []
         for size in sizes:
             dist.barrier()
-            memory += run_memory("cpu", [size], min_time_s=min_time_s)
+            for m in run_memory("cpu", [size], min_time_s=min_time_s):
+                t = slowest(m.time_s)
+                memory.append(replace(m, time_s=t, bw_gbps=m.bytes_moved / t / 1e9))
         dist.barrier()
         if rank == 0:
             out.put(("done", gemm, memory))
