@@ -227,8 +227,10 @@ def check_checkpoint_location(spec: JobSpec) -> None:
 
         fs, path = fsspec.core.url_to_fs(ck.durable, **ck.storage_options)
         bucket = str(path).split("/", 1)[0]
-        if not fs.exists(bucket):
-            raise InputError("checkpoint.durable", f"{ck.durable!r}: bucket {bucket!r} does not exist")
+        try:
+            fs.ls(bucket, detail=False)
+        except FileNotFoundError:
+            raise InputError("checkpoint.durable", f"{ck.durable!r}: bucket {bucket!r} does not exist") from None
     except InputError:
         raise
     except Exception as exc:  # any transport or auth failure means unreachable

@@ -35,6 +35,8 @@ class LocalLauncher:
 
     def render(self, job: ResolvedJob, state_dir: str = "$FMSTACK_JOB_DIR") -> str:
         spec = job.spec
+        if spec.nodes != 1:
+            raise InputError("nodes", f"{spec.nodes}: the local launcher runs on this machine only; allowed: 1")
         env = job_env(job)
         cmd = [*torchrun_prefix(job), "--standalone", *program_argv(job)]
         delays = " ".join(f"{d:g}" for d in backoff_delays_s(spec.retry.backoff_s, spec.retry.max_restarts))
@@ -62,8 +64,6 @@ class LocalLauncher:
         return "\n".join(lines) + "\n"
 
     def submit(self, job: ResolvedJob, *, dry_run: bool = False) -> Submission:
-        if job.spec.nodes != 1:
-            raise InputError("nodes", f"{job.spec.nodes}: the local launcher runs on this machine only; allowed: 1")
         native = f"{job.spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
         job_dir = state_root() / native
         text = self.render(job, str(job_dir))

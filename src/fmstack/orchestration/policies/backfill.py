@@ -55,6 +55,17 @@ class Profile:
         self.times: list[float] = [now_s]
         self.free: list[int] = [free_now]
 
+    @classmethod
+    def from_releases(cls, now_s: float, free_now: int, releases: dict[float, int]) -> Profile:
+        """The profile of running jobs that release ``releases[t]`` GPUs at time ``t`` (all after now)."""
+        prof = cls(now_s, free_now)
+        free = free_now
+        for t in sorted(releases):
+            free += releases[t]
+            prof.times.append(t)
+            prof.free.append(free)
+        return prof
+
     def _split(self, t: float) -> int:
         i = bisect.bisect_right(self.times, t) - 1
         if self.times[i] == t:
@@ -123,10 +134,12 @@ class BackfillPolicy:
         """One backfill cycle over jobs already in priority order; returns the ids started now."""
         p = self.params
         res = p.bf_resolution_s
-        profile = Profile(now_s, capacity.free_gpus)
+        releases: dict[float, int] = {}
+        first = _ceil_to(now_s, res) + res
         for r in running:
-            end = max(_ceil_to(r.expected_end_s, res), _ceil_to(now_s, res) + res)
-            profile.add(end, math.inf, node_rounded_gpus(r.num_gpus, self.gpus_per_node))
+            end = max(_ceil_to(r.expected_end_s, res), first)
+            releases[end] = releases.get(end, 0) + node_rounded_gpus(r.num_gpus, self.gpus_per_node)
+        profile = Profile.from_releases(now_s, capacity.free_gpus, releases)
         horizon = math.floor((now_s + p.bf_window_s) / res) * res
         starts: list[int] = []
         reserved = 0

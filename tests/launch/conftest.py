@@ -1,0 +1,32 @@
+"""JobSpecs used by the launch tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fmstack.catalog import Catalog
+from fmstack.orchestration.jobspec import ResolvedJob, parse_jobspec, resolve
+
+P5_SPEC: dict[str, Any] = {
+    "name": "gpt-small",
+    "workload": {"model": "small", "parallel": "fsdp", "precision": "bf16", "steps": 1000, "batch_size": 4},
+    "nodes": 4,
+    "instance": "p5.48xlarge",
+    "partition": "gpu",
+    "queue": "team-a",
+    "namespace": "research",
+    "time_limit_min": 120,
+    "env": {"HF_HOME": "/fsx/hf"},
+    "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/fmstack:0.1",
+    "log_dir": "/fsx/logs",
+    "checkpoint": {"location": "/fsx/ckpt/gpt-small", "durable": "s3://ckpts/gpt-small", "interval_steps": 50},
+    "retry": {"max_restarts": 3, "backoff_s": 10, "requeue_exit_codes": [75]},
+    "plan": {"tp": 8, "pp": 1, "dp": 4},
+}
+
+
+@pytest.fixture
+def p5_job(catalog: Catalog) -> ResolvedJob:
+    return resolve(parse_jobspec(P5_SPEC), catalog)

@@ -1,0 +1,33 @@
+#!/bin/bash
+#SBATCH --job-name=gpt-small
+#SBATCH --nodes=4
+#SBATCH --ntasks-per-node=1
+#SBATCH --gres=gpu:8
+#SBATCH --exclusive
+#SBATCH --time=120
+#SBATCH --partition=gpu
+#SBATCH --requeue
+#SBATCH --open-mode=append
+#SBATCH --output=/fsx/logs/%x-%j.out
+# fmstack: 4 node(s) x 8 process(es), 8 GPU(s) per node
+set -uo pipefail
+export FI_EFA_FORK_SAFE=1
+export FI_EFA_USE_DEVICE_RDMA=1
+export FI_PROVIDER=efa
+export HF_HOME=/fsx/hf
+export NCCL_DEBUG=WARN
+export NCCL_SOCKET_IFNAME='^lo,docker'
+HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+MASTER_ADDR=$(scontrol show node "$HEAD_NODE" | tr " " "\n" | sed -n "s/^NodeAddr=//p")
+MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+export MASTER_ADDR MASTER_PORT
+echo "fmstack: job $SLURM_JOB_ID restart ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB_NODELIST head $MASTER_ADDR"
+# node rank comes from each srun task's own SLURM_NODEID, hence bash -c
+srun --kill-on-bad-exit=1 --nodes=4 --ntasks-per-node=1 bash -c 'exec python3 -m torch.distributed.run --nnodes=4 --nproc-per-node=8 --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" -m fmstack.workloads.train --model small --parallel fsdp --precision bf16 --steps 1000 --batch-size 4 --seed 0 --ckpt-dir /fsx/ckpt/gpt-small --ckpt-interval 50 --ckpt-keep 3 --ckpt-durable s3://ckpts/gpt-small'
+rc=$?
+for code in 75; do
+  if [ "$rc" -eq "$code" ] && [ "${SLURM_RESTART_COUNT:-0}" -lt 3 ]; then
+    echo "fmstack: exit $rc asks for a requeue"; scontrol requeue "$SLURM_JOB_ID"; exit 0
+  fi
+done
+exit "$rc"

@@ -1,0 +1,101 @@
+"""JobSpec parsing, catalog resolution and the checks that run before anything is submitted."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from fmstack.catalog import Catalog
+from fmstack.errors import InputError
+from fmstack.orchestration.jobspec import (
+    check_checkpoint_location,
+    load_jobspec,
+    parse_jobspec,
+    resolve,
+    workload_argv,
+)
+from tests.launch.conftest import P5_SPEC
+
+
+def test_instance_fills_in_gpus_and_efa(catalog: Catalog) -> None:
+    job = resolve(parse_jobspec(P5_SPEC), catalog)
+    # p5.48xlarge: 8 H100, 32 EFA network cards, 2048 GiB host memory (catalog, AWS P5 page)
+    assert (job.gpus_per_node, job.procs_per_node, job.efa_devices, job.memory_gib) == (8, 8, 32, 2048)
+    assert job.world_size == 32
+
+
+def test_more_gpus_than_the_instance_has(catalog: Catalog) -> None:
+    with pytest.raises(InputError, match=r"gpus_per_node: 16 > 8, the GPUs of one p5.48xlarge"):
+        resolve(parse_jobspec({**P5_SPEC, "gpus_per_node": 16}), catalog)
+
+
+def test_plan_must_cover_the_job(catalog: Catalog) -> None:
+    spec = {**P5_SPEC, "plan": {"tp": 8, "pp": 2, "dp": 4}}
+    with pytest.raises(InputError, match=r"tp\(8\) \* pp\(2\) \* dp\(4\) = 64 != nodes\(4\) \* procs_per_node\(8\) = 32"):
+        resolve(parse_jobspec(spec), catalog)
+
+
+@pytest.mark.parametrize(
+    ("patch", "expected"),
+    [
+        ({"colour": "red"}, "field 'colour': unknown field"),
+        ({"checkpoint": {"location": "/x", "interval": 5}}, "field 'checkpoint.interval': unknown field"),
+        ({"name": "My Job"}, "field 'name'"),
+        ({"env": {"A-B": "1"}}, "field 'env'"),
+        ({"command": ["echo"]}, "exactly one of 'workload' or 'command'"),
+        ({"nodes": 0}, "field 'nodes'"),
+        ({"array": "0-3; rm -rf /"}, "field 'array'"),
+    ],
+)
+def test_bad_specs_name_the_field(patch: dict[str, object], expected: str) -> None:
+    with pytest.raises(InputError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        parse_jobspec({**P5_SPEC, **patch}, "job.yaml")
+
+
+def test_toml_and_yaml_read_the_same(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("name: a\nnodes: 2\nworkload: {steps: 5}\n")
+    (tmp_path / "a.toml").write_text('name = "a"\nnodes = 2\n[workload]\nsteps = 5\n')
+    assert load_jobspec(tmp_path / "a.yaml") == load_jobspec(tmp_path / "a.toml")
+
+
+def test_workload_argv(catalog: Catalog) -> None:
+    argv = workload_argv(resolve(parse_jobspec(P5_SPEC), catalog))
+    assert argv[:2] == ["-m", "fmstack.workloads.train"]
+    assert argv[argv.index("--ckpt-durable") + 1] == "s3://ckpts/gpt-small"
+    assert argv[argv.index("--ckpt-interval") + 1] == "50"
+
+
+def test_checkpoint_location_checks_create_nothing(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    ok = parse_jobspec({"name": "a", "command": ["true"], "checkpoint": {"location": str(tmp_path / "new" / "dir")}})
+    check_checkpoint_location(ok)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+    bad = parse_jobspec({"name": "a", "command": ["true"], "checkpoint": {"location": str(tmp_path / "file" / "ck")}})
+    with pytest.raises(InputError, match="checkpoint.location: .* is not a directory"):
+        check_checkpoint_location(bad)
+
+
+def test_unreachable_s3_endpoint(tmp_path: Path) -> None:
+    pytest.importorskip("s3fs")
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spec = parse_jobspec(
+        {
+            "name": "a",
+            "command": ["true"],
+            "checkpoint": {
+                "location": str(tmp_path),
+                "durable": "s3://bucket/run",
+                "storage_options": {
+                    "key": "k", "secret": "s",
+                    "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"},
+                    "config_kwargs": {"connect_timeout": 1, "retries": {"max_attempts": 1}},
+                },
+            },
+        }
+    )  # fmt: skip
+    with pytest.raises(InputError, match="checkpoint.durable: 's3://bucket/run' is unreachable"):
+        check_checkpoint_location(spec)
