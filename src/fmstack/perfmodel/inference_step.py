@@ -55,9 +55,12 @@ class Deployment:
     precision: str = "bf16"
     kv_dtype: str = "bf16"
     mc: ModelConsts = field(init=False)
+    comm_tables: dict[str, tuple[F, F]] = field(init=False)
+    """log10(bytes) -> log10(seconds) of the TP all-reduce and EP all-to-all, tabulated once per deployment."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mc", model_consts(self.model))
+        object.__setattr__(self, "comm_tables", _comm_tables(self))
         if self.precision not in WEIGHT_BYTES:
             raise InputError("precision", f"{self.precision!r} unknown; allowed: {', '.join(WEIGHT_BYTES)}")
         if self.kv_dtype not in KV_BYTES:
@@ -111,11 +114,35 @@ def _f(x: ArrayLike) -> F:
     return np.asarray(x, dtype=np.float64)
 
 
+COMM_GRID_BYTES = np.logspace(2.0, 12.0, 401)
+"""Message sizes at which a deployment tabulates its collectives (40 points per decade: the log-log
+interpolation between them is within 1 % of the collectives model; tested)."""
+
+
 def _comm(op: str, size: F, ranks: int, per_domain: int, cluster: Cluster) -> F:
     if ranks <= 1:
         return np.zeros_like(size)
     t = collective_time_s(op, size, GroupPlacement(num_ranks=ranks, ranks_per_domain=per_domain), cluster)
     return np.where(size > 0, _f(t), 0.0)
+
+
+def _comm_tables(d: Deployment) -> dict[str, tuple[F, F]]:
+    gpd = d.cluster.gpus_per_domain
+    out: dict[str, tuple[F, F]] = {}
+    for op, ranks in (("all_reduce", d.tp), ("all_to_all", d.ep)):
+        if ranks > 1:
+            t = _comm(op, COMM_GRID_BYTES, ranks, min(ranks, gpd), d.cluster)
+            out[op] = (np.log10(COMM_GRID_BYTES), np.log10(t))
+    return out
+
+
+def _comm_lookup(d: Deployment, op: str, size: F) -> F:
+    """The tabulated collective time of ``size`` bytes (0 for a group of one or an empty message)."""
+    table = d.comm_tables.get(op)
+    if table is None:
+        return np.zeros_like(size)
+    x = np.log10(np.clip(size, COMM_GRID_BYTES[0], COMM_GRID_BYTES[-1]))
+    return np.where(size > 0, 10.0 ** np.interp(x, table[0], table[1]), 0.0)
 
 
 def step_time(
@@ -177,11 +204,11 @@ def step_time(
     gpd = d.cluster.gpus_per_domain
     act = tok * mc.h * ACT_BYTES
     n_ar = 2.0 * layers - (layers * moe_frac if d.ep > 1 else 0.0)
-    tp_comm = n_ar * _comm("all_reduce", act, d.tp, min(d.tp, gpd), d.cluster)
+    tp_comm = n_ar * _comm_lookup(d, "all_reduce", act)
     ep_comm = np.zeros_like(tok)
     if d.ep > 1:
         a2a = tok / tp * mc.top_k * mc.h * ACT_BYTES
-        ep_comm = 2.0 * layers * moe_frac * _comm("all_to_all", a2a, d.ep, min(d.ep, gpd), d.cluster)
+        ep_comm = 2.0 * layers * moe_frac * _comm_lookup(d, "all_to_all", a2a)
     pp_comm = np.zeros_like(tok)
     if d.pp > 1:
         cross = d.tp * d.pp > gpd

@@ -1,0 +1,156 @@
+"""Disaggregated serving: prefill and decode on separate GPU pools, the KV cache moved between them.
+
+Goodput is the request rate served within the SLO (DistServe, Zhong et al. 2024, OSDI, sec. 2). Colocated, each
+replica mixes prompt chunks into decode iterations, at best spread evenly (Sarathi-Serve, Agrawal et al. 2024: with
+``C`` sequences each iteration carries ``k = C * input_len / output_len`` prompt tokens, no spikes): every
+inter-token gap pays for ``k`` prompt tokens, ``ITL = step(C decode + k prompt tokens)``, and a prompt takes
+``ceil(input_len / k)`` iterations to its first token. The ITL SLO caps ``C``. Disaggregated (DistServe sec. 3; Splitwise,
+Patel et al. 2024; NVIDIA Dynamo with NIXL):
+- a decode replica runs only decode iterations: ``ITL(C) = step(C decode tokens)``, ``rate = C / (output_len ITL)``;
+- a prefill replica serves prompts one at a time with service time ``s = step(prompt)``; Poisson arrivals make it
+  an M/D/1 queue with mean wait ``W = rho s / (2 (1 - rho))`` (Pollaczek-Khinchine), so the TTFT SLO allows
+  ``rho = 2a / (1 + 2a)`` with ``a = (TTFT_SLO - s - t_kv - ITL) / s``;
+- the KV cache of a prompt, ``input_len * kv_bytes_per_token``, moves from each prefill GPU to its decode peer in
+  parallel (each GPU sends its TP shard) as a point-to-point transfer over NVLink when both pools share an NVLink
+  domain, else over the scale-out fabric (EFA), priced by :mod:`fmstack.perfmodel.collectives`.
+The best split of the replicas between the pools maximises ``min(prefill rate, decode rate)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from fmstack.catalog.schema import ModelArch
+from fmstack.catalog.topology import Cluster
+from fmstack.errors import InputError
+from fmstack.perfmodel.collectives import GroupPlacement, collective_time_s
+from fmstack.perfmodel.efficiency import Efficiency
+from fmstack.perfmodel.inference import ServeConfig, deployment, max_concurrency, prefill_ctx
+from fmstack.perfmodel.inference_kv import KV_BYTES, kv_bytes_per_token, kv_split
+from fmstack.perfmodel.inference_step import step_time
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SLO:
+    """Latency targets (applied to the modelled means here; the plan checks p99 by simulation)."""
+
+    ttft_s: float
+    itl_s: float
+
+    def __post_init__(self) -> None:
+        if self.ttft_s <= 0 or self.itl_s <= 0:
+            raise InputError("slo", f"TTFT and ITL targets must be > 0, got {self.ttft_s} s and {self.itl_s} s")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DisaggComparison:
+    """Colocated vs disaggregated goodput on the same GPUs, and why one wins."""
+
+    num_gpus: int
+    replicas: int
+    colocated_rps: float
+    colocated_concurrency: int
+    colocated_itl_s: float
+    prefill_replicas: int
+    decode_replicas: int
+    prefill_to_decode: str
+    disagg_rps: float
+    decode_concurrency: int
+    decode_itl_s: float
+    prefill_s: float
+    kv_bytes_per_request: float
+    kv_transfer_s: float
+    kv_link: str
+    disagg_ttft_s: float
+    gain: float
+    why: str
+
+
+def kv_transfer_s(model: ModelArch, cluster: Cluster, cfg: ServeConfig, *, same_domain: bool) -> tuple[float, float]:
+    """(bytes of one prompt's KV cache, seconds to move it) with every TP shard sent in parallel."""
+    total = cfg.input_len * kv_bytes_per_token(model, KV_BYTES[cfg.kv])
+    per_gpu = total / kv_split(model, cfg.tp)
+    placement = GroupPlacement(num_ranks=2, ranks_per_domain=2 if same_domain and cluster.scale_up else 1)
+    return total, float(collective_time_s("send_recv", per_gpu, placement, cluster))
+
+
+def compare_disaggregation(
+    model: ModelArch,
+    cluster: Cluster,
+    cfg: ServeConfig,
+    slo: SLO,
+    *,
+    efficiency: Efficiency | None = None,
+) -> DisaggComparison:
+    """Goodput of ``cluster``'s GPUs colocated vs split into prefill and decode pools of ``cfg.tp``-GPU replicas."""
+    d = deployment(model, cluster, cfg, efficiency)
+    replicas = cluster.num_gpus // d.num_gpus
+    if replicas < 2:
+        raise InputError(
+            "gpus", f"disaggregation needs at least 2 replicas of tp({cfg.tp}); have {cluster.num_gpus} GPUs"
+        )
+    limit = max_concurrency(d, cfg)
+    conc = np.arange(1, limit + 1, dtype=np.float64)
+    isl, osl = float(cfg.input_len), float(cfg.output_len)
+    new = isl - math.floor(cfg.prefix_hit_rate * isl)
+    pctx = prefill_ctx(isl, cfg.prefix_hit_rate)
+    k = np.minimum(conc * new / osl, float(cfg.max_num_tokens))
+    co_itl = step_time(d, conc, isl + osl / 2.0, k, k * pctx / new, k / new).total_s
+    co_ttft = np.ceil(new / k) * co_itl
+    co_rate = np.minimum(conc / (osl * co_itl), k / new / co_itl)
+    ok = (co_ttft <= slo.ttft_s) & (co_itl <= slo.itl_s)
+    co_i = int(np.argmax(np.where(ok, co_rate, -1.0)))
+    co_rps = float(co_rate[co_i]) * replicas if ok.any() else 0.0
+    dec_itl = step_time(d, conc, isl + osl / 2.0).total_s
+    dec_ok = dec_itl <= slo.itl_s
+    dec_rate = np.where(dec_ok, conc / (osl * dec_itl), 0.0)
+    dec_i = int(np.argmax(dec_rate))
+    per_decode = float(dec_rate[dec_i])
+    prefill = float(step_time(d, 0.0, 0.0, new, pctx, 1.0).total_s)
+    same = 2 * d.num_gpus <= cluster.gpus_per_domain
+    kv_bytes, kv_s = kv_transfer_s(model, cluster, cfg, same_domain=same)
+    slack = (slo.ttft_s - prefill - kv_s - float(dec_itl[dec_i])) / prefill
+    rho = 2 * slack / (1 + 2 * slack) if slack > 0 else 0.0
+    per_prefill = rho / prefill
+    best = (0.0, 1)
+    for n_pre in range(1, replicas):
+        rate = min(n_pre * per_prefill, (replicas - n_pre) * per_decode)
+        if rate > best[0]:
+            best = (rate, n_pre)
+    dis_rps, n_pre = best
+    rho_used = dis_rps / (n_pre * per_prefill) * rho if per_prefill > 0 else 0.0
+    wait = rho_used * prefill / (2 * (1 - rho_used)) if rho_used < 1 else math.inf
+    gain = dis_rps / co_rps if co_rps > 0 else (math.inf if dis_rps > 0 else 1.0)
+    link = f"NVLink ({cluster.scale_up.name})" if same and cluster.scale_up else cluster.scale_out.name.upper()
+    why = _why(co_rps, dis_rps, float(co_itl[co_i]), int(conc[co_i]), float(dec_itl[dec_i]), int(conc[dec_i]),
+               prefill, kv_s, kv_bytes, link, slo)  # fmt: skip
+    g = math.gcd(n_pre, replicas - n_pre)
+    return DisaggComparison(
+        num_gpus=cluster.num_gpus, replicas=replicas, colocated_rps=co_rps, colocated_concurrency=int(conc[co_i]),
+        colocated_itl_s=float(co_itl[co_i]), prefill_replicas=n_pre, decode_replicas=replicas - n_pre,
+        prefill_to_decode=f"{n_pre // g}:{(replicas - n_pre) // g}", disagg_rps=dis_rps,
+        decode_concurrency=int(conc[dec_i]), decode_itl_s=float(dec_itl[dec_i]), prefill_s=prefill,
+        kv_bytes_per_request=kv_bytes, kv_transfer_s=kv_s, kv_link=link,
+        disagg_ttft_s=prefill + wait + kv_s + float(dec_itl[dec_i]), gain=gain, why=why,
+    )  # fmt: skip
+
+
+def _why(
+    co: float, dis: float, co_itl: float, co_c: int, dec_itl: float, dec_c: int,
+    prefill: float, kv_s: float, kv_bytes: float, link: str, slo: SLO,
+) -> str:  # fmt: skip
+    kv = f"moving {kv_bytes / 1e6:.0f} MB of KV per request over {link} takes {kv_s * 1e3:.1f} ms"
+    if dis > co:
+        return (
+            f"disaggregation wins ({dis / max(co, 1e-12):.2f}x goodput): colocated, prompt chunks in decode iterations "
+            f"hold the ITL SLO ({slo.itl_s * 1e3:.0f} ms) only up to {co_c} sequences per replica "
+            f"({co_itl * 1e3:.1f} ms); decode-only replicas run {dec_c} at {dec_itl * 1e3:.1f} ms; {kv}"
+        )
+    return (
+        f"colocated wins: splitting leaves fewer replicas for each phase; decode-only replicas run {dec_c} sequences "
+        f"at {dec_itl * 1e3:.1f} ms vs {co_c} colocated at {co_itl * 1e3:.1f} ms, prefill takes {prefill * 1e3:.0f} ms "
+        f"of the {slo.ttft_s * 1e3:.0f} ms TTFT budget; {kv}"
+    )

@@ -1,0 +1,240 @@
+"""A small discrete-event simulation of one serving replica: arrivals, a vLLM-like scheduler, percentiles.
+
+Requests arrive as a Poisson process (open loop, ``request_rate_per_s``) or from ``concurrency`` clients that
+send the next request when the last finishes (closed loop). Each engine iteration (Orca's iteration-level
+scheduling, Yu et al. 2022, sec. 3) runs every admitted sequence one token forward and admits waiting prompts
+first come, first served while the token budget (``max_num_tokens``), the sequence limit and the paged KV pool
+allow (vLLM's scheduler, Kwon et al. 2023, sec. 4.5; a request reserves the KV blocks of its full length, so it is
+never preempted). With chunked prefill a prompt may be split over iterations that also carry decode tokens
+(Sarathi-Serve, Agrawal et al. 2024); without it, an iteration with prompts carries no decode tokens (vLLM V0's
+default, which lengthens the other requests' inter-token gaps). Iteration time comes from the roofline in
+:mod:`fmstack.perfmodel.inference_step`. The clock, event heap, tie-break counter and random generator live on the
+simulation instance (simpy's Environment): the same seed gives the same result.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fmstack.errors import InputError
+from fmstack.perfmodel.inference import ServeConfig, max_concurrency
+from fmstack.perfmodel.inference_step import Deployment, step_time
+
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SimConfig:
+    """Load and scheduler options of one simulation run."""
+
+    request_rate_per_s: float | None = None
+    """Poisson arrivals per second (open loop); None = closed loop with ``concurrency`` clients."""
+    concurrency: int | None = None
+    num_requests: int = 300
+    warmup_requests: int = 30
+    """Requests excluded from the statistics while the system fills."""
+    length_spread: float = 0.0
+    """Input and output lengths uniform in [1 - spread, 1 + spread] x the mean (bench_serving --random-range-ratio)."""
+    chunked_prefill: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if (self.request_rate_per_s is None) == (self.concurrency is None):
+            raise InputError("load", "give exactly one of request_rate_per_s and concurrency")
+        if self.request_rate_per_s is not None and self.request_rate_per_s <= 0:
+            raise InputError("qps", f"must be > 0, got {self.request_rate_per_s}")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise InputError("concurrency", f"must be >= 1, got {self.concurrency}")
+        if not 0 <= self.length_spread < 1:
+            raise InputError("length-spread", f"must be in [0, 1), got {self.length_spread}")
+        if self.num_requests <= self.warmup_requests:
+            raise InputError("num-requests", f"must exceed warmup_requests({self.warmup_requests})")
+
+
+@dataclass(slots=True)
+class _Request:
+    rid: int
+    arrival_s: float
+    input_len: int
+    output_len: int
+    prefilled: int = 0
+    generated: int = 0
+    first_token_s: float = math.nan
+    last_token_s: float = math.nan
+    gaps_s: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SimResult:
+    """Percentiles and means over the measured requests."""
+
+    completed: int
+    duration_s: float
+    requests_per_s: float
+    output_tokens_per_s: float
+    ttft_s: dict[int, float]
+    itl_s: dict[int, float]
+    latency_s: dict[int, float]
+    mean_ttft_s: float
+    mean_itl_s: float
+    iterations: int
+
+    def percentiles(self) -> dict[str, float]:
+        """Flat JSON keys: ttft_p50_s, itl_p99_s, latency_p90_s, ..."""
+        out: dict[str, float] = {}
+        for name, values in (("ttft", self.ttft_s), ("itl", self.itl_s), ("latency", self.latency_s)):
+            for p, v in values.items():
+                out[f"{name}_p{p}_s"] = v
+        return out
+
+
+class BatchingSim:
+    """One replica under load; every piece of mutable state is on the instance."""
+
+    def __init__(self, d: Deployment, cfg: ServeConfig, sim: SimConfig) -> None:
+        self.d, self.cfg, self.sim = d, cfg, sim
+        self.rng = np.random.default_rng(sim.seed)
+        self.clock_s = 0.0
+        self._events: list[tuple[float, int, str, int]] = []
+        self._counter = 0
+        self._requests: list[_Request] = []
+        self._waiting: list[int] = []
+        self._running: list[int] = []
+        self._busy = False
+        self._kv_tokens_free = float(max_concurrency(d, cfg) * (cfg.input_len + cfg.output_len))
+        self._max_seqs = cfg.max_batch or 1_000_000
+        self._batch: tuple[list[int], dict[int, int]] = ([], {})
+        self.iterations = 0
+
+    def _push(self, time_s: float, kind: str, rid: int = -1) -> None:
+        heapq.heappush(self._events, (time_s, self._counter, kind, rid))
+        self._counter += 1
+
+    def _length(self, mean: int) -> int:
+        s = self.sim.length_spread
+        if s == 0:
+            return mean
+        return max(1, round(mean * self.rng.uniform(1 - s, 1 + s)))
+
+    def _new_request(self, at_s: float) -> None:
+        rid = len(self._requests)
+        if rid >= self.sim.num_requests:
+            return
+        self._requests.append(_Request(rid, at_s, self._length(self.cfg.input_len), self._length(self.cfg.output_len)))
+        self._push(at_s, "arrive", rid)
+
+    def run(self) -> SimResult:
+        if self.sim.request_rate_per_s is not None:
+            gaps = self.rng.exponential(1.0 / self.sim.request_rate_per_s, self.sim.num_requests)
+            for t in np.cumsum(gaps):
+                self._new_request(float(t))
+        else:
+            for _ in range(self.sim.concurrency or 1):
+                self._new_request(0.0)
+        while self._events:
+            time_s, _, kind, rid = heapq.heappop(self._events)
+            self.clock_s = time_s
+            if kind == "arrive":
+                self._waiting.append(rid)
+            else:
+                self._finish_iteration()
+            if not self._busy:
+                self._start_iteration()
+        return self._result()
+
+    def _start_iteration(self) -> None:
+        decode = [r for r in self._running if self._requests[r].prefilled >= self._requests[r].input_len]
+        budget = self.cfg.max_num_tokens - (len(decode) if self.sim.chunked_prefill else 0)
+        partial = [r for r in self._running if self._requests[r].prefilled < self._requests[r].input_len]
+        while self._waiting and len(self._running) < self._max_seqs:
+            req = self._requests[self._waiting[0]]
+            need = req.input_len + req.output_len
+            if need > self._kv_tokens_free:
+                break
+            self._kv_tokens_free -= need
+            self._running.append(self._waiting.pop(0))
+            partial.append(req.rid)
+        chunks: dict[int, int] = {}
+        for r in partial:
+            if budget <= 0:
+                break
+            req = self._requests[r]
+            left = req.input_len - req.prefilled
+            take = min(left, budget) if self.sim.chunked_prefill else (left if left <= budget or not chunks else 0)
+            if take > 0:
+                chunks[r] = take
+                budget -= take
+        if chunks and not self.sim.chunked_prefill:
+            decode = []
+        if not decode and not chunks:
+            return
+        tokens = float(sum(chunks.values()))
+        ctx_sum = sum(n * self._requests[r].prefilled + n * (n + 1) / 2 for r, n in chunks.items())
+        done_prompts = sum(
+            1 for r, n in chunks.items() if self._requests[r].prefilled + n >= self._requests[r].input_len
+        )
+        ctx = (
+            float(np.mean([self._requests[r].input_len + self._requests[r].generated for r in decode]))
+            if decode
+            else 0.0
+        )
+        t = float(step_time(self.d, float(len(decode)), ctx, tokens, float(ctx_sum), float(done_prompts)).total_s)
+        self._batch = (decode, chunks)
+        self._busy = True
+        self.iterations += 1
+        self._push(self.clock_s + t, "done")
+
+    def _finish_iteration(self) -> None:
+        decode, chunks = self._batch
+        now = self.clock_s
+        for r, n in chunks.items():
+            req = self._requests[r]
+            req.prefilled += n
+            if req.prefilled >= req.input_len:
+                req.generated, req.first_token_s, req.last_token_s = 1, now, now
+                self._maybe_done(req)
+        for r in decode:
+            req = self._requests[r]
+            req.gaps_s.append(now - req.last_token_s)
+            req.generated += 1
+            req.last_token_s = now
+            self._maybe_done(req)
+        self._busy = False
+
+    def _maybe_done(self, req: _Request) -> None:
+        if req.generated < req.output_len:
+            return
+        self._running.remove(req.rid)
+        self._kv_tokens_free += req.input_len + req.output_len
+        if self.sim.concurrency is not None:
+            self._new_request(self.clock_s)
+
+    def _result(self) -> SimResult:
+        done = [r for r in self._requests[self.sim.warmup_requests :] if r.generated >= r.output_len]
+        if not done:
+            raise InputError("load", "no request completed in the simulation")
+        ttft = np.array([r.first_token_s - r.arrival_s for r in done])
+        lat = np.array([r.last_token_s - r.arrival_s for r in done])
+        gaps = np.array([g for r in done for g in r.gaps_s]) if any(r.gaps_s for r in done) else np.zeros(1)
+        start = min(r.arrival_s for r in done)
+        end = max(r.last_token_s for r in done)
+        duration = max(end - start, 1e-12)
+
+        def pct(x: np.ndarray[tuple[int], np.dtype[np.float64]]) -> dict[int, float]:
+            return {p: float(np.percentile(x, p)) for p in PERCENTILES}
+
+        return SimResult(
+            completed=len(done), duration_s=duration, requests_per_s=len(done) / duration,
+            output_tokens_per_s=sum(r.output_len for r in done) / duration, ttft_s=pct(ttft), itl_s=pct(gaps),
+            latency_s=pct(lat), mean_ttft_s=float(ttft.mean()), mean_itl_s=float(gaps.mean()),
+            iterations=self.iterations,
+        )  # fmt: skip
+
+
+def simulate(d: Deployment, cfg: ServeConfig, sim: SimConfig) -> SimResult:
+    """Run one simulation (a fresh instance: nothing carries over between runs)."""
+    return BatchingSim(d, cfg, sim).run()
