@@ -17,7 +17,12 @@ from fmstack.orchestration.launchers import get_launcher
 from tests.launch.conftest import P5_SPEC
 
 GOLDEN = Path(__file__).parent / "golden"
-CASES = {"slurm": "sbatch_p5.sh", "local": "local_p5.sh", "kubernetes": "jobset_p5.yaml", "pytorchjob": "pytorchjob_p5.yaml"}
+CASES = {
+    "slurm": "sbatch_p5.sh",
+    "local": "local_p5.sh",
+    "kubernetes": "jobset_p5.yaml",
+    "pytorchjob": "pytorchjob_p5.yaml",
+}
 
 
 @pytest.mark.parametrize("launcher", sorted(CASES))

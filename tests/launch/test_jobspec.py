@@ -33,7 +33,9 @@ def test_more_gpus_than_the_instance_has(catalog: Catalog) -> None:
 
 def test_plan_must_cover_the_job(catalog: Catalog) -> None:
     spec = {**P5_SPEC, "plan": {"tp": 8, "pp": 2, "dp": 4}}
-    with pytest.raises(InputError, match=r"tp\(8\) \* pp\(2\) \* dp\(4\) = 64 != nodes\(4\) \* procs_per_node\(8\) = 32"):
+    with pytest.raises(
+        InputError, match=r"tp\(8\) \* pp\(2\) \* dp\(4\) = 64 != nodes\(4\) \* procs_per_node\(8\) = 32"
+    ):
         resolve(parse_jobspec(spec), catalog)
 
 

@@ -1,0 +1,148 @@
+"""Kubernetes: manifests validate offline against the schemas; the official client submits them to a stub API
+server on 127.0.0.1 that records what it receives."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fmstack.errors import InputError
+from fmstack.orchestration.jobspec import ResolvedJob
+from fmstack.orchestration.launchers.k8s_manifests import render_jobset, render_pytorchjob, validate_manifest
+from tests.launch.conftest import P5_SPEC
+
+pytest.importorskip("kubernetes")
+pytest.importorskip("kubernetes_validate")
+
+
+class _Stub(BaseHTTPRequestHandler):
+    store: dict[str, Any]
+    log: list[tuple[str, str, Any]]
+
+    def _reply(self, code: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.log.append(("POST", self.path, body))
+        self.store[f"{self.path}/{body['metadata']['name']}"] = body
+        self._reply(201, body)
+
+    def do_GET(self) -> None:
+        self.log.append(("GET", self.path, None))
+        obj = self.store.get(self.path)
+        if obj is None:
+            self._reply(
+                404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
+            )
+            return
+        status = {"restarts": 1, "conditions": [{"type": "Completed", "status": "True"}]}
+        self._reply(200, {**obj, "status": status})
+
+    def do_DELETE(self) -> None:
+        self.log.append(("DELETE", self.path, None))
+        self._reply(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+
+    def log_message(self, *args: Any) -> None:
+        return None
+
+
+@pytest.fixture
+def api_server(tmp_path: Path) -> Iterator[tuple[Path, list[tuple[str, str, Any]]]]:
+    log: list[tuple[str, str, Any]] = []
+    handler = type("Handler", (_Stub,), {"store": {}, "log": log})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "stub",
+        "clusters": [{"name": "stub", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "u"}}],
+    }))  # fmt: skip
+    yield kubeconfig, log
+    server.shutdown()
+    server.server_close()
+
+
+def test_manifests_validate(p5_job: ResolvedJob) -> None:
+    validate_manifest(render_jobset(p5_job))
+    validate_manifest(render_pytorchjob(p5_job))
+
+
+def test_schema_catches_a_bad_crd_field(p5_job: ResolvedJob) -> None:
+    m = render_jobset(p5_job)
+    m["spec"]["failurePolicy"]["maxRestart"] = 3  # typo
+    with pytest.raises(InputError, match="JobSet spec.failurePolicy: Additional properties are not allowed"):
+        validate_manifest(m)
+    m = render_pytorchjob(p5_job)
+    m["spec"]["pytorchReplicaSpecs"]["Chief"] = m["spec"]["pytorchReplicaSpecs"]["Master"]
+    with pytest.raises(InputError, match="PyTorchJob spec.pytorchReplicaSpecs"):
+        validate_manifest(m)
+
+
+def test_kubernetes_validate_catches_a_bad_core_field(p5_job: ResolvedJob) -> None:
+    m = render_jobset(p5_job)
+    m["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["imagee"] = "x"
+    with pytest.raises(InputError, match="imagee"):
+        validate_manifest(m)
+
+
+def test_submit_status_cancel_through_the_official_client(
+    api_server: tuple[Path, list[tuple[str, str, Any]]], tmp_path: Path
+) -> None:
+    kubeconfig, log = api_server
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({**P5_SPEC, "checkpoint": {"location": str(tmp_path / "ck")}}))
+    env = {"KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin"}
+
+    def fm(*args: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "fmstack", *args], capture_output=True, text=True, env=env, timeout=120
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    assert fm("launch", str(spec), "--on", "kubernetes") == "kubernetes:research/gpt-small"
+    method, path, body = log[0]
+    assert (method, path) == ("POST", "/apis/jobset.x-k8s.io/v1alpha2/namespaces/research/jobsets")
+    assert body == render_jobset_from_file(spec)
+    assert fm("status", "kubernetes:research/gpt-small").startswith(
+        "kubernetes:research/gpt-small COMPLETED restarts=1"
+    )
+    fm("cancel", "kubernetes:research/gpt-small")
+    assert log[-1][:2] == ("DELETE", "/apis/jobset.x-k8s.io/v1alpha2/namespaces/research/jobsets/gpt-small")
+    assert fm("launch", str(spec), "--on", "pytorchjob").startswith("pytorchjob:research/")
+    assert log[-1][1] == "/apis/kubeflow.org/v1/namespaces/research/pytorchjobs"
+
+
+def test_missing_object_is_one_clear_error(api_server: tuple[Path, list[tuple[str, str, Any]]]) -> None:
+    kubeconfig, _ = api_server
+    proc = subprocess.run(
+        [sys.executable, "-m", "fmstack", "status", "kubernetes:default/nope"],
+        capture_output=True, text=True, env={"KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin"}, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "fmstack: error: kubernetes: get failed: HTTP 404 Not Found"
+
+
+def render_jobset_from_file(spec: Path) -> dict[str, Any]:
+    from fmstack.catalog import load_catalog
+    from fmstack.orchestration.jobspec import load_jobspec, resolve
+
+    return render_jobset(resolve(load_jobspec(spec), load_catalog()))
