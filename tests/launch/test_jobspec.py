@@ -75,7 +75,7 @@ def test_checkpoint_location_checks_create_nothing(tmp_path: Path) -> None:
     check_checkpoint_location(ok)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
     bad = parse_jobspec({"name": "a", "command": ["true"], "checkpoint": {"location": str(tmp_path / "file" / "ck")}})
-    with pytest.raises(InputError, match="checkpoint.location: .* is not a directory"):
+    with pytest.raises(InputError, match=r"checkpoint.location: .* is not a directory"):
         check_checkpoint_location(bad)
 
 
@@ -99,5 +99,5 @@ def test_unreachable_s3_endpoint(tmp_path: Path) -> None:
             },
         }
     )  # fmt: skip
-    with pytest.raises(InputError, match="checkpoint.durable: 's3://bucket/run' is unreachable"):
+    with pytest.raises(InputError, match=r"checkpoint.durable: 's3://bucket/run' is unreachable"):
         check_checkpoint_location(spec)

@@ -88,11 +88,11 @@ def test_manifests_validate(p5_job: ResolvedJob) -> None:
 def test_schema_catches_a_bad_crd_field(p5_job: ResolvedJob) -> None:
     m = render_jobset(p5_job)
     m["spec"]["failurePolicy"]["maxRestart"] = 3  # typo
-    with pytest.raises(InputError, match="JobSet spec.failurePolicy: Additional properties are not allowed"):
+    with pytest.raises(InputError, match=r"JobSet spec.failurePolicy: Additional properties are not allowed"):
         validate_manifest(m)
     m = render_pytorchjob(p5_job)
     m["spec"]["pytorchReplicaSpecs"]["Chief"] = m["spec"]["pytorchReplicaSpecs"]["Master"]
-    with pytest.raises(InputError, match="PyTorchJob spec.pytorchReplicaSpecs"):
+    with pytest.raises(InputError, match=r"PyTorchJob spec.pytorchReplicaSpecs"):
         validate_manifest(m)
 
 
