@@ -10,16 +10,15 @@ counter type, no ``_total`` (shared/reference/observability.md §4).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.samples import Sample
 
 from fmstack.observability.sysfs import FileSystem
 
 BASE = "sys/class/infiniband"
-_NAME_OK = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 @dataclass(slots=True)
@@ -45,11 +44,12 @@ def _read_counters(fs: FileSystem, path: str) -> tuple[dict[str, int], int]:
         names = fs.listdir(path)
     except OSError:
         return out, 1
+    read, prefix = fs.read_text, path + "/"
     for name in names:
-        if not _NAME_OK.match(name):
-            continue
+        if not (name.isascii() and name.isidentifier()):
+            continue  # not a usable metric-name suffix
         try:
-            out[name] = int(fs.read_text(f"{path}/{name}").strip())
+            out[name] = int(read(prefix + name))  # int() ignores the trailing newline
         except (OSError, ValueError):
             errors += 1
     return out, errors
@@ -107,18 +107,18 @@ class EfaSource:
             for port, counters in dev.ports.items():
                 labels = {"device": dev.name, "port": port}  # one dict shared by the port's samples
                 for counter, value in counters.items():
-                    metric = f"node_amazonefa_{counter}"
-                    fam = families.get(metric)
+                    fam = families.get(counter)
                     if fam is None:
-                        fam = families[metric] = Metric(metric, f"EFA port counter {counter}", "counter")
-                    fam.add_sample(metric, labels, float(value))
+                        metric = f"node_amazonefa_{counter}"
+                        fam = families[counter] = Metric(metric, f"EFA port counter {counter}", "counter")
+                    fam.samples.append(Sample(fam.name, labels, float(value)))
             dev_labels = {"device": dev.name}
             for counter, value in dev.device_counters.items():
-                metric = f"node_amazonefa_device_{counter}"
-                fam = families.get(metric)
+                fam = families.get("device_" + counter)
                 if fam is None:
-                    fam = families[metric] = Metric(metric, f"EFA device counter {counter}", "counter")
-                fam.add_sample(metric, dev_labels, float(value))
+                    metric = f"node_amazonefa_device_{counter}"
+                    fam = families["device_" + counter] = Metric(metric, f"EFA device counter {counter}", "counter")
+                fam.samples.append(Sample(fam.name, dev_labels, float(value)))
         yield from families.values()
         yield info
         count = GaugeMetricFamily("fmstack_efa_device_count", "EFA devices found in this scrape", labels=["Hostname"])

@@ -58,6 +58,9 @@ class LabelCache:
 def render_text(families: Iterable[Any], cache: LabelCache | None = None) -> bytes:
     """Render metric families (objects with ``name``, ``documentation``, ``type``, ``samples``) as text."""
     labels_of = (cache or LabelCache()).render
+    # Sources share one labels dict across a device's samples: render it once per scrape. The entry keeps the
+    # dict alive, so its id cannot be reused by another dict while this function runs.
+    by_id: dict[int, tuple[dict[str, str], str]] = {}
     out: list[str] = []
     append = out.append
     for fam in families:
@@ -72,8 +75,14 @@ def render_text(families: Iterable[Any], cache: LabelCache | None = None) -> byt
         for s in samples:
             if s.name.endswith("_created"):
                 continue
-            if s.labels:
-                append(f"{s.name}{labels_of(s.labels)} {format_value(s.value)}\n")
+            labels = s.labels
+            if labels:
+                entry = by_id.get(id(labels))
+                if entry is None:
+                    entry = by_id[id(labels)] = (labels, labels_of(labels))
+                text = entry[1]
+                value = repr(s.value) if type(s.value) is float else format_value(s.value)
+                append(f"{s.name}{text} {_SPECIAL.get(value, value)}\n")
             else:
                 append(f"{s.name} {format_value(s.value)}\n")
     return "".join(out).encode("utf-8")

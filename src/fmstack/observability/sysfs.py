@@ -80,12 +80,15 @@ class DictFs:
         return [c for c in self._children[path] if not self._hidden(prefix + c)]
 
     def read_text(self, path: str) -> str:
-        path = path.strip("/")
-        if path not in self.files or self._hidden(path):
+        text = self.files.get(path)
+        if text is None:
+            path = path.strip("/")
+            text = self.files.get(path)
+        if text is None or self._hidden(path):
             raise FileNotFoundError(path)
-        if path in self._broken:
+        if self._broken and path in self._broken:
             raise FileNotFoundError(f"{path} (vanished after it was listed)")
-        return self.files[path]
+        return text
 
     def file_paths(self) -> list[str]:
         return sorted(self.files)
