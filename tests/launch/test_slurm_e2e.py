@@ -1,0 +1,127 @@
+"""Real Slurm: scripts/slurm/start.sh starts munged, slurmctld and four slurmd (virtual nodes with fake GPU GRES);
+the reference workload goes through the Slurm launcher; one job is requeued mid-run and resumes from its checkpoint.
+The daemons are stopped by PID (scripts/slurm/stop.sh) when the session ends."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fmstack.catalog import load_catalog
+from fmstack.orchestration.jobspec import parse_jobspec, resolve
+from fmstack.orchestration.launchers.base import JobStatus
+from fmstack.orchestration.launchers.slurm import SlurmLauncher
+from fmstack.workloads.metrics import read_loss_curve
+
+pytestmark = [pytest.mark.slurm, pytest.mark.torch]
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts" / "slurm"
+
+
+@pytest.fixture(scope="module")
+def slurm() -> Iterator[SlurmLauncher]:
+    pytest.importorskip("torch")
+    if os.geteuid() != 0 and not shutil.which("slurmctld"):
+        pytest.skip("Slurm is not installed and installing it needs root")
+    subprocess.run(["bash", str(SCRIPTS / "stop.sh")], check=False, timeout=60)
+    proc = subprocess.run(["bash", str(SCRIPTS / "start.sh")], capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0 and not shutil.which("slurmctld"):
+        pytest.skip(f"slurmctld cannot be installed here: {proc.stderr[-300:]}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # four idle virtual nodes of 4 CPUs and 8 fake GPUs each (scripts/slurm/slurm.conf)
+    assert proc.stdout.split() == [x for n in range(1, 5) for x in (f"n{n}", "idle", "4", "gpu:8")]
+    try:
+        yield SlurmLauncher()
+    finally:
+        subprocess.run(["bash", str(SCRIPTS / "stop.sh")], check=False, timeout=60)
+        assert not list(Path("/run/fmstack-slurm").glob("*.pid"))
+
+
+def _spec(tmp: Path, **over: object) -> dict[str, object]:
+    spec: dict[str, object] = {
+        "name": "gpt-e2e",
+        "nodes": 2,
+        "procs_per_node": 1,
+        "gpus_per_node": 2,
+        "python": sys.executable,
+        "log_dir": str(tmp / "logs"),
+        "env": {"OMP_NUM_THREADS": "1"},
+        "time_limit_min": 10,
+        "workload": {"steps": 6, "batch_size": 4, "extra_args": ["--metrics-file", str(tmp / "m.jsonl")]},
+        "checkpoint": {"location": str(tmp / "ckpt"), "interval_steps": 3},
+    }
+    spec.update(over)
+    return spec
+
+
+def _wait(slurm: SlurmLauncher, native: str, states: set[str], timeout_s: float) -> JobStatus:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        st = slurm.status(native)
+        if st.state in states or time.monotonic() > deadline:
+            return st
+        time.sleep(0.5)
+
+
+def test_reference_workload_completes_on_two_nodes(slurm: SlurmLauncher, tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    job = resolve(parse_jobspec(_spec(tmp_path)), load_catalog())
+    sub = slurm.submit(job)
+    native = sub.job_id.split(":")[1]
+    st = _wait(slurm, native, {"COMPLETED", "FAILED", "CANCELLED"}, 240)
+    log = (tmp_path / "logs" / f"gpt-e2e-{native}.out").read_text()
+    assert st.state == "COMPLETED", log[-3000:]
+    assert "ExitCode=0:0" in st.detail
+    assert '"world_size": 2' in log  # one torchrun per virtual node, rendezvous on node 0
+    assert list(read_loss_curve(tmp_path / "m.jsonl")) == [1, 2, 3, 4, 5, 6]
+
+
+def test_requeued_job_resumes_from_its_checkpoint(slurm: SlurmLauncher, tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    workload = {
+        "steps": 24,
+        "batch_size": 4,
+        "step_sleep_s": 0.25,
+        "extra_args": ["--metrics-file", str(tmp_path / "m.jsonl")],
+    }
+    job = resolve(parse_jobspec(_spec(tmp_path, nodes=1, workload=workload)), load_catalog())
+    native = slurm.submit(job).job_id.split(":")[1]
+    ckpt = tmp_path / "ckpt"
+    deadline = time.monotonic() + 180
+    while not list(ckpt.glob("step_*/COMMITTED")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert list(ckpt.glob("step_*/COMMITTED")), "no checkpoint was committed"
+    assert slurm.status(native).state == "RUNNING"
+    slurm.requeue(native)
+    # a requeued job waits for cred_expire (10 s here); starting it now is what an operator would do
+    subprocess.run(["scontrol", "update", f"jobid={native}", "starttime=now"], check=False, timeout=30)
+    st = _wait(slurm, native, {"COMPLETED", "FAILED", "CANCELLED"}, 240)
+    log = (tmp_path / "logs" / f"gpt-e2e-{native}.out").read_text()
+    assert st.state == "COMPLETED", log[-3000:]
+    assert st.restarts == 1
+    assert "restart 1 on" in log
+    resumed = [int(x) for x in re.findall(r"ckpt resumed step=(\d+)", log)]
+    assert len(resumed) == 1 and resumed[0] >= 3 and resumed[0] % 3 == 0
+    assert '"restart_count": 1' in log
+    # the resumed run's loss curve is the uninterrupted one, exactly
+    ref = tmp_path / "ref.jsonl"
+    argv = [
+        sys.executable,
+        "-m",
+        "fmstack.workloads.train",
+        "--steps",
+        "24",
+        "--batch-size",
+        "4",
+        "--metrics-file",
+        str(ref),
+    ]
+    subprocess.run(argv, check=True, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    assert read_loss_curve(tmp_path / "m.jsonl") == read_loss_curve(ref)
