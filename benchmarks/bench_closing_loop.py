@@ -1,6 +1,6 @@
 """Closing the loop: calibrate on this CPU, predict the reference DDP step time, measure it, print the ratio.
 
-Usage: python benchmarks/bench_closing_loop.py [--steps 10] [--repeats 1] [--markdown]
+Usage: python benchmarks/bench_closing_loop.py [--rounds 3] [--steps 3] [--repeats 1] [--markdown]
 
 The reference workload is fmstack.workloads.gpt's GPT (bench.closing_loop.REFERENCE) under DDP on 2 gloo
 processes with 1 thread each. The baseline is the measured median step time from the same run; the ratio is
@@ -20,7 +20,8 @@ from fmstack.bench.device import cpu_name
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3, help="calibrate-then-train rounds")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per round")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--markdown", action="store_true", help="print a table row per repeat for results/")
     args = parser.parse_args()
@@ -30,7 +31,7 @@ def main() -> None:
         print("| run | predicted ms | gemm ms | memory ms | all-reduce ms | measured median ms | ratio |")
         print("| --- | --- | --- | --- | --- | --- | --- |")
     for i in range(args.repeats):
-        r = close_loop(steps=args.steps)
+        r = close_loop(rounds=args.rounds, steps_per_round=args.steps)
         p, m = r.prediction, r.measurement
         if args.markdown:
             print(f"| {i + 1} | {p.total_s * 1e3:.1f} | {p.gemm_s * 1e3:.1f} | {p.memory_s * 1e3:.1f} | "

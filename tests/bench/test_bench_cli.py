@@ -130,3 +130,13 @@ def test_bench_help_does_not_import_torch() -> None:
                           env={**os.environ})  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "Example:" in proc.stdout
+
+
+def test_out_that_is_not_a_profile_is_left_untouched(tmp_path: Path) -> None:
+    out = tmp_path / "notes.json"
+    out.write_text('{"my": "notes"}')
+    proc = _fmstack("bench", "memory", "--quick", "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("fmstack: error: calibration") and "missing required field" in proc.stderr
+    assert out.read_text() == '{"my": "notes"}'
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.json"]

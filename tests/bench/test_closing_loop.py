@@ -16,11 +16,11 @@ def test_predicted_step_time_within_30_percent_of_measured() -> None:
     from fmstack.bench.closing_loop import REFERENCE, REFERENCE_MICRO_BATCH, close_loop
     from fmstack.workloads.gpt import flops_per_step
 
-    result = close_loop(steps=8)
+    result = close_loop(rounds=3, steps_per_round=3)
     pred, meas = result.prediction, result.measurement
     # the prediction counts exactly the workload's model FLOPs (PaLM appendix B) for one rank's micro-batch
     assert pred.gemm_flops == flops_per_step(REFERENCE, global_batch_size=REFERENCE_MICRO_BATCH)
-    assert meas.num_ranks == 2 and len(meas.step_times_s) == 8
+    assert meas.num_ranks == 2 and len(meas.step_times_s) == 9
     assert pred.gemm_s > 0 and pred.memory_s > 0 and pred.allreduce_s > 0
     assert 0.7 <= result.ratio <= 1.3, (
         f"predicted {pred.total_s * 1e3:.1f} ms (gemm {pred.gemm_s * 1e3:.1f}, memory {pred.memory_s * 1e3:.1f}, "

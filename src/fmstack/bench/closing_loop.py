@@ -1,28 +1,33 @@
 """Closing the loop on this machine: calibrate, predict the reference workload's step time, measure it.
 
-Calibration runs each rank's conditions: ``threads_per_rank`` torch threads for GEMM and memory (restored after),
-the GEMM shapes the step actually uses plus a square sweep, STREAM copy over the op sizes the step touches, and a
-``num_ranks``-process gloo all-reduce up to the gradient size.
+One job of ``num_ranks`` gloo processes (``threads_per_rank`` threads each) does both, interleaved in rounds:
+calibrate (GEMM at the step's shapes plus a square sweep, STREAM copy over the op sizes the step touches, gloo
+all-reduce up to the gradient size), then train a few real DDP steps; repeat. Interleaving matters on a shared
+machine: calibration and measurement see the same load, instead of the load of two different minutes. GEMM and
+memory run in all ranks at once, as they do in the step (each rank's share of cores, caches and DRAM), and each
+size keeps the slowest rank's time: a synchronous data-parallel step moves at its slowest rank's pace.
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
-from fmstack.bench.collectives import message_sizes, run_collectives
+from fmstack.bench.collectives import CollectiveResult, message_sizes, time_collective
 from fmstack.bench.device import DeviceSpec, cpu_name
-from fmstack.bench.gemm import GemmShape, run_gemm
-from fmstack.bench.memory import run_memory
+from fmstack.bench.gemm import GemmResult, GemmShape, run_gemm
+from fmstack.bench.memory import MemoryResult, run_memory
 from fmstack.bench.predict_step import StepPrediction, predict_step, step_gemms
 from fmstack.bench.profile import build_profile
-from fmstack.bench.reference_step import StepMeasurement, measure_step
+from fmstack.bench.reference_step import DDPStep, StepMeasurement, slowest_rank
 from fmstack.bench.spawn import free_port, run_ranks
+from fmstack.errors import InputError
 from fmstack.perfmodel.calibration import CalibrationProfile
 from fmstack.workloads.gpt import GPTConfig, total_params
 
 REFERENCE = GPTConfig(vocab_size=2048, seq_len=64, d_model=256, n_layers=2, n_heads=4)
-"""The closing-loop workload: small enough for CI (about 0.1 s a step on one core), GEMM-dominated."""
+"""The closing-loop workload: small enough for CI (about 0.15 s a step on one core), GEMM-dominated."""
 REFERENCE_MICRO_BATCH = 8
 
 
@@ -40,69 +45,70 @@ class LoopResult:
         return self.prediction.total_s / self.measurement.median_s
 
 
-def _calib_rank(rank: int, n: int, port: int, shapes: list[GemmShape], sizes: list[int], threads: int,
-                min_time_s: float, out: Any) -> None:  # fmt: skip
-    """One of ``n`` processes measuring GEMM and memory at the same time as the others (barrier per size).
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Plan:
+    cfg: GPTConfig
+    micro_batch: int
+    shapes: list[GemmShape]
+    mem_sizes: list[int]
+    ar_sizes: list[int]
+    rounds: int
+    steps_per_round: int
+    warmup: int
+    threads: int
+    min_time_s: float
 
-    Each size keeps the slowest rank's time: a synchronous data-parallel step moves at its slowest rank's pace.
-    """
+
+def _calibrate_round(plan: _Plan, rank: int, n: int) -> tuple[list[GemmResult], list[MemoryResult],
+                                                                  list[CollectiveResult]]:  # fmt: skip
     import torch
     import torch.distributed as dist
 
-    def slowest(time_s: float) -> float:
-        t = torch.tensor([time_s], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return float(t)
+    gemm = []
+    for shape in plan.shapes:
+        dist.barrier()
+        (g,) = run_gemm("cpu", ["fp32"], [shape], min_time_s=plan.min_time_s)
+        (t,) = slowest_rank([g.time_s])
+        gemm.append(replace(g, time_s=t, tflops=shape.flops / t / 1e12))
+    memory = []
+    for size in plan.mem_sizes:
+        dist.barrier()
+        for m in run_memory("cpu", [size], min_time_s=plan.min_time_s):
+            (t,) = slowest_rank([m.time_s])
+            memory.append(replace(m, time_s=t, bw_gbps=m.bytes_moved / t / 1e9))
+    colls = [time_collective("all_reduce", size, rank, n, torch.device("cpu"), plan.min_time_s, "gloo")
+             for size in plan.ar_sizes]  # fmt: skip
+    return gemm, memory, colls
+
+
+def _loop_rank(rank: int, n: int, port: int, plan: _Plan, out: Any) -> None:
+    import torch
+    import torch.distributed as dist
 
     try:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(plan.threads)
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n)
-        gemm = []
-        for shape in shapes:
+        job = DDPStep(plan.cfg, micro_batch=plan.micro_batch, rank=rank)
+        step = 0
+        for _ in range(plan.warmup):
+            job.run(step)
+            step += 1
+        rounds = []
+        times: list[float] = []
+        for _ in range(plan.rounds):
+            rounds.append(_calibrate_round(plan, rank, n))
             dist.barrier()
-            (g,) = run_gemm("cpu", ["fp32"], [shape], min_time_s=min_time_s)
-            t = slowest(g.time_s)
-            gemm.append(replace(g, time_s=t, tflops=shape.flops / t / 1e12))
-        memory = []
-        for size in sizes:
-            dist.barrier()
-            for m in run_memory("cpu", [size], min_time_s=min_time_s):
-                t = slowest(m.time_s)
-                memory.append(replace(m, time_s=t, bw_gbps=m.bytes_moved / t / 1e9))
-        dist.barrier()
+            mine = []
+            for _ in range(plan.steps_per_round):
+                mine.append(job.run(step))
+                step += 1
+            times += slowest_rank(mine)
         if rank == 0:
-            out.put(("done", gemm, memory))
+            out.put(("done", rounds, times, job.num_params))
         dist.destroy_process_group()
     except Exception as exc:
         out.put(("error", f"rank {rank}: {type(exc).__name__}: {exc}"))
         raise
-
-
-def calibrate_for(
-    cfg: GPTConfig, *, micro_batch: int, num_ranks: int, threads_per_rank: int = 1, min_time_s: float = 0.05
-) -> CalibrationProfile:
-    """A CPU profile measured at the sizes the reference step uses, under the step's concurrency.
-
-    GEMM and memory run in ``num_ranks`` processes at once (``threads_per_rank`` threads each), because that is
-    what each DDP rank gets: its share of the cores, caches and DRAM bandwidth while the other ranks compute.
-    """
-    import torch
-
-    shapes = list(dict.fromkeys((s.m, s.n, s.k) for s, _ in step_gemms(cfg, micro_batch)))
-    squares = [(s, s, s) for s in (64, 128, 256, 512)]
-    gemm_shapes = [GemmShape(m=m, n=n, k=k, label="step") for m, n, k in shapes + squares]
-    mem_sizes = [16 << 10 << 2 * i for i in range(7)]
-    args = (num_ranks, free_port(), gemm_shapes, mem_sizes, threads_per_rank, min_time_s)
-    gemm, memory = run_ranks(_calib_rank, args, num_ranks=num_ranks, what="calibration", timeout_s=600)
-    grad_bytes = total_params(cfg) * 4
-    top = 1 << 20
-    while top < min(grad_bytes, 25 << 20):
-        top *= 4
-    colls = run_collectives("cpu", ["all_reduce"], message_sizes("cpu", False, num_ranks, top), num_ranks=num_ranks,
-                            min_time_s=min_time_s)  # fmt: skip
-    spec = DeviceSpec(kind="cpu", name=cpu_name())
-    return build_profile(spec, gemm=gemm, memory=memory, collectives=colls, num_threads=threads_per_rank,
-                         concurrent_processes=num_ranks, torch_version=str(torch.__version__))  # fmt: skip
 
 
 def close_loop(
@@ -111,14 +117,44 @@ def close_loop(
     micro_batch: int = REFERENCE_MICRO_BATCH,
     num_ranks: int = 2,
     threads_per_rank: int = 1,
-    steps: int = 10,
-    profile: CalibrationProfile | None = None,
+    rounds: int = 3,
+    steps_per_round: int = 3,
+    warmup: int = 3,
+    min_time_s: float = 0.05,
 ) -> LoopResult:
-    """Calibrate (unless a profile is given), predict, then measure the real DDP step."""
-    prof = profile or calibrate_for(
-        cfg, micro_batch=micro_batch, num_ranks=num_ranks, threads_per_rank=threads_per_rank
-    )
-    prediction = predict_step(cfg, micro_batch=micro_batch, num_ranks=num_ranks, profile=prof)
-    measurement = measure_step(cfg, micro_batch=micro_batch, num_ranks=num_ranks, steps=steps,
-                               threads_per_rank=threads_per_rank)  # fmt: skip
-    return LoopResult(profile=prof, prediction=prediction, measurement=measurement)
+    """Calibrate and measure in one interleaved job, then predict from the calibration and compare."""
+    import torch
+
+    for name, value in (("rounds", rounds), ("steps", steps_per_round), ("ranks", num_ranks - 1)):
+        if value < 1:
+            raise InputError(name, f"{value}; allowed: >= 1 (ranks >= 2)")
+    unique = dict.fromkeys((s.m, s.n, s.k) for s, _ in step_gemms(cfg, micro_batch))
+    squares = [(s, s, s) for s in (64, 128, 256, 512)]
+    grad_bytes = total_params(cfg) * 4
+    top = 1 << 20
+    while top < min(grad_bytes, 25 << 20):
+        top *= 4
+    plan = _Plan(cfg=cfg, micro_batch=micro_batch, shapes=[GemmShape(m=m, n=n, k=k, label="step")
+                 for m, n, k in [*unique, *squares]], mem_sizes=[16 << 10 << 2 * i for i in range(7)],
+                 ar_sizes=message_sizes("cpu", False, num_ranks, top), rounds=rounds, steps_per_round=steps_per_round,
+                 warmup=warmup, threads=threads_per_rank, min_time_s=min_time_s)  # fmt: skip
+    per_round, times, num_params = run_ranks(_loop_rank, (num_ranks, free_port(), plan), num_ranks=num_ranks,
+                                             what="closing loop", timeout_s=900)  # fmt: skip
+    gemm = [replace(g, time_s=t, tflops=g.shape.flops / t / 1e12)
+            for g, t in zip(per_round[0][0], _mean_over(per_round, 0), strict=True)]  # fmt: skip
+    memory = [replace(m, time_s=t, bw_gbps=m.bytes_moved / t / 1e9)
+              for m, t in zip(per_round[0][1], _mean_over(per_round, 1), strict=True)]  # fmt: skip
+    colls = [replace(c, time_s=t, algbw_gbps=c.size_bytes / t / 1e9, busbw_gbps=c.busbw_gbps * c.time_s / t)
+             for c, t in zip(per_round[0][2], _mean_over(per_round, 2), strict=True)]  # fmt: skip
+    spec = DeviceSpec(kind="cpu", name=cpu_name())
+    profile = build_profile(spec, gemm=gemm, memory=memory, collectives=colls, num_threads=threads_per_rank,
+                            concurrent_processes=num_ranks, torch_version=str(torch.__version__))  # fmt: skip
+    prediction = predict_step(cfg, micro_batch=micro_batch, num_ranks=num_ranks, profile=profile)
+    measurement = StepMeasurement(num_ranks=num_ranks, micro_batch=micro_batch, step_times_s=tuple(times),
+                                  num_params=int(num_params))  # fmt: skip
+    return LoopResult(profile=profile, prediction=prediction, measurement=measurement)
+
+
+def _mean_over(per_round: list[tuple[list[Any], ...]], section: int) -> list[float]:
+    """Mean time of each entry of ``section`` (0 GEMM, 1 memory, 2 all-reduce) over the rounds."""
+    return [statistics.fmean(r[section][i].time_s for r in per_round) for i in range(len(per_round[0][section]))]

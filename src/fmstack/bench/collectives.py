@@ -99,7 +99,7 @@ def _worker(rank: int, n: int, port: int, device: str, ops: list[str], sizes: li
         results = []
         for op in ops:
             for size in sizes:
-                results.append(_one(op, size, rank, n, dev, min_time_s, backend))
+                results.append(time_collective(op, size, rank, n, dev, min_time_s, backend))
                 if rank == 0:
                     out.put(("step", op, size))
         if rank == 0:
@@ -111,7 +111,9 @@ def _worker(rank: int, n: int, port: int, device: str, ops: list[str], sizes: li
         raise
 
 
-def _one(op: str, size: int, rank: int, n: int, dev: Any, min_time_s: float, backend: str) -> CollectiveResult:
+def time_collective(
+    op: str, size: int, rank: int, n: int, dev: Any, min_time_s: float, backend: str
+) -> CollectiveResult:
     import torch
     import torch.distributed as dist
 

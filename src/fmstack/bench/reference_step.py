@@ -34,35 +34,62 @@ class StepMeasurement:
         return statistics.median(self.step_times_s)
 
 
+class DDPStep:
+    """The reference step on this rank (inside an initialised gloo process group): model, optimizer, data."""
+
+    def __init__(self, cfg: GPTConfig, *, micro_batch: int, rank: int) -> None:
+        import torch
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        from fmstack.workloads.gpt import build_model
+
+        torch.manual_seed(0)
+        self.cfg = cfg
+        self.micro_batch = micro_batch
+        self.rank = rank
+        self.model = DDP(build_model(cfg))
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, foreach=True)
+        self.num_params = sum(p.numel() for p in self.model.parameters())
+
+    def run(self, step: int) -> float:
+        """One training step (forward, loss, backward with DDP's all-reduce, AdamW); its seconds on this rank."""
+        import torch.nn.functional as F
+
+        from fmstack.workloads.gpt import synthetic_batch
+
+        x, y = synthetic_batch(self.cfg, seed=0, step=step, rank=self.rank, batch_size=self.micro_batch)
+        start = time.perf_counter()
+        logits = self.model(x)
+        loss = F.cross_entropy(logits.reshape(-1, self.cfg.vocab_size), y.reshape(-1))
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]
+        self.opt.step()
+        return time.perf_counter() - start
+
+
+def slowest_rank(values: list[float]) -> list[float]:
+    """Element-wise maximum over ranks (all ranks must call it with lists of the same length)."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return [float(v) for v in t.tolist()]
+
+
 def _rank_main(rank: int, n: int, port: int, cfg: GPTConfig, batch: int, warmup: int, steps: int, threads: int,
                out: Any) -> None:  # fmt: skip
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from fmstack.workloads.gpt import build_model, synthetic_batch
 
     try:
         torch.set_num_threads(threads)
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n)
-        torch.manual_seed(0)
-        model = DDP(build_model(cfg))
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
-        times = []
-        for step in range(warmup + steps):
-            x, y = synthetic_batch(cfg, seed=0, step=step, rank=rank, batch_size=batch)
-            start = time.perf_counter()
-            logits = model(x)
-            loss = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), y.reshape(-1))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()  # type: ignore[no-untyped-call]
-            opt.step()
-            times.append(time.perf_counter() - start)
-        t = torch.tensor(times[warmup:], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        job = DDPStep(cfg, micro_batch=batch, rank=rank)
+        times = [job.run(step) for step in range(warmup + steps)]
+        slow = slowest_rank(times[warmup:])
         if rank == 0:
-            out.put(("done", t.tolist(), sum(p.numel() for p in model.parameters())))
+            out.put(("done", slow, job.num_params))
         dist.destroy_process_group()
     except Exception as exc:
         out.put(("error", f"rank {rank}: {type(exc).__name__}: {exc}"))
