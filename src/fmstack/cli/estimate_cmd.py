@@ -222,3 +222,9 @@ def render_estimate(est: TrainingEstimate, data: dict[str, Any]) -> None:
             f"(ideal {data['ideal_time_to_train_s'] / 86400:,.1f} days without failures or checkpoints)"
         )
     out.print(f"bottleneck: [bold]{est.bottleneck}[/]")
+
+
+from fmstack.cli.serve_cmd import rl_cmd, serve_cmd  # noqa: E402
+
+estimate.add_command(serve_cmd, "serve")
+estimate.add_command(rl_cmd, "rl")

@@ -292,3 +292,8 @@ def scale(
                       f"{p.tokens_per_s_per_gpu:,.0f}", f"{p.scaling_efficiency:.2f}", f"{p.time_to_train_s / 86400:,.1f}",
                       "-" if p.cost_usd is None else f"{p.cost_usd:,.0f}", p.config, p.bottleneck)  # fmt: skip
     console().print(table)
+
+
+from fmstack.cli.serve_cmd import plan_serve_cmd  # noqa: E402
+
+plan.add_command(plan_serve_cmd, "serve")

@@ -21,7 +21,7 @@ def _collective_checks(cat: Any) -> list[Any]:
 
 
 @click.command(epilog="Example:\n\n  fmstack validate\n\n  fmstack validate --only training --json")
-@click.option("--only", type=click.Choice(["training", "collectives"]), default=None, help="Run one set of cases only.")
+@click.option("--only", type=click.Choice(["training", "collectives", "inference"]), default=None, help="One set only.")
 @catalog_option
 @json_option
 def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
@@ -43,6 +43,11 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
     if only in (None, "collectives"):
         collectives = _collective_checks(cat)
         result["collectives"] = {"cases": [asdict(c) for c in collectives]}
+    inference: list[Any] = []
+    if only in (None, "inference"):
+        from fmstack.cli.serve_cmd import inference_validation
+
+        inference, result["inference"] = inference_validation(cat)
     if as_json:
         print_json(result)
         return
@@ -76,3 +81,7 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
                 f"collectives in scope: {len(errors)} cases, median |error| {errors[len(errors) // 2]:.1f} %, "
                 f"worst {errors[-1]:.1f} %"
             )
+    if inference:
+        from fmstack.cli.serve_cmd import render_inference_validation
+
+        render_inference_validation(inference)

@@ -27,7 +27,14 @@ from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.efficiency import Efficiency, default_efficiency
-from fmstack.perfmodel.inference_kv import KV_BYTES, ServeMemory, check_tp, kv_bytes_per_token, serve_memory
+from fmstack.perfmodel.inference_kv import (
+    DEFAULT_KV_MEMORY_FRACTION,
+    KV_BYTES,
+    ServeMemory,
+    check_tp,
+    kv_bytes_per_token,
+    serve_memory,
+)
 from fmstack.perfmodel.inference_step import Deployment, bottleneck, step_time
 
 F = NDArray[np.float64]
@@ -57,6 +64,8 @@ class ServeConfig:
     """Fraction of each prompt already in the prefix cache."""
     scheduler: Scheduler = "continuous"
     max_num_tokens: int = DEFAULT_MAX_NUM_TOKENS
+    kv_memory_fraction: float = DEFAULT_KV_MEMORY_FRACTION
+    """Share of the memory left after weights that the KV pool takes (lower when a trainer shares the GPUs)."""
 
     @property
     def kv(self) -> str:
@@ -72,6 +81,8 @@ def validate_serve(cfg: ServeConfig, model: ModelArch, cluster: Cluster) -> None
             raise InputError(name.replace("_", "-"), f"must be >= 1, got {getattr(cfg, name)}")
     if cfg.concurrency is not None and cfg.concurrency < 1:
         raise InputError("concurrency", f"must be >= 1, got {cfg.concurrency}")
+    if not 0.0 < cfg.kv_memory_fraction <= 1.0:
+        raise InputError("kv-memory-fraction", f"must be in (0, 1], got {cfg.kv_memory_fraction}")
     if not 0.0 <= cfg.prefix_hit_rate < 1.0:
         raise InputError("prefix-hit-rate", f"must be in [0, 1), got {cfg.prefix_hit_rate}")
     if cfg.kv not in KV_BYTES:
@@ -97,15 +108,16 @@ def deployment(
     )  # fmt: skip
 
 
-def memory_of(d: Deployment) -> ServeMemory:
+def memory_of(d: Deployment, kv_memory_fraction: float = DEFAULT_KV_MEMORY_FRACTION) -> ServeMemory:
     return serve_memory(
-        d.model, d.mc, hbm_gib=d.cluster.gpu.hbm_gib, tp=d.tp, pp=d.pp, precision=d.precision, kv_dtype=d.kv_dtype
-    )
+        d.model, d.mc, hbm_gib=d.cluster.gpu.hbm_gib, tp=d.tp, pp=d.pp, precision=d.precision, kv_dtype=d.kv_dtype,
+        kv_memory_fraction=kv_memory_fraction,
+    )  # fmt: skip
 
 
 def max_concurrency(d: Deployment, cfg: ServeConfig) -> int:
     """Sequences of ``input_len + output_len`` tokens that fit at once (memory, then the engine limit)."""
-    n = memory_of(d).max_concurrency(cfg.input_len + cfg.output_len)
+    n = memory_of(d, cfg.kv_memory_fraction).max_concurrency(cfg.input_len + cfg.output_len)
     return min(n, cfg.max_batch) if cfg.max_batch is not None else n
 
 
@@ -197,8 +209,7 @@ class ServeEstimate:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["config"] = asdict(self.config) | {"kv_dtype": self.config.kv}
-        if self.percentiles:
-            data.update(self.percentiles)
+        data.update(data.pop("percentiles") or {})
         return data
 
 
@@ -208,7 +219,7 @@ def estimate_serve(
     """Predict one replica of ``model`` on ``cluster`` serving ``cfg`` (analytic means)."""
     validate_serve(cfg, model, cluster)
     d = deployment(model, cluster, cfg, efficiency)
-    mem = memory_of(d)
+    mem = memory_of(d, cfg.kv_memory_fraction)
     limit = max_concurrency(d, cfg)
     clients = cfg.concurrency if cfg.concurrency is not None else max(limit, 1)
     curve = serve_curve(d, cfg, np.array([clients], dtype=np.float64))

@@ -34,6 +34,9 @@ class SimConfig:
     request_rate_per_s: float | None = None
     """Poisson arrivals per second (open loop); None = closed loop with ``concurrency`` clients."""
     concurrency: int | None = None
+    ramp_s: float = 0.0
+    """Closed loop: clients start uniformly over [0, ramp_s] (about one request latency gives the steady state;
+    0 = a synchronised burst whose waves persist when every request has the same lengths)."""
     num_requests: int = 300
     warmup_requests: int = 30
     """Requests excluded from the statistics while the system fills."""
@@ -49,6 +52,8 @@ class SimConfig:
             raise InputError("qps", f"must be > 0, got {self.request_rate_per_s}")
         if self.concurrency is not None and self.concurrency < 1:
             raise InputError("concurrency", f"must be >= 1, got {self.concurrency}")
+        if self.ramp_s < 0:
+            raise InputError("ramp", f"must be >= 0, got {self.ramp_s}")
         if not 0 <= self.length_spread < 1:
             raise InputError("length-spread", f"must be in [0, 1), got {self.length_spread}")
         if self.num_requests <= self.warmup_requests:
@@ -133,8 +138,9 @@ class BatchingSim:
             for t in np.cumsum(gaps):
                 self._new_request(float(t))
         else:
-            for _ in range(self.sim.concurrency or 1):
-                self._new_request(0.0)
+            starts = np.sort(self.rng.uniform(0.0, self.sim.ramp_s, self.sim.concurrency or 1))
+            for t in starts:
+                self._new_request(float(t))
         while self._events:
             time_s, _, kind, rid = heapq.heappop(self._events)
             self.clock_s = time_s

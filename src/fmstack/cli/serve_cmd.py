@@ -1,0 +1,286 @@
+"""`fmstack estimate serve`, `fmstack estimate rl` and `fmstack plan serve`: serving and RL post-training."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from fmstack.catalog import load_catalog
+from fmstack.catalog.topology import build_cluster
+from fmstack.cli.common import catalog_option, console, json_option, print_json
+from fmstack.errors import InputError
+from fmstack.perfmodel.inference import ServeConfig, ServeEstimate, deployment, estimate_serve
+from fmstack.perfmodel.inference_kv import KV_DTYPES, PRECISIONS
+
+SERVE_EXAMPLE = """Example:
+
+  fmstack estimate serve --model llama3.1-70b --instance p5.48xlarge --tp 8 --input-len 2048 --output-len 256 \\
+      --concurrency 64 --json
+
+  fmstack estimate serve --model llama3.1-70b --instance p5.48xlarge --nodes 2 --tp 4 --precision fp8 \\
+      --input-len 3000 --output-len 150 --disagg --ttft-slo 1 --itl-slo 0.02
+"""
+RL_EXAMPLE = """Example:
+
+  fmstack estimate rl --model llama3.1-8b --instance p5.48xlarge --nodes 2 --algorithm grpo --prompts 256 \\
+      --samples 8 --prompt-len 1024 --response-len 1024 --rollout-tp 1 --train-tp 1 --placement colocated
+"""
+PLAN_SERVE_EXAMPLE = """Example:
+
+  fmstack plan serve --model llama3.1-70b --qps 20 --input-len 2048 --output-len 256 --ttft-p99 0.5 \\
+      --itl-p99 0.05 --html serve-plan.html
+"""
+
+
+def _choice(values: tuple[str, ...]) -> click.Choice[str]:
+    return click.Choice(values, case_sensitive=False)
+
+
+@click.command(epilog=SERVE_EXAMPLE)
+@click.option("--model", required=True, help="Zoo model name or a model YAML file.")
+@click.option("--instance", required=True, help="Instance or UltraServer name from the catalog.")
+@click.option("--nodes", type=int, default=1, show_default=True, help="Nodes (for --disagg: the GPUs to split).")
+@click.option("--tp", type=int, default=1, show_default=True, help="Tensor parallel degree of a replica.")
+@click.option("--pp", type=int, default=1, show_default=True, help="Pipeline stages of a replica.")
+@click.option("--ep", type=int, default=1, show_default=True, help="Expert parallel degree inside TP (MoE).")
+@click.option("--precision", type=_choice(PRECISIONS), default="bf16", show_default=True, help="Weights/GEMMs.")
+@click.option("--kv-dtype", type=_choice(KV_DTYPES), default=None, help="KV cache [fp8 with fp8/fp4 weights].")
+@click.option("--input-len", type=int, required=True, help="Prompt tokens per request.")
+@click.option("--output-len", type=int, required=True, help="Generated tokens per request.")
+@click.option("--concurrency", type=int, default=None, help="Clients in a closed loop [as many as fit].")
+@click.option("--max-batch", type=int, default=None, help="Engine limit on running sequences [memory].")
+@click.option("--prefix-hit-rate", type=float, default=0.0, show_default=True, help="Prompt share in the cache.")
+@click.option("--scheduler", type=_choice(("continuous", "static")), default="continuous", show_default=True)
+@click.option("--max-num-tokens", type=int, default=8192, show_default=True, help="Prompt tokens per iteration.")
+@click.option("--simulate/--no-simulate", default=True, show_default=True, help="Percentiles by simulation.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Simulation seed.")
+@click.option("--disagg", is_flag=True, help="Compare colocated and disaggregated serving on all the nodes' GPUs.")
+@click.option("--ttft-slo", type=float, default=1.0, show_default=True, help="TTFT target for --disagg (s).")
+@click.option("--itl-slo", type=float, default=0.05, show_default=True, help="ITL target for --disagg (s).")
+@catalog_option
+@json_option
+def serve_cmd(
+    model: str, instance: str, nodes: int, catalog_dir: Path | None, simulate: bool, seed: int, disagg: bool,
+    ttft_slo: float, itl_slo: float, as_json: bool, **options: Any,
+) -> None:  # fmt: skip
+    """Predict TTFT, inter-token latency, throughput, KV cache and the bottleneck of one serving replica."""
+    cat = load_catalog(catalog_dir)
+    arch = cat.model(model)
+    cluster = build_cluster(cat, instance, nodes)
+    values: dict[str, Any] = {k: (v.lower() if isinstance(v, str) else v) for k, v in options.items()}
+    cfg = ServeConfig(**values)
+    est = estimate_serve(arch, cluster, cfg)
+    if simulate:
+        est = _with_percentiles(est, arch, cluster, cfg, seed)
+    data = est.to_json()
+    if disagg:
+        from fmstack.perfmodel.inference_disagg import SLO, compare_disaggregation
+
+        data["disaggregation"] = asdict(compare_disaggregation(arch, cluster, cfg, SLO(ttft_s=ttft_slo, itl_s=itl_slo)))
+    if as_json:
+        print_json(data)
+        return
+    _render_serve(est, data)
+
+
+def _with_percentiles(est: ServeEstimate, arch: Any, cluster: Any, cfg: ServeConfig, seed: int) -> ServeEstimate:
+    from dataclasses import replace
+
+    from fmstack.perfmodel.inference_sim import SimConfig, simulate
+
+    clients = est.concurrency
+    n = min(1000, max(100, 3 * clients))
+    sim = SimConfig(concurrency=clients, ramp_s=est.latency_s, num_requests=n, warmup_requests=n // 5, seed=seed)
+    result = simulate(deployment(arch, cluster, cfg), cfg, sim)
+    return replace(est, percentiles=result.percentiles())
+
+
+def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
+    c = est.config
+    out = console()
+    out.print(
+        f"[bold]{est.model}[/] on {est.num_gpus} x {est.instance} GPUs: tp {c.tp} pp {c.pp} ep {c.ep}, {c.precision} "
+        f"weights, {c.kv} KV, {c.input_len}/{c.output_len} tokens, {est.concurrency} clients ({est.running} running, "
+        f"max {est.max_concurrency}), {c.scheduler} batching"
+    )
+    table = Table("metric", "mean (model)", "p50", "p90", "p99", title="latency and throughput", title_justify="left")
+    p = est.percentiles or {}
+    for name, mean in (("ttft", est.ttft_s), ("itl", est.itl_s), ("latency", est.latency_s)):
+        cells = [f"{p[f'{name}_p{q}_s']:.4f}" if p else "-" for q in (50, 90, 99)]
+        table.add_row(f"{name} (s)", f"{mean:.4f}", *cells)
+    out.print(table)
+    out.print(
+        f"{est.output_tokens_per_s:,.0f} output tokens/s ({est.output_tokens_per_s_per_gpu:,.0f} per GPU), "
+        f"{est.requests_per_s:.2f} requests/s; weights {est.weights_gib_per_gpu:.1f} GiB/GPU, KV cache "
+        f"{est.kv_cache_gib:.1f} GiB of a {est.kv_pool_gib:.1f} GiB pool ({est.kv_bytes_per_token / 1024:.0f} KiB/token)"
+    )
+    parts = Table("part of an iteration", "ms", "share", title="mean iteration", title_justify="left")
+    total = sum(est.iteration_parts_s.values())
+    for name, value in est.iteration_parts_s.items():
+        if value > 0:
+            parts.add_row(name, f"{value * 1e3:.2f}", f"{100 * value / total:5.1f} %")
+    out.print(parts)
+    out.print(f"bottleneck: [bold]{est.bottleneck}[/]")
+    if "disaggregation" in data:
+        dz = data["disaggregation"]
+        out.print(
+            f"disaggregation on {dz['num_gpus']} GPUs: colocated {dz['colocated_rps']:.2f} req/s vs disaggregated "
+            f"{dz['disagg_rps']:.2f} req/s (prefill:decode replicas {dz['prefill_to_decode']}, KV "
+            f"{dz['kv_bytes_per_request'] / 1e6:.0f} MB in {dz['kv_transfer_s'] * 1e3:.2f} ms over {dz['kv_link']})"
+        )
+        out.print(dz["why"])
+
+
+@click.command(epilog=RL_EXAMPLE)
+@click.option("--model", required=True, help="Actor (policy) model.")
+@click.option("--critic", default=None, help="Critic / reward model [the actor's architecture].")
+@click.option("--instance", required=True, help="Instance name from the catalog.")
+@click.option("--nodes", type=int, default=1, show_default=True)
+@click.option("--algorithm", type=_choice(("grpo", "ppo")), default="grpo", show_default=True)
+@click.option("--prompts", "prompts_per_step", type=int, default=256, show_default=True, help="Prompts per step.")
+@click.option("--samples", "samples_per_prompt", type=int, default=8, show_default=True, help="Responses/prompt.")
+@click.option("--prompt-len", type=int, default=1024, show_default=True)
+@click.option("--response-len", type=int, default=1024, show_default=True)
+@click.option("--placement", type=_choice(("colocated", "split")), default="colocated", show_default=True)
+@click.option("--rollout-nodes", type=int, default=None, help="Split: nodes that generate [half].")
+@click.option("--async", "async_split", is_flag=True, help="Split: overlap rollout with training (one step stale).")
+@click.option("--rollout-tp", type=int, default=8, show_default=True)
+@click.option("--rollout-precision", type=_choice(PRECISIONS), default="bf16", show_default=True)
+@click.option("--train-tp", type=int, default=8, show_default=True)
+@click.option("--train-pp", type=int, default=1, show_default=True)
+@click.option("--epochs", type=int, default=1, show_default=True, help="PPO epochs over the batch.")
+@click.option("--minibatches", type=int, default=1, show_default=True, help="Optimizer steps per epoch.")
+@click.option("--reward-model/--rule-reward", default=False, show_default=True, help="Learned reward model.")
+@click.option("--reference/--no-reference", default=True, show_default=True, help="KL reference policy.")
+@catalog_option
+@json_option
+def rl_cmd(
+    model: str, critic: str | None, instance: str, nodes: int, catalog_dir: Path | None, as_json: bool, **options: Any
+) -> None:
+    """Predict one PPO / GRPO step: rollout, forward passes, training, weight sync, and the bottleneck."""
+    from fmstack.perfmodel.rl import RLConfig, estimate_rl
+
+    cat = load_catalog(catalog_dir)
+    actor = cat.model(model)
+    critic_arch = cat.model(critic) if critic else None
+    cluster = build_cluster(cat, instance, nodes)
+    values: dict[str, Any] = {k: (v.lower() if isinstance(v, str) else v) for k, v in options.items()}
+    cfg = RLConfig(**values)
+    est = estimate_rl(actor, cluster, cfg, critic=critic_arch)
+    if as_json:
+        print_json(est.to_json())
+        return
+    out = console()
+    out.print(
+        f"[bold]{est.model}[/] {cfg.algorithm.upper()} on {est.num_gpus} x {est.instance} GPUs ({cfg.placement}"
+        f"{', async' if cfg.async_split else ''}): {cfg.prompts_per_step} prompts x {cfg.samples_per_prompt} samples, "
+        f"{cfg.prompt_len}+{cfg.response_len} tokens; rollout on {est.rollout_gpus} GPUs (tp {cfg.rollout_tp}, "
+        f"{est.rollout_concurrency} sequences per replica), training on {est.train_gpus} GPUs (tp {cfg.train_tp})"
+    )
+    table = Table("phase", "seconds", "share", title="RL step", title_justify="left")
+    for name, value in est.parts_s.items():
+        if value > 0:
+            table.add_row(name, f"{value:.2f}", f"{100 * value / est.step_time_s:5.1f} %")
+    table.add_row("[bold]step", f"[bold]{est.step_time_s:.2f}", "")
+    out.print(table)
+    fits = "fits" if est.train_step["fits"] else "[red]does NOT fit[/]"
+    out.print(
+        f"rollout {est.rollout_tokens_per_s:,.0f} tokens/s; training step MFU {est.train_step['mfu'] * 100:.1f} % ({fits})"
+    )
+    out.print(f"bottleneck: [bold]{est.bottleneck}[/]")
+
+
+@click.command(epilog=PLAN_SERVE_EXAMPLE)
+@click.option("--model", required=True, help="Zoo model name or a model YAML file.")
+@click.option("--qps", type=float, required=True, help="Requests per second to serve.")
+@click.option("--input-len", type=int, required=True, help="Prompt tokens per request.")
+@click.option("--output-len", type=int, required=True, help="Generated tokens per request.")
+@click.option("--ttft-p99", type=float, required=True, help="TTFT target at p99 (s).")
+@click.option("--itl-p99", type=float, required=True, help="Inter-token latency target at p99 (s).")
+@click.option("--instance", "instances", multiple=True, help="Instances to consider [every priced one].")
+@click.option("--precision", "precisions", multiple=True, type=_choice(PRECISIONS), help="[bf16 and fp8].")
+@click.option("--seed", type=int, default=0, show_default=True, help="Simulation seed.")
+@click.option("--top", type=int, default=8, show_default=True, help="Candidates to show.")
+@click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write an HTML report.")
+@catalog_option
+@json_option
+def plan_serve_cmd(
+    model: str, qps: float, input_len: int, output_len: int, ttft_p99: float, itl_p99: float,
+    instances: tuple[str, ...], precisions: tuple[str, ...], seed: int, top: int, html_path: Path | None,
+    catalog_dir: Path | None, as_json: bool,
+) -> None:  # fmt: skip
+    """The cheapest deployment (instance, precision, TP, replicas) serving a request rate within p99 targets."""
+    from fmstack.perfmodel.inference_disagg import SLO
+    from fmstack.perfmodel.inference_plan import plan_serve
+
+    for name, value in (("input-len", input_len), ("output-len", output_len)):
+        if value < 1:
+            raise InputError(name, f"must be >= 1, got {value}")
+    if html_path is not None and not (html_path.parent if str(html_path.parent) else Path(".")).is_dir():
+        raise InputError("html", f"folder {html_path.parent} does not exist")
+    cat = load_catalog(catalog_dir)
+    arch = cat.model(model)
+    plan = plan_serve(
+        cat, arch, qps=qps, input_len=input_len, output_len=output_len, slo=SLO(ttft_s=ttft_p99, itl_s=itl_p99),
+        instances=instances or None, precisions=tuple(p.lower() for p in precisions) or None, seed=seed,
+    )  # fmt: skip
+    if html_path is not None:
+        from fmstack.reports.serve_report import write_serve_plan
+
+        write_serve_plan(plan, html_path)
+    if as_json:
+        print_json({"best": asdict(plan.best), "candidates": [asdict(c) for c in plan.candidates[:top]],
+                    "slo": asdict(plan.slo), "qps": plan.qps})  # fmt: skip
+        return
+    out = console()
+    b = plan.best
+    out.print(
+        f"[bold]{plan.model}[/] at {qps:g} req/s, {input_len}/{output_len} tokens, TTFT p99 <= {ttft_p99:g} s, "
+        f"ITL p99 <= {itl_p99:g} s: [bold]{b.replicas} x {b.instance} tp {b.tp} {b.precision}[/] on {b.nodes} node(s), "
+        f"${b.cost_per_hour_usd:,.2f}/h"
+    )
+    table = Table("instance", "prec", "tp", "chunk", "replicas", "nodes", "$/h", "rate/replica", "TTFT p99",
+                  "ITL p99", "SLO", title="candidates (cheapest verified first)", title_justify="left")  # fmt: skip
+    for c in plan.candidates[:top]:
+        sim = c.sim or {}
+        table.add_row(
+            c.instance, c.precision, str(c.tp), str(c.max_num_tokens), str(c.replicas), str(c.nodes),
+            f"{c.cost_per_hour_usd:,.2f}", f"{c.rate_per_replica_rps:.2f}",
+            f"{sim['ttft_p99_s']:.3f}" if sim else "-", f"{sim['itl_p99_s']:.4f}" if sim else "-",
+            {True: "meets", False: "misses", None: "not simulated"}[c.meets_slo],
+        )  # fmt: skip
+    out.print(table)
+    if html_path is not None:
+        out.print(f"report: {html_path}")
+
+
+def inference_validation(cat: Any) -> tuple[list[Any], dict[str, Any]]:
+    """`fmstack validate` (inference): the checks and their JSON."""
+    from fmstack.perfmodel.inference_validation import summary, validate_inference
+
+    checks = validate_inference(cat)
+    med, worst, n = summary(checks)
+    data = {"cases": [asdict(c) for c in checks], "median_abs_error_pct": med, "worst_abs_error_pct": worst,
+            "compared_in_scope": n, "not_expressible": sum(1 for c in checks if c.predicted is None)}  # fmt: skip
+    return checks, data
+
+
+def render_inference_validation(checks: list[Any]) -> None:
+    from fmstack.perfmodel.inference_validation import summary
+
+    out = console()
+    table = Table("id", "model", "system", "metric", "measured", "predicted", "error", "in scope", "config / why not",
+                  title="inference: predicted vs published", title_justify="left")  # fmt: skip
+    for c in checks:
+        measured = "-" if c.measured is None else f"{c.measured:g}"
+        pred = "-" if c.predicted is None else f"{c.predicted:.4g}"
+        err = "-" if c.error_pct is None else f"{c.error_pct:+.1f} %"
+        note = c.config if c.in_scope else f"[yellow]{c.reason}[/]" + (f" ({c.config})" if c.config else "")
+        table.add_row(c.id, c.model, c.system, c.metric, measured, pred, err, "yes" if c.in_scope else "no", note)
+    out.print(table)
+    med, worst, n = summary(checks)
+    out.print(f"inference in scope: {n} cases, median |error| {med:.1f} %, worst {worst:.1f} %")

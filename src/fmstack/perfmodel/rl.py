@@ -1,0 +1,201 @@
+"""`estimate_rl`: one PPO or GRPO step, split into rollout, forward passes, training and weight sync.
+
+One step (PPO: Ouyang et al. 2022, sec. 3.5 and Schulman et al. 2017; GRPO: Shao et al. 2024, DeepSeekMath,
+sec. 4.1; the phases as veRL's HybridFlow runs them, Sheng et al. 2025, EuroSys, sec. 2.1 and 5):
+1. rollout: ``prompts x samples`` responses from the inference model (:func:`fmstack.perfmodel.inference.
+   estimate_serve`), the replicas running at the concurrency their KV pool allows; the ``samples - 1`` extra
+   copies of each prompt hit the prefix cache (vLLM / SGLang prefix caching);
+2. forward passes over prompt + response: reference policy (KL term), reward model (unless the reward is a rule),
+   critic (PPO only). A forward pass is a third of the training model's compute (backward = 2 x forward,
+   Narayanan et al. 2021, sec. 5.1) plus half its TP / EP / PP communication, with no optimizer;
+3. training: ``epochs x minibatches`` optimizer steps of the actor (and the critic, PPO) with the training model
+   (:func:`fmstack.perfmodel.training.estimate_training`);
+4. weight sync: colocated (HybridFlow's 3D-HybridEngine, Sheng et al. 2025, sec. 5.4), each generation GPU
+   all-gathers its TP shard of the bf16 weights from the training layout's ``pp x tp_train / tp_rollout`` ranks;
+   split placement adds the broadcast of those shards from the trainer nodes to every rollout replica over the
+   scale-out fabric.
+Colocated time-shares all GPUs between the phases; split gives rollout and training their own nodes and runs the
+phases one after another (on-policy) or overlapped one step apart (``async_split``, one-step off-policy).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal
+
+from fmstack.catalog.schema import ModelArch
+from fmstack.catalog.topology import Cluster
+from fmstack.errors import InputError
+from fmstack.perfmodel.collectives import GroupPlacement, collective_time_s
+from fmstack.perfmodel.config import TrainConfig, fill_defaults
+from fmstack.perfmodel.inference import ServeConfig, estimate_serve
+from fmstack.perfmodel.modelconsts import model_consts
+from fmstack.perfmodel.training import TrainingEstimate, estimate_training
+
+Algorithm = Literal["ppo", "grpo"]
+Placement = Literal["colocated", "split"]
+COLOCATED_KV_FRACTION = 0.5
+"""KV pool share when the trainer's state shares the GPUs (veRL examples: rollout gpu_memory_utilization 0.5)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RLConfig:
+    """One RL post-training step: algorithm, batch shape, placement and the two engines' layouts."""
+
+    algorithm: Algorithm = "grpo"
+    prompts_per_step: int = 256
+    samples_per_prompt: int = 8
+    """Responses per prompt (GRPO's group size; PPO usually 1)."""
+    prompt_len: int = 1024
+    response_len: int = 1024
+    placement: Placement = "colocated"
+    rollout_nodes: int | None = None
+    """Split placement: nodes for rollout (the rest train); None = half."""
+    async_split: bool = False
+    rollout_tp: int = 8
+    rollout_precision: str = "bf16"
+    train_tp: int = 8
+    train_pp: int = 1
+    epochs: int = 1
+    minibatches: int = 1
+    reward_model: bool = False
+    """A learned reward model (a forward pass of the critic's size); False = rule-based reward."""
+    reference: bool = True
+    """Keep a reference policy for the KL term."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RLEstimate:
+    """One RL step and where its time goes."""
+
+    model: str
+    instance: str
+    num_gpus: int
+    config: RLConfig
+    step_time_s: float
+    parts_s: dict[str, float]
+    rollout_gpus: int
+    train_gpus: int
+    rollout_concurrency: int
+    rollout_tokens_per_s: float
+    train_step: dict[str, Any]
+    bottleneck: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _check(cfg: RLConfig, cluster: Cluster) -> None:
+    for name in ("prompts_per_step", "samples_per_prompt", "prompt_len", "response_len", "epochs", "minibatches"):
+        if getattr(cfg, name) < 1:
+            raise InputError(name.replace("_", "-"), f"must be >= 1, got {getattr(cfg, name)}")
+    if cfg.algorithm not in ("ppo", "grpo"):
+        raise InputError("algorithm", f"{cfg.algorithm!r} unknown; allowed: ppo, grpo")
+    if cfg.placement == "split":
+        if cluster.num_nodes < 2:
+            raise InputError("placement", f"split placement needs >= 2 nodes, got {cluster.num_nodes}")
+        r = cfg.rollout_nodes if cfg.rollout_nodes is not None else cluster.num_nodes // 2
+        if not 1 <= r < cluster.num_nodes:
+            raise InputError("rollout-nodes", f"must be between 1 and {cluster.num_nodes - 1}, got {r}")
+
+
+def _train(model: ModelArch, cluster: Cluster, cfg: RLConfig, seqs: int) -> TrainingEstimate:
+    seq_len = cfg.prompt_len + cfg.response_len
+    mp = cfg.train_tp * cfg.train_pp
+    if cluster.num_gpus % mp:
+        raise InputError(
+            "train-tp", f"train_tp({cfg.train_tp}) * train_pp({cfg.train_pp}) = {mp} does not divide {cluster.num_gpus} GPUs"
+        )  # fmt: skip
+    dp = cluster.num_gpus // mp
+    per_mb = max(1, math.ceil(seqs / cfg.minibatches / dp)) * dp
+    tc: TrainConfig = fill_defaults(
+        cluster.num_gpus,
+        {"tp": cfg.train_tp, "pp": cfg.train_pp, "global_batch": per_mb, "seq_len": seq_len, "recompute": "full"},
+    )
+    return estimate_training(model, cluster, tc)
+
+
+def forward_s(est: TrainingEstimate) -> float:
+    """A forward-only pass over the training step's batch (see the module docstring)."""
+    third = (est.gemm_s + est.attention_s + est.memory_bound_s + est.overhead_s + est.bubble_s) / 3.0
+    half = (est.comm["tp"].exposed_s + est.comm["ep"].exposed_s + est.comm["pp"].exposed_s) / 2.0
+    return third + half
+
+
+def _sync_s(model: ModelArch, train: Cluster, whole: Cluster | None, cfg: RLConfig, replicas: int) -> float:
+    """Resharding inside the training layout, plus (split) the broadcast to the rollout replicas across ``whole``."""
+    weights = 2.0 * model_consts(model).params_total  # bf16
+    shard = weights / cfg.rollout_tp
+    group = cfg.train_pp * max(1, cfg.train_tp // cfg.rollout_tp)
+    t = 0.0
+    if group > 1:
+        span = group * min(cfg.rollout_tp, cfg.train_tp)
+        per_domain = group if span <= train.gpus_per_domain else max(1, train.gpus_per_domain // cfg.rollout_tp)
+        per_domain = math.gcd(group, per_domain)
+        t += float(
+            collective_time_s("all_gather", shard, GroupPlacement(num_ranks=group, ranks_per_domain=per_domain), train)
+        )
+    if whole is not None:
+        t += float(
+            collective_time_s("broadcast", shard, GroupPlacement(num_ranks=replicas + 1, ranks_per_domain=1), whole)
+        )
+    return t
+
+
+def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: ModelArch | None = None) -> RLEstimate:
+    """Predict one PPO / GRPO step of ``actor`` on ``cluster`` (critic and reward model default to the actor)."""
+    _check(cfg, cluster)
+    critic_arch = critic or actor
+    seqs = cfg.prompts_per_step * cfg.samples_per_prompt
+    if cfg.placement == "split":
+        r_nodes = cfg.rollout_nodes if cfg.rollout_nodes is not None else cluster.num_nodes // 2
+        rollout_cl = replace(cluster, num_nodes=r_nodes)
+        train_cl = replace(cluster, num_nodes=cluster.num_nodes - r_nodes)
+    else:
+        rollout_cl = train_cl = cluster
+    replicas = rollout_cl.num_gpus // cfg.rollout_tp
+    if replicas < 1 or rollout_cl.num_gpus % cfg.rollout_tp:
+        raise InputError(
+            "rollout-tp", f"rollout_tp({cfg.rollout_tp}) must divide the {rollout_cl.num_gpus} rollout GPUs"
+        )
+    per_replica = math.ceil(seqs / replicas)
+    hit = (cfg.samples_per_prompt - 1) / cfg.samples_per_prompt
+    serve = ServeConfig(
+        tp=cfg.rollout_tp, precision=cfg.rollout_precision, input_len=cfg.prompt_len, output_len=cfg.response_len,
+        prefix_hit_rate=hit, kv_memory_fraction=COLOCATED_KV_FRACTION if cfg.placement == "colocated" else 0.9,
+    )  # fmt: skip
+    first = estimate_serve(actor, rollout_cl, serve)
+    conc = max(1, min(per_replica, first.max_concurrency))
+    gen = estimate_serve(actor, rollout_cl, replace(serve, concurrency=conc))
+    rollout = max(gen.latency_s, per_replica / gen.requests_per_s)
+
+    actor_step = _train(actor, train_cl, cfg, seqs)
+    critic_step = _train(critic_arch, train_cl, cfg, seqs) if cfg.algorithm == "ppo" else None
+    mb = cfg.minibatches
+    parts = {
+        "rollout": rollout,
+        "reference_forward": forward_s(actor_step) * mb if cfg.reference else 0.0,
+        "reward_forward": forward_s(critic_step or actor_step) * mb if cfg.reward_model else 0.0,
+        "critic_forward": forward_s(critic_step) * mb if critic_step else 0.0,
+        "actor_train": cfg.epochs * mb * actor_step.step_time_s,
+        "critic_train": cfg.epochs * mb * critic_step.step_time_s if critic_step else 0.0,
+        "weight_sync": _sync_s(actor, train_cl, cluster if cfg.placement == "split" else None, cfg, replicas),
+    }
+    if cfg.placement == "split" and cfg.async_split:
+        rest = sum(v for k, v in parts.items() if k not in ("rollout", "weight_sync"))
+        step = max(rollout, rest) + parts["weight_sync"]
+    else:
+        step = sum(parts.values())
+    top = max(parts, key=lambda k: parts[k])
+    bottleneck = f"{top.replace('_', ' ')}: {100 * parts[top] / step:.0f} % of the step"
+    if top == "rollout":
+        bottleneck += f" (decode {gen.bottleneck})"
+    return RLEstimate(
+        model=actor.name, instance=cluster.name or cluster.instance.name, num_gpus=cluster.num_gpus, config=cfg,
+        step_time_s=step, parts_s=parts, rollout_gpus=rollout_cl.num_gpus, train_gpus=train_cl.num_gpus,
+        rollout_concurrency=conc, rollout_tokens_per_s=seqs * cfg.response_len / rollout,
+        train_step={"step_time_s": actor_step.step_time_s, "mfu": actor_step.mfu, "fits": actor_step.fits,
+                    "config": asdict(actor_step.config)},
+        bottleneck=bottleneck,
+    )  # fmt: skip
