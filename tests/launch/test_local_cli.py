@@ -1,0 +1,79 @@
+"""The local launcher for real (torchrun on this machine, retry with backoff) and the CLI around it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fmstack.orchestration.launchers.local import backoff_delays_s
+
+pytestmark = pytest.mark.torch
+
+
+def test_backoff_doubles_and_caps() -> None:
+    assert backoff_delays_s(5, 4) == [5, 10, 20, 40]
+    assert backoff_delays_s(100, 4) == [100, 200, 300, 300]
+
+
+def _fm(tmp: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "FMSTACK_STATE_DIR": str(tmp / "state")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "fmstack", *args], capture_output=True, text=True, env=env, timeout=120
+    )
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def _wait(tmp: Path, job_id: str, final: set[str], timeout_s: float = 120) -> str:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        out = _fm(tmp, "status", job_id).stdout
+        if out.split()[1] in final or time.monotonic() > deadline:
+            return out
+        time.sleep(0.5)
+
+
+def _spec(tmp: Path, command: list[str], **over: object) -> Path:
+    pytest.importorskip("torch")
+    spec = {"name": "local-job", "command": command, "python": sys.executable, "log_dir": str(tmp), **over}
+    path = tmp / "job.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_failed_attempt_is_retried_and_completes(tmp_path: Path) -> None:
+    flaky = "if [ -e attempted ]; then echo second-try-ok; exit 0; else touch attempted; exit 3; fi"
+    spec = _spec(tmp_path, ["/bin/sh", "-c", flaky], retry={"max_restarts": 2, "backoff_s": 0.2})
+    job_id = _fm(tmp_path, "launch", str(spec), "--on", "local").stdout.strip()
+    assert job_id.startswith("local:local-job-")
+    out = _wait(tmp_path, job_id, {"COMPLETED", "FAILED"})
+    assert out.split()[1] == "COMPLETED", out
+    log = (tmp_path / "state" / job_id.split(":", 1)[1] / "output.log").read_text()
+    assert "fmstack: attempt 1 exited 1; retrying in 0.2 s" in log  # torchrun reports a failed worker as 1
+    assert "second-try-ok" in log
+
+
+def test_cancel_stops_the_job(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, ["/bin/sleep", "120"])
+    job_id = _fm(tmp_path, "launch", str(spec), "--on", "local").stdout.strip()
+    assert _fm(tmp_path, "status", job_id).stdout.split()[1] == "RUNNING"
+    assert _fm(tmp_path, "cancel", job_id).stdout.strip() == f"{job_id} cancel requested"
+    out = _wait(tmp_path, job_id, {"CANCELLED", "FAILED", "COMPLETED"}, 60)
+    assert out.split()[1] == "CANCELLED", out
+
+
+def test_dry_run_prints_and_submits_nothing(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, ["/bin/true"])
+    out = _fm(tmp_path, "launch", str(spec), "--on", "slurm", "--dry-run").stdout
+    assert out.startswith("#!/bin/bash\n#SBATCH --job-name=local-job\n")
+    out = _fm(tmp_path, "launch", str(spec), "--on", "local", "--dry-run").stdout
+    assert "--nproc-per-node=1 --no-python --standalone /bin/true" in out
+    assert not (tmp_path / "state").exists()
+    assert "launch SPEC" in _fm(tmp_path, "launch", "--help").stdout
