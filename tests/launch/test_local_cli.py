@@ -76,4 +76,4 @@ def test_dry_run_prints_and_submits_nothing(tmp_path: Path) -> None:
     out = _fm(tmp_path, "launch", str(spec), "--on", "local", "--dry-run").stdout
     assert "--nproc-per-node=1 --no-python --standalone /bin/true" in out
     assert not (tmp_path / "state").exists()
-    assert "launch SPEC" in _fm(tmp_path, "launch", "--help").stdout
+    assert "Example:" in _fm(tmp_path, "launch", "--help").stdout
