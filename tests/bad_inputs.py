@@ -18,6 +18,14 @@ BAD_FILES: dict[str, str] = {
     "    vcpus: 1\n    host_memory_gib: 1\n    nvlink_domain_gpus: 8\n    network: efa-v9\n    network_bw_gbps: 1\n",
     "model_heads.yaml": "kind: model\nname: m1\nfamily: x\nnum_layers: 2\nhidden_size: 100\nffn_hidden_size: 400\n"
     "num_heads: 3\nnum_kv_heads: 3\nvocab_size: 10\nmax_seq_len: 8\n",
+    "job_unknown.yaml": "name: a\ncommand: ['true']\ncolour: red\n",
+    "job_gpus.yaml": "name: a\ncommand: ['true']\ninstance: p5.48xlarge\ngpus_per_node: 16\n",
+    "job_ckpt_file.yaml": "name: a\ncommand: ['true']\ncheckpoint: {location: /etc/hostname/ckpt}\n",
+    "job_ckpt_s3.yaml": "name: a\ncommand: ['true']\ncheckpoint:\n  location: /tmp\n  durable: s3://b/run\n"
+    "  storage_options: {key: k, secret: s, client_kwargs: {endpoint_url: 'http://127.0.0.1:9'},"
+    " config_kwargs: {connect_timeout: 1, retries: {max_attempts: 1}}}\n",
+    "job_no_image.yaml": "name: a\ncommand: ['true']\n",
+    "job_name.yaml": "name: a$(id)\ncommand: ['true']\n",
 }
 
 # (argv, substring expected in the one-line error)
@@ -116,4 +124,13 @@ BAD_ARGV += [
     (["bench", "storage"], "Missing option '--path'"),
     (["bench", "storage", "--path", "/nonexistent-dir"], "/nonexistent-dir is not an existing directory"),
     (["bench", "storage", "--path", "/sys"], "path: no write permission in /sys"),
+    (["launch", "@file:job_unknown.yaml", "--on", "slurm"], "field 'colour': unknown field"),
+    (["launch", "@file:job_gpus.yaml", "--on", "slurm"], "gpus_per_node: 16 > 8, the GPUs of one p5.48xlarge"),
+    (["launch", "@file:job_ckpt_file.yaml", "--on", "slurm"], "checkpoint.location: '/etc/hostname/ckpt'"),
+    (["launch", "@file:job_ckpt_s3.yaml", "--on", "slurm"], "checkpoint.durable: 's3://b/run' is unreachable"),
+    (["launch", "@file:job_no_image.yaml", "--on", "kubernetes"], "image: a container image is required"),
+    (["launch", "@file:job_name.yaml", "--on", "local"], "field 'name': Value error"),
+    (["launch", "@file:job_unknown.yaml", "--on", "mars"], "Invalid value for '--on'"),
+    (["status", "12345"], "ID: '12345' is not a job id"),
+    (["cancel", "slurm:12;rm"], "a Slurm job id is digits"),
 ]  # fmt: skip
