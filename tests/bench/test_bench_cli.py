@@ -140,3 +140,17 @@ def test_out_that_is_not_a_profile_is_left_untouched(tmp_path: Path) -> None:
     assert proc.stderr.strip().startswith("fmstack: error: calibration") and "missing required field" in proc.stderr
     assert out.read_text() == '{"my": "notes"}'
     assert [p.name for p in tmp_path.iterdir()] == ["notes.json"]
+
+
+def test_profile_of_another_device_is_not_merged_or_overwritten(tmp_path: Path) -> None:
+    from fmstack.perfmodel.calibration import CalibrationProfile, DeviceInfo, save_profile
+
+    out = tmp_path / "other.json"
+    other = CalibrationProfile(device=DeviceInfo(name="NVIDIA H100 80GB HBM3", kind="cuda"),
+                               measured_at="2026-01-01T00:00:00Z")  # fmt: skip
+    save_profile(other, out)
+    text = out.read_text()
+    proc = _fmstack("bench", "memory", "--quick", "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "is the profile of 'NVIDIA H100 80GB HBM3', not of this device" in proc.stderr
+    assert out.read_text() == text

@@ -52,9 +52,14 @@ def build_profile(
     base: CalibrationProfile | None = None,
     now: datetime | None = None,
 ) -> CalibrationProfile:
-    """A profile from the sections measured now; sections not measured now are kept from ``base``."""
+    """A profile from the sections measured now; sections not measured now are kept from ``base``.
+
+    ``base`` must describe the same device (the runner refuses to merge profiles of different devices).
+    """
+    if base is not None and base.device.name != spec.name:
+        raise ValueError(f"cannot merge a profile of {base.device.name!r} into one of {spec.name!r}")
     peaks, mem_peak = catalog_peaks(spec)
-    old = base.model_dump() if base is not None and base.device.name == spec.name else {}
+    old = base.model_dump() if base is not None else {}
     old_dev = old.get("device", {})
     source = "catalog" if peaks else "measured: best rate in this run"
     peak_tflops = dict(peaks) if peaks else dict(old_dev.get("peak_tflops", {}))

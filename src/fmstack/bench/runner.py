@@ -70,7 +70,7 @@ def _check_out(out: Path | None) -> CalibrationProfile | None:
         return None
     if out.is_dir():
         raise InputError("out", f"{out} is a directory; give a file name such as profile.json")
-    parent = out.parent if str(out.parent) else Path(".")
+    parent = out.parent
     if not parent.is_dir():
         raise InputError("out", f"directory {parent} does not exist")
     if not os.access(parent, os.W_OK):
@@ -134,6 +134,9 @@ def run_bench(opts: BenchOptions, catalog: Catalog, on_step: Callable[[], None] 
     if opts.storage_path and "storage" in opts.kinds:
         sto_mod.check_target(opts.storage_path, opts.endpoint_url)
     spec = resolve_device(opts.device, catalog)
+    if base is not None and base.device.name != spec.name:
+        raise InputError("out", f"{opts.out} is the profile of {base.device.name!r}, not of this device "
+                         f"{spec.name!r}; write to another file")  # fmt: skip
     peaks, mem_peak = catalog_peaks(spec)
     report = BenchReport(device=spec)
     import torch

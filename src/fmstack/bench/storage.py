@@ -67,10 +67,11 @@ class _Local:
 
     def write(self, name: str, data: bytes, size: int) -> None:
         fd = os.open(self.root / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        view = memoryview(data)
         try:
             done = 0
             while done < size:
-                done += os.write(fd, data[: min(len(data), size - done)])
+                done += os.write(fd, view[: min(len(view), size - done)])
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -124,11 +125,12 @@ class _Fsspec:
             raise InputError("endpoint-url", f"cannot reach {where} for {bucket}: {_short(exc)}") from None
 
     def write(self, name: str, data: bytes, size: int) -> None:
+        view = memoryview(data)
         with self.fs.open(f"{self.root}/{name}", "wb", block_size=max(5 << 20, CHUNK_BYTES)) as f:
             done = 0
             while done < size:
-                n = min(len(data), size - done)
-                f.write(data[:n])
+                n = min(len(view), size - done)
+                f.write(view[:n])
                 done += n
 
     def read(self, name: str) -> int:
