@@ -1,0 +1,132 @@
+"""Serving model: KV cache and weights by hand, the roofline iteration, the curve's invariants, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fmstack.catalog import Catalog
+from fmstack.catalog.topology import build_cluster
+from fmstack.errors import InputError
+from fmstack.perfmodel.inference import ServeConfig, deployment, estimate_serve, serve_curve
+from fmstack.perfmodel.inference_kv import kv_bytes_per_token, serve_memory
+from fmstack.perfmodel.inference_step import _comm, _comm_lookup, step_time
+from fmstack.perfmodel.modelconsts import model_consts
+
+GIB = 2**30
+
+
+def test_kv_cache_llama31_70b_128k_by_hand(catalog: Catalog) -> None:
+    # 2 (K and V) x 80 layers x 8 kv heads x 128 head dim x 2 bytes (bf16) x 131072 tokens = 40 GiB exactly
+    m = catalog.model("llama3.1-70b")
+    per_token = kv_bytes_per_token(m, 2.0)
+    assert per_token == 2 * 80 * 8 * 128 * 2 == 327_680
+    assert per_token * 131_072 / GIB == 40.0
+    assert kv_bytes_per_token(m, 1.0) * 131_072 / GIB == 20.0  # fp8 KV halves it
+
+
+def test_kv_cache_mla_caches_the_latent(catalog: Catalog) -> None:
+    # DeepSeek-V2/V3: (kv_lora_rank 512 + rope 64) per layer per token, 61 layers, 2 bytes = 70,272 B
+    assert kv_bytes_per_token(catalog.model("deepseek-v3"), 2.0) == 61 * (512 + 64) * 2
+
+
+def test_paged_max_concurrency_by_hand(catalog: Catalog) -> None:
+    m = catalog.model("llama3.1-70b")
+    mem = serve_memory(m, model_consts(m), hbm_gib=80e9 / GIB, tp=8, pp=1, precision="bf16", kv_dtype="bf16")
+    # bf16 weights over 8 GPUs, 4 GiB reserve, 90 % of the rest for the KV pool; kv heads split 8 ways
+    assert mem.weights_gib == pytest.approx(model_consts(m).params_total * 2 / 8 / GIB)
+    assert mem.kv_pool_gib == pytest.approx((80e9 / GIB - mem.weights_gib - 4.0) * 0.9)
+    assert mem.kv_bytes_per_token_gpu == 327_680 / 8
+    # a 2304-token sequence holds 144 blocks of 16 tokens
+    assert mem.max_concurrency(2304) == mem.kv_tokens // 2304
+    assert mem.max_concurrency(2305) == mem.kv_tokens // (145 * 16)
+
+
+def test_decode_at_batch_one_reads_every_weight(catalog: Catalog) -> None:
+    # Llama 3.1 8B bf16 on one H100: linear weights 6,979,588,096 x 2 B + LM head 128256 x 4096 x 2 B
+    # = 15,009,849,344 B at 3.35 TB/s x 0.8 (default memory efficiency) = 5.6007 ms
+    m = catalog.model("llama3.1-8b")
+    d = deployment(m, build_cluster(catalog, "p5.48xlarge", 1), ServeConfig(tp=1))
+    parts = step_time(d, 1.0, 128.0)
+    assert float(parts.weights_s) == pytest.approx(15_009_849_344 / 2.68e12, rel=1e-6)
+    assert float(parts.gemm_s) == 0.0  # memory-bound: the compute part is not the binding one
+    assert float(parts.total_s) == pytest.approx(sum(float(v) for v in parts.parts().values()))
+
+
+def test_prefill_is_compute_bound_and_scales_with_tokens(catalog: Catalog) -> None:
+    d = deployment(catalog.model("llama3.1-70b"), build_cluster(catalog, "p5.48xlarge", 1), ServeConfig(tp=8))
+    one = step_time(d, 0.0, 0.0, 4096.0, 4096 * 4097 / 2, 1.0)
+    assert float(one.weights_s) == 0.0 and float(one.gemm_s) > 0.0
+    two = step_time(d, 0.0, 0.0, 8192.0, 2 * 4096 * 4097 / 2, 2.0)
+    assert 1.8 < float(two.gemm_s) / float(one.gemm_s) < 2.05  # linear FLOPs, slightly better efficiency
+
+
+def test_tabulated_collectives_match_the_collectives_model(catalog: Catalog) -> None:
+    d = deployment(catalog.model("llama3.1-70b"), build_cluster(catalog, "p5.48xlarge", 1), ServeConfig(tp=8))
+    sizes = np.logspace(3.0, 10.0, 777)
+    exact = _comm("all_reduce", sizes, 8, 8, d.cluster)
+    assert np.max(np.abs(_comm_lookup(d, "all_reduce", sizes) / exact - 1.0)) < 0.01
+
+
+def test_curve_vectorised_equals_one_point_at_a_time(catalog: Catalog) -> None:
+    m = catalog.model("llama3.1-70b")
+    cl = build_cluster(catalog, "p5.48xlarge", 1)
+    cfg = ServeConfig(tp=8, input_len=2048, output_len=256)
+    d = deployment(m, cl, cfg)
+    conc = np.array([1.0, 7.0, 64.0, 300.0])
+    curve = serve_curve(d, cfg, conc)
+    for i, c in enumerate(conc):
+        one = estimate_serve(m, cl, ServeConfig(tp=8, input_len=2048, output_len=256, concurrency=int(c)))
+        assert one.ttft_s == pytest.approx(curve.ttft_s[i], rel=1e-12)
+        assert one.itl_s == pytest.approx(curve.itl_s[i], rel=1e-12)
+        assert one.output_tokens_per_s == pytest.approx(curve.output_tokens_per_s[i], rel=1e-12)
+
+
+def test_littles_law_and_monotone_throughput(catalog: Catalog) -> None:
+    m = catalog.model("llama3.1-8b")
+    cl = build_cluster(catalog, "p5.48xlarge", 1)
+    cfg = ServeConfig(tp=1, input_len=1000, output_len=500)
+    curve = serve_curve(deployment(m, cl, cfg), cfg, np.arange(1, 400, dtype=np.float64))
+    # closed loop: clients = throughput x time in the system, also for the clients that queue (272 fit here)
+    np.testing.assert_allclose(curve.requests_per_s * curve.latency_s, curve.concurrency, rtol=1e-12)
+    inside = curve.concurrency <= curve.running
+    assert np.all(np.diff(curve.output_tokens_per_s[inside]) > 0)
+    assert np.all(np.diff(curve.itl_s[inside]) > 0)
+    # latency = TTFT + (output_len - 1) x ITL
+    np.testing.assert_allclose(curve.latency_s, curve.ttft_s + 499 * curve.itl_s, rtol=1e-9)
+
+
+def test_beyond_memory_clients_queue(catalog: Catalog) -> None:
+    m = catalog.model("llama3.1-70b")
+    cl = build_cluster(catalog, "p5.48xlarge", 1)
+    cfg = ServeConfig(tp=8, input_len=8192, output_len=1024)
+    top = estimate_serve(m, cl, cfg)
+    over = estimate_serve(
+        m, cl, ServeConfig(tp=8, input_len=8192, output_len=1024, concurrency=2 * top.max_concurrency)
+    )
+    assert over.running == top.max_concurrency
+    assert over.output_tokens_per_s == pytest.approx(top.output_tokens_per_s)
+    assert over.latency_s == pytest.approx(2 * top.latency_s, rel=1e-9)  # Little's law with twice the clients
+
+
+def test_fp8_weights_and_prefix_cache(catalog: Catalog) -> None:
+    m = catalog.model("llama3.1-70b")
+    cl = build_cluster(catalog, "p5.48xlarge", 1)
+    bf16 = estimate_serve(m, cl, ServeConfig(tp=8, concurrency=1))
+    fp8 = estimate_serve(m, cl, ServeConfig(tp=8, precision="fp8", concurrency=1))
+    assert fp8.weights_gib_per_gpu < 0.55 * bf16.weights_gib_per_gpu
+    assert fp8.config.kv == "fp8" and fp8.kv_bytes_per_token == bf16.kv_bytes_per_token / 2
+    assert fp8.itl_s < bf16.itl_s
+    cached = estimate_serve(m, cl, ServeConfig(tp=8, concurrency=1, prefix_hit_rate=0.9))
+    assert cached.ttft_s < 0.3 * bf16.ttft_s
+
+
+def test_bad_input_names_the_field(catalog: Catalog) -> None:
+    m = catalog.model("llama3.1-8b")
+    cl = build_cluster(catalog, "p5.48xlarge", 1)
+    with pytest.raises(InputError, match="output-len"):
+        estimate_serve(m, cl, ServeConfig(output_len=0))
+    with pytest.raises(InputError, match=r"tp\(64\) must divide num_heads\(32\)"):
+        estimate_serve(m, build_cluster(catalog, "p5.48xlarge", 8), ServeConfig(tp=64))
+    with pytest.raises(InputError, match="does not fit"):
+        estimate_serve(catalog.model("llama3.1-405b"), cl, ServeConfig(tp=1))

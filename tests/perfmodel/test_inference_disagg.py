@@ -1,0 +1,50 @@
+"""Disaggregation: KV transfer size by hand, NVLink vs EFA, and when splitting pays off."""
+
+from __future__ import annotations
+
+import pytest
+
+from fmstack.catalog import Catalog
+from fmstack.catalog.topology import build_cluster
+from fmstack.errors import InputError
+from fmstack.perfmodel.inference import ServeConfig
+from fmstack.perfmodel.inference_disagg import SLO, compare_disaggregation, kv_transfer_s
+
+
+def test_kv_transfer_bytes_by_hand(catalog: Catalog) -> None:
+    m = catalog.model("llama3.1-70b")
+    cfg = ServeConfig(tp=4, precision="fp8", input_len=3000, output_len=150)
+    cl = build_cluster(catalog, "p5.48xlarge", 2)
+    # 3000 tokens x 2 x 80 layers x 8 kv heads x 128 x 1 B (fp8 KV) = 491.52 MB; each of 4 GPUs sends a quarter
+    size, nvlink = kv_transfer_s(m, cl, cfg, same_domain=True)
+    _, efa = kv_transfer_s(m, cl, cfg, same_domain=False)
+    assert size == 3000 * 2 * 80 * 8 * 128
+    # a quarter over one GPU's EFA share (p5: 400 GB/s / 8 GPUs = 50 GB/s line rate) takes at least 2.46 ms
+    assert efa >= size / 4 / 50e9
+    assert nvlink < efa / 5
+
+
+def test_disaggregation_wins_when_decode_batches_are_held_back(catalog: Catalog) -> None:
+    m = catalog.model("llama3.1-70b")
+    cl = build_cluster(catalog, "p5.48xlarge", 2)
+    tight = compare_disaggregation(m, cl, ServeConfig(tp=8, precision="fp8", input_len=2000, output_len=500),
+                                   SLO(ttft_s=1.0, itl_s=0.02))  # fmt: skip
+    assert tight.gain > 1.0 and tight.why.startswith("disaggregation wins")
+    assert tight.decode_concurrency > tight.colocated_concurrency
+    assert tight.kv_link.startswith("EFA")  # two 8-GPU replicas on two nodes
+
+
+def test_colocated_wins_when_prefill_dominates(catalog: Catalog) -> None:
+    m = catalog.model("llama3.1-70b")
+    cl = build_cluster(catalog, "p5.48xlarge", 1)
+    r = compare_disaggregation(m, cl, ServeConfig(tp=2, precision="fp8", input_len=3000, output_len=150),
+                               SLO(ttft_s=1.0, itl_s=0.03))  # fmt: skip
+    assert r.gain < 1.0 and r.why.startswith("colocated wins")
+    assert r.kv_link.startswith("NVLink")
+    assert r.prefill_replicas + r.decode_replicas == r.replicas == 4
+
+
+def test_disaggregation_needs_two_replicas(catalog: Catalog) -> None:
+    with pytest.raises(InputError, match="at least 2 replicas"):
+        compare_disaggregation(catalog.model("llama3.1-70b"), build_cluster(catalog, "p5.48xlarge", 1),
+                               ServeConfig(tp=8), SLO(ttft_s=1.0, itl_s=0.05))  # fmt: skip
