@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import platform
 import random
 import statistics
@@ -156,6 +157,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="write a Markdown result file here")
     args = ap.parse_args()
 
+    load0 = os.getloadavg()[0]
     exp, *_ = build_node(args.seed)
     text0 = exp.render().decode()
     lines = text0.count("\n")
@@ -172,7 +174,8 @@ def main() -> int:
         f"# fmstack exporter benchmark, {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
         "",
         f"- machine: {platform.node()} ({platform.machine()}, {platform.processor() or 'cpu'}), Python "
-        f"{platform.python_version()}",
+        f"{platform.python_version()}, {os.cpu_count()} CPUs, load average at start {load0:.2f}, at end "
+        f"{os.getloadavg()[0]:.2f}",
         "- command: `python3 benchmarks/bench_exporter.py " + " ".join(sys.argv[1:]) + "`",
         f"- node: 8 GPUs (fake NVML) + 32 EFA devices (recorded sysfs, in memory) + Lustre + app metrics: "
         f"{lines} exposition lines, {samples} samples",
