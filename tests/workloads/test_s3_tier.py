@@ -1,0 +1,82 @@
+"""Durable tier on S3 (moto_server on 127.0.0.1 through s3fs/fsspec): committed checkpoints are copied with the
+marker last, retention applies there too, and a run whose local tier is gone resumes from S3 exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("s3fs")
+from fmstack.workloads import ckpt_store
+from fmstack.workloads.metrics import read_loss_curve
+
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture
+def s3_options() -> Iterator[dict[str, object]]:
+    exe = shutil.which("moto_server")
+    if exe is None:
+        pytest.skip("moto_server not installed (pip install 'moto[server]')")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [exe, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    opts: dict[str, object] = {
+        "key": "testing",
+        "secret": "testing",
+        "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"},
+    }
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        import boto3
+
+        s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
+        s3.create_bucket(Bucket="ckpts")
+        yield opts
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _train(tmp: Path, steps: int, metrics: str, *extra: str) -> str:
+    argv = [sys.executable, "-m", "fmstack.workloads.train", "--steps", str(steps), "--batch-size", "4"]
+    argv += ["--metrics-file", str(tmp / metrics), *extra]
+    proc = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_resume_from_s3_when_the_local_tier_is_lost(tmp_path: Path, s3_options: dict[str, object]) -> None:
+    tiers = ["--ckpt-dir", str(tmp_path / "local"), "--ckpt-durable", "s3://ckpts/run", "--ckpt-interval", "2"]
+    tiers += ["--ckpt-keep", "2", "--storage-options", json.dumps(s3_options)]
+    out = _train(tmp_path, 6, "run.jsonl", *tiers)
+    assert "ckpt durable step=6" in out
+    assert ckpt_store.committed_steps("s3://ckpts/run", s3_options) == [4, 6]  # keep_last=2 on S3 as well
+    assert ckpt_store.read_marker("s3://ckpts/run", 6, s3_options)["world_size"] == 1
+    shutil.rmtree(tmp_path / "local")  # the node is gone; only the durable tier remains
+    out = _train(tmp_path, 8, "run.jsonl", *tiers)
+    assert "ckpt resumed step=6 from=s3://ckpts/run" in out
+    _train(tmp_path, 8, "ref.jsonl")
+    assert read_loss_curve(tmp_path / "run.jsonl") == read_loss_curve(tmp_path / "ref.jsonl")
