@@ -134,3 +134,22 @@ BAD_ARGV += [
     (["status", "12345"], "ID: '12345' is not a job id"),
     (["cancel", "slurm:12;rm"], "a Slurm job id is digits"),
 ]  # fmt: skip
+
+BAD_ARGV += [
+    (["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--tp", "8", "--input-len", "2048",
+      "--output-len", "0"], "output-len: must be >= 1, got 0"),
+    (["estimate", "serve", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--tp", "64", "--input-len", "128",
+      "--output-len", "128"], "tp(64) must divide num_heads(32)"),
+    (["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--tp", "16", "--input-len", "128",
+      "--output-len", "128", "--nodes", "2"], "TP must stay inside one domain"),
+    (["estimate", "serve", "--model", "llama3.1-405b", "--instance", "p5.48xlarge", "--tp", "1", "--input-len", "128",
+      "--output-len", "128"], "does not fit"),
+    (["estimate", "serve", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--input-len", "128",
+      "--output-len", "128", "--prefix-hit-rate", "1.5"], "prefix-hit-rate"),
+    (["plan", "serve", "--model", "llama3.1-70b", "--qps", "20", "--input-len", "2048", "--output-len", "256",
+      "--ttft-p99", "0.001", "--itl-p99", "0.05"], "slo: no deployment meets"),
+    (["plan", "serve", "--model", "llama3.1-8b", "--qps", "5", "--input-len", "512", "--output-len", "128",
+      "--ttft-p99", "0.5", "--itl-p99", "0.05", "--html", "/nonexistent/dir/serve.html"], "html"),
+    (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--placement", "split"],
+     "split placement needs >= 2 nodes"),
+]  # fmt: skip

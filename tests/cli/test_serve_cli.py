@@ -1,0 +1,90 @@
+"""`fmstack estimate serve`, `fmstack estimate rl`, `fmstack plan serve`, `fmstack validate --only inference`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.browser import render
+
+
+def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fmstack", *args], capture_output=True, text=True, timeout=300, cwd=cwd
+    )
+
+
+def test_estimate_serve_json_contract() -> None:
+    proc = _run("estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--tp", "8",
+                "--input-len", "2048", "--output-len", "256", "--concurrency", "64", "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    for key in ("ttft_s", "itl_s", "output_tokens_per_s", "requests_per_s", "kv_cache_gib", "max_concurrency",
+                "bottleneck"):  # fmt: skip
+        assert key in data
+    for name in ("ttft", "itl", "latency"):
+        p50, p90, p99 = (data[f"{name}_p{q}_s"] for q in (50, 90, 99))
+        assert 0 < p50 <= p90 <= p99
+    # 64 running sequences of 2304 tokens x 327,680 B of bf16 KV each = 45 GiB exactly
+    assert data["kv_cache_gib"] == 64 * 2304 * 327_680 / 2**30 == 45.0
+    assert data["requests_per_s"] * data["latency_s"] == pytest.approx(64)
+    assert data["output_tokens_per_s"] == pytest.approx(256 * data["requests_per_s"])
+
+
+def test_estimate_serve_table_and_disagg() -> None:
+    proc = _run("estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--nodes", "2",
+                "--tp", "8", "--precision", "fp8", "--input-len", "2000", "--output-len", "500", "--no-simulate",
+                "--disagg", "--ttft-slo", "1", "--itl-slo", "0.02")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "bottleneck:" in proc.stdout
+    assert "disaggregation wins" in proc.stdout
+
+
+def test_estimate_rl_json() -> None:
+    proc = _run("estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "2",
+                "--algorithm", "ppo", "--samples", "1", "--prompts", "512", "--rollout-tp", "1", "--train-tp", "1",
+                "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["step_time_s"] == pytest.approx(sum(data["parts_s"].values()))
+    assert data["parts_s"]["critic_train"] > 0
+    assert "of the step" in data["bottleneck"]
+
+
+def test_plan_serve_json() -> None:
+    proc = _run("plan", "serve", "--model", "llama3.1-8b", "--qps", "10", "--input-len", "1024", "--output-len",
+                "128", "--ttft-p99", "0.5", "--itl-p99", "0.05", "--instance", "p5.48xlarge", "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    best = data["best"]
+    assert best["meets_slo"] is True
+    assert best["sim"]["ttft_p99_s"] <= 0.5 and best["sim"]["itl_p99_s"] <= 0.05
+    assert best["cost_per_hour_usd"] == best["nodes"] * 55.04
+    assert best["replicas"] * best["tp"] <= best["num_gpus"]
+    verified = [c for c in data["candidates"] if c["meets_slo"]]
+    assert [c["cost_per_hour_usd"] for c in verified] == sorted(c["cost_per_hour_usd"] for c in verified)
+
+
+def test_validate_inference_json() -> None:
+    proc = _run("validate", "--only", "inference", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)["inference"]
+    assert data["compared_in_scope"] >= 10
+    assert data["median_abs_error_pct"] <= 15.0 and data["worst_abs_error_pct"] <= 35.0
+
+
+@pytest.mark.browser
+def test_plan_serve_html_renders_in_chromium(tmp_path: Path) -> None:
+    page = tmp_path / "serve.html"
+    proc = _run("plan", "serve", "--model", "llama3.1-8b", "--qps", "5", "--input-len", "512", "--output-len", "128",
+                "--ttft-p99", "0.5", "--itl-p99", "0.05", "--instance", "p5.48xlarge", "--html", str(page))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rendered = render(page)
+    assert rendered.console_errors == []
+    assert rendered.dom.count('class="plot-container plotly"') == 1
+    assert "TTFT p99 SLO" in rendered.dom
+    assert "candidates (cheapest first)" in rendered.dom
