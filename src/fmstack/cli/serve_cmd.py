@@ -18,19 +18,23 @@ from fmstack.perfmodel.inference_kv import KV_DTYPES, PRECISIONS
 
 SERVE_EXAMPLE = """Example:
 
+\b
   fmstack estimate serve --model llama3.1-70b --instance p5.48xlarge --tp 8 --input-len 2048 --output-len 256 \\
       --concurrency 64 --json
 
+\b
   fmstack estimate serve --model llama3.1-70b --instance p5.48xlarge --nodes 2 --tp 4 --precision fp8 \\
       --input-len 3000 --output-len 150 --disagg --ttft-slo 1 --itl-slo 0.02
 """
 RL_EXAMPLE = """Example:
 
+\b
   fmstack estimate rl --model llama3.1-8b --instance p5.48xlarge --nodes 2 --algorithm grpo --prompts 256 \\
       --samples 8 --prompt-len 1024 --response-len 1024 --rollout-tp 1 --train-tp 1 --placement colocated
 """
 PLAN_SERVE_EXAMPLE = """Example:
 
+\b
   fmstack plan serve --model llama3.1-70b --qps 20 --input-len 2048 --output-len 256 --ttft-p99 0.5 \\
       --itl-p99 0.05 --html serve-plan.html
 """
