@@ -47,9 +47,9 @@ def _write_new_files(directory: Path, files: dict[str, str], force: bool) -> lis
 
 @click.command(
     "exporter",
-    epilog="Example:\n\n  fmstack exporter --port 9400 --expected-gpus 8 --expected-efa 32\n\n"
-    "  fmstack exporter --backend fake --once            # one scrape of an 8-GPU fake node to stdout\n\n"
-    "  fmstack exporter --dashboards grafana/            # write the Grafana JSON and exit",
+    epilog="Example:\n\n\b\n  fmstack exporter --port 9400 --expected-gpus 8 --expected-efa 32\n"
+    "  fmstack exporter --backend fake --once     # one scrape of an 8-GPU fake node\n"
+    "  fmstack exporter --dashboards grafana/     # write the Grafana JSON and exit",
 )
 @click.option("--port", type=click.IntRange(0, 65535), default=9400, show_default=True, help="TCP port (0: any free).")
 @click.option("--bind", default="127.0.0.1", show_default=True, help="Address to bind; 0.0.0.0 exposes it to all.")
@@ -148,7 +148,7 @@ def _load_signals(path: Path) -> list[Any]:
 
 @click.command(
     "health",
-    epilog="Example:\n\n  fmstack health --xid 79 --node n1 --format slurm\n\n"
+    epilog="Example:\n\n\b\n  fmstack health --xid 79 --node n1 --format slurm\n"
     "  fmstack health --signals node-signals.json --format k8s --json",
 )
 @click.option("--signals", "signals_file", type=click.Path(path_type=Path), help="JSON: one node, a list, or {nodes}.")
