@@ -100,6 +100,7 @@ def test_memory_and_inventory_rules() -> None:
     assert ENGINE.decide(NodeSignals(gpus_visible=7, gpus_expected=8)).action is Action.REBOOT_NODE
     assert ENGINE.decide(NodeSignals(gpus_visible=8, gpus_expected=8)).action is Action.NONE
     assert ENGINE.decide(NodeSignals(efa_visible=31, efa_expected=32)).action is Action.REBOOT_NODE
+    assert ENGINE.decide(NodeSignals(efa_missing=True)).action is Action.REBOOT_NODE
     assert ENGINE.decide(NodeSignals(nvlink_error_count=99)).action is Action.NONE
     assert ENGINE.decide(NodeSignals(nvlink_error_count=100)).action is Action.RESET_GPU
 
@@ -210,8 +211,10 @@ def test_signals_from_alerts() -> None:
         {"state": "firing", "labels": {"alertname": "FmstackGpuXidRebootRequired", "Hostname": "n1", "xid": "79"}},
         {"state": "firing", "labels": {"alertname": "FmstackGpuRowRemapFailure", "Hostname": "n2"}},
         {"state": "pending", "labels": {"alertname": "FmstackGpuEccDbe", "Hostname": "n3"}},
+        {"state": "firing", "labels": {"alertname": "FmstackEfaDeviceMissing", "Hostname": "n4"}},
     ]
     by_node = signals_from_alerts(alerts)
-    assert sorted(by_node) == ["n1", "n2"]
+    assert sorted(by_node) == ["n1", "n2", "n4"]
+    assert ENGINE.decide(by_node["n4"]).action is Action.REBOOT_NODE
     assert ENGINE.decide(by_node["n1"]).action is Action.REBOOT_NODE
     assert ENGINE.decide(by_node["n2"]).action is Action.REPLACE_NODE

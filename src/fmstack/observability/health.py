@@ -74,6 +74,8 @@ class NodeSignals:
     """EFA devices the instance type has (p5.48xlarge: 32)."""
     gpu_missing: bool = False
     """A GPU is known to be gone (fallen off the bus, NVML cannot reach it) even if counts are unknown."""
+    efa_missing: bool = False
+    """An EFA device is known to be gone even if counts are unknown."""
     resets_in_window: int = 0
     """GPU resets already done on this node in the recurrence window."""
     reboots_in_window: int = 0
@@ -194,6 +196,8 @@ class HealthEngine:
         if s.efa_visible is not None and s.efa_expected is not None and s.efa_visible < s.efa_expected:
             msg = f"EFA device count {s.efa_visible} < expected {s.efa_expected}"
             hits.append((Action.REBOOT_NODE, msg, SRC_HEALTHCHECK))
+        elif s.efa_missing:
+            hits.append((Action.REBOOT_NODE, "an EFA device is missing", SRC_HEALTHCHECK))
         if s.nvlink_error_count >= self.policy.nvlink_errors_reset > 0:
             msg = f"{s.nvlink_error_count} NVLink errors >= {self.policy.nvlink_errors_reset}"
             hits.append((Action.RESET_GPU, msg, SRC_HEALTHCHECK))

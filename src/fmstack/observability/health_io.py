@@ -64,7 +64,7 @@ def signals_from_dict(data: Any, where: str = "signals") -> NodeSignals:
 
 
 def _coerce(where: str, key: str, value: Any) -> Any:
-    bools = {"row_remap_failure", "pending_row_remap", "gpu_missing"}
+    bools = {"row_remap_failure", "pending_row_remap", "gpu_missing", "efa_missing"}
     floats = {"sbe_rate_per_hour", "thermal_violation_ratio"}
     optional_ints = {"gpus_visible", "gpus_expected", "efa_visible", "efa_expected"}
     if key == "node":
@@ -127,7 +127,7 @@ def signals_from_alerts(alerts: list[dict[str, Any]], node_label: str = "Hostnam
         elif name == "FmstackGpuNvlinkErrors":
             s.nvlink_error_count = max(s.nvlink_error_count, int(float(alert.get("value", "0") or 0)))
         elif name == "FmstackEfaDeviceMissing":
-            s.efa_visible, s.efa_expected = 0, 1
+            s.efa_missing = True
     return out
 
 
