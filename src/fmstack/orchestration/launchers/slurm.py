@@ -12,6 +12,7 @@ from __future__ import annotations
 import shlex
 
 from fmstack.errors import InputError
+from fmstack.observability.actions import Action
 from fmstack.orchestration.jobspec import ResolvedJob
 from fmstack.orchestration.launchers import shell
 from fmstack.orchestration.launchers.base import JobStatus, Submission
@@ -106,7 +107,9 @@ class SlurmLauncher:
         self._check(native_id)
         info = parse_scontrol(shell.run(["scontrol", "show", "job", "-o", native_id]))
         raw = info.get("JobState", "UNKNOWN")
-        detail = f"{raw} ExitCode={info.get('ExitCode', '?')} Reason={info.get('Reason', '?')}"
+        detail = (
+            f"{raw} ExitCode={info.get('ExitCode', '?')} Reason={info.get('Reason', '?')} log={info.get('StdOut', '?')}"
+        )
         restarts = int(info.get("Restarts", "0") or 0)
         return JobStatus(
             job_id=f"slurm:{native_id}", state=_STATES.get(raw, "UNKNOWN"), detail=detail, restarts=restarts
@@ -119,3 +122,25 @@ class SlurmLauncher:
     def requeue(self, native_id: str) -> None:
         self._check(native_id)
         shell.run(["scontrol", "requeue", native_id])
+
+    def drain(self, node: str, reason: str) -> None:
+        """Take a node out of scheduling (running jobs finish; a requeued job lands elsewhere)."""
+        _check_node(node)
+        shell.run(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"])
+
+    def resume_node(self, node: str) -> None:
+        _check_node(node)
+        shell.run(["scontrol", "update", f"nodename={node}", "state=resume"])
+
+    def apply_health_action(self, node: str, action: Action, why: str) -> bool:
+        """Act on the node-health engine's decision before a retry: anything beyond restarting the job (reset GPU,
+        reboot, replace) drains the node so the requeued job avoids it. Returns whether the node was drained."""
+        if action <= Action.RESTART_JOB:
+            return False
+        self.drain(node, f"fmstack-health:{action.name}:{why}")
+        return True
+
+
+def _check_node(node: str) -> None:
+    if not node or not all(c.isalnum() or c in "-_.[]," for c in node):
+        raise InputError("node", f"{node!r} is not a Slurm node name")
