@@ -44,6 +44,19 @@ def _fake_pynvml(lost: set[int], events: list[tuple[int, int]]) -> types.ModuleT
         gpu, xid = events.pop(0)
         return ns(eventType=8, device=gpu, eventData=xid)
 
+    clock = [0]
+
+    def gpm_sample(h: int, sample: Any) -> Any:
+        clock[0] += 1
+        sample.taken = clock[0]
+        return sample
+
+    def gpm_metrics(query: Any) -> Any:
+        # SM busy 82 % of the interval on every GPU (the real call computes it from the two samples)
+        assert query.metrics[0].metricId == 2 and query.sample2.taken > query.sample1.taken
+        query.metrics[0].value = 82.0
+        return query
+
     def unsupported(*_a: Any) -> Any:
         raise _Err("not supported")
 
@@ -66,6 +79,11 @@ def _fake_pynvml(lost: set[int], events: list[tuple[int, int]]) -> types.ModuleT
         nvmlDeviceGetNvLinkState=lambda h, link: 1 if link < 2 else 0,
         nvmlDeviceGetNvLinkErrorCounter=lambda h, link, kind: 7 if kind == 2 else 0,
         nvmlEventSetWait_v2=wait,
+        NVML_SUCCESS=0, NVML_GPM_METRICS_GET_VERSION=1, NVML_GPM_METRIC_SM_UTIL=2,
+        nvmlGpmQueryDeviceSupport=lambda h: ns(isSupportedDevice=1 if h != 6 else 0),
+        nvmlGpmSampleAlloc=lambda: ns(taken=None), nvmlGpmSampleGet=gpm_sample, nvmlGpmSampleFree=lambda s: None,
+        c_nvmlGpmMetricsGet_t=lambda: ns(metrics=[ns(metricId=0, nvmlReturn=0, value=0.0)]),
+        nvmlGpmMetricsGet=gpm_metrics,
     )  # fmt: skip
     for k, v in funcs.items():
         setattr(m, k, v)
@@ -91,6 +109,9 @@ def test_nvml_backend_reads_and_converts_units(fake_nvml: tuple[set[int], list[t
     assert r.nvlink_crc_flit_errors_total == 14  # 7 on each of the 2 active links
     assert r.pcie_replay_total is None  # unsupported -> not exported
     assert r.thermal_violation_ns == 5000
+    assert r.sm_active_ratio is None  # GPM needs two samples: the first read has no interval
+    assert b.read(0).sm_active_ratio == pytest.approx(0.82)  # NVML percent -> DCGM ratio
+    assert b.read(6).sm_active_ratio is None and b.read(6).sm_active_ratio is None  # GPM unsupported on GPU 6
     events += [(2, 79), (2, 79), (5, 13)]
     assert b.poll_xids() == [(2, 79), (2, 79), (5, 13)]
     assert b.poll_xids() == []
@@ -124,6 +145,8 @@ def test_real_nvml_on_a_gpu_machine() -> None:
         assert r.gpu_temp_c is not None and 10 <= r.gpu_temp_c <= 100
         assert r.fb_used_mib is not None and r.fb_free_mib is not None
         assert r.power_w is not None and r.power_w > 0
+        second = b.read(0)  # GPM SM activity over the interval between the two reads (Hopper and newer)
+        assert second.sm_active_ratio is None or 0.0 <= second.sm_active_ratio <= 1.0
         text = Exporter([GpuSource(b, "gpu-host", expected_gpus=n)]).render().decode()
         assert f'fmstack_gpu_count{{Hostname="gpu-host"}} {float(n)}' in text
         assert 'fmstack_exporter_source_up{source="gpu"} 1.0' in text

@@ -4,8 +4,9 @@ NVML calls used (NVML API reference, https://docs.nvidia.com/deploy/nvml-api/, a
 shared/reference/observability.md §1 "Other NVML mappings"): utilization rates, clock info, memory info (bytes ->
 MiB as DCGM reports FB), power usage (mW -> W), total energy (mJ), temperature, PCIe replay counter, total ECC
 errors (corrected / uncorrected, volatile / aggregate), remapped rows (correctable, uncorrectable, pending,
-failure), NVLink error counters per active link, violation status (ns), clocks-event reasons, and Xid events
-through an event set registered for ``nvmlEventTypeXidCriticalError``. A field the GPU does not support reads as
+failure), NVLink error counters per active link, violation status (ns), clocks-event reasons, SM activity from
+GPM samples taken at consecutive scrapes, and Xid events through an event set registered for
+``nvmlEventTypeXidCriticalError``. A field the GPU does not support reads as
 ``None`` and is not exported (dcgm-exporter drops blank sentinels too).
 """
 
@@ -87,6 +88,8 @@ class NvmlBackend:
         except pynvml.NVMLError as exc:
             raise GpuReadError(f"NVML init failed: {exc}") from None
         self._events: Any = None
+        self._gpm_ok: dict[int, bool] = {}
+        self._gpm_prev: dict[int, Any] = {}
         try:
             self._events = pynvml.nvmlEventSetCreate()
             count = pynvml.nvmlDeviceGetCount()
@@ -99,6 +102,10 @@ class NvmlBackend:
                 pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, self._events)
 
     def close(self) -> None:
+        for sample in self._gpm_prev.values():
+            with contextlib.suppress(self._nv.NVMLError):
+                self._nv.nvmlGpmSampleFree(sample)
+        self._gpm_prev.clear()
         try:
             if self._events is not None:
                 self._nv.nvmlEventSetFree(self._events)
@@ -166,7 +173,41 @@ class NvmlBackend:
             power_violation_ns=None if power_v is None else int(power_v.violationTime),
             thermal_violation_ns=None if thermal_v is None else int(thermal_v.violationTime),
             clocks_event_reasons=self._opt(nv.nvmlDeviceGetCurrentClocksEventReasons, h),
+            sm_active_ratio=self._sm_active(index, h),
         )
+
+    def _sm_active(self, index: int, h: Any) -> float | None:
+        """SM activity between this read and the previous one, 0-1, from NVML's GPM (Hopper and newer).
+
+        ``NVML_GPM_METRIC_SM_UTIL`` is in percent; DCGM_FI_PROF_SM_ACTIVE is a 0-1 ratio
+        (docs.nvidia.com/deploy/nvml-api/api/group__nvmlGpmEnums.html; shared/reference/observability.md §1).
+        The first read of a GPU has no interval yet and returns ``None``.
+        """
+        nv = self._nv
+        if self._gpm_ok.get(index) is False:
+            return None
+        try:
+            if index not in self._gpm_ok:
+                self._gpm_ok[index] = bool(nv.nvmlGpmQueryDeviceSupport(h).isSupportedDevice)
+                if not self._gpm_ok[index]:
+                    return None
+            sample = nv.nvmlGpmSampleGet(h, nv.nvmlGpmSampleAlloc())
+            prev = self._gpm_prev.pop(index, None)
+            self._gpm_prev[index] = sample
+            if prev is None:
+                return None
+            query = nv.c_nvmlGpmMetricsGet_t()
+            query.version = nv.NVML_GPM_METRICS_GET_VERSION
+            query.numMetrics = 1
+            query.sample1, query.sample2 = prev, sample
+            query.metrics[0].metricId = nv.NVML_GPM_METRIC_SM_UTIL
+            result = nv.nvmlGpmMetricsGet(query)
+            nv.nvmlGpmSampleFree(prev)
+            metric = result.metrics[0]
+            return float(metric.value) / 100.0 if metric.nvmlReturn == nv.NVML_SUCCESS else None
+        except nv.NVMLError:
+            self._gpm_ok[index] = False  # unsupported here (e.g. pre-Hopper, MIG): stop asking
+            return None
 
     def _nvlink_errors(self, h: Any) -> tuple[int | None, int | None, int | None, int | None]:
         nv = self._nv
