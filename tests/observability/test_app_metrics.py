@@ -94,3 +94,24 @@ def test_import_has_no_prometheus_side_effects() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_app_dir_source_reads_snapshots_and_skips_bad_files(tmp_path: Path) -> None:
+    from fmstack.observability.app_source import AppDirSource
+    from fmstack.observability.exporter import Exporter
+
+    train = AppMetrics(job_id="train-1", clock=lambda: 50.0)
+    train.record_step(step_time_s=0.5, tokens=2048, loss=4.0)
+    train.write_snapshot(tmp_path / "train-1.json")
+    serve = AppMetrics(job_id="serve-1", model_name="m")
+    serve.record_request(ttft_s=0.3, itl_s=[0.02], prompt_tokens=10, generation_tokens=2)
+    serve.write_snapshot(tmp_path / "serve-1.json")
+    (tmp_path / "half-written.json").write_text('{"job_id": ')
+    source = AppDirSource(tmp_path)
+    text = Exporter([source]).render().decode().splitlines()
+    assert 'fmstack_train_tokens_per_second{job_id="train-1"} 4096.0' in text  # 2048 / 0.5
+    assert 'fmstack_train_last_step_timestamp_seconds{job_id="train-1"} 50.0' in text
+    assert 'fmstack_serving_time_to_first_token_seconds_bucket{job_id="serve-1",model_name="m",le="0.5"} 1.0' in text
+    assert 'fmstack_serving_time_to_first_token_seconds_bucket{job_id="serve-1",model_name="m",le="0.25"} 0.0' in text
+    assert 'fmstack_exporter_source_up{source="app"} 1.0' in text
+    assert source.bad_files == 1
