@@ -25,9 +25,11 @@ import statistics
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client.core import Metric
 
 from fmstack.observability.app_metrics import AppMetrics
 from fmstack.observability.app_source import AppSource
@@ -50,7 +52,7 @@ class FlakyApp:
     def __init__(self, inner: AppSource) -> None:
         self.inner, self.fail = inner, False
 
-    def collect(self):  # type: ignore[no-untyped-def]
+    def collect(self) -> Iterator[Metric]:
         if self.fail:
             raise RuntimeError("injected app failure")
         return self.inner.collect()
