@@ -153,3 +153,10 @@ BAD_ARGV += [
     (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--placement", "split"],
      "split placement needs >= 2 nodes"),
 ]  # fmt: skip
+
+BAD_ARGV += [
+    (["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--tp", "8", "--input-len", "2048",
+      "--output-len", "256", "--qps", "1000"], "qps: 1000 requests/s exceeds one replica's capacity"),
+    (["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--tp", "8", "--input-len", "2048",
+      "--output-len", "256", "--qps", "2", "--concurrency", "8"], "not both"),
+]  # fmt: skip

@@ -130,3 +130,18 @@ def test_bad_input_names_the_field(catalog: Catalog) -> None:
         estimate_serve(m, build_cluster(catalog, "p5.48xlarge", 8), ServeConfig(tp=64))
     with pytest.raises(InputError, match="does not fit"):
         estimate_serve(catalog.model("llama3.1-405b"), cl, ServeConfig(tp=1))
+
+
+def test_request_rate_mode_is_littles_law(catalog: Catalog) -> None:
+    m = catalog.model("llama3.1-70b")
+    cl = build_cluster(catalog, "p5.48xlarge", 1)
+    e = estimate_serve(m, cl, ServeConfig(tp=8, input_len=2048, output_len=256, request_rate_per_s=5.0))
+    assert e.requests_per_s == 5.0 and e.output_tokens_per_s == 5.0 * 256
+    assert e.concurrency == pytest.approx(5.0 * e.latency_s, rel=1e-3)  # L = lambda W
+    slow = estimate_serve(m, cl, ServeConfig(tp=8, input_len=2048, output_len=256, request_rate_per_s=0.01))
+    one = estimate_serve(m, cl, ServeConfig(tp=8, input_len=2048, output_len=256, concurrency=1))
+    assert slow.latency_s == one.latency_s  # requests do not overlap
+    with pytest.raises(InputError, match="exceeds one replica's capacity"):
+        estimate_serve(m, cl, ServeConfig(tp=8, input_len=2048, output_len=256, request_rate_per_s=1000.0))
+    with pytest.raises(InputError, match="not both"):
+        estimate_serve(m, cl, ServeConfig(tp=8, concurrency=4, request_rate_per_s=1.0))

@@ -45,7 +45,9 @@ def test_same_seed_same_result_and_state_on_the_instance(setup: tuple[object, Se
 def test_every_request_completes_with_its_tokens(setup: tuple[object, ServeConfig]) -> None:
     d, cfg = setup
     engine = BatchingSim(d, cfg, SimConfig(concurrency=16, num_requests=80, warmup_requests=0))  # type: ignore[arg-type]
+    pool = engine._kv_tokens_free
     r = engine.run()
+    assert engine._kv_tokens_free == pool
     assert r.completed == 80
     assert r.output_tokens_per_s * r.duration_s == pytest.approx(80 * 64)
     assert not engine._running and not engine._waiting  # every KV reservation returned

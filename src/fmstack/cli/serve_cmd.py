@@ -56,20 +56,23 @@ def _choice(values: tuple[str, ...]) -> click.Choice[str]:
 @click.option("--input-len", type=int, required=True, help="Prompt tokens per request.")
 @click.option("--output-len", type=int, required=True, help="Generated tokens per request.")
 @click.option("--concurrency", type=int, default=None, help="Clients in a closed loop [as many as fit].")
+@click.option("--qps", "request_rate_per_s", type=float, default=None, help="Or: Poisson requests/s (open loop).")
 @click.option("--max-batch", type=int, default=None, help="Engine limit on running sequences [memory].")
 @click.option("--prefix-hit-rate", type=float, default=0.0, show_default=True, help="Prompt share in the cache.")
 @click.option("--scheduler", type=_choice(("continuous", "static")), default="continuous", show_default=True)
 @click.option("--max-num-tokens", type=int, default=8192, show_default=True, help="Prompt tokens per iteration.")
 @click.option("--simulate/--no-simulate", default=True, show_default=True, help="Percentiles by simulation.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Simulation seed.")
+@click.option("--length-spread", type=float, default=0.0, show_default=True,
+              help="Simulated lengths uniform in mean x [1 - s, 1 + s].")  # fmt: skip
 @click.option("--disagg", is_flag=True, help="Compare colocated and disaggregated serving on all the nodes' GPUs.")
 @click.option("--ttft-slo", type=float, default=1.0, show_default=True, help="TTFT target for --disagg (s).")
 @click.option("--itl-slo", type=float, default=0.05, show_default=True, help="ITL target for --disagg (s).")
 @catalog_option
 @json_option
 def serve_cmd(
-    model: str, instance: str, nodes: int, catalog_dir: Path | None, simulate: bool, seed: int, disagg: bool,
-    ttft_slo: float, itl_slo: float, as_json: bool, **options: Any,
+    model: str, instance: str, nodes: int, catalog_dir: Path | None, simulate: bool, seed: int, length_spread: float,
+    disagg: bool, ttft_slo: float, itl_slo: float, as_json: bool, **options: Any,
 ) -> None:  # fmt: skip
     """Predict TTFT, inter-token latency, throughput, KV cache and the bottleneck of one serving replica."""
     cat = load_catalog(catalog_dir)
@@ -79,7 +82,7 @@ def serve_cmd(
     cfg = ServeConfig(**values)
     est = estimate_serve(arch, cluster, cfg)
     if simulate:
-        est = _with_percentiles(est, arch, cluster, cfg, seed)
+        est = _with_percentiles(est, arch, cluster, cfg, seed, length_spread)
     data = est.to_json()
     if disagg:
         from fmstack.perfmodel.inference_disagg import SLO, compare_disaggregation
@@ -91,14 +94,21 @@ def serve_cmd(
     _render_serve(est, data)
 
 
-def _with_percentiles(est: ServeEstimate, arch: Any, cluster: Any, cfg: ServeConfig, seed: int) -> ServeEstimate:
+def _with_percentiles(
+    est: ServeEstimate, arch: Any, cluster: Any, cfg: ServeConfig, seed: int, spread: float
+) -> ServeEstimate:
     from dataclasses import replace
 
     from fmstack.perfmodel.inference_sim import SimConfig, simulate
 
-    clients = est.concurrency
+    clients = max(1, round(est.concurrency))
     n = min(1000, max(100, 3 * clients))
-    sim = SimConfig(concurrency=clients, ramp_s=est.latency_s, num_requests=n, warmup_requests=n // 5, seed=seed)
+    if cfg.request_rate_per_s is not None:
+        sim = SimConfig(request_rate_per_s=cfg.request_rate_per_s, num_requests=n, warmup_requests=n // 5,
+                        length_spread=spread, seed=seed)  # fmt: skip
+    else:
+        sim = SimConfig(concurrency=clients, ramp_s=est.latency_s, num_requests=n, warmup_requests=n // 5,
+                        length_spread=spread, seed=seed)  # fmt: skip
     result = simulate(deployment(arch, cluster, cfg), cfg, sim)
     return replace(est, percentiles=result.percentiles())
 
@@ -108,7 +118,7 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
     out = console()
     out.print(
         f"[bold]{est.model}[/] on {est.num_gpus} x {est.instance} GPUs: tp {c.tp} pp {c.pp} ep {c.ep}, {c.precision} "
-        f"weights, {c.kv} KV, {c.input_len}/{c.output_len} tokens, {est.concurrency} clients ({est.running} running, "
+        f"weights, {c.kv} KV, {c.input_len}/{c.output_len} tokens, {est.concurrency:.4g} clients ({est.running} running, "
         f"max {est.max_concurrency}), {c.scheduler} batching"
     )
     table = Table("metric", "mean (model)", "p50", "p90", "p99", title="latency and throughput", title_justify="left")

@@ -58,6 +58,9 @@ class ServeConfig:
     output_len: int = 256
     concurrency: int | None = None
     """Clients in the closed loop; None = as many as the KV cache holds (max load)."""
+    request_rate_per_s: float | None = None
+    """Open-loop arrivals per second instead: the analytic model runs at the concurrency Little's law gives,
+    ``C = rate x latency(C)`` (the simulation draws Poisson arrivals)."""
     max_batch: int | None = None
     """Engine limit on running sequences (``max_num_seqs`` / ``max_batch_size``); None = memory only."""
     prefix_hit_rate: float = 0.0
@@ -81,6 +84,11 @@ def validate_serve(cfg: ServeConfig, model: ModelArch, cluster: Cluster) -> None
             raise InputError(name.replace("_", "-"), f"must be >= 1, got {getattr(cfg, name)}")
     if cfg.concurrency is not None and cfg.concurrency < 1:
         raise InputError("concurrency", f"must be >= 1, got {cfg.concurrency}")
+    if cfg.request_rate_per_s is not None:
+        if cfg.concurrency is not None:
+            raise InputError("qps", "give a concurrency or a request rate, not both")
+        if not cfg.request_rate_per_s > 0:
+            raise InputError("qps", f"must be > 0, got {cfg.request_rate_per_s}")
     if not 0.0 < cfg.kv_memory_fraction <= 1.0:
         raise InputError("kv-memory-fraction", f"must be in (0, 1], got {cfg.kv_memory_fraction}")
     if not 0.0 <= cfg.prefix_hit_rate < 1.0:
@@ -166,7 +174,7 @@ def serve_curve(d: Deployment, cfg: ServeConfig, concurrency: ArrayLike) -> Curv
         itl = decode
     else:
         mean_iter = step_time(d, c, ctx, c * new / osl, c * pctx / osl, c / osl).total_s
-        first = chunks * step_time(d, c - 1.0, ctx, new / chunks, pctx / chunks, 1.0 / chunks).total_s
+        first = chunks * step_time(d, np.maximum(c - 1.0, 0.0), ctx, new / chunks, pctx / chunks, 1.0 / chunks).total_s
         latency = np.maximum(osl * mean_iter, first)
         ttft = first
         itl = (latency - ttft) / (osl - 1.0) if osl > 1 else np.zeros_like(c)
@@ -179,6 +187,22 @@ def serve_curve(d: Deployment, cfg: ServeConfig, concurrency: ArrayLike) -> Curv
     )  # fmt: skip
 
 
+def concurrency_for_rate(d: Deployment, cfg: ServeConfig, rate_per_s: float) -> float:
+    """The concurrency at which the replica completes ``rate_per_s`` requests/s (Little's law on the curve);
+    InputError when the rate exceeds what the replica serves at its memory limit."""
+    limit = max(max_concurrency(d, cfg), 1)
+    conc = np.arange(1, limit + 1, dtype=np.float64)
+    rps = serve_curve(d, cfg, conc).requests_per_s
+    if rate_per_s > rps[-1]:
+        raise InputError(
+            "qps", f"{rate_per_s:g} requests/s exceeds one replica's capacity, {rps[-1]:.3g} requests/s at its "
+            f"limit of {limit} sequences; add replicas or GPUs",
+        )  # fmt: skip
+    if rate_per_s <= rps[0]:
+        return 1.0  # below one client's throughput requests rarely overlap: the latencies of one at a time
+    return float(np.interp(rate_per_s, rps, conc))
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ServeEstimate:
     """One replica at one concurrency: latencies, throughput, memory and the bottleneck."""
@@ -187,7 +211,8 @@ class ServeEstimate:
     instance: str
     num_gpus: int
     config: ServeConfig
-    concurrency: int
+    concurrency: float
+    """Clients in the loop (with a request rate: the mean number of requests in the system, Little's law)."""
     running: int
     ttft_s: float
     itl_s: float
@@ -221,9 +246,11 @@ def estimate_serve(
     d = deployment(model, cluster, cfg, efficiency)
     mem = memory_of(d, cfg.kv_memory_fraction)
     limit = max_concurrency(d, cfg)
-    clients = cfg.concurrency if cfg.concurrency is not None else max(limit, 1)
+    clients: float = float(cfg.concurrency if cfg.concurrency is not None else max(limit, 1))
+    if cfg.request_rate_per_s is not None:
+        clients = concurrency_for_rate(d, cfg, cfg.request_rate_per_s)
     curve = serve_curve(d, cfg, np.array([clients], dtype=np.float64))
-    running = int(curve.running[0])
+    running = max(1, round(float(curve.running[0])))
     isl, osl = cfg.input_len, cfg.output_len
     new = isl - math.floor(cfg.prefix_hit_rate * isl)
     pctx = prefill_ctx(isl, cfg.prefix_hit_rate)
@@ -231,11 +258,12 @@ def estimate_serve(
     parts = {k: float(v) for k, v in parts_arr.parts().items()}
     link = f"NVLink ({cluster.scale_up.name})" if cluster.scale_up is not None else cluster.scale_out.name
     kv_tok = kv_bytes_per_token(model, KV_BYTES[cfg.kv])
-    out = float(curve.output_tokens_per_s[0])
+    rps = float(curve.requests_per_s[0]) if cfg.request_rate_per_s is None else cfg.request_rate_per_s
+    out = rps * osl
     return ServeEstimate(
         model=model.name, instance=cluster.name or cluster.instance.name, num_gpus=d.num_gpus, config=cfg,
         concurrency=clients, running=running, ttft_s=float(curve.ttft_s[0]), itl_s=float(curve.itl_s[0]),
-        latency_s=float(curve.latency_s[0]), requests_per_s=float(curve.requests_per_s[0]),
+        latency_s=float(curve.latency_s[0]), requests_per_s=rps,
         output_tokens_per_s=out, output_tokens_per_s_per_gpu=out / d.num_gpus, max_concurrency=limit,
         kv_cache_gib=running * (isl + osl) * kv_tok / 2**30, kv_pool_gib=mem.kv_pool_gib * d.num_gpus,
         weights_gib_per_gpu=mem.weights_gib, kv_bytes_per_token=kv_tok, bottleneck=bottleneck(parts, link),
