@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.calibration import (
@@ -103,3 +106,18 @@ def test_not_json_and_missing_file(tmp_path: Path) -> None:
         load_profile(bad)
     with pytest.raises(InputError, match="cannot read"):
         load_profile(tmp_path / "missing.json")
+
+
+@given(
+    st.lists(st.floats(min_value=1e-3, max_value=1e12, allow_nan=False), min_size=1, max_size=8, unique=True),
+    st.lists(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False), min_size=8, max_size=8),
+    st.floats(min_value=1e-6, max_value=1e15, allow_nan=False),
+)
+def test_curve_passes_through_its_points_and_stays_in_range(xs: list[float], ys: list[float], q: float) -> None:
+    xs = sorted(xs)
+    if any(b / a < 1 + 1e-9 for a, b in itertools.pairwise(xs)):
+        return  # points closer than float precision in log space are not a meaningful curve
+    c = Curve(x=xs, y=ys[: len(xs)])
+    for x, y in zip(c.x, c.y, strict=True):
+        assert c.at(x) == pytest.approx(y, rel=1e-9, abs=1e-6)
+    assert min(c.y) - 1e-6 <= c.at(q) <= max(c.y) + 1e-6
