@@ -257,12 +257,12 @@ def plan_serve_cmd(
         f"ITL p99 <= {itl_p99:g} s: [bold]{b.replicas} x {b.instance} tp {b.tp} {b.precision}[/] on {b.nodes} node(s), "
         f"${b.cost_per_hour_usd:,.2f}/h"
     )
-    table = Table("instance", "prec", "tp", "chunk", "replicas", "nodes", "$/h", "rate/replica", "TTFT p99",
+    table = Table("instance", "prec", "tp", "ep", "chunk", "replicas", "nodes", "$/h", "rate/replica", "TTFT p99",
                   "ITL p99", "SLO", title="candidates (cheapest verified first)", title_justify="left")  # fmt: skip
     for c in plan.candidates[:top]:
         sim = c.sim or {}
         table.add_row(
-            c.instance, c.precision, str(c.tp), str(c.max_num_tokens), str(c.replicas), str(c.nodes),
+            c.instance, c.precision, str(c.tp), str(c.ep), str(c.max_num_tokens), str(c.replicas), str(c.nodes),
             f"{c.cost_per_hour_usd:,.2f}", f"{c.rate_per_replica_rps:.2f}",
             f"{sim['ttft_p99_s']:.3f}" if sim else "-", f"{sim['itl_p99_s']:.4f}" if sim else "-",
             {True: "meets", False: "misses", None: "not simulated"}[c.meets_slo],

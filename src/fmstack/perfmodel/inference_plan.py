@@ -1,6 +1,6 @@
-"""`plan_serve`: the cheapest deployment (instance, precision, TP, replicas) that serves a request rate at an SLO.
+"""`plan_serve`: the cheapest deployment (instance, precision, TP / EP, replicas) that serves a request rate at an SLO.
 
-Search: every priced instance x precision x TP that fits is evaluated on the vectorised analytic curve
+Search: every priced instance x precision x TP (x EP = 1 or TP for MoE) that fits is evaluated on the vectorised analytic curve
 (:func:`fmstack.perfmodel.inference.serve_curve`, every concurrency at once); the highest per-replica request
 rate whose mean TTFT and ITL meet the targets gives ``replicas = ceil(qps / rate)`` and whole nodes give the cost.
 Means are optimistic for p99 targets: the filter also asks that an iteration carrying a whole prompt chunk meets
@@ -50,6 +50,8 @@ class Candidate:
     gpu: str
     precision: str
     tp: int
+    ep: int
+    """Expert parallel degree inside TP (MoE: 1 or tp)."""
     replicas: int
     nodes: int
     num_gpus: int
@@ -123,12 +125,14 @@ def plan_serve(
             for tp in (t for t in (1, 2, 4, 8, 16, 32, 64, 72) if t <= gpn and gpn % t == 0):
                 if not _fits_tp(model, tp, cluster.gpus_per_domain):
                     continue
-                for chunk in CHUNK_CHOICES:
-                    cfg = ServeConfig(tp=tp, precision=precision, input_len=input_len, output_len=output_len,
-                                      max_num_tokens=chunk)  # fmt: skip
-                    option = _analytic(cfg, cluster, model, qps, slo, name)
-                    if option is not None:
-                        found.append(option)
+                eps = [1] + ([tp] if model.moe is not None and tp > 1 and model.moe.num_experts % tp == 0 else [])
+                for ep in eps:
+                    for chunk in CHUNK_CHOICES:
+                        cfg = ServeConfig(tp=tp, ep=ep, precision=precision, input_len=input_len,
+                                          output_len=output_len, max_num_tokens=chunk)  # fmt: skip
+                        option = _analytic(cfg, cluster, model, qps, slo, name)
+                        if option is not None:
+                            found.append(option)
     if not found:
         raise InputError(
             "slo", f"no deployment meets TTFT {slo.ttft_s:g} s and ITL {slo.itl_s:g} s for {model.name} at "
@@ -142,7 +146,7 @@ def plan_serve(
             f"the cheapest analytic candidate {best.instance} tp {best.tp} {best.precision} misses it",
         )  # fmt: skip
     cluster = build_cluster(catalog, best.instance, 1)
-    cfg = ServeConfig(tp=best.tp, precision=best.precision, input_len=input_len, output_len=output_len,
+    cfg = ServeConfig(tp=best.tp, ep=best.ep, precision=best.precision, input_len=input_len, output_len=output_len,
                       max_num_tokens=best.max_num_tokens)  # fmt: skip
     d = deployment(model, cluster, cfg)
     conc = np.arange(1, max_concurrency(d, cfg) + 1, dtype=np.float64)
@@ -175,7 +179,7 @@ def _analytic(
     replicas = math.ceil(qps / rate)
     nodes = math.ceil(replicas * cfg.tp / gpn)
     return Candidate(
-        instance=name, gpu=cluster.gpu.name, precision=cfg.precision, tp=cfg.tp, replicas=replicas, nodes=nodes,
+        instance=name, gpu=cluster.gpu.name, precision=cfg.precision, tp=cfg.tp, ep=cfg.ep, replicas=replicas, nodes=nodes,
         num_gpus=nodes * gpn, cost_per_hour_usd=nodes * (cluster.instance.price_per_hour_usd or 0.0),
         max_num_tokens=cfg.max_num_tokens, rate_per_replica_rps=rate, mean_ttft_s=float(curve.ttft_s[i]),
         mean_itl_s=float(curve.itl_s[i]),
@@ -194,7 +198,7 @@ def _verify_cheapest(
     catalog: Catalog, model: ModelArch, found: list[Candidate], qps: float, isl: int, osl: int, slo: SLO, seed: int
 ) -> list[Candidate]:
     def key(c: Candidate) -> tuple[float, int, float]:
-        return (c.cost_per_hour_usd, c.num_gpus, -c.rate_per_replica_rps)
+        return (c.cost_per_hour_usd, c.replicas * c.tp, -c.rate_per_replica_rps)  # then fewest GPUs busy
 
     pending = sorted(found, key=key)
     checked: list[Candidate] = []
@@ -210,7 +214,9 @@ def _verify(
     catalog: Catalog, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, slo: SLO, seed: int
 ) -> Candidate:
     cluster = build_cluster(catalog, c.instance, 1)
-    cfg = ServeConfig(tp=c.tp, precision=c.precision, input_len=isl, output_len=osl, max_num_tokens=c.max_num_tokens)
+    cfg = ServeConfig(
+        tp=c.tp, ep=c.ep, precision=c.precision, input_len=isl, output_len=osl, max_num_tokens=c.max_num_tokens
+    )
     d = deployment(model, cluster, cfg)
     gpn = cluster.instance.num_gpus
     result: SimResult | None = None

@@ -36,13 +36,13 @@ def _curve_figure(plan: ServePlan) -> Any:
 def serve_plan_html(plan: ServePlan) -> str:
     """The page as a string (tested in headless Chromium)."""
     b = plan.best
-    header = ["rank", "instance", "precision", "tp", "chunk", "replicas", "nodes", "GPUs", "$/h", "rate/replica",
+    header = ["rank", "instance", "precision", "tp", "ep", "chunk", "replicas", "nodes", "GPUs", "$/h", "rate/replica",
               "sim TTFT p99", "sim ITL p99", "meets SLO"]  # fmt: skip
     rows = []
     for i, c in enumerate(plan.candidates[:20], 1):
         sim = c.sim or {}
         rows.append([
-            i, c.instance, c.precision, c.tp, c.max_num_tokens, c.replicas, c.nodes, c.num_gpus,
+            i, c.instance, c.precision, c.tp, c.ep, c.max_num_tokens, c.replicas, c.nodes, c.num_gpus,
             f"{c.cost_per_hour_usd:,.2f}", f"{c.rate_per_replica_rps:.2f}",
             f"{sim['ttft_p99_s']:.3f}" if sim else "-", f"{sim['itl_p99_s']:.4f}" if sim else "-",
             {True: "yes", False: "no", None: "not simulated"}[c.meets_slo],
