@@ -47,12 +47,14 @@ def test_estimate_serve_table_and_disagg() -> None:
 def test_estimate_rl_json() -> None:
     proc = _run("estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "2",
                 "--algorithm", "ppo", "--samples", "1", "--prompts", "512", "--rollout-tp", "1", "--train-tp", "1",
-                "--json")  # fmt: skip
+                "--compare", "--json")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["step_time_s"] == pytest.approx(sum(data["parts_s"].values()))
     assert data["parts_s"]["critic_train"] > 0
     assert "of the step" in data["bottleneck"]
+    assert set(data["placements"]) == {"colocated", "split", "split_async"}
+    assert data["placements"]["colocated"]["step_time_s"] == pytest.approx(data["step_time_s"])
 
 
 def test_plan_serve_json() -> None:

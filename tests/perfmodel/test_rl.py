@@ -9,7 +9,7 @@ import pytest
 from fmstack.catalog import Catalog
 from fmstack.catalog.topology import build_cluster
 from fmstack.errors import InputError
-from fmstack.perfmodel.rl import RLConfig, RLEstimate, estimate_rl, forward_s
+from fmstack.perfmodel.rl import RLConfig, RLEstimate, compare_placements, estimate_rl, forward_s
 
 
 def _est(catalog: Catalog, **kw: Any) -> RLEstimate:
@@ -63,3 +63,12 @@ def test_bad_rl_input(catalog: Catalog) -> None:
                     RLConfig(placement="split", rollout_tp=1, train_tp=1))  # fmt: skip
     with pytest.raises(InputError, match="samples-per-prompt"):
         _est(catalog, samples_per_prompt=0)
+
+
+def test_compare_placements(catalog: Catalog) -> None:
+    cfg = RLConfig(rollout_tp=1, train_tp=1, prompts_per_step=128, prompt_len=512, response_len=512)
+    both = compare_placements(catalog.model("llama3.1-8b"), build_cluster(catalog, "p5.48xlarge", 2), cfg)
+    assert set(both) == {"colocated", "split", "split_async"}
+    assert both["split_async"].step_time_s <= both["split"].step_time_s
+    one_node = compare_placements(catalog.model("llama3.1-8b"), build_cluster(catalog, "p5.48xlarge", 1), cfg)
+    assert set(one_node) == {"colocated"}

@@ -170,13 +170,15 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
 @click.option("--minibatches", type=int, default=1, show_default=True, help="Optimizer steps per epoch.")
 @click.option("--reward-model/--rule-reward", default=False, show_default=True, help="Learned reward model.")
 @click.option("--reference/--no-reference", default=True, show_default=True, help="KL reference policy.")
+@click.option("--compare", is_flag=True, help="Also compare colocated, split and split --async on the same nodes.")
 @catalog_option
 @json_option
 def rl_cmd(
-    model: str, critic: str | None, instance: str, nodes: int, catalog_dir: Path | None, as_json: bool, **options: Any
-) -> None:
+    model: str, critic: str | None, instance: str, nodes: int, compare: bool, catalog_dir: Path | None,
+    as_json: bool, **options: Any,
+) -> None:  # fmt: skip
     """Predict one PPO / GRPO step: rollout, forward passes, training, weight sync, and the bottleneck."""
-    from fmstack.perfmodel.rl import RLConfig, estimate_rl
+    from fmstack.perfmodel.rl import RLConfig, compare_placements, estimate_rl
 
     cat = load_catalog(catalog_dir)
     actor = cat.model(model)
@@ -185,8 +187,13 @@ def rl_cmd(
     values: dict[str, Any] = {k: (v.lower() if isinstance(v, str) else v) for k, v in options.items()}
     cfg = RLConfig(**values)
     est = estimate_rl(actor, cluster, cfg, critic=critic_arch)
+    others = compare_placements(actor, cluster, cfg, critic=critic_arch) if compare else {}
     if as_json:
-        print_json(est.to_json())
+        data = est.to_json()
+        if others:
+            data["placements"] = {k: {"step_time_s": v.step_time_s, "parts_s": v.parts_s, "bottleneck": v.bottleneck}
+                                  for k, v in others.items()}  # fmt: skip
+        print_json(data)
         return
     out = console()
     out.print(
@@ -206,6 +213,14 @@ def rl_cmd(
         f"rollout {est.rollout_tokens_per_s:,.0f} tokens/s; training step MFU {est.train_step['mfu'] * 100:.1f} % ({fits})"
     )
     out.print(f"bottleneck: [bold]{est.bottleneck}[/]")
+    if others:
+        cmp = Table("placement", "step (s)", "rollout (s)", "train (s)", "sync (s)", "bottleneck",
+                    title="placements on the same nodes", title_justify="left")  # fmt: skip
+        for name, e in others.items():
+            p = e.parts_s
+            cmp.add_row(name, f"{e.step_time_s:.2f}", f"{p['rollout']:.2f}", f"{p['actor_train'] + p['critic_train']:.2f}",
+                        f"{p['weight_sync']:.2f}", e.bottleneck)  # fmt: skip
+        out.print(cmp)
 
 
 @click.command(epilog=PLAN_SERVE_EXAMPLE)

@@ -199,3 +199,18 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
                     "config": asdict(actor_step.config)},
         bottleneck=bottleneck,
     )  # fmt: skip
+
+
+def compare_placements(
+    actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: ModelArch | None = None
+) -> dict[str, RLEstimate]:
+    """The same step colocated (HybridFlow time sharing), split in sequence and split overlapped one step apart
+    (split needs two nodes or more)."""
+    out = {
+        "colocated": estimate_rl(actor, cluster, replace(cfg, placement="colocated", async_split=False), critic=critic)
+    }
+    if cluster.num_nodes >= 2:
+        split = replace(cfg, placement="split", async_split=False)
+        out["split"] = estimate_rl(actor, cluster, split, critic=critic)
+        out["split_async"] = estimate_rl(actor, cluster, replace(split, async_split=True), critic=critic)
+    return out
