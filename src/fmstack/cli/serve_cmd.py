@@ -102,7 +102,8 @@ def _with_percentiles(
     from fmstack.perfmodel.inference_sim import SimConfig, simulate
 
     clients = max(1, round(est.concurrency))
-    n = min(1000, max(100, 3 * clients))
+    # enough requests for stable percentiles, at most ~20k iterations (each ~0.5 ms of Python)
+    n = max(10, min(1000, max(100, 3 * clients), 20_000 * clients // est.config.output_len))
     if cfg.request_rate_per_s is not None:
         sim = SimConfig(request_rate_per_s=cfg.request_rate_per_s, num_requests=n, warmup_requests=n // 5,
                         length_spread=spread, seed=seed)  # fmt: skip
