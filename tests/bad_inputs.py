@@ -124,6 +124,8 @@ BAD_ARGV += [
     (["bench", "storage"], "Missing option '--path'"),
     (["bench", "storage", "--path", "/nonexistent-dir"], "/nonexistent-dir is not an existing directory"),
     (["bench", "storage", "--path", "/sys"], "path: no write permission in /sys"),
+    (["bench", "memory", "--procs", "0"], "procs: 0 on cpu; allowed: >= 1"),
+    (["bench", "gemm", "--procs", "2", "--device", "cuda"], "> 1 only with --device cpu"),
     (["launch", "@file:job_unknown.yaml", "--on", "slurm"], "field 'colour': unknown field"),
     (["launch", "@file:job_gpus.yaml", "--on", "slurm"], "gpus_per_node: 16 > 8, the GPUs of one p5.48xlarge"),
     (["launch", "@file:job_ckpt_file.yaml", "--on", "slurm"], "checkpoint.location: '/etc/hostname/ckpt'"),

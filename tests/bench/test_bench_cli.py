@@ -154,3 +154,16 @@ def test_profile_of_another_device_is_not_merged_or_overwritten(tmp_path: Path) 
     assert proc.returncode == 2
     assert "is the profile of 'NVIDIA H100 80GB HBM3', not of this device" in proc.stderr
     assert out.read_text() == text
+
+
+def test_gemm_and_memory_in_two_processes_at_once(tmp_path: Path) -> None:
+    out = tmp_path / "p.json"
+    proc = _fmstack("bench", "gemm", "--procs", "2", "--threads", "1", "--quick", "--min-time", "0.01",
+                    "--max-dim", "128", "--out", str(out), "--json", cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(proc.stdout)["gemm"]
+    assert [r["shape"]["m"] for r in rows] == [64, 128]
+    for r in rows:
+        assert r["tflops"] == pytest.approx(r["flops"] / r["time_s"] / 1e12)
+    prof = load_profile(out)
+    assert prof.device.concurrent_processes == 2 and prof.device.num_threads == 1

@@ -15,9 +15,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from fmstack.bench.collectives import CollectiveResult, message_sizes, time_collective
+from fmstack.bench.concurrent import gemm_slowest, memory_slowest
 from fmstack.bench.device import DeviceSpec, cpu_name
-from fmstack.bench.gemm import GemmResult, GemmShape, run_gemm
-from fmstack.bench.memory import MemoryResult, run_memory
+from fmstack.bench.gemm import GemmResult, GemmShape
+from fmstack.bench.memory import MemoryResult
 from fmstack.bench.predict_step import StepPrediction, predict_step, step_gemms
 from fmstack.bench.profile import build_profile
 from fmstack.bench.reference_step import DDPStep, StepMeasurement, slowest_rank
@@ -62,20 +63,9 @@ class _Plan:
 def _calibrate_round(plan: _Plan, rank: int, n: int) -> tuple[list[GemmResult], list[MemoryResult],
                                                                   list[CollectiveResult]]:  # fmt: skip
     import torch
-    import torch.distributed as dist
 
-    gemm = []
-    for shape in plan.shapes:
-        dist.barrier()
-        (g,) = run_gemm("cpu", ["fp32"], [shape], min_time_s=plan.min_time_s)
-        (t,) = slowest_rank([g.time_s])
-        gemm.append(replace(g, time_s=t, tflops=shape.flops / t / 1e12))
-    memory = []
-    for size in plan.mem_sizes:
-        dist.barrier()
-        for m in run_memory("cpu", [size], min_time_s=plan.min_time_s):
-            (t,) = slowest_rank([m.time_s])
-            memory.append(replace(m, time_s=t, bw_gbps=m.bytes_moved / t / 1e9))
+    gemm = [gemm_slowest("fp32", shape, plan.min_time_s, None) for shape in plan.shapes]
+    memory = [m for size in plan.mem_sizes for m in memory_slowest(size, plan.min_time_s)]
     colls = [time_collective("all_reduce", size, rank, n, torch.device("cpu"), plan.min_time_s, "gloo")
              for size in plan.ar_sizes]  # fmt: skip
     return gemm, memory, colls

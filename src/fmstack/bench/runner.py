@@ -41,7 +41,9 @@ class BenchOptions:
     max_dim: int | None = None
     """Largest GEMM dimension (model shapes are scaled down to it); default 1024 on CPU, none on CUDA."""
     threads: int | None = None
-    """torch intra-op threads for GEMM and memory (default: torch's choice)."""
+    """torch intra-op threads for GEMM and memory (default: torch's choice; 1 per process with procs > 1)."""
+    procs: int = 1
+    """Processes running GEMM and memory at once (CPU only): per-rank rates of a data-parallel job."""
     max_bytes: int | None = None
     ranks: int = 2
     ops: tuple[str, ...] = coll.OPS
@@ -127,6 +129,8 @@ def run_bench(opts: BenchOptions, catalog: Catalog, on_step: Callable[[], None] 
         raise InputError("min-time", f"{opts.min_time_s}; allowed: > 0 seconds")
     if opts.threads is not None and opts.threads < 1:
         raise InputError("threads", f"{opts.threads}; allowed: >= 1")
+    if opts.procs < 1 or (opts.procs > 1 and opts.device != "cpu"):
+        raise InputError("procs", f"{opts.procs} on {opts.device}; allowed: >= 1, and > 1 only with --device cpu")
     if "storage" in opts.kinds and not opts.storage_path:
         raise InputError("path", "the storage bench needs --path (a directory or an s3:// URL)")
     base = _check_out(opts.out)
@@ -146,11 +150,11 @@ def run_bench(opts: BenchOptions, catalog: Catalog, on_step: Callable[[], None] 
         torch.set_num_threads(opts.threads)
     try:
         _measure(opts, catalog, report, peaks, mem_peak, on_step)
-        threads = torch.get_num_threads()
+        threads = (opts.threads or 1) if opts.procs > 1 else torch.get_num_threads()
     finally:
         torch.set_num_threads(previous_threads)
     report.profile = build_profile(spec, gemm=report.gemm, memory=report.memory, collectives=report.collectives,
-                                   storage=report.storage, num_threads=threads,
+                                   storage=report.storage, num_threads=threads, concurrent_processes=opts.procs,
                                    torch_version=str(torch.__version__), base=base)  # fmt: skip
     if opts.out is not None:
         report.out = save_profile(report.profile, opts.out)
@@ -159,11 +163,19 @@ def run_bench(opts: BenchOptions, catalog: Catalog, on_step: Callable[[], None] 
 
 def _measure(opts: BenchOptions, catalog: Catalog, report: BenchReport, peaks: dict[str, float],
              mem_peak: float | None, on_step: Callable[[], None] | None) -> None:  # fmt: skip
-    if "gemm" in opts.kinds:
+    if opts.procs > 1 and ("gemm" in opts.kinds or "memory" in opts.kinds):
+        from fmstack.bench.concurrent import run_concurrent
+
+        shapes = plan_gemm_shapes(opts, catalog) if "gemm" in opts.kinds else []
+        sizes = mem_mod.buffer_sizes(opts.device, opts.quick, opts.max_bytes) if "memory" in opts.kinds else []
+        report.gemm, report.memory = run_concurrent(_dtypes(opts) if shapes else [], shapes, sizes, procs=opts.procs,
+                                                    threads=opts.threads or 1, min_time_s=opts.min_time_s,
+                                                    on_step=on_step)  # fmt: skip
+    elif "gemm" in opts.kinds:
         shapes = plan_gemm_shapes(opts, catalog)
         report.gemm = gemm_mod.run_gemm(opts.device, _dtypes(opts), shapes, peak_tflops=peaks,
                                         min_time_s=opts.min_time_s, on_step=on_step)  # fmt: skip
-    if "memory" in opts.kinds:
+    if "memory" in opts.kinds and opts.procs == 1:
         sizes = mem_mod.buffer_sizes(opts.device, opts.quick, opts.max_bytes)
         report.memory = mem_mod.run_memory(opts.device, sizes, peak_gbps=mem_peak, min_time_s=opts.min_time_s,
                                            on_step=on_step)  # fmt: skip

@@ -41,6 +41,7 @@ def _gemm_opts(func: _F) -> _F:
         click.option("--tokens", type=int, default=2048, show_default=True, help="Tokens per micro-batch (GEMM m)."),
         click.option("--max-dim", type=int, default=None, help="Largest GEMM dimension (default 1024 on cpu)."),
         click.option("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)."),
+        _procs_option,
     ]):  # fmt: skip
         func = deco(func)
     return func
@@ -66,6 +67,12 @@ def _storage_opts(required: bool) -> Callable[[_F], _F]:
         return click.option("--path", "storage_path", required=required, help=help_text)(func)
 
     return deco
+
+
+_procs_option = click.option(
+    "--procs", type=int, default=1, show_default=True,
+    help="CPU: run GEMM and memory in N processes at once and keep the slowest (per-rank rates of N DDP ranks).",
+)  # fmt: skip
 
 
 def _max_bytes(func: _F) -> _F:
@@ -144,6 +151,7 @@ def gemm_cmd(as_json: bool, catalog_dir: Path | None, **kw: Any) -> None:
 @bench.command("memory", epilog="Example:\n\n  fmstack bench memory --max-bytes 268435456")
 @_common
 @_max_bytes
+@_procs_option
 def memory_cmd(as_json: bool, catalog_dir: Path | None, **kw: Any) -> None:
     """Memory bandwidth (STREAM copy and triad) over buffer sizes."""
     _run(("memory",), as_json, catalog_dir, **kw)
