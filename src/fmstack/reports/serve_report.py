@@ -10,25 +10,34 @@ from fmstack.reports.html import Section, html_page, write_html
 
 
 def _curve_figure(plan: ServePlan) -> Any:
+    """Mean TTFT (top) and ITL (bottom) against requests/s of one replica, each with its SLO and the planned rate."""
     import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
 
-    c = plan.curve
-    fig = go.Figure()
-    fig.add_trace(go.Scatter(x=c["requests_per_s"], y=c["ttft_s"], mode="lines", name="mean TTFT (s)"))
-    fig.add_trace(go.Scatter(x=c["requests_per_s"], y=c["itl_s"], mode="lines", name="mean ITL (s)", yaxis="y2"))
-    fig.add_hline(y=plan.slo.ttft_s, line_dash="dash", line_color="#1f77b4", annotation_text="TTFT p99 SLO")
-    fig.add_shape(
-        type="line", xref="paper", x0=0, x1=1, yref="y2", y0=plan.slo.itl_s, y1=plan.slo.itl_s,
-        line={"dash": "dot", "color": "#ff7f0e"},
-    )  # fmt: skip
-    best = plan.best
-    fig.add_vline(x=best.rate_per_replica_rps, line_color="#2ca02c", annotation_text="planned rate per replica")
+    c, best = plan.curve, plan.best
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=("time to first token", "inter-token latency"))  # fmt: skip
+    text = [f"concurrency {int(n)}" for n in c["concurrency"]]
+    fig.add_trace(go.Scatter(x=c["requests_per_s"], y=c["ttft_s"], mode="lines", name="mean TTFT (s)", text=text),
+                  row=1, col=1)  # fmt: skip
+    fig.add_trace(go.Scatter(x=c["requests_per_s"], y=c["itl_s"], mode="lines", name="mean ITL (s)", text=text),
+                  row=2, col=1)  # fmt: skip
+    fig.add_hline(y=plan.slo.ttft_s, line_dash="dash", line_color="#d62728", row=1, col=1,
+                  annotation_text=f"TTFT p99 SLO {plan.slo.ttft_s:g} s", annotation_position="top left")  # fmt: skip
+    fig.add_hline(y=plan.slo.itl_s, line_dash="dash", line_color="#d62728", row=2, col=1,
+                  annotation_text=f"ITL p99 SLO {plan.slo.itl_s:g} s", annotation_position="top left")  # fmt: skip
+    for row in (1, 2):
+        fig.add_vline(x=best.rate_per_replica_rps, line_color="#2ca02c", row=row, col=1)
+    ttft_top = max(min(max(c["ttft_s"]), 4 * plan.slo.ttft_s), 1.2 * plan.slo.ttft_s)  # the SLO always in view
+    itl_top = max(min(max(c["itl_s"]), 4 * plan.slo.itl_s), 1.2 * plan.slo.itl_s)
+    fig.update_yaxes(title_text="seconds", range=[0, ttft_top * 1.05], row=1, col=1)
+    fig.update_yaxes(title_text="seconds", range=[0, itl_top * 1.05], row=2, col=1)
+    fig.update_xaxes(
+        title_text=f"requests/s per replica (green: planned {best.rate_per_replica_rps:.2f})", row=2, col=1
+    )
     fig.update_layout(
         title=f"one replica: {best.instance}, tp {best.tp}, {best.precision} (concurrency 1 .. {len(c['ttft_s'])})",
-        xaxis={"title": "requests/s per replica"},
-        yaxis={"title": "TTFT (s)", "type": "log"},
-        yaxis2={"title": "ITL (s)", "overlaying": "y", "side": "right", "type": "log"},
-        height=480,
+        height=620,
     )
     return fig
 
