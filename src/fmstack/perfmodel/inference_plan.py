@@ -120,7 +120,7 @@ def plan_serve(
                 raise InputError("instance", f"{name} has no price in the catalog; add price_per_hour_usd")
             continue
         gpn = inst.num_gpus
-        has = [p for p in ("bf16", "fp8", "fp4") if cluster.gpu._has(p)]
+        has = [p for p in ("bf16", "fp8", "fp4") if getattr(cluster.gpu, f"{p}_dense_tflops", None) is not None]
         for precision in _precisions(has, precisions):
             for tp in (t for t in (1, 2, 4, 8, 16, 32, 64, 72) if t <= gpn and gpn % t == 0):
                 if not _fits_tp(model, tp, cluster.gpus_per_domain):
