@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -10,41 +12,41 @@ from fmstack.catalog.topology import build_cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, deployment
 from fmstack.perfmodel.inference_sim import BatchingSim, SimConfig, simulate
-from fmstack.perfmodel.inference_step import step_time
+from fmstack.perfmodel.inference_step import Deployment, step_time
 
 
 @pytest.fixture(scope="module")
-def setup(catalog: Catalog) -> tuple[object, ServeConfig]:
+def setup(catalog: Catalog) -> tuple[Deployment, ServeConfig]:
     cfg = ServeConfig(tp=8, input_len=512, output_len=64)
     return deployment(catalog.model("llama3.1-70b"), build_cluster(catalog, "p5.48xlarge", 1), cfg), cfg
 
 
-def test_one_client_matches_the_iteration_times(setup: tuple[object, ServeConfig]) -> None:
+def test_one_client_matches_the_iteration_times(setup: tuple[Deployment, ServeConfig]) -> None:
     d, cfg = setup
-    r = simulate(d, cfg, SimConfig(concurrency=1, num_requests=4, warmup_requests=1))  # type: ignore[arg-type]
-    ttft = float(step_time(d, 0.0, 0.0, 512.0, 512 * 513 / 2, 1.0).total_s)  # type: ignore[arg-type]
-    gaps = [float(step_time(d, 1.0, 512.0 + g).total_s) for g in range(1, 64)]  # type: ignore[arg-type]
+    r = simulate(d, cfg, SimConfig(concurrency=1, num_requests=4, warmup_requests=1))
+    ttft = float(step_time(d, 0.0, 0.0, 512.0, 512 * 513 / 2, 1.0).total_s)
+    gaps = [float(step_time(d, 1.0, 512.0 + g).total_s) for g in range(1, 64)]
     assert r.ttft_s[50] == pytest.approx(ttft, rel=1e-12)
     assert r.itl_s[50] == pytest.approx(float(np.percentile(gaps, 50)), rel=1e-12)
     assert r.latency_s[99] == pytest.approx(ttft + sum(gaps), rel=1e-12)
     assert r.completed == 3
 
 
-def test_same_seed_same_result_and_state_on_the_instance(setup: tuple[object, ServeConfig]) -> None:
+def test_same_seed_same_result_and_state_on_the_instance(setup: tuple[Deployment, ServeConfig]) -> None:
     d, cfg = setup
     sim = SimConfig(request_rate_per_s=3.0, num_requests=60, warmup_requests=5, length_spread=0.3, seed=7)
-    a = simulate(d, cfg, sim)  # type: ignore[arg-type]
-    b = BatchingSim(d, cfg, sim).run()  # type: ignore[arg-type]
+    a = simulate(d, cfg, sim)
+    b = BatchingSim(d, cfg, sim).run()
     assert a == b
     c = simulate(
         d, cfg, SimConfig(request_rate_per_s=3.0, num_requests=60, warmup_requests=5, length_spread=0.3, seed=8)
-    )  # type: ignore[arg-type]
+    )
     assert c != a
 
 
-def test_every_request_completes_with_its_tokens(setup: tuple[object, ServeConfig]) -> None:
+def test_every_request_completes_with_its_tokens(setup: tuple[Deployment, ServeConfig]) -> None:
     d, cfg = setup
-    engine = BatchingSim(d, cfg, SimConfig(concurrency=16, num_requests=80, warmup_requests=0))  # type: ignore[arg-type]
+    engine = BatchingSim(d, cfg, SimConfig(concurrency=16, num_requests=80, warmup_requests=0))
     pool = engine._kv_tokens_free
     r = engine.run()
     assert engine._kv_tokens_free == pool
@@ -53,11 +55,11 @@ def test_every_request_completes_with_its_tokens(setup: tuple[object, ServeConfi
     assert not engine._running and not engine._waiting  # every KV reservation returned
 
 
-def test_without_chunked_prefill_decodes_stall(setup: tuple[object, ServeConfig]) -> None:
+def test_without_chunked_prefill_decodes_stall(setup: tuple[Deployment, ServeConfig]) -> None:
     d, cfg = setup
-    base = {"concurrency": 32, "num_requests": 160, "warmup_requests": 32, "ramp_s": 2.0}
-    chunked = simulate(d, cfg, SimConfig(**base, chunked_prefill=True))  # type: ignore[arg-type]
-    stalled = simulate(d, cfg, SimConfig(**base, chunked_prefill=False))  # type: ignore[arg-type]
+    base: dict[str, Any] = {"concurrency": 32, "num_requests": 160, "warmup_requests": 32, "ramp_s": 2.0}
+    chunked = simulate(d, cfg, SimConfig(**base, chunked_prefill=True))
+    stalled = simulate(d, cfg, SimConfig(**base, chunked_prefill=False))
     # prefill-only iterations pause every running decode: the typical (decode-only) gap is the same, the tail longer
     assert stalled.itl_s[50] == pytest.approx(chunked.itl_s[50], rel=0.01)
     assert stalled.itl_s[99] > 1.3 * chunked.itl_s[99]
