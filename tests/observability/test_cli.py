@@ -39,6 +39,7 @@ def test_dashboards_written_once(tmp_path: Path) -> None:
     out = _run("exporter", "--dashboards", str(tmp_path / "g"))
     names = sorted(Path(p).name for p in out.split())
     assert names == ["fmstack-cluster.json", "fmstack-inference.json", "fmstack-training.json"]
+    assert (tmp_path / "g/fmstack-training.json").stat().st_mode & 0o777 == 0o644
     data = json.loads((tmp_path / "g/fmstack-training.json").read_text())
     assert data["uid"] == "fmstack-training"
     result = CliRunner().invoke(cli, ["exporter", "--dashboards", str(tmp_path / "g")])

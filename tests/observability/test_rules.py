@@ -133,3 +133,12 @@ def test_dashboard_and_rule_metrics_exist() -> None:
             if not (name.startswith(("DCGM_", "node_", "lustre_", "fmstack")) or ":" in name):
                 continue
             assert name in exported or name in recorded, f"{name} in {expr!r} is neither exported nor recorded"
+
+
+def test_dashboards_match_the_reviewed_golden_files() -> None:
+    """Regenerate after a reviewed change: fmstack exporter --dashboards tests/observability/golden --force"""
+    import json
+
+    for name in DASHBOARDS:
+        golden = (HERE / "golden" / f"fmstack-{name}.json").read_text()
+        assert json.dumps(build_dashboard(name), indent=2) + "\n" == golden, f"{name}: dashboard changed"

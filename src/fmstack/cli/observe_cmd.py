@@ -38,6 +38,7 @@ def _write_new_files(directory: Path, files: dict[str, str], force: bool) -> lis
     written = []
     for name, text in files.items():
         fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; dashboards are for Grafana (another user) to read
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, directory / name)

@@ -190,6 +190,7 @@ class AppMetrics:
         target = Path(path)
         text = self.snapshot().to_json()
         fd, tmp = tempfile.mkstemp(prefix=".fmstack-app-", suffix=".tmp", dir=target.parent)
+        os.fchmod(fd, 0o644)  # the exporter may run as another user
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(text)
