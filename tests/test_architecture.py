@@ -25,7 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {"catalog", "perfmodel", "sim", "observability", "orchestration", "bench", "workloads", "reports"},
 }
 ALLOWED["__main__"] = {"cli"}
-ROOT_MODULES = {"errors", "__init__", "__main__", "units"}
+ROOT_MODULES = {"errors", "__init__", "__main__", "units", "fileio"}
 TORCH_OK = {"bench", "workloads"}
 
 

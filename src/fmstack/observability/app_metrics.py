@@ -16,13 +16,14 @@ import bisect
 import json
 import math
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from fmstack.fileio import atomic_write_text
 
 STEP_BUCKETS_S: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 640.0)
 TTFT_BUCKETS_S: tuple[float, ...] = (
@@ -187,15 +188,5 @@ class AppMetrics:
 
     def write_snapshot(self, path: str | os.PathLike[str]) -> Path:
         """Write the snapshot atomically (temp file + rename) so a reader never sees half a file."""
-        target = Path(path)
-        text = self.snapshot().to_json()
-        fd, tmp = tempfile.mkstemp(prefix=".fmstack-app-", suffix=".tmp", dir=target.parent)
-        os.fchmod(fd, 0o644)  # the exporter may run as another user
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return target
+        # world-readable: the exporter may run as another user
+        return atomic_write_text(path, self.snapshot().to_json(), field="snapshot", mode=0o644)

@@ -11,8 +11,6 @@ Units: GB = 1e9 bytes, bandwidth in GB/s, TFLOP/s = 1e12 FLOP/s. Collective band
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Literal, overload
@@ -22,6 +20,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fmstack.errors import InputError
+from fmstack.fileio import atomic_write_text
 
 SCHEMA_VERSION = 1
 
@@ -167,19 +166,4 @@ def load_profile(path: str | Path) -> CalibrationProfile:
 
 def save_profile(profile: CalibrationProfile, path: str | Path) -> Path:
     """Write atomically (temporary file, then rename): an existing file is never left half-written."""
-    p = Path(path)
-    if not p.parent.is_dir():
-        raise InputError("out", f"directory {p.parent} does not exist")
-    text = profile.model_dump_json(indent=2) + "\n"
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    except OSError as exc:
-        raise InputError("out", f"cannot write in {p.parent}: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
+    return atomic_write_text(path, profile.model_dump_json(indent=2) + "\n", field="out")

@@ -8,14 +8,12 @@ half-written report over the user's previous one.
 from __future__ import annotations
 
 import html
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fmstack.errors import InputError
+from fmstack.fileio import atomic_write_text
 
 _STYLE = """
 body { font-family: -apple-system, 'Segoe UI', Roboto, sans-serif; margin: 2rem auto; max-width: 1200px;
@@ -72,19 +70,4 @@ def html_page(title: str, sections: Sequence[Section], *, subtitle: str = "") ->
 
 def write_html(path: Path | str, content: str) -> Path:
     """Write ``content`` to ``path`` atomically; InputError when the folder is missing or not writable."""
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError("html", f"folder {folder} does not exist")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise InputError("html", f"cannot write in {folder}: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(content)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return atomic_write_text(path, content, field="html")
