@@ -37,6 +37,7 @@ def main() -> int:
         work = Path(tmp)
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         argv = [sys.executable, "-m", "fmstack.workloads.train", "--steps", str(steps), "--dropout", "0.1"]
+        argv += ["--batch-size", "4"]
         t0 = time.perf_counter()
         subprocess.run([*argv, "--metrics-file", str(work / "ref.jsonl")], check=True, capture_output=True, env=env)
         baseline_s = time.perf_counter() - t0

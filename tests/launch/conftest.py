@@ -8,6 +8,7 @@ import pytest
 
 from fmstack.catalog import Catalog
 from fmstack.orchestration.jobspec import ResolvedJob, parse_jobspec, resolve
+from tests.workloads.conftest import reference_curve  # noqa: F401  (session fixture shared with the Slurm e2e test)
 
 P5_SPEC: dict[str, Any] = {
     "name": "gpt-small",

@@ -54,7 +54,7 @@ def _argv(workdir: Path, steps: int, interval: int) -> list[str]:
     return [
         sys.executable, "-m", "fmstack.workloads.train", "--steps", str(steps), "--ckpt-dir", str(workdir / "ckpt"),
         "--ckpt-interval", str(interval), "--ckpt-keep", "2", "--metrics-file", str(workdir / "metrics.jsonl"),
-        "--dropout", "0.1",
+        "--dropout", "0.1", "--batch-size", "4",
     ]  # fmt: skip
 
 
