@@ -10,10 +10,11 @@ jobs reserve whole nodes. Between cycles the main scheduler starts jobs in stric
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.orchestration.policies.base import Capacity, PendingJob, Plan, RunningJob, node_rounded_gpus
@@ -49,53 +50,51 @@ class BackfillParams:
 
 
 class Profile:
-    """Free GPUs as a step function of time: ``free[i]`` holds on ``[times[i], times[i + 1])``."""
+    """Free GPUs as a step function of time: ``free[i]`` holds on ``[times[i], times[i + 1])`` (numpy arrays)."""
 
     def __init__(self, now_s: float, free_now: int) -> None:
-        self.times: list[float] = [now_s]
-        self.free: list[int] = [free_now]
+        self.times = np.array([now_s], dtype=float)
+        self.free = np.array([free_now], dtype=np.int64)
 
     @classmethod
     def from_releases(cls, now_s: float, free_now: int, releases: dict[float, int]) -> Profile:
         """The profile of running jobs that release ``releases[t]`` GPUs at time ``t`` (all after now)."""
         prof = cls(now_s, free_now)
-        free = free_now
-        for t in sorted(releases):
-            free += releases[t]
-            prof.times.append(t)
-            prof.free.append(free)
+        ts = sorted(releases)
+        prof.times = np.array([now_s, *ts], dtype=float)
+        prof.free = free_now + np.concatenate(([0], np.cumsum([releases[t] for t in ts], dtype=np.int64)))
         return prof
 
     def _split(self, t: float) -> int:
-        i = bisect.bisect_right(self.times, t) - 1
+        i = int(np.searchsorted(self.times, t, side="right")) - 1
         if self.times[i] == t:
             return i
-        self.times.insert(i + 1, t)
-        self.free.insert(i + 1, self.free[i])
+        self.times = np.insert(self.times, i + 1, t)
+        self.free = np.insert(self.free, i + 1, self.free[i])
         return i + 1
 
     def add(self, start_s: float, end_s: float, gpus: int) -> None:
         """Add ``gpus`` free GPUs on ``[start_s, end_s)`` (negative to take them); ``end_s`` may be inf."""
-        i = self._split(max(start_s, self.times[0]))
+        i = self._split(max(start_s, float(self.times[0])))
         j = len(self.times) if math.isinf(end_s) else self._split(end_s)
-        for k in range(i, j):
-            self.free[k] += gpus
+        self.free[i:j] += gpus
 
     def earliest(self, need: int, duration_s: float) -> float:
-        """Earliest time at which ``need`` GPUs stay free for ``duration_s`` (inf if never)."""
-        times, free, n = self.times, self.free, len(self.times)
-        i = 0
-        while i < n:
-            if free[i] < need:
-                i += 1
-                continue
-            start, k = times[i], i
-            while k < n and free[k] >= need:
-                if k + 1 == n or times[k + 1] >= start + duration_s:
-                    return start
-                k += 1
-            i = k + 1
-        return math.inf
+        """Earliest time at which ``need`` GPUs stay free for ``duration_s`` (inf if never).
+
+        A window can only start where a run of enough free GPUs starts; it fits if that run lasts long enough.
+        """
+        ok = self.free >= need
+        if not ok.any():
+            return math.inf
+        run_start = np.flatnonzero(ok & np.concatenate(([True], ~ok[:-1])))
+        bad = np.flatnonzero(~ok)
+        k = np.searchsorted(bad, run_start)
+        ends = np.full(len(run_start), math.inf)
+        has_end = k < len(bad)
+        ends[has_end] = self.times[bad[k[has_end]]]
+        fits = np.flatnonzero(ends - self.times[run_start] >= duration_s)
+        return float(self.times[run_start[fits[0]]]) if len(fits) else math.inf
 
 
 def _ceil_to(t: float, res: float) -> float:
@@ -143,8 +142,16 @@ class BackfillPolicy:
         horizon = math.floor((now_s + p.bf_window_s) / res) * res
         starts: list[int] = []
         reserved = 0
-        for job in order[: p.bf_max_job_test]:
-            need = node_rounded_gpus(job.num_gpus, self.gpus_per_node)
+        tested = list(order[: p.bf_max_job_test])
+        needs = [node_rounded_gpus(j.num_gpus, self.gpus_per_node) for j in tested]
+        least_after = needs[:]
+        for i in range(len(needs) - 2, -1, -1):
+            least_after[i] = min(needs[i], least_after[i + 1])
+        for i, job in enumerate(tested):
+            # only starts now matter: once no remaining job fits now, later reservations change nothing
+            if int(profile.free[0]) < least_after[i]:
+                break
+            need = needs[i]
             duration = max(res, _ceil_to(job.time_limit_s, res))
             t = profile.earliest(need, duration)
             if t <= now_s and capacity.try_start(job):
