@@ -22,5 +22,6 @@ def test_three_random_kills_during_saves(tmp_path: Path, reference_curve: dict[i
     assert res.checkpoints_verified >= 3
     for k in res.kills:
         assert k.resumed_from >= k.last_committed_seen  # nothing committed is ever lost
-        assert 0 <= k.lost_steps < 2 * interval  # one interval + steps run while the newest save was in flight
+        # one interval + the steps run while the newest save was in flight; the next save waits for it, so <= 2
+        assert 0 <= k.lost_steps <= 2 * interval
     assert read_loss_curve(tmp_path / "s" / "metrics.jsonl") == prefix(reference_curve, steps)

@@ -2,8 +2,9 @@
 
 Used by ``tests/workloads/test_ckpt_stress.py`` (a few kills) and ``benchmarks/bench_checkpoint_kill.py`` (100).
 Checks after every kill: each committed checkpoint is complete (every byte range its DCP metadata names exists),
-the resumed run starts from the newest committed step, no committed step is lost, and the work lost is below
-two intervals (one interval plus the steps that ran while the newest save was in flight, since saves are async).
+the resumed run starts from the newest committed step, no committed step is lost, and the work lost is at most
+two intervals (one interval plus the steps that ran while the newest save was in flight: saves are async, and the
+next save waits for the previous one, so a kill during that wait loses exactly two intervals).
 """
 
 from __future__ import annotations
