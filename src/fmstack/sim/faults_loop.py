@@ -20,7 +20,6 @@ from typing import Any
 
 from fmstack.observability.health import Action
 from fmstack.perfmodel.goodput import RecoveryMode
-from fmstack.sim.accounting import close_segment
 from fmstack.sim.faults import decide
 from fmstack.sim.fleet import NodeState
 from fmstack.sim.state import DETECT, FAULT, MAINT, OUT_STATE, REPAIRED, SAMPLE, SimState
@@ -73,7 +72,7 @@ class FaultHandling(SimState):
             self.interruptions += 1
             if job.hung:
                 continue
-            close_segment(job, now, graceful=graceful)
+            self._close(job, now, graceful=graceful, kind="planned" if planned else "failed")
             job.epoch += 1
             job.hung = True
         self.fault_log.append(
@@ -84,6 +83,8 @@ class FaultHandling(SimState):
         self.env.schedule(now + delay, DETECT, (node, category, len(self.fault_log) - 1))
 
     def _close_hang(self, job: Job, now_s: float) -> None:
+        if self.keep_segments:
+            self.segment_log.append((job.job_id, job.start_s, now_s, "hung", sorted(n for n, _ in job.alloc)))
         hang = max(0.0, now_s - job.start_s) * job.cur_gpus
         job.alloc_gpu_s += hang
         job.hang_gpu_s += hang

@@ -69,11 +69,11 @@ def summarise(sim: SimState) -> dict[str, Any]:
             "wait": _pct([j.wait_s for j in cls_started]),
             "jct": _pct([j.end_s - j.submit_s for j in cls_done]),
         }
-    per_user: Counter[str] = Counter()
-    per_queue: Counter[str] = Counter()
+    per_user: dict[str, float] = {}
+    per_queue: dict[str, float] = {}
     for j in jobs:
-        per_user[j.user] += j.alloc_gpu_s / h
-        per_queue[j.queue] += j.alloc_gpu_s / h
+        per_user[j.user] = per_user.get(j.user, 0.0) + j.alloc_gpu_s / h
+        per_queue[j.queue] = per_queue.get(j.queue, 0.0) + j.alloc_gpu_s / h
     cats: Counter[str] = Counter(f["category"] for f in sim.fault_log)
     actions: Counter[str] = Counter(f["action"] for f in sim.fault_log)
     r = 6

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 from fmstack.orchestration.policies import PendingJob
-from fmstack.sim.accounting import close_segment
 from fmstack.sim.faults_loop import FaultHandling
 from fmstack.sim.state import (
     DETECT,
@@ -46,7 +45,7 @@ class Simulator(FaultHandling):
         }  # fmt: skip
         env.run(horizon, lambda kind, data: handlers[kind](data))
         for jid in sorted(self.running):
-            close_segment(self.jobs[jid], horizon, graceful=True)
+            self._close(self.jobs[jid], horizon, graceful=True, kind="horizon")
         for j in self.jobs.values():
             if j.hung:
                 self._close_hang(j, horizon)
@@ -68,7 +67,7 @@ class Simulator(FaultHandling):
         job = self.jobs[jid]
         if epoch != job.epoch or not job.running:
             return
-        close_segment(job, self.env.now_s, graceful=True)
+        self._close(job, self.env.now_s, graceful=True, kind="completed")
         job.done_s = job.work_s
         job.end_s = self.env.now_s
         self._release(job)

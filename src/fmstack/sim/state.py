@@ -102,6 +102,9 @@ class SimState:
         self.samples: list[tuple[float, int, int, int, int, int]] = []
         self.fault_log: list[dict[str, Any]] = []
         self.interruptions = 0
+        self.segment_log: list[tuple[int, float, float, str, list[int]]] = []
+        """(job, start_s, end_s, how it ended, nodes) of each run segment, kept for runs of <= 2,000 jobs."""
+        self.keep_segments = len(self.jobs) <= 2000
         self.preemptions = 0
 
     def _admit_job(self, j: Job) -> None:
@@ -175,6 +178,11 @@ class SimState:
                                               priority=job.priority)  # fmt: skip
         self.env.schedule(now + wall_to_finish_s(job), FINISH, (job.job_id, job.epoch))
 
+    def _close(self, job: Job, now_s: float, *, graceful: bool, kind: str) -> None:
+        if self.keep_segments:
+            self.segment_log.append((job.job_id, job.start_s, now_s, kind, sorted(n for n, _ in job.alloc)))
+        close_segment(job, now_s, graceful=graceful)
+
     def _release(self, job: Job) -> None:
         self.fleet.release(job.alloc)
         for n, _ in job.alloc:
@@ -192,6 +200,6 @@ class SimState:
 
     def _preempt(self, job: Job) -> None:
         self.preemptions += 1
-        close_segment(job, self.env.now_s, graceful=False)
+        self._close(job, self.env.now_s, graceful=False, kind="preempted")
         job.epoch += 1
         self._requeue(job, 0.0)

@@ -1,0 +1,70 @@
+"""A self-contained HTML report of a run: headline numbers, tables by size class, and time-series plots drawn as
+inline SVG (no scripts, no network), so it opens anywhere, including a headless browser in tests."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from fmstack.sim.state import SimState
+
+_W, _H, _PAD = 720, 200, 40
+
+
+def _svg(title: str, xs: list[float], ys: list[float], unit: str) -> str:
+    if not xs:
+        return f"<p>{html.escape(title)}: no samples</p>"
+    x0, x1 = xs[0], max(xs[-1], xs[0] + 1)
+    y1 = max(max(ys), 1)
+    pts = " ".join(
+        f"{_PAD + (x - x0) / (x1 - x0) * (_W - 2 * _PAD):.1f},{_H - _PAD - y / y1 * (_H - 2 * _PAD):.1f}"
+        for x, y in zip(xs, ys, strict=True)
+    )
+    t = html.escape(title)
+    return (
+        f'<figure><svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" role="img" aria-label="{t}">'
+        f'<rect width="{_W}" height="{_H}" fill="#fff" stroke="#ccc"/>'
+        f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{pts}"/>'
+        f'<text x="{_PAD}" y="20" font-size="13">{t}</text>'
+        f'<text x="4" y="{_PAD}" font-size="11">{y1:g} {html.escape(unit)}</text>'
+        f'<text x="4" y="{_H - _PAD}" font-size="11">0</text>'
+        f'<text x="{_W - _PAD - 60}" y="{_H - 10}" font-size="11">{(x1 - x0) / 86400:.1f} days</text>'
+        "</svg></figure>"
+    )
+
+
+def render_html(sim: SimState, summary: dict[str, Any]) -> str:
+    """The report as one HTML string."""
+    c = summary["config"]
+    xs = [row[0] for row in sim.samples]
+    rows = "".join(
+        f"<tr><td>{html.escape(k)}</td><td>{v['wait']['count']}</td><td>{v['wait']['p50_s']:.0f}</td>"
+        f"<td>{v['wait']['p90_s']:.0f}</td><td>{v['wait']['p99_s']:.0f}</td><td>{v['jct']['p50_s']:.0f}</td>"
+        f"<td>{v['jct']['p90_s']:.0f}</td><td>{v['jct']['p99_s']:.0f}</td></tr>"
+        for k, v in summary["by_size_class"].items()
+    )
+    gh = summary["gpu_hours"]
+    parts = "".join(f"<tr><td>{html.escape(k)}</td><td>{v:,.1f}</td></tr>" for k, v in gh.items())
+    fails = "".join(
+        f"<tr><td>{html.escape(k)}</td><td>{v}</td></tr>" for k, v in summary["failures"]["by_category"].items()
+    )
+    title = f"fmstack fleet twin: {c['nodes']} x {c['instance']}, {c['days']:g} days, {c['policy']}, {c['recovery']}"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}</style>
+</head><body>
+<h1>{html.escape(title)}</h1>
+<p>utilization {summary["utilization"]:.3f} &middot; goodput {summary["goodput"]:.3f} &middot; ETTR {summary["ettr"]:.3f}
+&middot; jobs completed {summary["jobs"]["completed"]} of {summary["jobs"]["submitted"]}
+&middot; job interruptions {summary["failures"]["job_interruptions"]} &middot; seed {c["seed"]}</p>
+<h2>GPU-hours</h2><table><tr><th>kind</th><th>GPU-h</th></tr>{parts}</table>
+<h2>Queue wait and job completion time by size class (GPUs), seconds</h2>
+<table><tr><th>class</th><th>jobs</th><th>wait p50</th><th>wait p90</th><th>wait p99</th><th>JCT p50</th>
+<th>JCT p90</th><th>JCT p99</th></tr>{rows}</table>
+<h2>Failures by category</h2><table><tr><th>category</th><th>events</th></tr>{fails}</table>
+<h2>Time series</h2>
+{_svg("GPUs allocated", xs, [float(r[1]) for r in sim.samples], "GPUs")}
+{_svg("Jobs pending", xs, [float(r[2]) for r in sim.samples], "jobs")}
+{_svg("Nodes out (down, rebooting, replaced)", xs, [float(r[4]) for r in sim.samples], "nodes")}
+</body></html>
+"""
