@@ -17,6 +17,7 @@ from fmstack.errors import InputError
 
 # name -> "module:attribute" of a click command or group
 _COMMANDS: dict[str, str] = {
+    "simulate": "fmstack.cli.sim_cmd:simulate",
     "catalog": "fmstack.cli.catalog_cmd:catalog",
     "launch": "fmstack.cli.launch_cmd:launch",
     "status": "fmstack.cli.launch_cmd:status",
