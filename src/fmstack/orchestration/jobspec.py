@@ -50,6 +50,7 @@ class Checkpoint(_Strict):
     interval_steps: int = Field(default=10, gt=0)
     keep_last: int = Field(default=3, gt=0)
     storage_options: dict[str, Any] = Field(default_factory=dict)
+    sync: bool = Field(default=False, description="commit each save before training on (lose <= 1 interval)")
 
 
 class Retry(_Strict):
@@ -265,6 +266,8 @@ def workload_argv(job: ResolvedJob) -> list[str]:
     if ck is not None:
         argv += ["--ckpt-dir", os.path.abspath(ck.location), "--ckpt-interval", str(ck.interval_steps)]
         argv += ["--ckpt-keep", str(ck.keep_last)]
+        if ck.sync:
+            argv.append("--ckpt-sync")
         if ck.durable:
             argv += ["--ckpt-durable", ck.durable]
         if ck.storage_options:

@@ -43,6 +43,9 @@ class CheckpointConfig:
     """Committed checkpoints kept in each tier."""
     storage_options: Mapping[str, Any] = field(default_factory=dict)
     """fsspec options for the durable tier (e.g. ``{"client_kwargs": {"endpoint_url": ...}}``)."""
+    sync: bool = False
+    """Wait for each save to be committed before training on: a kill then loses at most one interval of steps
+    (async saves overlap training, so a kill can lose up to two)."""
 
     def __post_init__(self) -> None:
         if self.interval_steps < 1:
@@ -82,6 +85,8 @@ class TieredCheckpointer:
         fut = async_save(self._state(model, optim, step), checkpoint_id=path, process_group=self._pg)
         self._pending = (step, fut)
         self._committed_pending = False
+        if self.cfg.sync:
+            self.wait()
 
     def poll(self) -> None:
         """Commit the in-flight save on rank 0 as soon as it is complete; cheap, call every step."""

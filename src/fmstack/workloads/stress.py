@@ -51,15 +51,15 @@ def verify_checkpoint(path: str) -> None:
             raise RuntimeError(f"{path}: {item.relative_path} shorter than offset+length {item.offset + item.length}")
 
 
-def _argv(workdir: Path, steps: int, interval: int) -> list[str]:
+def _argv(workdir: Path, steps: int, interval: int, sync: bool) -> list[str]:
     return [
         sys.executable, "-m", "fmstack.workloads.train", "--steps", str(steps), "--ckpt-dir", str(workdir / "ckpt"),
         "--ckpt-interval", str(interval), "--ckpt-keep", "2", "--metrics-file", str(workdir / "metrics.jsonl"),
-        "--dropout", "0.1", "--batch-size", "4",
+        "--dropout", "0.1", "--batch-size", "4", *(["--ckpt-sync"] if sync else []),
     ]  # fmt: skip
 
 
-def run_stress(workdir: Path, *, kills: int, steps: int, interval: int, seed: int) -> StressResult:
+def run_stress(workdir: Path, *, kills: int, steps: int, interval: int, seed: int, sync: bool = False) -> StressResult:
     """Kill ``kills`` times at a random delay (0-40 ms) after a save begins, then let the last run finish."""
     rng = random.Random(seed)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -67,7 +67,7 @@ def run_stress(workdir: Path, *, kills: int, steps: int, interval: int, seed: in
     t0 = time.perf_counter()
     pending: KillRecord | None = None
     for attempt in range(kills + 1):
-        proc = subprocess.Popen(_argv(workdir, steps, interval), stdout=subprocess.PIPE, text=True, env=env)
+        proc = subprocess.Popen(_argv(workdir, steps, interval, sync), stdout=subprocess.PIPE, text=True, env=env)
         assert proc.stdout is not None
         last_done, last_committed, saves_seen = 0, 0, 0
         target_save = rng.randint(1, 2)  # which save of this run to kill in

@@ -45,6 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ckpt-durable", help="durable tier: path or fsspec URL (s3://...)")
     p.add_argument("--ckpt-interval", type=int, default=10)
     p.add_argument("--ckpt-keep", type=int, default=3)
+    p.add_argument("--ckpt-sync", action="store_true", help="commit each save before the next step")
     p.add_argument("--storage-options", default="{}", help="fsspec options for the durable tier, as JSON")
     p.add_argument("--metrics-file", help="JSON lines, one per step (rank 0)")
     p.add_argument("--app-metrics-dir", help="write AppMetrics snapshots here for `fmstack exporter --app-dir`")
@@ -121,6 +122,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             interval_steps=args.ckpt_interval,
             keep_last=args.ckpt_keep,
             storage_options=json.loads(args.storage_options),
+            sync=args.ckpt_sync,
         )
         ckpt = TieredCheckpointer(ckpt_cfg, log=log)
     start = ckpt.restore(model, optim) if ckpt else 0
