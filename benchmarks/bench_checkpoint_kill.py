@@ -32,8 +32,8 @@ def main() -> int:
     p.add_argument("--sync", action="store_true", help="commit each save before the next step (--ckpt-sync)")
     p.add_argument("--out", type=Path, help="write the result as JSON here")
     args = p.parse_args()
-    # enough steps that every run reaches a save: each run makes 1-2 saves before it is killed
-    steps = max(16, args.interval * 8)
+    # each run is killed in its first or second save, so it advances at most two intervals: make room for all kills
+    steps = 2 * args.interval * (args.kills + 2)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         env = {**os.environ, "OMP_NUM_THREADS": "1"}

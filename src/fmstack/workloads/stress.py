@@ -88,6 +88,8 @@ def run_stress(workdir: Path, *, kills: int, steps: int, interval: int, seed: in
                     proc.send_signal(signal.SIGKILL)
                     break
         proc.wait()
+        if attempt < kills and proc.returncode == 0:
+            raise RuntimeError(f"run {attempt} finished before it was killed: give more steps than {steps}")
         if pending is not None:
             out.kills.append(pending)
             pending = None
