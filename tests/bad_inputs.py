@@ -162,3 +162,14 @@ BAD_ARGV += [
     (["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--tp", "8", "--input-len", "2048",
       "--output-len", "256", "--qps", "2", "--concurrency", "8"], "not both"),
 ]  # fmt: skip
+
+# checkpoints, failures and goodput (estimate train --tokens)
+_EST8 = ["estimate", "train", "--model", "llama3.1-8b", "--tokens", "1e12"]
+BAD_ARGV += [
+    ([*_EST8, "--instance", "p5.48xlarge", "--mtbf-hours", "-5"], "mtbf: node_mtbf_h must be a positive"),
+    ([*_EST8, "--instance", "grand-teton-h100", "--checkpoint-tier", "local-nvme"], "has no local NVMe"),
+    ([*_EST8, "--instance", "p5.48xlarge", "--fsx-capacity-tib", "0"], "fsx_capacity_tib: must be a positive"),
+    ([*_EST8, "--instance", "p5.48xlarge", "--checkpoint-tier", "fsx-platinum"], "unknown storage tier"),
+    ([*_EST8, "--instance", "p5.48xlarge", "--spares", "-1"], "spares: must be a non-negative"),
+    ([*_EST8, "--instance", "p5.48xlarge", "--recovery", "teleport"], "'teleport' is not one of"),
+]
