@@ -8,7 +8,8 @@ PY=${PYTHON:-python3}
 echo "== pip: fmstack with test extras (torch pinned to the CPU build 2.13.0)"
 # The S3 stack is pinned as one known-good set: unpinned, pip backtracks through every aiobotocore / boto3
 # release for many minutes (moto needs boto3, s3fs needs aiobotocore's narrow botocore range).
-S3_STACK=('moto[server]==5.2.1' 's3fs==2026.9.0' 'aiobotocore==3.10.0' 'boto3==1.43.11' 'botocore==1.43.117')
+S3_STACK=('moto[server]==5.2.1' 's3fs==2026.9.0' 'aiobotocore==3.10.0' 'boto3==1.43.11' 'botocore==1.43.117'
+          'kubernetes==37.0.1')  # kubernetes 37.0.2 wants a python-dateutil that botocore refuses
 pip_log=$(mktemp)
 if ! $PY -m pip install -q --disable-pip-version-check -e '.[test,observe,k8s,s3,torch]' "${S3_STACK[@]}" >"$pip_log" 2>&1; then
   grep -v -e "^WARNING: Location" "$pip_log" >&2
