@@ -51,3 +51,15 @@ def console() -> Console:
     """A console for tables; width fixed when not a terminal so output is stable in pipes and tests."""
     width = None if os.isatty(1) else 140
     return Console(width=width, highlight=False, soft_wrap=False)
+
+
+def parts_table(title: str, first_column: str, parts: dict[str, float], total_s: float, *, digits: int = 4) -> Any:
+    """A rich table of the additive parts of a time (step, iteration, RL step) with their shares."""
+    from rich.table import Table
+
+    table = Table(first_column, "seconds", "share", title=title, title_justify="left")
+    for name, value in parts.items():
+        if value > 0:
+            table.add_row(name, f"{value:.{digits}f}", f"{100 * value / total_s:5.1f} %")
+    table.add_row("[bold]total", f"[bold]{total_s:.{digits}f}", "100.0 %")
+    return table

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import build_cluster, resolve_instance
-from fmstack.cli.common import catalog_option, console, json_option, print_json
+from fmstack.cli.common import catalog_option, console, json_option, parts_table, print_json
 from fmstack.errors import InputError
 from fmstack.perfmodel.config import PRECISION_CHOICES, RECOMPUTE_CHOICES, SHARDING_CHOICES, fill_defaults
 from fmstack.perfmodel.training import TrainingEstimate, estimate_training
@@ -179,12 +179,7 @@ def render_estimate(est: TrainingEstimate, data: dict[str, Any]) -> None:
         f"mb {c.micro_batch} x gb {c.global_batch} x seq {c.seq_len}, {c.precision}, recompute {c.recompute}, "
         f"{c.sharding}{', sp' if c.sequence_parallel else ''}"
     )
-    table = Table("part of the step", "seconds", "share", title="step breakdown", title_justify="left")
-    for name, value in est.parts_s.items():
-        if value > 0:
-            table.add_row(name, f"{value:.4f}", f"{100 * value / est.step_time_s:5.1f} %")
-    table.add_row("[bold]step", f"[bold]{est.step_time_s:.4f}", "100.0 %")
-    out.print(table)
+    out.print(parts_table("step breakdown", "part of the step", est.parts_s, est.step_time_s))
     comm = Table("link", "on the link (s)", "exposed (s)", title="communication", title_justify="left")
     for name, link in est.comm.items():
         if link.link_s > 0:

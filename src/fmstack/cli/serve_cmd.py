@@ -11,7 +11,7 @@ from rich.table import Table
 
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import build_cluster
-from fmstack.cli.common import catalog_option, console, json_option, print_json
+from fmstack.cli.common import catalog_option, console, json_option, parts_table, print_json
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, ServeEstimate, deployment, estimate_serve
 from fmstack.perfmodel.inference_kv import KV_DTYPES, PRECISIONS
@@ -203,12 +203,7 @@ def rl_cmd(
         f"{cfg.prompt_len}+{cfg.response_len} tokens; rollout on {est.rollout_gpus} GPUs (tp {cfg.rollout_tp}, "
         f"{est.rollout_concurrency} sequences per replica), training on {est.train_gpus} GPUs (tp {cfg.train_tp})"
     )
-    table = Table("phase", "seconds", "share", title="RL step", title_justify="left")
-    for name, value in est.parts_s.items():
-        if value > 0:
-            table.add_row(name, f"{value:.2f}", f"{100 * value / est.step_time_s:5.1f} %")
-    table.add_row("[bold]step", f"[bold]{est.step_time_s:.2f}", "")
-    out.print(table)
+    out.print(parts_table("RL step", "phase", est.parts_s, est.step_time_s, digits=2))
     fits = "fits" if est.train_step["fits"] else "[red]does NOT fit[/]"
     out.print(
         f"rollout {est.rollout_tokens_per_s:,.0f} tokens/s; training step MFU {est.train_step['mfu'] * 100:.1f} % ({fits})"
