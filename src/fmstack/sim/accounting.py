@@ -34,11 +34,10 @@ def close_segment(job: Job, now_s: float, *, graceful: bool) -> None:
     e -= r0
     t, c = job.ckpt_interval_s, job.ckpt_cost_s
     if math.isinf(t):
-        cycles, rem = 0, e
+        comp, ckpt, rem = 0.0, 0.0, e
     else:
         cycles = math.floor(e / (t + c))
-        rem = e - cycles * (t + c)
-    comp, ckpt = cycles * t, cycles * c
+        comp, ckpt, rem = cycles * t, cycles * c, e - cycles * (t + c)
     r_comp, r_ckpt = min(rem, t), max(0.0, rem - t)
     lost = 0.0
     if graceful:

@@ -16,6 +16,7 @@ from fmstack.catalog.topology import build_cluster
 from fmstack.errors import InputError
 from fmstack.observability.health import Action, HealthEngine
 from fmstack.orchestration.policies import PendingJob, RunningJob, make_policy
+from fmstack.orchestration.policies.kueue import requeue_backoff_s
 from fmstack.perfmodel.failures import FailureModel, load_failure_model
 from fmstack.sim.accounting import close_segment, wall_to_finish_s
 from fmstack.sim.config import SimConfig
@@ -202,4 +203,5 @@ class SimState:
         self.preemptions += 1
         self._close(job, self.env.now_s, graceful=False, kind="preempted")
         job.epoch += 1
-        self._requeue(job, 0.0)
+        # an evicted workload is requeued with Kueue's backoff (60 s doubling, capped at 3,600 s)
+        self._requeue(job, requeue_backoff_s(job.restarts + 1))
