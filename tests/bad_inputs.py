@@ -7,6 +7,8 @@ Files named ``@bad:NAME`` are written by the test from ``BAD_FILES`` into a temp
 from __future__ import annotations
 
 BAD_FILES: dict[str, str] = {
+    "bad_trace.csv": "job_id,submit_s,num_gpus,duration_s\n1,0,8,600\n2,10,eight,600\n",
+    "huge_trace.csv": "job_id,submit_s,num_gpus,duration_s\n1,0,4096,600\n",
     "not_profile.json": '{"hello": 1}',
     "not_yaml.yaml": "kind: gpu\nentries: [ {name: X, \n",
     "unknown_field.yaml": "kind: gpu\nentries:\n  - name: X1\n    architecture: x\n    bf16_dense_tflops: 1\n"
@@ -172,4 +174,8 @@ BAD_ARGV += [
     ([*_EST8, "--instance", "p5.48xlarge", "--checkpoint-tier", "fsx-platinum"], "unknown storage tier"),
     ([*_EST8, "--instance", "p5.48xlarge", "--spares", "-1"], "spares: must be a non-negative"),
     ([*_EST8, "--instance", "p5.48xlarge", "--recovery", "teleport"], "'teleport' is not one of"),
+    (["simulate", "--nodes", "4", "--days", "1", "--trace", "@file:bad_trace.csv"], "bad_trace.csv line 3"),
+    (["simulate", "--nodes", "4", "--days", "1", "--trace", "@file:huge_trace.csv"], "larger than the fleet"),
+    (["simulate", "--nodes", "4", "--days", "1", "--policy", "lottery"], "unknown policy 'lottery'; allowed"),
+    (["simulate", "--nodes", "4", "--days", "1", "--recovery", "pray"], "unknown recovery mode"),
 ]
