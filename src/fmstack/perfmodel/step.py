@@ -90,8 +90,16 @@ def _largest_divisor_at_most(n: int, cap: int) -> int:
 
 
 def _comm(op: str, size_bytes: F, ranks: F, per_domain: F, cluster: Cluster) -> F:
+    shape = np.broadcast_shapes(np.shape(ranks), np.shape(size_bytes))
+    if np.size(ranks) == 1 and np.size(size_bytes) == 1 and np.size(per_domain) == 1:
+        # one row: the collectives' plain-float path gives the same numbers without NumPy's per-call overhead
+        n, size = int(np.ravel(ranks)[0]), float(np.ravel(size_bytes)[0])
+        if n <= 1 or size <= 0:
+            return np.zeros(shape)
+        one = GroupPlacement(num_ranks=n, ranks_per_domain=int(np.ravel(per_domain)[0]))
+        return np.full(shape, float(collective_time_s(op, size, one, cluster)))
     if not np.any(ranks > 1) or not np.any(size_bytes > 0):
-        return np.zeros(np.broadcast_shapes(np.shape(ranks), np.shape(size_bytes)))
+        return np.zeros(shape)
     out = collective_time_s(op, size_bytes, GroupPlacement(num_ranks=ranks, ranks_per_domain=per_domain), cluster)  # type: ignore[arg-type]
     return np.where(ranks > 1, np.asarray(out, dtype=np.float64), 0.0)
 
