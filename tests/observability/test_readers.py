@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from fmstack.observability.efa import scan_efa
 from fmstack.observability.lustre import LustreSource, parse_stats
 from fmstack.observability.sysfs import DictFs, OsFs
@@ -57,3 +59,18 @@ def test_lustre_source_prefers_debugfs_and_tolerates_absence(fixtures: Path) -> 
     fams = {f.name: f for f in LustreSource(debugfs).collect()}
     assert fams["lustre_read_bytes"].samples[0].value == 4
     assert list(LustreSource(DictFs({})).collect()) == []
+
+
+def test_read_dir_answers_like_listdir_then_read_text(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d/tx_bytes").write_text("123\n")
+    (tmp_path / "d/big").write_bytes(b"7" * 10_000)  # more than one 4 KiB read
+    (tmp_path / "d/sub").mkdir()
+    assert OsFs(tmp_path).read_dir("d") == [("big", b"7" * 10_000), ("sub", None), ("tx_bytes", b"123\n")]
+    fs = DictFs({"d/a": "1\n", "d/b": "2\n", "d/c": "3\n", "d/e/f": "4\n"})
+    fs.break_file("d/b")
+    fs.hide("d/c")
+    assert fs.read_dir("d") == [("a", "1\n"), ("b", None), ("e", None)]
+    for reader in (OsFs(tmp_path), fs):
+        with pytest.raises(OSError):
+            reader.read_dir("nope")

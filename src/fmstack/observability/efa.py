@@ -14,16 +14,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.samples import Sample
 
+from fmstack.observability.exposition import PrerenderedMetric, render_labels
 from fmstack.observability.sysfs import FileSystem
 
 BASE = "sys/class/infiniband"
-
-# 32 devices x 36 counters = 1,152 samples a scrape: build them with tuple.__new__ (half the cost of Sample(...),
-# whose generated __new__ adds a Python call); fields after the value (timestamp, exemplar, ...) are None.
-_new_tuple = tuple.__new__
-_PAD = (None,) * (len(Sample._fields) - 3)
 
 
 @dataclass(slots=True)
@@ -43,20 +38,26 @@ class EfaScan:
 
 
 def _read_counters(fs: FileSystem, path: str) -> tuple[dict[str, int], int]:
+    """One ``fs.read_dir`` for the directory (a listing and every file), not a listdir plus a read per file."""
     out: dict[str, int] = {}
     errors = 0
     try:
-        names = fs.listdir(path)
+        entries = fs.read_dir(path)
     except OSError:
         return out, 1
-    read, prefix = fs.read_text, path + "/"
-    for name in names:
+    for name, data in entries:
         if not (name.isascii() and name.isidentifier()):
             continue  # not a usable metric-name suffix
-        try:
-            out[name] = int(read(prefix + name))  # int() ignores the trailing newline
-        except (OSError, ValueError):
+        if data is None:
             errors += 1
+            continue
+        try:
+            out[name] = int(data)  # int() ignores the trailing newline
+        except ValueError:
+            try:  # bytes from the real filesystem: parse as read_text's decoded text would
+                out[name] = int(data.decode("utf-8", "replace")) if isinstance(data, bytes) else int(data)
+            except ValueError:
+                errors += 1
     return out, errors
 
 
@@ -93,6 +94,35 @@ def scan_efa(fs: FileSystem, base: str = BASE) -> EfaScan:
     return EfaScan(devices, errors)
 
 
+_MAX_CACHED = 4096
+"""Cached (device, port) prefix sets before the cache is dropped and rebuilt (a p5 has 32 devices)."""
+
+
+class _Heads(dict[str, tuple[str, dict[str, str]]]):
+    """counter -> (``<metric>{labels} ``, labels) for one series' label set; the key is the counter alone, and the
+    labels are this object's own, so a prefix can only ever carry the labels it was built from."""
+
+    def __init__(self, metric_prefix: str, labels: dict[str, str]) -> None:
+        super().__init__()
+        self.metric_prefix, self.labels, self.text = metric_prefix, labels, render_labels(labels)
+
+    def __missing__(self, counter: str) -> tuple[str, dict[str, str]]:
+        head = self[counter] = (f"{self.metric_prefix}{counter}{self.text} ", self.labels)
+        return head
+
+
+def _add_all(
+    families: dict[str, PrerenderedMetric], heads: _Heads, counters: dict[str, int], key_prefix: str, help_prefix: str
+) -> None:
+    for counter, value in counters.items():
+        key = key_prefix + counter
+        fam = families.get(key)
+        if fam is None:
+            fam = families[key] = PrerenderedMetric(heads.metric_prefix + counter, help_prefix + counter, "counter")
+        fam.heads.append(heads[counter])
+        fam.values.append(float(value))
+
+
 class EfaSource:
     """``node_amazonefa_*`` per device and port, the device count, and read errors since start."""
 
@@ -101,29 +131,31 @@ class EfaSource:
     def __init__(self, fs: FileSystem, hostname: str, expected_devices: int | None = None, base: str = BASE) -> None:
         self.fs, self.hostname, self.expected_devices, self.base = fs, hostname, expected_devices, base
         self.read_errors_total = 0
+        # Rendered ``name{device=..,port=..} `` prefixes per (device, port) and per device, kept across scrapes.
+        self._port_heads: dict[tuple[str, str], _Heads] = {}
+        self._device_heads: dict[str, _Heads] = {}
 
     def collect(self) -> Iterator[Metric]:
         scan = scan_efa(self.fs, self.base)
         self.read_errors_total += scan.read_errors
-        families: dict[str, Metric] = {}
+        families: dict[str, PrerenderedMetric] = {}
+        port_heads, device_heads = self._port_heads, self._device_heads
+        if len(port_heads) + len(device_heads) > _MAX_CACHED:  # device churn cannot grow it forever
+            port_heads.clear()
+            device_heads.clear()
         info = GaugeMetricFamily("node_amazonefa_info", "EFA device present", labels=["device"])
         for dev in scan.devices:
             info.add_metric([dev.name], 1.0)
             for port, counters in dev.ports.items():
-                labels = {"device": dev.name, "port": port}  # one dict shared by the port's samples
-                for counter, value in counters.items():
-                    fam = families.get(counter)
-                    if fam is None:
-                        metric = f"node_amazonefa_{counter}"
-                        fam = families[counter] = Metric(metric, f"EFA port counter {counter}", "counter")
-                    fam.samples.append(_new_tuple(Sample, (fam.name, labels, float(value), *_PAD)))
-            dev_labels = {"device": dev.name}
-            for counter, value in dev.device_counters.items():
-                fam = families.get("device_" + counter)
-                if fam is None:
-                    metric = f"node_amazonefa_device_{counter}"
-                    fam = families["device_" + counter] = Metric(metric, f"EFA device counter {counter}", "counter")
-                fam.samples.append(_new_tuple(Sample, (fam.name, dev_labels, float(value), *_PAD)))
+                heads = port_heads.get((dev.name, port))
+                if heads is None:
+                    heads = port_heads[dev.name, port] = _Heads("node_amazonefa_", {"device": dev.name, "port": port})
+                _add_all(families, heads, counters, "", "EFA port counter ")
+            if dev.device_counters:
+                heads = device_heads.get(dev.name)
+                if heads is None:
+                    heads = device_heads[dev.name] = _Heads("node_amazonefa_device_", {"device": dev.name})
+                _add_all(families, heads, dev.device_counters, "device_", "EFA device counter ")
         yield from families.values()
         yield info
         count = GaugeMetricFamily("fmstack_efa_device_count", "EFA devices found in this scrape", labels=["Hostname"])

@@ -10,8 +10,12 @@ Format: https://prometheus.io/docs/instrumenting/exposition_formats/ (text-based
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
+
+from prometheus_client.core import Metric
+from prometheus_client.samples import Sample
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -50,9 +54,47 @@ class LabelCache:
         if text is None:
             if len(self.entries) >= self.max_entries:
                 self.entries.clear()
-            text = "{" + ",".join(f'{k}="{_escape_label(v)}"' for k, v in key) + "}"
-            self.entries[key] = text
+            text = self.entries[key] = render_labels(labels)
         return text
+
+
+def render_labels(labels: dict[str, str]) -> str:
+    """``{k="v",...}`` in the dict's order, values escaped as the text format requires."""
+    return "{" + ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels.items()) + "}"
+
+
+class PrerenderedMetric(Metric):
+    """A family whose sample lines are ``prefix + value``: the source keeps each series' ``name{labels} `` prefix
+    across scrapes (built once with :class:`LabelCache`, keyed by the series' own label values) and only appends
+    values at scrape time. ``samples`` is built on demand for any other consumer; ``render_text`` writes the
+    prefixes directly. Invariant (checked by the tests against a reference rendering of ``samples``):
+    ``prefix == name + render(labels) + " "`` for every series.
+    """
+
+    def __init__(self, name: str, documentation: str, typ: str) -> None:
+        self.heads: list[tuple[str, dict[str, str]]] = []
+        """Per series: its rendered prefix and its labels."""
+        self.values: list[float] = []
+        super().__init__(name, documentation, typ)
+
+    @property
+    def samples(self) -> list[Sample]:
+        name = self.name
+        return self._extra + [
+            Sample(name, labels, value) for (_, labels), value in zip(self.heads, self.values, strict=True)
+        ]
+
+    @samples.setter
+    def samples(self, value: list[Sample]) -> None:
+        self._extra = value  # Metric.__init__ sets []; series added this way render after the generic rules
+
+    def add(self, head: tuple[str, dict[str, str]], value: float) -> None:
+        self.heads.append(head)
+        self.values.append(value)
+
+
+def _header(name: str, documentation: str, mtype: str) -> str:
+    return f"# HELP {name} {_escape_help(documentation)}\n# TYPE {name} {mtype}\n"
 
 
 def render_text(families: Iterable[Any], cache: LabelCache | None = None) -> bytes:
@@ -64,6 +106,23 @@ def render_text(families: Iterable[Any], cache: LabelCache | None = None) -> byt
     out: list[str] = []
     append = out.append
     for fam in families:
+        if type(fam) is PrerenderedMetric and not fam._extra:
+            values = fam.values
+            if not values:
+                continue
+            name = fam.name
+            append(_header(name, fam.documentation, _TYPES.get(fam.type, fam.type)))
+            if name.endswith("_created"):
+                continue  # as the generic path: a *_created sample is never written
+            if all(map(math.isfinite, values)):
+                append("".join([f"{head[0]}{value!r}\n" for head, value in zip(fam.heads, values, strict=True)]))
+            else:
+                append(
+                    "".join(
+                        [f"{head[0]}{format_value(value)}\n" for head, value in zip(fam.heads, values, strict=True)]
+                    )
+                )
+            continue
         samples = fam.samples
         if not samples:
             continue  # an empty family says nothing; its TYPE line could not be named right for counters
@@ -71,7 +130,7 @@ def render_text(families: Iterable[Any], cache: LabelCache | None = None) -> byt
         name = fam.name
         if fam.type == "counter" and samples[0].name == name + "_total":
             name += "_total"
-        append(f"# HELP {name} {_escape_help(fam.documentation)}\n# TYPE {name} {mtype}\n")
+        append(_header(name, fam.documentation, mtype))
         for s in samples:
             if s.name.endswith("_created"):
                 continue

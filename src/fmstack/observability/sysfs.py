@@ -1,6 +1,8 @@
 """A tiny filesystem seam for sysfs / procfs readers: the real one (:class:`OsFs`) and an in-memory one.
 
-Readers only list directories and read small text files, so the seam has two methods. :class:`DictFs` holds a
+Readers only list directories and read small text files, so the seam has three methods: ``listdir``,
+``read_text`` and ``read_dir`` (a directory's files and their contents at once: EFA reads 36 counter files per port,
+1,152 a scrape on a p5, and one call per directory keeps the per-file cost down). :class:`DictFs` holds a
 recorded tree in memory (loaded from a fixture directory) and can hide files or whole subtrees to play
 "a sysfs file vanished" (before or after it was listed) or "a device went away" in tests and benchmarks.
 """
@@ -8,6 +10,7 @@ recorded tree in memory (loaded from a fixture directory) and can hide files or 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -23,6 +26,12 @@ class FileSystem(Protocol):
         """A file's text; raises OSError if it does not exist or cannot be read."""
         ...
 
+    def read_dir(self, path: str) -> list[tuple[str, str | bytes | None]]:
+        """``(name, content)`` for every entry of a directory, sorted by name; content is None where the entry was
+        listed but could not be read (it vanished, or is a directory). Raises OSError if the directory is missing.
+        """
+        ...
+
 
 class OsFs:
     """The real filesystem under ``root`` (``/`` on a node; a fixture directory in tests)."""
@@ -36,6 +45,36 @@ class OsFs:
     def read_text(self, path: str) -> str:
         with open(self.root / path, encoding="utf-8", errors="replace") as fh:
             return fh.read()
+
+    def read_dir(self, path: str) -> list[tuple[str, str | bytes | None]]:
+        """One ``os.scandir`` and a raw ``os.open`` / ``os.read`` per file (no Path objects, no text-mode file
+        object): about a third of ``open().read()``'s cost for a sysfs attribute (at most one page)."""
+        directory = os.path.join(self.root, path)
+        with os.scandir(directory) as entries:
+            names = sorted(entry.name for entry in entries)
+        prefix = directory + "/"
+        out: list[tuple[str, str | bytes | None]] = []
+        for name in names:
+            try:
+                data: bytes | None = _read_bytes(prefix + name)
+            except OSError:
+                data = None  # vanished after listing, or not a file
+            out.append((name, data))
+        return out
+
+
+def _read_bytes(path: str, _open: Callable[..., int] = os.open, _read: Callable[[int, int], bytes] = os.read) -> bytes:
+    fd = _open(path, os.O_RDONLY)
+    try:
+        data = _read(fd, 4096)  # a sysfs attribute is at most a page: one read
+        if len(data) == 4096:  # a larger (non-sysfs) file: read the rest
+            chunks = [data]
+            while chunk := _read(fd, 65536):
+                chunks.append(chunk)
+            data = b"".join(chunks)
+        return data
+    finally:
+        os.close(fd)
 
 
 class DictFs:
@@ -76,8 +115,23 @@ class DictFs:
         path = path.strip("/")
         if path not in self._children or self._hidden(path):
             raise FileNotFoundError(path)
+        if not self._hidden_files and not self._hidden_prefixes:
+            return list(self._children[path])
         prefix = path + "/" if path else ""
         return [c for c in self._children[path] if not self._hidden(prefix + c)]
+
+    def read_dir(self, path: str) -> list[tuple[str, str | bytes | None]]:
+        """Same answers as ``listdir`` then ``read_text`` per name (hidden files unlisted, broken ones None)."""
+        names = self.listdir(path)
+        path = path.strip("/")
+        prefix = path + "/" if path else ""
+        files, broken = self.files, self._broken
+        out: list[tuple[str, str | bytes | None]] = []
+        for name in names:
+            full = prefix + name
+            text = files.get(full)
+            out.append((name, None if text is None or (broken and full in broken) else text))
+        return out
 
     def read_text(self, path: str) -> str:
         text = self.files.get(path)
