@@ -16,6 +16,7 @@ from fmstack.catalog.topology import build_cluster
 from fmstack.errors import InputError
 from fmstack.observability.health import Action, HealthEngine
 from fmstack.orchestration.policies import PendingJob, RunningJob, make_policy
+from fmstack.orchestration.policies.fifo import PendingQueue
 from fmstack.orchestration.policies.kueue import requeue_backoff_s
 from fmstack.perfmodel.failures import FailureModel, load_failure_model
 from fmstack.sim.accounting import close_segment, wall_to_finish_s
@@ -93,7 +94,7 @@ class SimState:
             self._admit_job(j)
         queues = tuple(sorted({j.queue for j in self.jobs.values()}))
         self.policy = make_policy(config.policy, self.gpn, queues)
-        self.pending: dict[int, PendingJob] = {}
+        self.pending = PendingQueue()
         self.running: dict[int, RunningJob] = {}
         self.node_jobs: dict[int, set[int]] = {}
         self.resets = [0] * len(self.fleet.state)
@@ -138,7 +139,7 @@ class SimState:
             return
         for _ in range(2):
             cap = _Capacity(self.fleet)
-            plan = self.policy.schedule(self.env.now_s, self.pending.values(), self.running.values(), cap,
+            plan = self.policy.schedule(self.env.now_s, self.pending, self.running.values(), cap,
                                         periodic=periodic)  # fmt: skip
             for jid in plan.starts:
                 self._start(self.jobs[jid], cap.allocs.pop(jid), startup_s=0.0 if self.jobs[jid].restarts == 0

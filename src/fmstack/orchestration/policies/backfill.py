@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -50,51 +51,88 @@ class BackfillParams:
 
 
 class Profile:
-    """Free GPUs as a step function of time: ``free[i]`` holds on ``[times[i], times[i + 1])`` (numpy arrays)."""
+    """Free GPUs as a step function of time: ``free[i]`` holds on ``[times[i], times[i + 1])``.
 
-    def __init__(self, now_s: float, free_now: int) -> None:
-        self.times = np.array([now_s], dtype=float)
-        self.free = np.array([free_now], dtype=np.int64)
+    Kept in numpy arrays with spare room, so a new breakpoint is an in-place shift (no reallocation); a
+    backfill cycle adds at most two breakpoints per tested job.
+    """
+
+    def __init__(self, now_s: float, free_now: int, *, room: int = 16) -> None:
+        self._t = np.empty(max(room, 2), dtype=float)
+        self._f = np.empty(max(room, 2), dtype=np.int64)
+        self._t[0] = now_s
+        self._f[0] = free_now
+        self._n = 1
+
+    @property
+    def times(self) -> np.ndarray[Any, np.dtype[np.float64]]:
+        return self._t[: self._n]
+
+    @property
+    def free(self) -> np.ndarray[Any, np.dtype[np.int64]]:
+        return self._f[: self._n]
+
+    @property
+    def free_now(self) -> int:
+        return int(self._f[0])
 
     @classmethod
-    def from_releases(cls, now_s: float, free_now: int, releases: dict[float, int]) -> Profile:
+    def from_releases(cls, now_s: float, free_now: int, releases: dict[float, int], *, room: int = 0) -> Profile:
         """The profile of running jobs that release ``releases[t]`` GPUs at time ``t`` (all after now)."""
-        prof = cls(now_s, free_now)
         ts = sorted(releases)
-        prof.times = np.array([now_s, *ts], dtype=float)
-        prof.free = free_now + np.concatenate(([0], np.cumsum([releases[t] for t in ts], dtype=np.int64)))
+        prof = cls(now_s, free_now, room=len(ts) + 1 + room)
+        n = len(ts) + 1
+        prof._t[1:n] = ts
+        prof._f[1:n] = np.cumsum([releases[t] for t in ts], dtype=np.int64)
+        prof._f[1:n] += free_now
+        prof._n = n
         return prof
 
     def _split(self, t: float) -> int:
-        i = int(np.searchsorted(self.times, t, side="right")) - 1
-        if self.times[i] == t:
+        n = self._n
+        tt = self._t
+        i = int(tt[:n].searchsorted(t, side="right")) - 1
+        if tt[i] == t:
             return i
-        self.times = np.insert(self.times, i + 1, t)
-        self.free = np.insert(self.free, i + 1, self.free[i])
+        if n == len(tt):
+            self._t = tt = np.concatenate((tt, np.empty(n, dtype=float)))
+            self._f = np.concatenate((self._f, np.empty(n, dtype=np.int64)))
+        ff = self._f
+        tt[i + 2 : n + 1] = tt[i + 1 : n]
+        ff[i + 2 : n + 1] = ff[i + 1 : n]
+        tt[i + 1] = t
+        ff[i + 1] = ff[i]
+        self._n = n + 1
         return i + 1
 
     def add(self, start_s: float, end_s: float, gpus: int) -> None:
         """Add ``gpus`` free GPUs on ``[start_s, end_s)`` (negative to take them); ``end_s`` may be inf."""
-        i = self._split(max(start_s, float(self.times[0])))
-        j = len(self.times) if math.isinf(end_s) else self._split(end_s)
-        self.free[i:j] += gpus
+        i = self._split(max(start_s, float(self._t[0])))
+        j = self._n if math.isinf(end_s) else self._split(end_s)
+        self._f[i:j] += gpus
 
     def earliest(self, need: int, duration_s: float) -> float:
         """Earliest time at which ``need`` GPUs stay free for ``duration_s`` (inf if never).
 
-        A window can only start where a run of enough free GPUs starts; it fits if that run lasts long enough.
+        A window can only start where a run of enough free GPUs starts (index 0, or just after a short step);
+        it fits if the run lasts long enough; the last run never ends.
         """
-        ok = self.free >= need
-        if not ok.any():
-            return math.inf
-        run_start = np.flatnonzero(ok & np.concatenate(([True], ~ok[:-1])))
-        bad = np.flatnonzero(~ok)
-        k = np.searchsorted(bad, run_start)
-        ends = np.full(len(run_start), math.inf)
-        has_end = k < len(bad)
-        ends[has_end] = self.times[bad[k[has_end]]]
-        fits = np.flatnonzero(ends - self.times[run_start] >= duration_s)
-        return float(self.times[run_start[fits[0]]]) if len(fits) else math.inf
+        n = self._n
+        tt = self._t
+        bad = np.flatnonzero(self._f[:n] < need)
+        if len(bad) == 0:
+            return float(tt[0])
+        b0 = int(bad[0])
+        if b0 > 0 and tt[b0] - tt[0] >= duration_s:
+            return float(tt[0])
+        if len(bad) > 1:
+            s = bad[:-1] + 1
+            e = bad[1:]
+            gap = np.flatnonzero((e > s) & (tt[e] - tt[s] >= duration_s))
+            if len(gap):
+                return float(tt[s[gap[0]]])
+        last = int(bad[-1]) + 1
+        return float(tt[last]) if last < n else math.inf
 
 
 def _ceil_to(t: float, res: float) -> float:
@@ -138,7 +176,9 @@ class BackfillPolicy:
         for r in running:
             end = max(_ceil_to(r.expected_end_s, res), first)
             releases[end] = releases.get(end, 0) + node_rounded_gpus(r.num_gpus, self.gpus_per_node)
-        profile = Profile.from_releases(now_s, capacity.free_gpus, releases)
+        profile = Profile.from_releases(
+            now_s, capacity.free_gpus, releases, room=2 * min(len(order), p.bf_max_job_test)
+        )
         horizon = math.floor((now_s + p.bf_window_s) / res) * res
         starts: list[int] = []
         reserved = 0
@@ -147,12 +187,21 @@ class BackfillPolicy:
         least_after = needs[:]
         for i in range(len(needs) - 2, -1, -1):
             least_after[i] = min(needs[i], least_after[i + 1])
+        # A job whose earliest start is after now and at or past the window neither starts nor reserves; the
+        # profile only shrinks during a cycle, so neither does any later job needing as many GPUs for as long.
+        sizes = sorted(set(needs))
+        size_ix = {g: k for k, g in enumerate(sizes)}
+        never_d = [math.inf] * len(sizes)
+        # never_d[k]: the shortest duration that failed so far for a size <= sizes[k]
         for i, job in enumerate(tested):
             # only starts now matter: once no remaining job fits now, later reservations change nothing
-            if int(profile.free[0]) < least_after[i]:
+            if profile.free_now < least_after[i]:
                 break
             need = needs[i]
             duration = max(res, _ceil_to(job.time_limit_s, res))
+            k = size_ix[need]
+            if never_d[k] <= duration:
+                continue
             t = profile.earliest(need, duration)
             if t <= now_s and capacity.try_start(job):
                 profile.add(now_s, now_s + duration, -need)
@@ -161,4 +210,8 @@ class BackfillPolicy:
                 t = max(t, now_s)
                 profile.add(t, t + duration, -need)
                 reserved += 1
+            elif t > now_s and t >= horizon:
+                for m in range(k, len(sizes)):
+                    if never_d[m] > duration:
+                        never_d[m] = duration
         return starts

@@ -6,15 +6,62 @@ no other job in that partition is scheduled" (Slurm doc/html/sched_config.shtml)
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from bisect import bisect_left
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 from fmstack.orchestration.policies.base import Capacity, PendingJob, Plan, RunningJob
 
 
-def priority_order(pending: Collection[PendingJob]) -> list[PendingJob]:
+def _key(j: PendingJob) -> tuple[float, float, int]:
+    return (-j.priority, j.submit_s, j.job_id)
+
+
+def priority_order(pending: Collection[PendingJob]) -> Sequence[PendingJob]:
     """Slurm's order among equals: priority (high first), then submit time, then job id."""
-    return sorted(pending, key=lambda j: (-j.priority, j.submit_s, j.job_id))
+    if isinstance(pending, PendingQueue):
+        return pending.ordered()
+    return sorted(pending, key=_key)
+
+
+class PendingQueue:
+    """Pending jobs by id, kept in :func:`priority_order` as they come and go (a binary search per change), so
+    a scheduling pass over hundreds of waiting jobs does not sort them again at every event."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[int, PendingJob] = {}
+        self._keys: list[tuple[float, float, int]] = []
+        self._order: list[PendingJob] = []
+
+    def __setitem__(self, job_id: int, job: PendingJob) -> None:
+        self.pop(job_id)
+        key = _key(job)
+        i = bisect_left(self._keys, key)
+        self._keys.insert(i, key)
+        self._order.insert(i, job)
+        self._jobs[job_id] = job
+
+    def pop(self, job_id: int, default: PendingJob | None = None) -> PendingJob | None:
+        job = self._jobs.pop(job_id, None)
+        if job is None:
+            return default
+        i = bisect_left(self._keys, _key(job))
+        del self._keys[i]
+        del self._order[i]
+        return job
+
+    def ordered(self) -> Sequence[PendingJob]:
+        """The jobs in priority order (a view: do not change it)."""
+        return self._order
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __iter__(self) -> Iterator[PendingJob]:
+        return iter(self._order)
+
+    def __contains__(self, job: object) -> bool:
+        return isinstance(job, PendingJob) and self._jobs.get(job.job_id) == job
 
 
 def start_in_order(order: Sequence[PendingJob], capacity: Capacity) -> list[int]:
