@@ -23,6 +23,7 @@ import platform
 import random
 import statistics
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -38,7 +39,7 @@ from fmstack.observability.exporter import Exporter
 from fmstack.observability.fake import FakeGpuBackend, RandomFaults, clone_efa_devices
 from fmstack.observability.gpu_source import GpuSource
 from fmstack.observability.lustre import LustreSource
-from fmstack.observability.sysfs import DictFs
+from fmstack.observability.sysfs import DictFs, FileSystem, OsFs
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests/observability/fixtures/p5-node"
@@ -58,16 +59,22 @@ class FlakyApp:
         return self.inner.collect()
 
 
-def build_node(seed: int) -> tuple[Exporter, FakeGpuBackend, DictFs, FlakyApp]:
+def node_files() -> dict[str, str]:
+    return clone_efa_devices(DictFs.from_tree(FIXTURE).files, "rdmap16s27", 32)
+
+
+def build_node(seed: int, efa_fs: FileSystem | None = None) -> tuple[Exporter, FakeGpuBackend, DictFs, FlakyApp]:
+    """The benchmark node; ``efa_fs`` replaces the in-memory tree for the EFA and Lustre sources (real files)."""
     gpu = FakeGpuBackend(num_gpus=8)
-    fs = DictFs(clone_efa_devices(DictFs.from_tree(FIXTURE).files, "rdmap16s27", 32))
+    fs = DictFs(node_files())
     rng = random.Random(seed)
     app = AppMetrics(job_id="bench", model_name="llama3.1-8b")
     for _ in range(200):
         app.record_step(step_time_s=rng.uniform(1.5, 2.5), tokens=1_048_576, loss=rng.uniform(2, 3), mfu=0.41)
         app.record_request(ttft_s=rng.uniform(0.05, 0.8), itl_s=[rng.uniform(0.01, 0.05) for _ in range(8)])
     flaky = FlakyApp(AppSource(app))
-    exp = Exporter([GpuSource(gpu, "bench-node", 8), EfaSource(fs, "bench-node", 32), LustreSource(fs), flaky])
+    sysfs: FileSystem = fs if efa_fs is None else efa_fs
+    exp = Exporter([GpuSource(gpu, "bench-node", 8), EfaSource(sysfs, "bench-node", 32), LustreSource(sysfs), flaky])
     return exp, gpu, fs, flaky
 
 
@@ -109,6 +116,19 @@ def time_scrapes(exp: Exporter, n: int) -> tuple[list[float], list[float]]:
         cpu.append(time.thread_time() - c)
         wall.append(time.perf_counter() - t)
     return sorted(wall), sorted(cpu)
+
+
+def time_real_files(n: int, seed: int) -> tuple[list[float], list[float]]:
+    """The same node with the EFA / Lustre tree written to real files (tmpfs where there is one) and read by
+    ``OsFs``: open/read/close system calls per counter file, as on a node (sysfs costs differ from tmpfs)."""
+    shm = Path("/dev/shm")
+    with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None) as tmp:
+        for rel, text in node_files().items():
+            path = Path(tmp) / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        exp, *_ = build_node(seed, efa_fs=OsFs(tmp))
+        return time_scrapes(exp, n)
 
 
 def fault_run(n: int, p: float, seed: int) -> tuple[int, int, dict[str, int], float]:
@@ -158,6 +178,7 @@ def main() -> int:
     ap.add_argument("--fault-scrapes", type=int, default=10_000)
     ap.add_argument("--fault-p", type=float, default=0.1)
     ap.add_argument("--http-scrapes", type=int, default=500)
+    ap.add_argument("--real-fs-scrapes", type=int, default=300, help="scrapes with the tree on real files (OsFs)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="write a Markdown result file here")
     args = ap.parse_args()
@@ -170,6 +191,7 @@ def main() -> int:
     base = time_baseline(baseline_registry(samples), args.scrapes)
     node, node_cpu = time_scrapes(exp, args.scrapes)
     b50, n50, n99 = statistics.median(base), statistics.median(node), percentile(node, 99)
+    real, real_cpu = time_real_files(args.real_fs_scrapes, args.seed)
     failed, source_errors, injected, fault_s = fault_run(args.fault_scrapes, args.fault_p, args.seed)
     http_failed = http_burst(args.http_scrapes, args.seed)
 
@@ -192,6 +214,9 @@ def main() -> int:
         f"| node scrape CPU time p50 / p99 | {statistics.median(node_cpu) * 1e3:.3f} / "
         f"{percentile(node_cpu, 99) * 1e3:.3f} ms |",
         f"| ratio node / baseline (p50) | {n50 / b50:.1f}x |",
+        f"| same node, EFA + Lustre tree on real files (OsFs, {args.real_fs_scrapes} scrapes): wall p50 / p99, "
+        f"CPU p50 | {statistics.median(real) * 1e3:.3f} / {percentile(real, 99) * 1e3:.3f} ms, "
+        f"{statistics.median(real_cpu) * 1e3:.3f} ms |",
         f"| fault scrapes | {args.fault_scrapes} at p={args.fault_p} per fault kind, {fault_s:.1f} s |",
         f"| faults injected | {', '.join(f'{k} {v}' for k, v in injected.items())} |",
         f"| source errors reported (as metrics) | {source_errors} |",
