@@ -111,6 +111,22 @@ class Profile:
         j = self._n if math.isinf(end_s) else self._split(end_s)
         self._f[i:j] += gpus
 
+    def startable(self, need: int, duration_s: float) -> bool:
+        """Whether ``need`` GPUs stay free from now for ``duration_s`` (:meth:`earliest` would return now)."""
+        n = self._n
+        rel = self._t[:n] - self._t[0]
+        return need <= int(self._f[: int(rel.searchsorted(duration_s))].min())
+
+    def last_startable(self, needs: np.ndarray[Any, Any], durations_s: np.ndarray[Any, Any], lo: int, hi: int) -> int:
+        """The largest ``j`` in ``lo..hi`` that is :meth:`startable` now, or ``lo - 1`` if none is."""
+        if hi < lo:
+            return lo - 1
+        n = self._n
+        rel = self._t[:n] - self._t[0]
+        low = np.minimum.accumulate(self._f[:n])
+        ok = np.flatnonzero(needs[lo : hi + 1] <= low[rel.searchsorted(durations_s[lo : hi + 1]) - 1])
+        return lo + int(ok[-1]) if len(ok) else lo - 1
+
     def earliest(self, need: int, duration_s: float) -> float:
         """Earliest time at which ``need`` GPUs stay free for ``duration_s`` (inf if never).
 
@@ -184,21 +200,26 @@ class BackfillPolicy:
         reserved = 0
         tested = list(order[: p.bf_max_job_test])
         needs = [node_rounded_gpus(j.num_gpus, self.gpus_per_node) for j in tested]
-        least_after = needs[:]
-        for i in range(len(needs) - 2, -1, -1):
-            least_after[i] = min(needs[i], least_after[i + 1])
-        # A job whose earliest start is after now and at or past the window neither starts nor reserves; the
-        # profile only shrinks during a cycle, so neither does any later job needing as many GPUs for as long.
+        durs = [max(res, _ceil_to(j.time_limit_s, res)) for j in tested]
+        needs_a, durs_a = np.array(needs, dtype=np.int64), np.array(durs, dtype=float)
+        # Only starts now matter, and the profile only shrinks during a cycle: once no remaining job could start
+        # now, later reservations change nothing. ``last`` is the last job that still could.
+        last = profile.last_startable(needs_a, durs_a, 0, len(tested) - 1)
+        # A job whose earliest start is after now and at or past the window neither starts nor reserves; nor
+        # does any later job needing as many GPUs for as long.
         sizes = sorted(set(needs))
         size_ix = {g: k for k, g in enumerate(sizes)}
         never_d = [math.inf] * len(sizes)
         # never_d[k]: the shortest duration that failed so far for a size <= sizes[k]
+        changed = False
         for i, job in enumerate(tested):
-            # only starts now matter: once no remaining job fits now, later reservations change nothing
-            if profile.free_now < least_after[i]:
+            if changed and last >= i and not profile.startable(needs[last], durs[last]):
+                last = profile.last_startable(needs_a, durs_a, i, last - 1)
+            changed = False
+            if i > last:
                 break
             need = needs[i]
-            duration = max(res, _ceil_to(job.time_limit_s, res))
+            duration = durs[i]
             k = size_ix[need]
             if never_d[k] <= duration:
                 continue
@@ -206,10 +227,12 @@ class BackfillPolicy:
             if t <= now_s and capacity.try_start(job):
                 profile.add(now_s, now_s + duration, -need)
                 starts.append(job.job_id)
+                changed = True
             elif t < horizon and (p.reserve_count == 0 or reserved < p.reserve_count):
                 t = max(t, now_s)
                 profile.add(t, t + duration, -need)
                 reserved += 1
+                changed = True
             elif t > now_s and t >= horizon:
                 for m in range(k, len(sizes)):
                     if never_d[m] > duration:
