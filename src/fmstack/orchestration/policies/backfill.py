@@ -232,7 +232,8 @@ class BackfillPolicy:
                 t = max(t, now_s)
                 profile.add(t, t + duration, -need)
                 reserved += 1
-                changed = True
+                # a reservation from t on cannot change what is free before now + durs[last]
+                changed = t - now_s < durs[last]
             elif t > now_s and t >= horizon:
                 for m in range(k, len(sizes)):
                     if never_d[m] > duration:
