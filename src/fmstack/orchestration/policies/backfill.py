@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from fmstack.errors import InputError
-from fmstack.orchestration.policies.base import Capacity, PendingJob, Plan, RunningJob, node_rounded_gpus
+from fmstack.orchestration.policies.base import Capacity, PendingJob, Plan, RunningJob
 from fmstack.orchestration.policies.fifo import priority_order, start_in_order
 
 
@@ -85,6 +85,24 @@ class Profile:
         prof._t[1:n] = ts
         prof._f[1:n] = np.cumsum([releases[t] for t in ts], dtype=np.int64)
         prof._f[1:n] += free_now
+        prof._n = n
+        return prof
+
+    @classmethod
+    def from_release_arrays(
+        cls,
+        now_s: float,
+        free_now: int,
+        times: np.ndarray[Any, Any],
+        released: np.ndarray[Any, Any],
+        *,
+        room: int = 0,
+    ) -> Profile:
+        """As :meth:`from_releases`, from sorted distinct release ``times`` and the GPUs ``released`` at each."""
+        n = len(times) + 1
+        prof = cls(now_s, free_now, room=n + room)
+        prof._t[1:n] = times
+        prof._f[1:n] = np.cumsum(released, dtype=np.int64) + free_now
         prof._n = n
         return prof
 
@@ -187,21 +205,33 @@ class BackfillPolicy:
         """One backfill cycle over jobs already in priority order; returns the ids started now."""
         p = self.params
         res = p.bf_resolution_s
-        releases: dict[float, int] = {}
         first = _ceil_to(now_s, res) + res
-        for r in running:
-            end = max(_ceil_to(r.expected_end_s, res), first)
-            releases[end] = releases.get(end, 0) + node_rounded_gpus(r.num_gpus, self.gpus_per_node)
-        profile = Profile.from_releases(
-            now_s, capacity.free_gpus, releases, room=2 * min(len(order), p.bf_max_job_test)
+        gpn = self.gpus_per_node
+        run = list(running)
+        nrun = len(run)
+        # the running jobs' releases, vectorised: max(ceil_to(start + limit), first), whole nodes, summed per time
+        ends = np.fromiter((r.start_s for r in run), float, nrun) + np.fromiter(
+            (r.time_limit_s for r in run), float, nrun
+        )
+        ends = np.maximum(np.ceil(ends / res) * res, first)
+        gpus = np.fromiter((r.num_gpus for r in run), np.int64, nrun)
+        gpus = np.where(gpus <= gpn, gpus, -(-gpus // gpn) * gpn)
+        times, where = np.unique(ends, return_inverse=True)
+        released = np.zeros(len(times), dtype=np.int64)
+        np.add.at(released, where, gpus)
+        profile = Profile.from_release_arrays(
+            now_s, capacity.free_gpus, times, released, room=2 * min(len(order), p.bf_max_job_test)
         )
         horizon = math.floor((now_s + p.bf_window_s) / res) * res
         starts: list[int] = []
         reserved = 0
         tested = list(order[: p.bf_max_job_test])
-        needs = [node_rounded_gpus(j.num_gpus, self.gpus_per_node) for j in tested]
-        durs = [max(res, _ceil_to(j.time_limit_s, res)) for j in tested]
-        needs_a, durs_a = np.array(needs, dtype=np.int64), np.array(durs, dtype=float)
+        m = len(tested)
+        needs_a = np.fromiter((j.num_gpus for j in tested), np.int64, m)
+        needs_a = np.where(needs_a <= gpn, needs_a, -(-needs_a // gpn) * gpn)
+        durs_a = np.maximum(res, np.ceil(np.fromiter((j.time_limit_s for j in tested), float, m) / res) * res)
+        needs: list[int] = needs_a.tolist()
+        durs: list[float] = durs_a.tolist()
         # Only starts now matter, and the profile only shrinks during a cycle: once no remaining job could start
         # now, later reservations change nothing. ``last`` is the last job that still could.
         last = profile.last_startable(needs_a, durs_a, 0, len(tested) - 1)
