@@ -60,10 +60,14 @@ def step_gemms(cfg: GPTConfig, micro_batch: int) -> list[tuple[GemmShape, int]]:
     out.append((GemmShape(m=n_tok, n=d, k=v, label="head dX"), 1))
     out.append((GemmShape(m=v, n=d, k=n_tok, label="head dW"), 1))
     t = cfg.seq_len
-    per_attention = micro_batch * cfg.n_heads * cfg.n_layers
-    # forward: Q K^T and P V; backward: two GEMMs of the same size for each (dQ, dK and dP, dV)
-    out.append((GemmShape(m=t, n=t, k=hd, label="attn QK^T"), 3 * per_attention))
-    out.append((GemmShape(m=t, n=hd, k=t, label="attn PV"), 3 * per_attention))
+    rows = micro_batch * cfg.n_heads * t
+    # scaled_dot_product_attention is one kernel over all (sequence, head) pairs, so its matmuls are priced as one
+    # GEMM of the batched FLOPs (rows = batch x heads x T), not as batch x heads small GEMMs: on an H100 the per-head
+    # pricing put a T x T x 64 GEMM at ~10 TFLOP/s (launch-bound when timed alone) and over-predicted the step by 55 %
+    # (benchmarks/results/gpu-h100-2026-11-23.md). Forward: Q K^T and P V; backward: two GEMMs of the same size each
+    # (dQ, dK and dP, dV). Causal masking is not subtracted (full T x T), as before.
+    out.append((GemmShape(m=rows, n=t, k=hd, label="attn QK^T"), 3 * cfg.n_layers))
+    out.append((GemmShape(m=rows, n=hd, k=t, label="attn PV"), 3 * cfg.n_layers))
     return out
 
 
