@@ -58,6 +58,9 @@ class TrainConfig:
     """Overlap data-parallel gradient reduction / FSDP gathers with compute."""
     overlap_tp: bool = False
     """Overlap tensor-parallel collectives with GEMMs (Transformer Engine userbuffers)."""
+    overlap_ep: bool = False
+    """Overlap the expert-parallel all-to-all of one micro-batch with the compute of another (Megatron-Core
+    ``--overlap-moe-expert-parallel-comm`` with ``--delay-wgrad-compute``, v0.14)."""
     flash_attention: bool = True
     """Fused attention (FlashAttention): causal blocks skipped, no s^2 activations stored."""
     grad_bytes: int = 4

@@ -141,7 +141,9 @@ def case_config(row: dict[str, str], model: ModelArch, assumptions: list[str]) -
         micro_batch=mb, global_batch=gb, seq_len=seq, precision=precision,  # type: ignore[arg-type]
         recompute=recompute,  # type: ignore[arg-type]
         sharding=sharding,  # type: ignore[arg-type]
-        overlap_dp=year >= 2023, overlap_tp="AsyncTP" in notes, flash_attention=year >= 2023,
+        grad_bytes=2 if "grad_reduce_in_fp32=False" in notes else 4,
+        overlap_dp=year >= 2023, overlap_tp="AsyncTP" in notes, overlap_ep="moe_a2a_overlap=True" in notes,
+        flash_attention=year >= 2023,
     )  # fmt: skip
 
 
