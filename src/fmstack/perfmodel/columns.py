@@ -82,7 +82,8 @@ class Columns:
         )
 
     def take(self, index: NDArray[np.int64]) -> Columns:
-        return Columns(*(None if (v := getattr(self, f.name)) is None else v[index] for f in fields(self)))
+        taken: dict[str, F | None] = {f.name: getattr(self, f.name) for f in fields(self)}
+        return Columns(**{k: None if v is None else v[index] for k, v in taken.items()})  # type: ignore[arg-type]
 
 
 def columns_from_configs(configs: Sequence[TrainConfig]) -> Columns:

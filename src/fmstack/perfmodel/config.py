@@ -193,4 +193,6 @@ def describe_config(c: TrainConfig) -> str:
     parts += [f"mb{c.micro_batch}", f"gb{c.global_batch}", c.precision, c.recompute, c.sharding]
     if c.sequence_parallel:
         parts.append("sp")
+    if c.overlap_ep:
+        parts.append("ep-overlap")
     return " ".join(parts)
