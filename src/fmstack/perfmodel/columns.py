@@ -8,7 +8,7 @@ vectorised step model, so the two paths give the same numbers by construction.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 from numpy.typing import NDArray
@@ -46,6 +46,8 @@ class Columns:
     flash: F
     grad_bytes: F
     reduce_bytes: F
+    overlap_ep: F | None = field(default=None)
+    """1 where the EP all-to-all overlaps another micro-batch's compute; None (the planner's columns) = all 0."""
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -76,10 +78,12 @@ class Columns:
             flash_attention=bool(self.flash[i]),
             grad_bytes=int(self.grad_bytes[i]),
             reduce_bytes=int(self.reduce_bytes[i]),
+            overlap_ep=bool(self.overlap_ep[i]) if self.overlap_ep is not None else False,
         )
 
     def take(self, index: NDArray[np.int64]) -> Columns:
-        return Columns(*(getattr(self, f.name)[index] for f in fields(self)))
+        taken: dict[str, F | None] = {f.name: getattr(self, f.name) for f in fields(self)}
+        return Columns(**{k: None if v is None else v[index] for k, v in taken.items()})  # type: ignore[arg-type]
 
 
 def columns_from_configs(configs: Sequence[TrainConfig]) -> Columns:
@@ -109,4 +113,5 @@ def columns_from_configs(configs: Sequence[TrainConfig]) -> Columns:
         flash=col([float(c.flash_attention) for c in configs]),
         grad_bytes=col([c.grad_bytes for c in configs]),
         reduce_bytes=col([c.reduce_bytes for c in configs]),
+        overlap_ep=col([float(c.overlap_ep) for c in configs]),
     )

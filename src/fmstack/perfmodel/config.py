@@ -58,6 +58,9 @@ class TrainConfig:
     """Overlap data-parallel gradient reduction / FSDP gathers with compute."""
     overlap_tp: bool = False
     """Overlap tensor-parallel collectives with GEMMs (Transformer Engine userbuffers)."""
+    overlap_ep: bool = False
+    """Overlap the expert-parallel all-to-all of one micro-batch with the compute of another (Megatron-Core
+    ``--overlap-moe-expert-parallel-comm`` with ``--delay-wgrad-compute``, v0.14)."""
     flash_attention: bool = True
     """Fused attention (FlashAttention): causal blocks skipped, no s^2 activations stored."""
     grad_bytes: int = 4
@@ -190,4 +193,6 @@ def describe_config(c: TrainConfig) -> str:
     parts += [f"mb{c.micro_batch}", f"gb{c.global_batch}", c.precision, c.recompute, c.sharding]
     if c.sequence_parallel:
         parts.append("sp")
+    if c.overlap_ep:
+        parts.append("ep-overlap")
     return " ".join(parts)

@@ -169,7 +169,10 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns) -
     a2a_bytes = tokens_mb / t * mc.top_k * h * 2.0
     ep_one = _comm("all_to_all", a2a_bytes, ep, ep_pd, cluster)  # nccl-tests size: bytes each rank sends
     ep_link = (mc.moe_layers / mc.layers * stage_layers) * 2.0 * ep_one * (2.0 + np.where(c.recompute == 2, 1.0, 0.0))
-    ep_exposed = ep_link
+    # with EP overlap one micro-batch's all-to-alls run while another micro-batch computes (forward of
+    # micro-batch i + 1 beside the backward of i): only the excess over that compute is exposed
+    overlap_ep = c.overlap_ep if c.overlap_ep is not None else np.zeros_like(ep)
+    ep_exposed = np.where(overlap_ep > 0, np.maximum(0.0, ep_link - (3.0 * fwd_compute + recompute)), ep_link)
 
     # pipeline point-to-point: activations to the next stage, gradients back
     pp_stride = t * cp * c.dp
@@ -290,16 +293,24 @@ def _gemm_eff_bf16(eff: Efficiency, flops_per_call: F) -> F:
 
 
 def _elementwise_bytes_per_token_layer(mc: ModelConsts, c: Columns) -> F:
-    """HBM bytes per token per layer (forward) of norms, residual adds, activation function, dropout, casts."""
+    """HBM bytes per token per layer (forward, averaged over dense and MoE layers) of norms, residual adds,
+    activation function, dropout, FP8 casts and the MoE router, permutations and weighted combine."""
     h = mc.h
     split = np.where(c.sp > 0, c.tp, 1.0)
+    moe = mc.moe_layers / mc.layers  # fraction of layers that are MoE
+    units = mc.top_k + mc.shared_experts  # expert MLPs each token passes through on an MoE layer
     norms = 2.0 * (2.0 * h + 2.0 * h)  # read and write h in 2 B, two norms
     residual = 2.0 * 3.0 * 2.0 * h  # read two, write one
     dropout = (2.0 * (2.0 * h + 2.0 * h + h)) if mc.dropout else 0.0
-    act_width = mc.ffn if mc.moe_layers == 0 else mc.top_k * mc.expert_ffn
-    act = (6.0 if mc.swiglu else 4.0) * act_width / c.tp
+    glu = 6.0 if mc.swiglu else 4.0
+    act = glu * ((1.0 - moe) * mc.ffn + moe * units * mc.expert_ffn) / c.tp
     softmax = np.where(c.flash > 0, 0.0, mc.heads * c.seq * (6.0 + (5.0 if mc.dropout else 0.0)) / c.tp)
-    fp8_casts = np.where(c.precision == PRECISION_CODE["fp8"], 3.0 * (4.0 * h + mc.ffn) / c.tp, 0.0)
-    # MoE: permute tokens into expert order and back (read + write each), averaged over all layers
-    permute = (mc.moe_layers / mc.layers) * 4.0 * mc.top_k * h * 2.0 / c.tp
+    # FP8: 3 B per element of every GEMM input (amax, cast); on MoE layers the inputs of every routed copy
+    gemm_inputs = (1.0 - moe) * (4.0 * h + mc.ffn) + moe * (2.0 * h + units * (h + mc.expert_ffn))
+    fp8_casts = np.where(c.precision == PRECISION_CODE["fp8"], 3.0 * gemm_inputs / c.tp, 0.0)
+    # MoE (Megatron-Core all-to-all dispatcher): permute into expert order (read + write top_k copies of h in
+    # 2 B), sort received chunks by local expert and back (only with several local experts), unpermute with
+    # the router weights (read top_k copies, write one); router softmax / top-k over E fp32 logits
+    several_local = np.where(mc.experts / np.maximum(c.ep, 1.0) > 1.0, 1.0, 0.0)
+    permute = moe * (mc.top_k * h * 2.0 * (2.0 + 4.0 * several_local + 1.0) + 2.0 * h + 12.0 * mc.experts) / c.tp
     return np.asarray((norms + residual + dropout) / split + act + softmax + fp8_casts + permute, dtype=np.float64)

