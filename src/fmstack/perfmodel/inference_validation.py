@@ -34,7 +34,8 @@ ACCEPT_WORST_PCT = 35.0
 MODEL_NAMES = {
     "Llama 3.1 8B Instruct": "llama3.1-8b", "Llama 3.3 70B Instruct": "llama3.1-70b",
     "Llama 3.1 405B Instruct": "llama3.1-405b", "Qwen3-235B-A22B (MoE)": "qwen3-235b-a22b",
-    "LLaMA 70B (Llama 2)": "llama2-70b", "Llama 3 8B": "llama3-8b", "Llama 3 70B": "llama3-70b",
+    "LLaMA 70B (Llama 2)": "llama2-70b", "LLaMA 7B (Llama 2)": "llama2-7b",
+    "Llama 3 8B": "llama3-8b", "Llama 3 70B": "llama3-70b",
     "DeepSeek-R1 (MoE)": "deepseek-v3", "DeepSeek-R1-0528 (MoE)": "deepseek-v3",
 }  # fmt: skip
 """Published names -> zoo names (Llama 3.3 70B has Llama 3.1 70B's architecture, DeepSeek-R1 DeepSeek-V3's)."""
