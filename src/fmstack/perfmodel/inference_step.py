@@ -74,7 +74,10 @@ class Deployment:
         if self.ep > 1 and (self.model.moe is None or self.tp % self.ep or self.model.moe.num_experts % self.ep):
             raise InputError("ep", f"ep({self.ep}) needs an MoE model, must divide tp({self.tp}) and the experts")
         if self.attention_dp and (self.model.moe is None or self.ep != self.tp):
-            raise InputError("attention-dp", f"attention data parallelism needs an MoE model and ep == tp, got ep({self.ep}) tp({self.tp})")
+            raise InputError(
+                "attention-dp",
+                f"attention data parallelism needs an MoE model and ep == tp, got ep({self.ep}) tp({self.tp})",
+            )
         self.peak_linear_flops()  # the GPU must have the precision
 
     @property
