@@ -290,7 +290,7 @@ def inference_validation(cat: Any) -> tuple[list[Any], dict[str, Any]]:
     checks = validate_inference(cat)
     med, worst, n = summary(checks)
     data = {"cases": [asdict(c) for c in checks], "median_abs_error_pct": med, "worst_abs_error_pct": worst,
-            "compared_in_scope": n, "not_expressible": sum(1 for c in checks if c.predicted is None)}  # fmt: skip
+            "compared_in_scope": n, "compared": n, "not_expressible": sum(1 for c in checks if c.predicted is None)}  # fmt: skip
     return checks, data
 
 
@@ -298,7 +298,7 @@ def render_inference_validation(checks: list[Any]) -> None:
     from fmstack.perfmodel.inference_validation import summary
 
     out = console()
-    table = Table("id", "model", "system", "metric", "measured", "predicted", "error", "in scope", "config / why not",
+    table = Table("id", "model", "system", "metric", "measured", "predicted", "error", "counted", "config / why not",
                   title="inference: predicted vs published", title_justify="left")  # fmt: skip
     for c in checks:
         measured = "-" if c.measured is None else f"{c.measured:g}"
@@ -308,4 +308,6 @@ def render_inference_validation(checks: list[Any]) -> None:
         table.add_row(c.id, c.model, c.system, c.metric, measured, pred, err, "yes" if c.in_scope else "no", note)
     out.print(table)
     med, worst, n = summary(checks)
-    out.print(f"inference in scope: {n} cases, median |error| {med:.1f} %, worst {worst:.1f} %")
+    n_out = sum(1 for c in checks if c.predicted is None)
+    out.print(f"inference: {n} cases predicted, median |error| {med:.1f} %, worst {worst:.1f} % "
+              f"(acceptance <= 15 % / <= 35 %); {n_out} not expressible")  # fmt: skip

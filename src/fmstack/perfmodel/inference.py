@@ -69,6 +69,11 @@ class ServeConfig:
     max_num_tokens: int = DEFAULT_MAX_NUM_TOKENS
     kv_memory_fraction: float = DEFAULT_KV_MEMORY_FRACTION
     """Share of the memory left after weights that the KV pool takes (lower when a trainer shares the GPUs)."""
+    attention_dp: bool = False
+    """MoE only: attention and the other non-expert layers data-parallel over the ``tp`` GPUs, experts split by
+    ``ep == tp`` (TensorRT-LLM ``enable_attention_dp``, SGLang ``--enable-dp-attention``)."""
+    gqa_kv_sharing: bool = True
+    """False: decode attention reads each KV head once per query head (TensorRT-LLM before v0.7)."""
 
     @property
     def kv(self) -> str:
@@ -112,14 +117,15 @@ def deployment(
 ) -> Deployment:
     return Deployment(
         model=model, cluster=cluster, efficiency=efficiency or default_efficiency(cluster.gpu), tp=cfg.tp,
-        pp=cfg.pp, ep=cfg.ep, precision=cfg.precision, kv_dtype=cfg.kv,
+        pp=cfg.pp, ep=cfg.ep, precision=cfg.precision, kv_dtype=cfg.kv, attention_dp=cfg.attention_dp,
+        gqa_kv_sharing=cfg.gqa_kv_sharing,
     )  # fmt: skip
 
 
 def memory_of(d: Deployment, kv_memory_fraction: float = DEFAULT_KV_MEMORY_FRACTION) -> ServeMemory:
     return serve_memory(
         d.model, d.mc, hbm_gib=d.cluster.gpu.hbm_gib, tp=d.tp, pp=d.pp, precision=d.precision, kv_dtype=d.kv_dtype,
-        kv_memory_fraction=kv_memory_fraction,
+        kv_memory_fraction=kv_memory_fraction, attention_dp=d.attention_dp,
     )  # fmt: skip
 
 

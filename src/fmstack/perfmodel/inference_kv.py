@@ -88,8 +88,13 @@ class ServeMemory:
         return int(self.kv_tokens // (blocks * self.block_tokens))
 
 
-def weight_bytes_per_gpu(mc: ModelConsts, precision: str, tp: int, pp: int) -> float:
-    """Linear-layer weights in ``precision``; embedding and LM head kept in bf16 (ModelOpt's default)."""
+def weight_bytes_per_gpu(mc: ModelConsts, precision: str, tp: int, pp: int, attention_dp: bool = False) -> float:
+    """Linear-layer weights in ``precision``; embedding and LM head kept in bf16 (ModelOpt's default).
+    Under attention data parallelism the non-expert layers and the embeddings are replicated on every GPU and
+    only the routed experts are split (over ``ep == tp``)."""
+    if attention_dp:
+        full = mc.params_layers_nonexpert * WEIGHT_BYTES[precision] + mc.params_embedding * 2.0
+        return (full + mc.params_expert * WEIGHT_BYTES[precision] / tp) / pp
     layers = mc.params_total - mc.params_embedding
     return (layers * WEIGHT_BYTES[precision] + mc.params_embedding * 2.0) / (tp * pp)
 
@@ -106,12 +111,15 @@ def serve_memory(
     block_tokens: int = DEFAULT_BLOCK_TOKENS,
     kv_memory_fraction: float = DEFAULT_KV_MEMORY_FRACTION,
     reserve_gib: float = DEFAULT_RESERVE_GIB,
+    attention_dp: bool = False,
 ) -> ServeMemory:
-    """Weights, reserve and KV pool per GPU; the pool's capacity in tokens (paged blocks)."""
-    weights = weight_bytes_per_gpu(mc, precision, tp, pp) / GIB
+    """Weights, reserve and KV pool per GPU; the pool's capacity in tokens (paged blocks). Under attention
+    data parallelism each of the ``tp`` GPUs caches whole tokens of its own sequences, so the replica holds
+    ``tp`` times one GPU's tokens."""
+    weights = weight_bytes_per_gpu(mc, precision, tp, pp, attention_dp) / GIB
     pool = max(0.0, hbm_gib - weights - reserve_gib) * kv_memory_fraction
-    per_tok = kv_bytes_per_token(model, KV_BYTES[kv_dtype]) / kv_split(model, tp) / pp
-    tokens = int(pool * GIB // per_tok) // block_tokens * block_tokens
+    per_tok = kv_bytes_per_token(model, KV_BYTES[kv_dtype]) / kv_split(model, 1 if attention_dp else tp) / pp
+    tokens = int(pool * GIB // per_tok) // block_tokens * block_tokens * (tp if attention_dp else 1)
     return ServeMemory(
         weights_gib=weights,
         reserve_gib=reserve_gib,

@@ -54,6 +54,12 @@ class Deployment:
     """Expert parallel degree inside the TP group (MoE); 1 = experts split by TP."""
     precision: str = "bf16"
     kv_dtype: str = "bf16"
+    attention_dp: bool = False
+    """Attention and the other non-expert layers data-parallel over the ``tp`` GPUs (each runs its own
+    sequences, holds their KV cache and a full copy of the non-expert weights); experts split by ``ep == tp``."""
+    gqa_kv_sharing: bool = True
+    """Decode attention reads each KV head once for its whole query-head group (False: once per query head,
+    as TensorRT-LLM's masked-MHA kernel before v0.7 did)."""
     mc: ModelConsts = field(init=False)
     comm_tables: dict[str, tuple[F, F]] = field(init=False)
     """log10(bytes) -> log10(seconds) of the TP all-reduce and EP all-to-all, tabulated once per deployment."""
@@ -67,11 +73,21 @@ class Deployment:
             raise InputError("kv_dtype", f"{self.kv_dtype!r} unknown; allowed: {', '.join(KV_BYTES)}")
         if self.ep > 1 and (self.model.moe is None or self.tp % self.ep or self.model.moe.num_experts % self.ep):
             raise InputError("ep", f"ep({self.ep}) needs an MoE model, must divide tp({self.tp}) and the experts")
+        if self.attention_dp and (self.model.moe is None or self.ep != self.tp):
+            raise InputError(
+                "attention-dp",
+                f"attention data parallelism needs an MoE model and ep == tp, got ep({self.ep}) tp({self.tp})",
+            )
         self.peak_linear_flops()  # the GPU must have the precision
 
     @property
     def num_gpus(self) -> int:
         return self.tp * self.pp
+
+    @property
+    def attn_split(self) -> int:
+        """Ways the non-expert layers are split by tensor parallelism (1 under attention data parallelism)."""
+        return 1 if self.attention_dp else self.tp
 
     def peak_linear_flops(self) -> float:
         return self.cluster.gpu.peak_tflops(self.precision) * 1e12
@@ -108,6 +124,30 @@ class StepParts:
             "pp_send_recv": self.pp_comm_s,
             "overhead": self.overhead_s,
         }
+
+
+def decode_core_per_ctx(d: Deployment) -> float:
+    """Decode attention FLOPs per GPU, per layer, per (token, cached token). MHA/GQA: the prefill core's
+    (``4 * heads * head_dim`` split over TP). MLA decodes in the weight-absorbed form (DeepSeek-V2, arXiv
+    2405.04434, sec. 2.1.2; TensorRT-LLM's DeepSeek-R1 throughput blog, 'Weights absorb and MQA'): every
+    query head scores the cached latent plus its RoPE key (``kv_lora_rank + qk_rope_head_dim``) and sums the
+    latent (``kv_lora_rank``): ``2 * heads * (2 * kv_lora_rank + qk_rope_head_dim)``."""
+    m, mc = d.model, d.mc
+    if m.mla is None:
+        return mc.fwd_core_per_token_per_ctx / mc.layers / d.tp
+    return 2.0 * m.num_heads * (2.0 * m.mla.kv_lora_rank + m.mla.qk_rope_head_dim) / d.tp
+
+
+def kv_read_factor(d: Deployment) -> float:
+    """Bytes decode attention reads per byte of cached KV on a GPU: 1 when a KV head is read once for its
+    query-head group; the query heads per KV head on the GPU when each query head reads it again (pre-v0.7
+    TensorRT-LLM masked MHA: one thread block per query head; MQA/GQA optimisation in v0.7, CHANGELOG)."""
+    m = d.model
+    if d.gqa_kv_sharing or m.mla is not None:
+        return 1.0
+    heads_gpu = m.num_heads / d.attn_split
+    kv_heads_gpu = m.num_kv_heads / kv_split(m, d.attn_split)
+    return heads_gpu / kv_heads_gpu
 
 
 def _f(x: ArrayLike) -> F:
@@ -167,12 +207,15 @@ def step_time(
     moe_frac = mc.moe_layers / mc.layers
     tok = (b + p) / pp  # tokens of one micro-batch
     head_tok = (b + p_seqs) / pp
+    # attention DP: each GPU runs 1/tp of the tokens through full non-expert layers (same FLOPs per GPU as TP)
+    ta = float(d.attn_split)
+    dp = tp / ta
 
     # linear layers: FLOPs per stage per micro-batch; weights read once per micro-batch
     dense_lin = (mc.fwd_linear_per_token - mc.fwd_head_per_token - mc.fwd_expert_per_token) / mc.layers
     expert_lin = mc.fwd_expert_per_token / mc.layers
     flops = tok * layers * (dense_lin + expert_lin) / tp + head_tok * mc.fwd_head_per_token / tp
-    call = 2.0 * np.maximum(tok, 1.0) * mc.h * max(mc.ffn, mc.q_width) / tp
+    call = 2.0 * np.maximum(tok / dp, 1.0) * mc.h * max(mc.ffn, mc.q_width) / ta
     gemm = flops / (peak * eff.gemm_at(d.precision, call))
     wbytes = WEIGHT_BYTES[d.precision]
     expert_params_layer = mc.params_expert / max(mc.moe_layers, 1.0)
@@ -181,29 +224,30 @@ def step_time(
     share = mc.top_k / mc.experts if mc.experts > 0 else 1.0
     touched = 1.0 - (1.0 - share) ** np.maximum(tok, 0.0)
     head_params = mc.vocab * mc.h
-    w_read = layers * (dense_params_layer + moe_frac * expert_params_layer * touched) * wbytes / tp + (
-        head_params * 2.0 / tp if d.pp == 1 else head_params * 2.0 / tp / pp
+    w_read = layers * (dense_params_layer / ta + moe_frac * expert_params_layer * touched / tp) * wbytes + (
+        head_params * 2.0 / ta if d.pp == 1 else head_params * 2.0 / ta / pp
     )
     weights = w_read / hbm
     linear_compute = gemm >= weights
 
     # attention: decode reads the KV cache, prefill is causal FLOPs
     core = mc.fwd_core_per_token_per_ctx / mc.layers * layers / tp
-    kv_tok = kv_bytes_per_token(d.model, KV_BYTES[d.kv_dtype]) / mc.layers * layers / kv_split(d.model, d.tp)
-    dec_flops = (b / pp) * ctx * core
-    dec_bytes = (b / pp) * ctx * kv_tok + tok * kv_tok  # read the cache, write the new tokens' K and V
+    kv_tok = kv_bytes_per_token(d.model, KV_BYTES[d.kv_dtype]) / mc.layers * layers / kv_split(d.model, d.attn_split)
+    kv_read = kv_tok * kv_read_factor(d)
+    dec_flops = (b / pp) * ctx * decode_core_per_ctx(d) * layers
+    dec_bytes = (b / pp / dp) * ctx * kv_read + tok / dp * kv_tok  # read the cache, write the new tokens' K and V
     dec_compute = dec_flops / peak_attn
     dec_mem = dec_bytes / hbm
     pre_attn = (p_ctx / pp) * core / peak_attn
 
     # norms, residual adds, activation function: replicated over TP except the MLP activation
     act_width = mc.ffn if mc.experts == 0 else (mc.top_k + mc.shared_experts) * mc.expert_ffn
-    elem_bytes = 8.0 * mc.h + 12.0 * mc.h + 6.0 * act_width / tp
+    elem_bytes = (8.0 * mc.h + 12.0 * mc.h) / dp + 6.0 * act_width / tp
     elementwise = tok * layers * elem_bytes / hbm
 
     gpd = d.cluster.gpus_per_domain
     act = tok * mc.h * ACT_BYTES
-    n_ar = 2.0 * layers - (layers * moe_frac if d.ep > 1 else 0.0)
+    n_ar = 0.0 if d.attention_dp else 2.0 * layers - (layers * moe_frac if d.ep > 1 else 0.0)
     tp_comm = n_ar * _comm_lookup(d, "all_reduce", act)
     ep_comm = np.zeros_like(tok)
     if d.ep > 1:
