@@ -101,6 +101,9 @@ def resolve_nodes(nodes: int | None, gpus: int | None, gpus_per_node: int) -> in
 @click.option("--sharding", type=_choice(SHARDING_CHOICES), default=None, help="ZeRO / FSDP sharding [zero1].")
 @click.option("--overlap-dp/--no-overlap-dp", default=None, help="Overlap DP communication [on].")
 @click.option("--overlap-tp/--no-overlap-tp", default=None, help="Overlap TP communication [off].")
+@click.option(
+    "--overlap-ep/--no-overlap-ep", default=None, help="Overlap the MoE all-to-all with another micro-batch [off]."
+)
 @click.option("--flash/--no-flash", "flash_attention", default=None, help="Fused attention [on].")
 @click.option(
     "--tokens", type=float, default=None, help="Token budget: time to train it with checkpoints and failures."

@@ -40,6 +40,11 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
             "moe": {"median_abs_error_pct": moe[0], "worst_abs_error_pct": moe[1], "compared": moe[2]},
             "not_expressible": sum(1 for c in training if c.not_expressible),
         }
+        kept = summary(training, without_misses=True)
+        result["training"]["without_known_misses"] = {
+            "median_abs_error_pct": kept[0], "worst_abs_error_pct": kept[1], "compared": kept[2],
+            "known_misses": [c.id for c in training if c.miss_reason],
+        }  # fmt: skip
     if only in (None, "collectives"):
         collectives = _collective_checks(cat)
         result["collectives"] = {"cases": [asdict(c) for c in collectives]}
@@ -60,12 +65,18 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
                 table.add_row(c.id, c.model, str(c.num_gpus), c.metric, f"{c.measured:g}", "-", "-",
                               f"[yellow]not expressible: {c.not_expressible}")  # fmt: skip
             else:
+                why = f"{c.config}\n[yellow]known miss: {c.miss_reason}" if c.miss_reason else c.config
                 table.add_row(c.id, c.model, str(c.num_gpus), c.metric, f"{c.measured:g}", f"{c.predicted:.4g}",
-                              f"{c.error_pct:+.1f} %", c.config)  # fmt: skip
+                              f"{c.error_pct:+.1f} %", why)  # fmt: skip
         out.print(table)
         for scope in ("dense", "moe"):
             med, worst, n = summary(training, scope)
             out.print(f"training {scope}: {n} cases, median |error| {med:.1f} %, worst {worst:.1f} %")
+        med, worst, n = summary(training, without_misses=True)
+        misses = sum(1 for c in training if c.miss_reason)
+        out.print(
+            f"training without the {misses} known misses: {n} cases, median |error| {med:.1f} %, worst {worst:.1f} %"
+        )
     if collectives:
         table = Table("id", "op", "system", "GPUs", "bytes", "measured busbw", "predicted", "error", "in scope",
                       title="collectives: busbw GB/s, predicted vs nccl-tests", title_justify="left")  # fmt: skip
