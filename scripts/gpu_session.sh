@@ -34,6 +34,20 @@ part_tests() {
 }
 
 part_bench() {
+    mkdir -p /tmp/fmstack-bench-storage
+    python3 - <<'PYEOF'
+# host-dispatched vs CUDA-graph (kernel) timing of the same GEMMs: what kernel_time_per_call_s removes
+import torch
+from fmstack.bench.device import kernel_time_per_call_s, time_per_call_s
+for n in (256, 512, 1024, 2048, 4096):
+    a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+    call = lambda: torch.matmul(a, b, out=c)  # noqa: E731
+    host = time_per_call_s(call, "cuda", min_time_s=0.1)
+    kern = kernel_time_per_call_s(call, "cuda", min_time_s=0.1)
+    f = 2 * n**3
+    print(f"bf16 {n}^3: host-timed {host * 1e6:8.2f} us {f / host / 1e12:6.1f} TFLOP/s | graph {kern * 1e6:8.2f} us {f / kern / 1e12:6.1f} TFLOP/s")
+PYEOF
     python3 -m fmstack bench gemm --device cuda --model llama3.1-8b --tokens 8192 --out "$OUT/profile-cuda.json" \
         --json >"$OUT/bench-gemm.json" && python3 -m fmstack bench memory --device cuda --out "$OUT/profile-cuda.json" \
         --json >"$OUT/bench-memory.json" && python3 -m fmstack bench storage --device cuda --path /tmp/fmstack-bench-storage \
@@ -94,12 +108,15 @@ print(f"real NVML, {n} GPU(s): scrape p50 {statistics.median(wall)*1e3:.3f} ms, 
       f"max {wall[-1]*1e3:.3f} ms, CPU mean {statistics.fmean(cpu)*1e3:.3f} ms over {len(wall)} scrapes")
 b.close()
 EOF
+    python3 -m cProfile -s tottime -m fmstack exporter --once --expected-gpus 1 --hostname gpu-host 2>&1 \
+        | grep -A25 "Ordered by" >"$OUT/nvml-profile.txt"
+    head -30 "$OUT/nvml-profile.txt"
     python3 benchmarks/bench_exporter.py --out "$OUT/exporter-bench.md"
 }
 
 part_sim() {
     for policy in fifo slurm-backfill kueue; do
-        timeout 300 python3 benchmarks/bench_sim.py --policy "$policy" || echo "sim $policy: exit $?"
+        timeout "${SIM_TIMEOUT_S:-200}" python3 benchmarks/bench_sim.py --policy "$policy" || echo "sim $policy: exit $?"
     done
 }
 
@@ -110,4 +127,6 @@ for part in "${parts[@]}"; do
     echo "=== $part: $status in $((SECONDS - start)) s"
     tail -n 25 "$OUT/$part.log"
 done
+tar -C "$OUT" -czf /tmp/results.tar.gz --exclude=results.tar.gz . \
+    && find "$OUT" -mindepth 1 -delete && mv /tmp/results.tar.gz "$OUT/results.tar.gz"  # only 8 files come back
 exit $failed

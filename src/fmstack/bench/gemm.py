@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fmstack.bench.device import check_dtype, time_per_call_s, torch_dtype
+from fmstack.bench.device import check_dtype, kernel_time_per_call_s, torch_dtype
 from fmstack.catalog.schema import ModelArch
 from fmstack.errors import InputError
 
@@ -106,7 +106,7 @@ def run_gemm(
             def call(a: torch.Tensor = a, b: torch.Tensor = b, c: torch.Tensor = c) -> None:
                 torch.matmul(a, b, out=c)
 
-            time_s = time_per_call_s(call, device, min_time_s=min_time_s)
+            time_s = kernel_time_per_call_s(call, device, min_time_s=min_time_s)
             tflops = shape.flops / time_s / 1e12
             peak = (peak_tflops or {}).get(dtype)
             pct = 100.0 * tflops / peak if peak else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fmstack.bench.device import time_per_call_s
+from fmstack.bench.device import kernel_time_per_call_s
 from fmstack.errors import InputError
 
 KERNELS = {"copy": 2, "triad": 3}
@@ -73,7 +73,7 @@ def run_memory(
 
         kernels: dict[str, Callable[[], None]] = {"copy": copy, "triad": triad}
         for kernel, call in kernels.items():
-            time_s = time_per_call_s(call, device, min_time_s=min_time_s)
+            time_s = kernel_time_per_call_s(call, device, min_time_s=min_time_s)
             moved = KERNELS[kernel] * n * 4
             bw = moved / time_s / 1e9
             pct = 100.0 * bw / peak_gbps if peak_gbps else None
