@@ -131,9 +131,12 @@ def serve_memory(
     data parallelism each of the ``tp`` GPUs caches whole tokens of its own sequences, so the replica holds
     ``tp`` times one GPU's tokens."""
     attn = float(model.num_layers * attention_params(model))
-    weights = weight_bytes_per_gpu(
-        mc, precision, tp, pp, attention_dp, attention_precision=attention_precision, attention_params=attn
-    ) / GIB
+    weights = (
+        weight_bytes_per_gpu(
+            mc, precision, tp, pp, attention_dp, attention_precision=attention_precision, attention_params=attn
+        )
+        / GIB
+    )
     pool = max(0.0, hbm_gib - weights - reserve_gib) * kv_memory_fraction
     per_tok = kv_bytes_per_token(model, KV_BYTES[kv_dtype]) / kv_split(model, 1 if attention_dp else tp) / pp
     tokens = int(pool * GIB // per_tok) // block_tokens * block_tokens * (tp if attention_dp else 1)

@@ -188,7 +188,7 @@ def check_row(catalog: Catalog, row: dict[str, str]) -> InferenceCheck:
     cfg = ServeConfig(
         tp=tp, pp=pp, ep=ep, precision=precision, kv_dtype=kv_dtype, input_len=int(row["input_len"]), output_len=int(row["output_len"]),
         concurrency=concurrency, scheduler="static" if static else "continuous", attention_dp=attention_dp,
-        **engine_fields, **ckpt_fields,
+        attention_precision=ckpt_fields.get("attention_precision"), **engine_fields,
     )  # fmt: skip
     arch = catalog.model(MODEL_NAMES[row["model"]])
     cluster = build_cluster(catalog, system, 1)
@@ -204,7 +204,7 @@ def check_row(catalog: Catalog, row: dict[str, str]) -> InferenceCheck:
     return InferenceCheck(
         **base, system=system, measured=measured, predicted=predicted, error_pct=err,
         in_scope=True, bottleneck=est.bottleneck, assumptions=assumptions,
-        config=f"tp {tp} pp {pp} ep {ep}{' attention-dp' if attention_dp else ''} {precision}{'/' + ckpt_fields['attention_precision'] + ' attention' if ckpt_fields else ''}/{cfg.kv} kv, "
+        config=f"tp {tp} pp {pp} ep {ep}{' attention-dp' if attention_dp else ''} {precision}{f' ({cfg.attention_precision} attention)' if cfg.attention_precision else ''}/{cfg.kv} kv, "
         f"{cfg.input_len}/{cfg.output_len}, {'static ' if static else ''}batch {est.running}"
         f"{'' if cfg.gqa_kv_sharing or arch.num_kv_heads == arch.num_heads else ', KV read per query head'}",
     )  # fmt: skip
