@@ -72,6 +72,9 @@ class ServeConfig:
     attention_dp: bool = False
     """MoE only: attention and the other non-expert layers data-parallel over the ``tp`` GPUs, experts split by
     ``ep == tp`` (TensorRT-LLM ``enable_attention_dp``, SGLang ``--enable-dp-attention``)."""
+    attention_precision: str | None = None
+    """Precision of the attention blocks' projections when the checkpoint keeps them apart from ``precision``
+    (None = ``precision``); NVIDIA's NVFP4 DeepSeek-R1 checkpoints keep attention in bf16."""
     gqa_kv_sharing: bool = True
     """False: decode attention reads each KV head once per query head (TensorRT-LLM before v0.7)."""
 
@@ -118,14 +121,14 @@ def deployment(
     return Deployment(
         model=model, cluster=cluster, efficiency=efficiency or default_efficiency(cluster.gpu), tp=cfg.tp,
         pp=cfg.pp, ep=cfg.ep, precision=cfg.precision, kv_dtype=cfg.kv, attention_dp=cfg.attention_dp,
-        gqa_kv_sharing=cfg.gqa_kv_sharing,
+        gqa_kv_sharing=cfg.gqa_kv_sharing, attention_precision=cfg.attention_precision,
     )  # fmt: skip
 
 
 def memory_of(d: Deployment, kv_memory_fraction: float = DEFAULT_KV_MEMORY_FRACTION) -> ServeMemory:
     return serve_memory(
         d.model, d.mc, hbm_gib=d.cluster.gpu.hbm_gib, tp=d.tp, pp=d.pp, precision=d.precision, kv_dtype=d.kv_dtype,
-        kv_memory_fraction=kv_memory_fraction, attention_dp=d.attention_dp,
+        kv_memory_fraction=kv_memory_fraction, attention_dp=d.attention_dp, attention_precision=d.attention_precision,
     )  # fmt: skip
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from fmstack.catalog.params import attention_params
 from fmstack.catalog.schema import ModelArch
 from fmstack.errors import InputError
 from fmstack.perfmodel.modelconsts import ModelConsts
@@ -88,15 +89,27 @@ class ServeMemory:
         return int(self.kv_tokens // (blocks * self.block_tokens))
 
 
-def weight_bytes_per_gpu(mc: ModelConsts, precision: str, tp: int, pp: int, attention_dp: bool = False) -> float:
-    """Linear-layer weights in ``precision``; embedding and LM head kept in bf16 (ModelOpt's default).
+def weight_bytes_per_gpu(
+    mc: ModelConsts,
+    precision: str,
+    tp: int,
+    pp: int,
+    attention_dp: bool = False,
+    *,
+    attention_precision: str | None = None,
+    attention_params: float = 0.0,
+) -> float:
+    """Linear-layer weights in ``precision`` (the ``attention_params`` weights of the attention blocks in
+    ``attention_precision`` when given); embedding and LM head kept in bf16 (ModelOpt's default).
     Under attention data parallelism the non-expert layers and the embeddings are replicated on every GPU and
     only the routed experts are split (over ``ep == tp``)."""
+    wb = WEIGHT_BYTES[precision]
+    attn_extra = attention_params * (WEIGHT_BYTES[attention_precision or precision] - wb)
+    nonexpert = mc.params_layers_nonexpert * wb + attn_extra
     if attention_dp:
-        full = mc.params_layers_nonexpert * WEIGHT_BYTES[precision] + mc.params_embedding * 2.0
-        return (full + mc.params_expert * WEIGHT_BYTES[precision] / tp) / pp
-    layers = mc.params_total - mc.params_embedding
-    return (layers * WEIGHT_BYTES[precision] + mc.params_embedding * 2.0) / (tp * pp)
+        full = nonexpert + mc.params_embedding * 2.0
+        return (full + mc.params_expert * wb / tp) / pp
+    return (nonexpert + mc.params_expert * wb + mc.params_embedding * 2.0) / (tp * pp)
 
 
 def serve_memory(
@@ -112,11 +125,18 @@ def serve_memory(
     kv_memory_fraction: float = DEFAULT_KV_MEMORY_FRACTION,
     reserve_gib: float = DEFAULT_RESERVE_GIB,
     attention_dp: bool = False,
+    attention_precision: str | None = None,
 ) -> ServeMemory:
     """Weights, reserve and KV pool per GPU; the pool's capacity in tokens (paged blocks). Under attention
     data parallelism each of the ``tp`` GPUs caches whole tokens of its own sequences, so the replica holds
     ``tp`` times one GPU's tokens."""
-    weights = weight_bytes_per_gpu(mc, precision, tp, pp, attention_dp) / GIB
+    attn = float(model.num_layers * attention_params(model))
+    weights = (
+        weight_bytes_per_gpu(
+            mc, precision, tp, pp, attention_dp, attention_precision=attention_precision, attention_params=attn
+        )
+        / GIB
+    )
     pool = max(0.0, hbm_gib - weights - reserve_gib) * kv_memory_fraction
     per_tok = kv_bytes_per_token(model, KV_BYTES[kv_dtype]) / kv_split(model, 1 if attention_dp else tp) / pp
     tokens = int(pool * GIB // per_tok) // block_tokens * block_tokens * (tp if attention_dp else 1)

@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fmstack.catalog.params import attention_params
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.collectives import GroupPlacement, collective_time_s
 from fmstack.perfmodel.efficiency import Efficiency
 from fmstack.perfmodel.inference_kv import KV_BYTES, WEIGHT_BYTES, kv_bytes_per_token, kv_split
-from fmstack.perfmodel.modelconsts import ModelConsts, model_consts
+from fmstack.perfmodel.modelconsts import ModelConsts, expert_gemm_flops, model_consts
 
 F = NDArray[np.float64]
 
@@ -57,18 +58,26 @@ class Deployment:
     attention_dp: bool = False
     """Attention and the other non-expert layers data-parallel over the ``tp`` GPUs (each runs its own
     sequences, holds their KV cache and a full copy of the non-expert weights); experts split by ``ep == tp``."""
+    attention_precision: str | None = None
+    """Precision of the attention blocks' projections (None = ``precision``): NVIDIA's NVFP4 DeepSeek-R1
+    checkpoints quantise the MoE layers and keep attention in bf16."""
     gqa_kv_sharing: bool = True
     """Decode attention reads each KV head once for its whole query-head group (False: once per query head,
     as TensorRT-LLM's masked-MHA kernel before v0.7 did)."""
     mc: ModelConsts = field(init=False)
+    attention_linear_params: float = field(init=False)
+    """Weights of every attention block's projections (all layers)."""
     comm_tables: dict[str, tuple[F, F]] = field(init=False)
     """log10(bytes) -> log10(seconds) of the TP all-reduce and EP all-to-all, tabulated once per deployment."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mc", model_consts(self.model))
         object.__setattr__(self, "comm_tables", _comm_tables(self))
-        if self.precision not in WEIGHT_BYTES:
-            raise InputError("precision", f"{self.precision!r} unknown; allowed: {', '.join(WEIGHT_BYTES)}")
+        object.__setattr__(self, "attention_linear_params", float(self.model.num_layers * attention_params(self.model)))
+        for name in ("precision", "attention_precision"):
+            value = getattr(self, name)
+            if value is not None and value not in WEIGHT_BYTES:
+                raise InputError(name.replace("_", "-"), f"{value!r} unknown; allowed: {', '.join(WEIGHT_BYTES)}")
         if self.kv_dtype not in KV_BYTES:
             raise InputError("kv_dtype", f"{self.kv_dtype!r} unknown; allowed: {', '.join(KV_BYTES)}")
         if self.ep > 1 and (self.model.moe is None or self.tp % self.ep or self.model.moe.num_experts % self.ep):
@@ -79,6 +88,7 @@ class Deployment:
                 f"attention data parallelism needs an MoE model and ep == tp, got ep({self.ep}) tp({self.tp})",
             )
         self.peak_linear_flops()  # the GPU must have the precision
+        self.cluster.gpu.peak_tflops(self.attention_precision or self.precision)
 
     @property
     def num_gpus(self) -> int:
@@ -211,24 +221,39 @@ def step_time(
     ta = float(d.attn_split)
     dp = tp / ta
 
-    # linear layers: FLOPs per stage per micro-batch; weights read once per micro-batch
-    dense_lin = (mc.fwd_linear_per_token - mc.fwd_head_per_token - mc.fwd_expert_per_token) / mc.layers
+    # linear layers, per operator group (roofline each): the non-expert layers (attention projections in
+    # ``attention_precision``, the rest and the LM head in ``precision``) and the routed experts, whose grouped
+    # GEMM runs at the size of one expert's GEMM (tokens routed to it), the size training prices them at
+    attn_lin = d.attention_linear_params / mc.layers * 2.0  # FLOPs per token per layer (2 per weight)
+    dense_lin = (mc.fwd_linear_per_token - mc.fwd_head_per_token - mc.fwd_expert_per_token) / mc.layers - attn_lin
     expert_lin = mc.fwd_expert_per_token / mc.layers
-    flops = tok * layers * (dense_lin + expert_lin) / tp + head_tok * mc.fwd_head_per_token / tp
     call = 2.0 * np.maximum(tok / dp, 1.0) * mc.h * max(mc.ffn, mc.q_width) / ta
-    gemm = flops / (peak * eff.gemm_at(d.precision, call))
+    attn_prec = d.attention_precision or d.precision
+    peak_attn_lin = d.cluster.gpu.peak_tflops(attn_prec) * 1e12
+    dense_gemm = (tok * layers * dense_lin + head_tok * mc.fwd_head_per_token) / tp / (
+        peak * eff.gemm_at(d.precision, call)
+    ) + tok * layers * attn_lin / tp / (peak_attn_lin * eff.gemm_at(attn_prec, call))
+    expert_call = expert_gemm_flops(mc, tok / d.ep, d.ep, tp / d.ep)
+    expert_gemm = tok * layers * expert_lin / tp / (peak * eff.gemm_at(d.precision, expert_call))
     wbytes = WEIGHT_BYTES[d.precision]
     expert_params_layer = mc.params_expert / max(mc.moe_layers, 1.0)
     dense_params_layer = (mc.params_total - mc.params_embedding - mc.params_expert) / mc.layers
+    attn_params_layer = d.attention_linear_params / mc.layers
     # expected share of experts that at least one token routes to (uniform routing)
     share = mc.top_k / mc.experts if mc.experts > 0 else 1.0
     touched = 1.0 - (1.0 - share) ** np.maximum(tok, 0.0)
     head_params = mc.vocab * mc.h
-    w_read = layers * (dense_params_layer / ta + moe_frac * expert_params_layer * touched / tp) * wbytes + (
-        head_params * 2.0 / ta if d.pp == 1 else head_params * 2.0 / ta / pp
+    dense_bytes = layers * (
+        (dense_params_layer - attn_params_layer) * wbytes + attn_params_layer * WEIGHT_BYTES[attn_prec]
+    ) / ta + (head_params * 2.0 / ta if d.pp == 1 else head_params * 2.0 / ta / pp)
+    dense_weights = dense_bytes / hbm
+    expert_weights = layers * moe_frac * expert_params_layer * touched / tp * wbytes / hbm
+    gemm = np.where(dense_gemm >= dense_weights, dense_gemm, 0.0) + np.where(
+        expert_gemm >= expert_weights, expert_gemm, 0.0
     )
-    weights = w_read / hbm
-    linear_compute = gemm >= weights
+    weights = np.where(dense_gemm >= dense_weights, 0.0, dense_weights) + np.where(
+        expert_gemm >= expert_weights, 0.0, expert_weights
+    )
 
     # attention: decode reads the KV cache, prefill is causal FLOPs
     core = mc.fwd_core_per_token_per_ctx / mc.layers * layers / tp
@@ -260,8 +285,8 @@ def step_time(
 
     overhead = np.full_like(tok, ITERATION_OVERHEAD_S / pp + layers * LAYER_OVERHEAD_S)
     parts = {
-        "gemm": np.where(linear_compute, gemm, 0.0),
-        "weights": np.where(linear_compute, 0.0, weights),
+        "gemm": gemm,
+        "weights": weights,
         "attention": pre_attn + np.where(dec_compute >= dec_mem, dec_compute, 0.0),
         "kv": np.where(dec_compute >= dec_mem, 0.0, dec_mem),
         "elementwise": elementwise,

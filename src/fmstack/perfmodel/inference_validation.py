@@ -113,6 +113,32 @@ ENGINE_SETUPS: tuple[tuple[str, dict[str, bool], str], ...] = (
 ``engine`` column: (pattern, ServeConfig fields, source). The same for every row of that engine."""
 
 
+CHECKPOINT_SETUPS: tuple[tuple[str, str, dict[str, str], str], ...] = (
+    (
+        r"^DeepSeek-R1",
+        "fp4",
+        {"attention_precision": "bf16"},
+        "nvidia/DeepSeek-R1-FP4 (ModelOpt NVFP4): the MoE layers are FP4, the 61 attention modules bf16 "
+        "(TensorRT-LLM tech blog 1, 'Precision Strategy' table; blog 3: 'The MoE layers inside this checkpoint have "
+        "been quantized into FP4', the checkpoint is 'about 400 GB' = 654 B expert weights x 0.56 B + 17 B in bf16, "
+        "and 'about 80 GB' per GPU under attention DP on 8 B200s).",
+    ),
+)
+"""Documented properties of a published checkpoint, matched on the row's ``model`` and its weight precision:
+(model pattern, precision, ServeConfig fields, source). The same for every row of that checkpoint."""
+
+
+def checkpoint_setup(model: str, precision: str) -> tuple[dict[str, str], list[str]]:
+    """ServeConfig fields and their sources for a row's checkpoint (empty when it quantises every layer)."""
+    fields: dict[str, str] = {}
+    notes: list[str] = []
+    for pattern, prec, values, source in CHECKPOINT_SETUPS:
+        if prec == precision and re.search(pattern, model):
+            fields.update(values)
+            notes.append(source)
+    return fields, notes
+
+
 def engine_setup(engine: str) -> tuple[dict[str, bool], list[str]]:
     """ServeConfig fields and their sources for a row's engine (empty for today's engines)."""
     fields: dict[str, bool] = {}
@@ -150,6 +176,8 @@ def check_row(catalog: Catalog, row: dict[str, str]) -> InferenceCheck:
         ep = tp
     engine_fields, engine_notes = engine_setup(row["engine"])
     assumptions.extend(engine_notes)
+    ckpt_fields, ckpt_notes = checkpoint_setup(row["model"], precision)
+    assumptions.extend(ckpt_notes)
     load = row["batch_or_concurrency"]
     static = "static" in load
     concurrency: int | None = None
@@ -160,7 +188,7 @@ def check_row(catalog: Catalog, row: dict[str, str]) -> InferenceCheck:
     cfg = ServeConfig(
         tp=tp, pp=pp, ep=ep, precision=precision, kv_dtype=kv_dtype, input_len=int(row["input_len"]), output_len=int(row["output_len"]),
         concurrency=concurrency, scheduler="static" if static else "continuous", attention_dp=attention_dp,
-        **engine_fields,
+        attention_precision=ckpt_fields.get("attention_precision"), **engine_fields,
     )  # fmt: skip
     arch = catalog.model(MODEL_NAMES[row["model"]])
     cluster = build_cluster(catalog, system, 1)
@@ -176,7 +204,7 @@ def check_row(catalog: Catalog, row: dict[str, str]) -> InferenceCheck:
     return InferenceCheck(
         **base, system=system, measured=measured, predicted=predicted, error_pct=err,
         in_scope=True, bottleneck=est.bottleneck, assumptions=assumptions,
-        config=f"tp {tp} pp {pp} ep {ep}{' attention-dp' if attention_dp else ''} {precision}/{cfg.kv} kv, "
+        config=f"tp {tp} pp {pp} ep {ep}{' attention-dp' if attention_dp else ''} {precision}{f' ({cfg.attention_precision} attention)' if cfg.attention_precision else ''}/{cfg.kv} kv, "
         f"{cfg.input_len}/{cfg.output_len}, {'static ' if static else ''}batch {est.running}"
         f"{'' if cfg.gqa_kv_sharing or arch.num_kv_heads == arch.num_heads else ', KV read per query head'}",
     )  # fmt: skip

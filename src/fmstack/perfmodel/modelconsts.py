@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from fmstack.catalog.params import count_params
 from fmstack.catalog.schema import ModelArch
 from fmstack.perfmodel.flops import attn_dims, model_flops
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -88,3 +94,13 @@ def model_consts(m: ModelArch) -> ModelConsts:
         fwd_core_per_token_per_ctx=flops.attn_core_per_token(1.0),
         fwd_expert_per_token=expert_fwd,
     )
+
+
+def expert_gemm_flops(mc: ModelConsts, tokens: Any, ep: Any, width_split: Any) -> NDArray[np.float64]:
+    """FLOPs of one routed expert's GEMM as a kernel sees it (m x k x n = tokens routed to that expert x hidden x
+    ``expert_ffn / width_split``), the size the GEMM efficiency curve is read at. Each of the ``ep`` GPUs of the
+    expert-parallel group brings ``tokens`` tokens, each routed to ``top_k`` of the experts uniformly (GShard,
+    Lepikhin et al. 2020, sec. 2.2), so one expert receives ``tokens * top_k * ep / experts``; an expert's width
+    is split ``width_split`` ways (expert tensor parallelism). Training (``step.py``) and serving
+    (``inference_step.py``) both price the routed experts at this size."""
+    return np.asarray(2.0 * tokens * mc.top_k * ep / np.maximum(mc.experts, 1.0) * mc.h * mc.expert_ffn / width_split)

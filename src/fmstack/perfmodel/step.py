@@ -21,7 +21,7 @@ from fmstack.perfmodel.collectives import GroupPlacement, collective_time_s
 from fmstack.perfmodel.columns import PRECISION_CODE, SHARDING_CODE, Columns
 from fmstack.perfmodel.efficiency import Efficiency
 from fmstack.perfmodel.memory import MemoryArrays, local_params, memory_per_gpu
-from fmstack.perfmodel.modelconsts import ModelConsts
+from fmstack.perfmodel.modelconsts import ModelConsts, expert_gemm_flops
 
 F = NDArray[np.float64]
 
@@ -125,7 +125,7 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns) -
     expert_lin_tok = (mc.fwd_expert_per_token / mc.layers * stage_layers) / t
     # representative GEMM size: an MLP / projection GEMM of this micro-batch
     mlp_call = 2.0 * tokens_mb * h * np.maximum(mc.ffn, mc.q_width) / t
-    expert_call = 2.0 * tokens_mb * mc.top_k * ep / np.maximum(mc.experts, 1.0) * h * mc.expert_ffn / t
+    expert_call = expert_gemm_flops(mc, tokens_mb, ep, t)
     eff_dense = _gemm_eff(eff, c, mlp_call)
     eff_expert = _gemm_eff(eff, c, np.maximum(expert_call, 1.0))
     gemm_fwd = tokens_mb * dense_lin_tok / (peak_lin * eff_dense) + tokens_mb * expert_lin_tok / (

@@ -1,0 +1,88 @@
+"""MoE serving: routed experts priced at one expert's GEMM size (shared with training), the per-group roofline,
+and the attention precision of NVIDIA's NVFP4 DeepSeek-R1 checkpoint."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fmstack.catalog import Catalog
+from fmstack.catalog.topology import build_cluster
+from fmstack.perfmodel.efficiency import default_efficiency
+from fmstack.perfmodel.inference import ServeConfig, deployment, memory_of
+from fmstack.perfmodel.inference_kv import GIB
+from fmstack.perfmodel.inference_step import Deployment, step_time
+from fmstack.perfmodel.inference_validation import checkpoint_setup
+from fmstack.perfmodel.modelconsts import expert_gemm_flops, model_consts
+
+EXPERT = 3 * 7168 * 2048
+"""DeepSeek-V3 routed expert: SwiGLU, hidden 7168, expert width 2048 (gate, up, down)."""
+
+
+def _dsv3(catalog: Catalog, **kw: object) -> Deployment:
+    cluster = build_cluster(catalog, "dgx-b200", 1)
+    return Deployment(
+        model=catalog.model("deepseek-v3"),
+        cluster=cluster,
+        efficiency=default_efficiency(cluster.gpu),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_expert_gemm_flops_is_one_experts_gemm(catalog: Catalog) -> None:
+    mc = model_consts(catalog.model("deepseek-v3"))
+    # 384 tokens on each of 8 EP GPUs, top-8 of 256 experts: 384 x 8 x 8 / 256 = 96 tokens reach one expert
+    assert float(expert_gemm_flops(mc, 384.0, 8.0, 1.0)) == pytest.approx(2 * 96 * 7168 * 2048)
+    # expert width split 4 ways (expert tensor parallelism) divides n
+    assert float(expert_gemm_flops(mc, 384.0, 8.0, 4.0)) == pytest.approx(2 * 96 * 7168 * 512)
+
+
+def test_attention_dp_decode_prices_experts_at_96_tokens_per_expert(catalog: Catalog) -> None:
+    """3072 decode tokens on 8 B200s (attention DP, EP8, FP4): hand-calculated per-group roofline."""
+    d = _dsv3(catalog, tp=8, ep=8, precision="fp4", kv_dtype="bf16", attention_dp=True)
+    mc = d.mc
+    parts = step_time(d, 3072.0, 2048.0)
+    # experts: 58 MoE layers x 8 routed experts per token, 1/8 of the tokens' expert work on each GPU
+    flops = 3072 * 2 * 58 * 8 * EXPERT / 8
+    # B200 fp4 curve at 2 x 96 x 7168 x 2048 = 2.82 GFLOP: 0.15 + (0.32 - 0.15) x log10(2.82) = 0.2265
+    eff = 0.15 + (0.32 - 0.15) * math.log10(2 * 96 * 7168 * 2048 / 1e9)
+    assert eff == pytest.approx(0.2265, abs=1e-4)
+    expert_compute = flops / (9000e12 * eff)
+    expert_weights = 58 * 256 * EXPERT / 8 * (0.5 + 1 / 16) / (8000e9 * 0.8)  # every expert touched
+    assert expert_compute > expert_weights  # 7.7 ms vs 7.2 ms: compute-bound, just
+    # non-expert linear layers (replicated, each GPU runs 384 tokens) and the LM head
+    dense_flops = 3072 * (mc.fwd_linear_per_token - mc.fwd_expert_per_token) / 8
+    dense_eff = float(d.efficiency.gemm_at("fp4", 2.0 * 384 * 7168 * max(mc.ffn, mc.q_width)))
+    dense_compute = dense_flops / (9000e12 * dense_eff)
+    head = mc.vocab * mc.h
+    dense_bytes = (mc.params_total - mc.params_embedding - mc.params_expert) * (0.5 + 1 / 16) + head * 2.0
+    dense_weights = dense_bytes / (8000e9 * 0.8)
+    expected = max(expert_compute, expert_weights) + max(dense_compute, dense_weights)
+    assert float(parts.gemm_s + parts.weights_s) == pytest.approx(expected, rel=1e-6)
+
+
+def test_attention_precision_prices_and_stores_attention_apart(catalog: Catalog) -> None:
+    model = catalog.model("deepseek-v3")
+    cluster = build_cluster(catalog, "dgx-b200", 1)
+    base = {"tp": 8, "ep": 8, "precision": "fp4", "kv_dtype": "bf16", "attention_dp": True}
+    fp4 = deployment(model, cluster, ServeConfig(**base))  # type: ignore[arg-type]
+    mixed = deployment(model, cluster, ServeConfig(**base, attention_precision="bf16"))  # type: ignore[arg-type]
+    # MLA per layer: q_a 7168x1536 (+1536 norm), q_b 1536x128x192, kv_a 7168x576 (+512 norm),
+    # kv_b 512x128x256, o 128x128x7168; 61 layers
+    attn = 61 * (7168 * 1536 + 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 + 512 * 128 * 256 + 128 * 128 * 7168)
+    assert mixed.attention_linear_params == attn
+    extra = attn * (2.0 - (0.5 + 1 / 16)) / GIB  # replicated on every GPU under attention DP
+    assert memory_of(mixed).weights_gib - memory_of(fp4).weights_gib == pytest.approx(extra)
+    # TensorRT-LLM blog 3: 'weights and activation occupies about 80 GB memory for each GPU'
+    assert 70.0 < memory_of(mixed).weights_gib * GIB / 1e9 < 80.0
+    # bf16 attention GEMMs: 4x lower peak than fp4, so the decode iteration's linear time grows
+    t_fp4, t_mixed = step_time(fp4, 3072.0, 2048.0), step_time(mixed, 3072.0, 2048.0)
+    assert float(t_mixed.gemm_s + t_mixed.weights_s) > float(t_fp4.gemm_s + t_fp4.weights_s)
+
+
+def test_checkpoint_setup_matches_the_nvfp4_deepseek_checkpoint_only() -> None:
+    fields, notes = checkpoint_setup("DeepSeek-R1 (MoE)", "fp4")
+    assert fields == {"attention_precision": "bf16"} and "blog" in notes[0]
+    assert checkpoint_setup("DeepSeek-R1 (MoE)", "fp8") == ({}, [])
+    assert checkpoint_setup("Llama 3.3 70B Instruct", "fp4") == ({}, [])
