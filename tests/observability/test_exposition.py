@@ -12,9 +12,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from fmstack.observability.app_metrics import AppMetrics
 from fmstack.observability.app_source import AppSource
+from fmstack.observability.blocks import SeriesLayout, row_series
 from fmstack.observability.efa import EfaSource
 from fmstack.observability.exporter import Exporter, Source
-from fmstack.observability.blocks import SeriesLayout, row_series
 from fmstack.observability.exposition import BlockMetric, LabelCache, render_text, value_texts
 from fmstack.observability.fake import FakeGpuBackend, RandomFaults
 from fmstack.observability.gpu_source import GpuSource

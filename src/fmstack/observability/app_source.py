@@ -98,7 +98,9 @@ def _snapshot_series(key: _SnapshotKey) -> list[Series]:
     return series
 
 
-def _hist_series(spec: tuple[str, str, str, str, tuple[str, ...]], labels: dict[str, str], bounds: tuple[float, ...]) -> list[Series]:
+def _hist_series(
+    spec: tuple[str, str, str, str, tuple[str, ...]], labels: dict[str, str], bounds: tuple[float, ...]
+) -> list[Series]:
     fk = (spec[1], spec[1], spec[2], spec[3])
     out: list[Series] = [(fk, spec[1] + "_bucket", {**labels, "le": _bucket_label(b)}) for b in (*bounds, math.inf)]
     if _has_sum(bounds):
@@ -111,7 +113,7 @@ class SnapshotRenderer:
     from a layout per structure (which jobs, which families each has); empty families are not emitted."""
 
     def __init__(self) -> None:
-        self._layouts = LayoutCache()
+        self._layouts: LayoutCache[SeriesLayout] = LayoutCache()
 
     def families(self, snaps: Iterable[AppSnapshot]) -> list[BlockMetric]:
         keys: list[_SnapshotKey] = []

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from operator import itemgetter
+from typing import Any, Generic, TypeVar
 
 from prometheus_client.core import Metric
 
@@ -46,7 +47,7 @@ class SeriesLayout:
     name ends in ``_created`` are not written (as :func:`~fmstack.observability.exposition.render_text` does).
     """
 
-    def __init__(self, series: Sequence[Series], rank: Callable[[Hashable], int] | None = None) -> None:
+    def __init__(self, series: Sequence[Series], rank: Callable[[Any], int] | None = None) -> None:
         by_key: dict[Hashable, list[tuple[int, Series]]] = {}
         for index, item in enumerate(series):
             by_key.setdefault(item[0][0], []).append((index, item))
@@ -113,17 +114,20 @@ def _slots(header: str, samples: list[tuple[str, dict[str, str]]]) -> tuple[_Slo
     return out[0], out[1]
 
 
-class LayoutCache:
+L = TypeVar("L", bound=SeriesLayout)
+
+
+class LayoutCache(Generic[L]):
     """Layouts by structure key, bounded (structure churn, e.g. devices coming and going, cannot grow it)."""
 
     def __init__(self, max_entries: int = 64) -> None:
         self.max_entries = max_entries
-        self.entries: dict[Hashable, SeriesLayout] = {}
+        self.entries: dict[Hashable, L] = {}
 
-    def get(self, key: Hashable) -> SeriesLayout | None:
+    def get(self, key: Hashable) -> L | None:
         return self.entries.get(key)
 
-    def put(self, key: Hashable, layout: SeriesLayout) -> SeriesLayout:
+    def put(self, key: Hashable, layout: L) -> L:
         if len(self.entries) >= self.max_entries:
             self.entries.clear()
         self.entries[key] = layout

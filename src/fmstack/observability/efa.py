@@ -149,7 +149,7 @@ def _fast_values(datas: list[str | bytes | None]) -> list[str] | None:
     digits = joined.replace("\n", "")
     if not digits.isdigit() or not digits.isascii() or "" in parts or max(map(len, parts)) > _CANONICAL_MAX_DIGITS:
         return None
-    if _LEADING_ZERO.search(joined) is not None or parts[0][0] == "0" and len(parts[0]) > 1:
+    if _LEADING_ZERO.search(joined) is not None or (parts[0][0] == "0" and len(parts[0]) > 1):
         return None
     return parts
 
@@ -176,8 +176,10 @@ class EfaSource:
     def __init__(self, fs: FileSystem, hostname: str, expected_devices: int | None = None, base: str = BASE) -> None:
         self.fs, self.hostname, self.expected_devices, self.base = fs, hostname, expected_devices, base
         self.read_errors_total = 0
-        self._layouts = LayoutCache()
-        self._fast: tuple[tuple[object, ...], SeriesLayout] | None = None
+        self.fast_scrapes = 0
+        """Scrapes whose counters went into a known layout in bulk (the rest were parsed file by file)."""
+        self._layouts: LayoutCache[_EfaLayout] = LayoutCache()
+        self._fast: tuple[tuple[object, ...], _EfaLayout] | None = None
         """The structure key of the last clean scrape and its layout."""
 
     def collect(self) -> Iterator[Metric]:
@@ -210,6 +212,7 @@ class EfaSource:
         if values is None:
             return None, 0
         layout = fast[1]
+        self.fast_scrapes += 1
         return layout.families([*values, *layout.constant_values], integral=True), layout.devices
 
     def _scan_families(self, scan: EfaScan) -> list[BlockMetric]:

@@ -92,7 +92,7 @@ class GpuSource:
         self.xid_counts: dict[tuple[int, int], int] = {}
         self._xid_last_seen: dict[tuple[int, int], float] = {}
         self._last_xid: dict[int, int] = {}
-        self._layouts = LayoutCache()
+        self._layouts: LayoutCache[SeriesLayout] = LayoutCache()
 
     def _labels(self, r: GpuReading) -> list[str]:
         labels = [str(r.index), r.uuid, r.pci_bus_id, f"nvidia{r.index}", r.model_name, self.hostname]
