@@ -213,10 +213,10 @@ def test_osfs_rereads_held_files_and_follows_changes(tmp_path: Path) -> None:
     os.replace(d / "b.new", d / "b")  # replaced (another inode): opened again
     (d / "c").unlink()
     assert fs.read_dir_columns("hw") == (("a", "b", "sub"), [b"11\n", b"22\n", None])
-    held_fd = fs._held[str(d)]["a"][0]
+    held = fs._held[str(d)].entries
     bad = os.open(d / "sub", os.O_RDONLY)  # a descriptor whose read fails (EISDIR), as a removed sysfs node's
-    os.close(held_fd)
-    fs._held[str(d)]["a"] = (bad, fs._held[str(d)]["a"][1])
+    os.close(held["a"][0])
+    held["a"] = (bad, held["a"][1])
     assert fs.read_dir_columns("hw")[1][0] == b"11\n"  # read failed: closed and opened again
     (d / "a").unlink()
     (d / "b").unlink()
@@ -230,6 +230,33 @@ def test_osfs_rereads_held_files_and_follows_changes(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         fs.read_dir_columns("hw")
     assert fs._held_count == 0  # the vanished directory's descriptors are given back
+    fs.close()
+
+
+def test_osfs_reuses_a_listing_only_while_the_directory_is_unchanged(tmp_path: Path) -> None:
+    d = tmp_path / "hw"
+    d.mkdir()
+    for name in ("a", "b"):
+        (d / name).write_text("1\n")
+    fs = OsFs(tmp_path)
+    assert fs.read_dir_columns("hw") == (("a", "b"), [b"1\n", b"1\n"])
+    assert fs.read_dir_columns("hw") == (("a", "b"), [b"1\n", b"1\n"])
+    assert fs.rereads == 0  # changed less than a second before it was listed: listed every time
+    old = 1_600_000_000
+    os.utime(d, (old, old))  # as a sysfs directory, made when the device appeared
+    fs.read_dir_columns("hw")
+    (d / "a").write_text("2\n")  # in place: the directory's mtime does not change
+    assert fs.read_dir_columns("hw") == (("a", "b"), [b"2\n", b"1\n"])
+    assert fs.read_dir_columns("hw") == (("a", "b"), [b"2\n", b"1\n"])
+    assert fs.rereads == 2
+    (d / "c").write_text("3\n")  # a new name changes the directory's mtime: listed again
+    assert fs.read_dir_columns("hw") == (("a", "b", "c"), [b"2\n", b"1\n", b"3\n"])
+    os.utime(d, (old, old))
+    (d / "b").unlink()
+    os.utime(d, (old, old))  # even with the mtime put back, b's removal shows: the last listing saw another mtime
+    assert fs.read_dir_columns("hw") == (("a", "c"), [b"2\n", b"3\n"])
+    assert fs.read_dir_columns("hw") == (("a", "c"), [b"2\n", b"3\n"])
+    assert fs.rereads == 3 and fs.held_files == 2
     fs.close()
 
 

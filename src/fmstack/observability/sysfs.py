@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -40,32 +42,55 @@ class FileSystem(Protocol):
         ...
 
 
+_MTIME_MARGIN_NS = 1_000_000_000
+"""A directory listing is reused only if the directory had not changed for this long when it was listed: file
+timestamps come from a coarse clock, so a change right after a listing could otherwise keep the same mtime."""
+
+
+@dataclass(slots=True)
+class _HeldDir:
+    names: tuple[str, ...]
+    """The names of the last listing."""
+    entries: dict[str, tuple[int, int]]
+    """name -> (descriptor, inode) of the files held."""
+    fds: list[int] | None
+    """Every listed name's descriptor, in order, when the listing may be reused (all held, directory unchanged
+    for a while); None otherwise."""
+    signature: tuple[int, int] | None
+    """(inode, mtime in ns) of the directory at the listing."""
+
+
 class OsFs:
     """The real filesystem under ``root`` (``/`` on a node; a fixture directory in tests).
 
     Counter files read through :meth:`read_dir_columns` stay open between calls (up to ``keep_open`` of them) and
     are re-read with ``os.pread`` at offset 0: one system call per file instead of open, read and close. sysfs
     renders an attribute afresh on every read from offset 0 (``seq_file`` restarts its ``show`` when the position
-    goes back to 0), so a held descriptor reads the current value. A held file is dropped and the name opened
-    again when its directory listing shows another inode under that name (the file was replaced, or the device
-    went away and came back) or when reading it fails (a removed sysfs node answers ``ENODEV``); a name no longer
-    listed is closed. When ``keep_open`` descriptors are held, further files are read the plain way. Not safe
-    for concurrent calls (the exporter serialises scrapes). ``keep_open`` defaults to half the process's soft
-    ``RLIMIT_NOFILE``, at most 4,096 (a p5.48xlarge has 1,152 EFA counter files).
+    goes back to 0), so a held descriptor reads the current value. The directory is listed again (one
+    ``os.scandir``) unless its inode and mtime are those of the last listing and that mtime was over a second
+    old when it was listed (adding, removing or renaming a file changes a directory's mtime; sysfs directories
+    are made once when the device appears). A held file is dropped and its name opened again when a listing
+    shows another inode under that name (the file was replaced, or the device went away and came back) or when
+    reading it fails (a removed sysfs node answers ``ENODEV``); a name no longer listed is closed. When
+    ``keep_open`` descriptors are held, further files are read the plain way. Not safe for concurrent calls
+    (the exporter serialises scrapes). ``keep_open`` defaults to half the process's soft ``RLIMIT_NOFILE``, at
+    most 4,096 (a p5.48xlarge has 1,152 EFA counter files).
     """
 
     def __init__(self, root: str | os.PathLike[str] = "/", keep_open: int | None = None) -> None:
         self.root = Path(root)
+        self._root = os.fspath(root)
         self.keep_open = default_keep_open() if keep_open is None else keep_open
-        self._held: dict[str, dict[str, tuple[int, int]]] = {}
-        """directory -> name -> (descriptor, inode)"""
+        self._held: dict[str, _HeldDir] = {}
         self._held_count = 0
+        self.rereads = 0
+        """Directories read from held descriptors without listing them."""
 
     def listdir(self, path: str) -> list[str]:
-        return sorted(os.listdir(self.root / path))
+        return sorted(os.listdir(os.path.join(self._root, path)))
 
     def read_text(self, path: str) -> str:
-        with open(self.root / path, encoding="utf-8", errors="replace") as fh:
+        with open(os.path.join(self._root, path), encoding="utf-8", errors="replace") as fh:
             return fh.read()
 
     def read_dir(self, path: str) -> list[tuple[str, str | bytes | None]]:
@@ -73,21 +98,34 @@ class OsFs:
         return list(zip(names, datas, strict=True))
 
     def read_dir_columns(self, path: str) -> tuple[tuple[str, ...], list[str | bytes | None]]:
-        """One ``os.scandir`` (names and inodes), then per file a ``pread`` on a held descriptor, or a raw
-        ``os.open`` / ``os.read`` (no Path objects, no text-mode file object) for a file not held yet."""
-        directory = os.path.join(self.root, path)
+        """The held descriptors re-read if the directory is unchanged, else one ``os.scandir`` (names and inodes)
+        and per file a ``pread`` on a held descriptor, or a raw ``os.open`` / ``os.read`` (no Path objects, no
+        text-mode file object) for a file not held yet."""
+        directory = os.path.join(self._root, path)
+        held = self._held.get(directory)
+        if held is not None and held.fds is not None:
+            datas = _reread(directory, held)
+            if datas is not None:
+                self.rereads += 1
+                return held.names, datas
+        return self._list_and_read(directory)
+
+    def _list_and_read(self, directory: str) -> tuple[tuple[str, ...], list[str | bytes | None]]:
+        listed_at = time.time_ns()
+        held = self._held.pop(directory, None)
+        entries = held.entries if held is not None else {}
         try:
-            with os.scandir(directory) as entries:
-                listing = sorted([(entry.name, entry.inode()) for entry in entries])
+            st = os.stat(directory)  # before listing: a change after this point shows at the next call
+            with os.scandir(directory) as it:
+                listing = sorted([(entry.name, entry.inode()) for entry in it])
         except OSError:
-            self._release(self._held.pop(directory, {}))
+            self._release(entries)
             raise
-        held = self._held.pop(directory, {})
         kept: dict[str, tuple[int, int]] = {}
         prefix = directory + "/"
         datas: list[str | bytes | None] = []
         for name, inode in listing:
-            entry = held.pop(name, None)
+            entry = entries.pop(name, None)
             data: bytes | None = None
             if entry is not None:
                 if entry[1] == inode:
@@ -102,10 +140,13 @@ class OsFs:
             if data is None:
                 data = self._open_and_read(prefix + name, name, inode, kept)
             datas.append(data)
-        self._release(held)  # names no longer listed
+        self._release(entries)  # names no longer listed
+        names = tuple(name for name, _ in listing)
         if kept:
-            self._held[directory] = kept
-        return tuple(name for name, _ in listing), datas
+            stable = listed_at - st.st_mtime_ns > _MTIME_MARGIN_NS
+            fds = [kept[name][0] for name in names] if stable and len(kept) == len(names) else None
+            self._held[directory] = _HeldDir(names, kept, fds, (st.st_ino, st.st_mtime_ns))
+        return names, datas
 
     def _open_and_read(self, path: str, name: str, inode: int, kept: dict[str, tuple[int, int]]) -> bytes | None:
         try:
@@ -129,15 +170,36 @@ class OsFs:
             os.close(fd)
         self._held_count -= len(entries)
 
+    @property
+    def held_files(self) -> int:
+        """Descriptors held open for re-reading."""
+        return self._held_count
+
     def close(self) -> None:
         """Close every held descriptor (the next read opens files again)."""
-        for entries in self._held.values():
-            self._release(entries)
+        for held in self._held.values():
+            self._release(held.entries)
         self._held.clear()
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # at interpreter exit os may be half torn down
             self.close()
+
+
+def _reread(
+    directory: str, held: _HeldDir, pread: Callable[[int, int, int], bytes] = os.pread
+) -> list[str | bytes | None] | None:
+    """The held files' contents if the directory is as listed and every read succeeds; None otherwise."""
+    try:
+        st = os.stat(directory)
+        if (st.st_ino, st.st_mtime_ns) != held.signature or held.fds is None:
+            return None
+        datas: list[str | bytes | None] = [pread(fd, 4096, 0) for fd in held.fds]
+        if max(map(len, datas)) >= 4096:  # type: ignore[arg-type]
+            return [_pread_all(fd) for fd in held.fds]  # a file of a page or more: read all of each
+        return datas
+    except OSError:
+        return None  # gone, or a file removed under its descriptor (ENODEV on sysfs): list it again
 
 
 def default_keep_open() -> int:
