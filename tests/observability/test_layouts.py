@@ -1,6 +1,6 @@
 """Sources that write their own text (layouts) give the families the plain prometheus-client way gives: EFA's bulk
 path equals its file-by-file parse on any counter text, GPU families with unsupported fields, app histograms;
-and OsFs's held descriptors read current values, follow replaced files and give back vanished ones."""
+Lustre; and OsFs's held descriptors read current values, follow replaced files and give back vanished ones."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from fmstack.observability.efa import EfaSource, scan_efa
 from fmstack.observability.exposition import render_text
 from fmstack.observability.fake import FakeGpuBackend
 from fmstack.observability.gpu_source import DCGM_FIELDS, LABELS, GpuSource
+from fmstack.observability.lustre import LustreSource, StatLine, parse_stats
 from fmstack.observability.sysfs import DictFs, OsFs
 from tests.observability.test_exposition import reference_text
 
@@ -271,3 +272,44 @@ def test_osfs_without_a_budget_reads_like_read_dir(tmp_path: Path) -> None:
         assert fs._held_count == min(keep, 2)
         fs.close()
         assert fs._held_count == 0
+
+
+def _lustre_reference(mounts: dict[str, dict[str, StatLine]]) -> list[Metric]:
+    """Lustre families as prometheus-client's families built them before layouts."""
+    labels = ["component", "target"]
+    fams: dict[str, Metric] = {}
+    for d in ("read", "write"):
+        fams[f"{d}_samples"] = CounterMetricFamily(f"lustre_{d}_samples", f"{d} calls", labels=labels)
+        fams[f"{d}_bytes"] = CounterMetricFamily(f"lustre_{d}_bytes", f"Bytes {d}", labels=labels)
+        for which in ("minimum", "maximum"):
+            fams[f"{d}_{which}"] = GaugeMetricFamily(
+                f"lustre_{d}_{which}_size_bytes", f"{which} {d} size", labels=labels
+            )
+    ops = CounterMetricFamily("lustre_stats", "Operations by type", labels=[*labels, "operation"])
+    for target, stats in sorted(mounts.items()):
+        lv = ["client", target]
+        for name, st in stats.items():
+            if name in ("read_bytes", "write_bytes"):
+                d = name.split("_")[0]
+                fams[f"{d}_samples"].add_metric(lv, float(st.count))  # type: ignore[attr-defined]
+                if st.total is not None and st.minimum is not None and st.maximum is not None:
+                    fams[f"{d}_bytes"].add_metric(lv, st.total)  # type: ignore[attr-defined]
+                    fams[f"{d}_minimum"].add_metric(lv, st.minimum)  # type: ignore[attr-defined]
+                    fams[f"{d}_maximum"].add_metric(lv, st.maximum)  # type: ignore[attr-defined]
+            else:
+                ops.add_metric([*lv, name], float(st.count))
+    return [f for f in [*fams.values(), ops] if f.samples]
+
+
+def test_lustre_families_equal_the_plain_families() -> None:
+    stats = {
+        "fsx-b": "snapshot_time 1.5 secs.usecs\nopen 7 samples [usecs]\nwrite_bytes 3 samples [bytes] 1 9 inf\n",
+        "fsx-a": "read_bytes 2 samples [bytes]\nclose 1 samples [usecs] 1 2 3\nwrite_bytes 4 samples [bytes] 1 2 8\n",
+    }
+    fs = DictFs({f"proc/fs/lustre/llite/{t}/stats": text for t, text in stats.items()})
+    source = LustreSource(fs)
+    for _ in range(2):
+        families = list(source.collect())
+        assert render_text(families) == reference_text(families)
+        assert render_text(families) == reference_text(_lustre_reference({t: parse_stats(x) for t, x in stats.items()}))
+    assert b'lustre_write_bytes_total{component="client",target="fsx-b"} +Inf\n' in render_text(families)
