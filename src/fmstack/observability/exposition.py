@@ -6,6 +6,9 @@ while dcgm-exporter and the aws-samples EFA exporter expose counters without ``_
 names verbatim (shared/reference/observability.md §0 item 5). Here a counter family's TYPE line uses the name its
 samples carry: ``<name>_total`` when prometheus-client added the suffix, the bare name otherwise.
 Format: https://prometheus.io/docs/instrumenting/exposition_formats/ (text-based format).
+
+Sources write most of their families themselves (:class:`BlockMetric`, from :mod:`fmstack.observability.blocks`
+layouts); :func:`render_text` copies their text and renders the other families sample by sample.
 """
 
 from __future__ import annotations

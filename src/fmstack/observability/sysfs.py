@@ -1,8 +1,9 @@
 """A tiny filesystem seam for sysfs / procfs readers: the real one (:class:`OsFs`) and an in-memory one.
 
-Readers only list directories and read small text files, so the seam has three methods: ``listdir``,
-``read_text`` and ``read_dir`` (a directory's files and their contents at once: EFA reads 36 counter files per port,
-1,152 a scrape on a p5, and one call per directory keeps the per-file cost down). :class:`DictFs` holds a
+Readers only list directories and read small text files, so the seam has four methods: ``listdir``,
+``read_text``, ``read_dir`` and ``read_dir_columns`` (a directory's files and their contents at once, as pairs or
+as two columns: EFA reads 36 counter files per port, 1,152 a scrape on a p5, and one call per directory keeps the
+per-file cost down; :class:`OsFs` keeps the files open between scrapes). :class:`DictFs` holds a
 recorded tree in memory (loaded from a fixture directory) and can hide files or whole subtrees to play
 "a sysfs file vanished" (before or after it was listed) or "a device went away" in tests and benchmarks.
 """
