@@ -168,7 +168,7 @@ class EfaSource:
     the directories list the same names as in a scrape seen before, the values go straight into that structure's
     :class:`~fmstack.observability.blocks.SeriesLayout`; otherwise they are parsed file by file as
     :func:`scan_efa` does, and the layout of what was parsed is used (built once per structure). Both give the
-    same families and the same text (tests/observability/test_exposition.py).
+    same families and the same text (tests/observability/test_layouts.py, test_exposition.py).
     """
 
     name = "efa"
