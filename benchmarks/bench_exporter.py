@@ -11,13 +11,16 @@ under random backend faults.
    gone, Lustre gone, the app source raising); a scrape fails if render raises or its text lacks a
    ``fmstack_exporter_source_up`` line per source. Then a burst over real HTTP on 127.0.0.1.
 
-Run: python3 benchmarks/bench_exporter.py [--scrapes 2000] [--fault-scrapes 10000] [--out benchmarks/results/..]
+Run: python3 benchmarks/bench_exporter.py [--scrapes 2000] [--repeats 5] [--fault-scrapes 10000] [--http-scrapes 500]
+     [--real-fs-scrapes 300] [--out benchmarks/results/..]   (a short run: --scrapes 300 --repeats 3
+     --fault-scrapes 1000 --http-scrapes 50 --real-fs-scrapes 50)
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import inspect
 import os
 import platform
 import random
@@ -88,7 +91,7 @@ def baseline_registry(num_samples: int) -> CollectorRegistry:
 
 
 def time_baseline(reg: CollectorRegistry, n: int) -> list[float]:
-    for _ in range(20):
+    for _ in range(5):
         generate_latest(reg)
     out = []
     for _ in range(n):
@@ -118,17 +121,29 @@ def time_scrapes(exp: Exporter, n: int) -> tuple[list[float], list[float]]:
     return sorted(wall), sorted(cpu)
 
 
-def time_real_files(n: int, seed: int) -> tuple[list[float], list[float]]:
+def time_real_files(n: int, seed: int, keep_open: int | None) -> tuple[list[float], list[float], int]:
     """The same node with the EFA / Lustre tree written to real files (tmpfs where there is one) and read by
-    ``OsFs``: open/read/close system calls per counter file, as on a node (sysfs costs differ from tmpfs)."""
+    ``OsFs``, as on a node (sysfs costs differ from tmpfs): with ``keep_open=0`` an open / read / close per counter
+    file, by default held descriptors re-read with ``pread`` (directories dated an hour back, as sysfs's are old,
+    so their listings are reused). Returns wall and CPU times and the files held."""
     shm = Path("/dev/shm")
     with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None) as tmp:
         for rel, text in node_files().items():
             path = Path(tmp) / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
-        exp, *_ = build_node(seed, efa_fs=OsFs(tmp))
-        return time_scrapes(exp, n)
+        old = time.time() - 3600  # sysfs directories are made when the device appears, not just now
+        for directory in [Path(tmp), *(p for p in Path(tmp).rglob("*") if p.is_dir())]:
+            os.utime(directory, (old, old))
+        # an OsFs without keep_open (the code before 2026-11-23 session 2, for before/after runs) reads the plain way
+        holds = "keep_open" in inspect.signature(OsFs).parameters
+        fs = OsFs(tmp, keep_open=keep_open) if holds else OsFs(tmp)
+        exp, *_ = build_node(seed, efa_fs=fs)
+        wall, cpu = time_scrapes(exp, n)
+        held = fs.held_files if holds else 0
+        if holds:
+            fs.close()
+        return wall, cpu, held
 
 
 def fault_run(n: int, p: float, seed: int) -> tuple[int, int, dict[str, int], float]:
@@ -172,9 +187,32 @@ def http_burst(n: int, seed: int) -> int:
     return failed
 
 
+def latency_repeats(
+    exp: Exporter, base_reg: CollectorRegistry, n: int, n_base: int, repeats: int
+) -> list[dict[str, float]]:
+    """``repeats`` rounds of (baseline, node) timings, interleaved so both see the same load; ms per round."""
+    rounds = []
+    for _ in range(repeats):
+        base = time_baseline(base_reg, n_base)
+        wall, cpu = time_scrapes(exp, n)
+        rounds.append(
+            {
+                "base_p50": statistics.median(base) * 1e3,
+                "p50": statistics.median(wall) * 1e3,
+                "p99": percentile(wall, 99) * 1e3,
+                "max": wall[-1] * 1e3,
+                "cpu_p50": statistics.median(cpu) * 1e3,
+                "cpu_p99": percentile(cpu, 99) * 1e3,
+            }
+        )
+    return rounds
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--scrapes", type=int, default=2000)
+    ap.add_argument("--scrapes", type=int, default=2000, help="latency scrapes per repeat")
+    ap.add_argument("--repeats", type=int, default=5, help="latency repeats; the verdict uses their median p99")
+    ap.add_argument("--baseline-renders", type=int, default=200, help="generate_latest renders per repeat")
     ap.add_argument("--fault-scrapes", type=int, default=10_000)
     ap.add_argument("--fault-p", type=float, default=0.1)
     ap.add_argument("--http-scrapes", type=int, default=500)
@@ -182,18 +220,38 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="write a Markdown result file here")
     args = ap.parse_args()
+    if (
+        min(args.scrapes, args.repeats, args.baseline_renders) < 1
+        or min(args.fault_scrapes, args.http_scrapes, args.real_fs_scrapes) < 0
+    ):
+        ap.error("--scrapes, --repeats and --baseline-renders must be >= 1; the other counts >= 0")
 
     load0 = os.getloadavg()[0]
     exp, *_ = build_node(args.seed)
     text0 = exp.render().decode()
     lines = text0.count("\n")
     samples = sum(1 for ln in text0.splitlines() if not ln.startswith("#"))
-    base = time_baseline(baseline_registry(samples), args.scrapes)
-    node, node_cpu = time_scrapes(exp, args.scrapes)
-    b50, n50, n99 = statistics.median(base), statistics.median(node), percentile(node, 99)
-    real, real_cpu = time_real_files(args.real_fs_scrapes, args.seed)
+    rounds = latency_repeats(exp, baseline_registry(samples), args.scrapes, args.baseline_renders, args.repeats)
+
+    def med(key: str) -> float:
+        return statistics.median(r[key] for r in rounds)
+
+    def span(key: str) -> str:
+        values = [r[key] for r in rounds]
+        return f"{med(key):.3f} ({min(values):.3f}-{max(values):.3f})"
+
+    real_rows = []
+    for keep_open in (0, None) if args.real_fs_scrapes else ():
+        real, real_cpu, held = time_real_files(args.real_fs_scrapes, args.seed, keep_open)
+        how = f"pread on {held} held files" if held else "open/read/close per file"
+        real_rows.append(
+            f"| same node, EFA + Lustre tree on real files (OsFs, {how}, {args.real_fs_scrapes} scrapes): wall p50 / "
+            f"p99, CPU p50 | {statistics.median(real) * 1e3:.3f} / {percentile(real, 99) * 1e3:.3f} ms, "
+            f"{statistics.median(real_cpu) * 1e3:.3f} ms |"
+        )
     failed, source_errors, injected, fault_s = fault_run(args.fault_scrapes, args.fault_p, args.seed)
     http_failed = http_burst(args.http_scrapes, args.seed)
+    ratio = statistics.median(r["p50"] / r["base_p50"] for r in rounds)
 
     report = [
         f"# fmstack exporter benchmark, {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
@@ -204,26 +262,35 @@ def main() -> int:
         "- command: `python3 benchmarks/bench_exporter.py " + " ".join(sys.argv[1:]) + "`",
         f"- node: 8 GPUs (fake NVML) + 32 EFA devices (recorded sysfs, in memory) + Lustre + app metrics: "
         f"{lines} exposition lines, {samples} samples",
+        f"- latency: {args.repeats} repeats of {args.scrapes} scrapes, each after {args.baseline_renders} baseline "
+        "renders; median over repeats (min-max in brackets)",
         "",
         "| measure | value |",
         "| --- | --- |",
-        f"| baseline: prometheus_client generate_latest of {samples} pre-set samples, p50 | {b50 * 1e3:.3f} ms |",
-        f"| node scrape p50 | {n50 * 1e3:.3f} ms |",
-        f"| node scrape p99 (goal <= 5 ms) | {n99 * 1e3:.3f} ms |",
-        f"| node scrape max | {node[-1] * 1e3:.3f} ms |",
-        f"| node scrape CPU time p50 / p99 | {statistics.median(node_cpu) * 1e3:.3f} / "
-        f"{percentile(node_cpu, 99) * 1e3:.3f} ms |",
-        f"| ratio node / baseline (p50) | {n50 / b50:.1f}x |",
-        f"| same node, EFA + Lustre tree on real files (OsFs, {args.real_fs_scrapes} scrapes): wall p50 / p99, "
-        f"CPU p50 | {statistics.median(real) * 1e3:.3f} / {percentile(real, 99) * 1e3:.3f} ms, "
-        f"{statistics.median(real_cpu) * 1e3:.3f} ms |",
+        f"| baseline: prometheus_client generate_latest of {samples} pre-set samples, p50 | {span('base_p50')} ms |",
+        f"| node scrape p50 | {span('p50')} ms |",
+        f"| node scrape p99 (goal <= 5 ms) | {span('p99')} ms |",
+        f"| node scrape max | {span('max')} ms |",
+        f"| node scrape CPU time p50 | {span('cpu_p50')} ms |",
+        f"| node scrape CPU time p99 | {span('cpu_p99')} ms |",
+        f"| ratio node / baseline (p50, median of repeats) | {ratio:.2f}x |",
+        *real_rows,
         f"| fault scrapes | {args.fault_scrapes} at p={args.fault_p} per fault kind, {fault_s:.1f} s |",
         f"| faults injected | {', '.join(f'{k} {v}' for k, v in injected.items())} |",
         f"| source errors reported (as metrics) | {source_errors} |",
         f"| failed scrapes | {failed} |",
         f"| HTTP scrapes on 127.0.0.1 (p=0.1), failed | {args.http_scrapes}, {http_failed} |",
         "",
-        f"Verdict: p99 {'meets' if n99 <= 0.005 else 'MISSES'} the 5 ms goal; "
+        "| repeat | baseline p50 | wall p50 / p99 / max | CPU p50 / p99 |",
+        "| --- | --- | --- | --- |",
+        *(
+            f"| {i + 1} | {r['base_p50']:.3f} | {r['p50']:.3f} / {r['p99']:.3f} / {r['max']:.3f} | "
+            f"{r['cpu_p50']:.3f} / {r['cpu_p99']:.3f} |"
+            for i, r in enumerate(rounds)
+        ),
+        "",
+        f"Verdict: median p99 {med('p99'):.3f} ms {'meets' if med('p99') <= 5.0 else 'MISSES'} the 5 ms goal "
+        f"({sum(r['p99'] <= 5.0 for r in rounds)} of {len(rounds)} repeats within it); "
         f"{'no' if failed + http_failed == 0 else failed + http_failed} failed scrapes.",
     ]
     text = "\n".join(report) + "\n"

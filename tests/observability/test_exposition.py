@@ -12,9 +12,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from fmstack.observability.app_metrics import AppMetrics
 from fmstack.observability.app_source import AppSource
+from fmstack.observability.blocks import SeriesLayout, row_series
 from fmstack.observability.efa import EfaSource
 from fmstack.observability.exporter import Exporter, Source
-from fmstack.observability.exposition import LabelCache, PrerenderedMetric, render_text
+from fmstack.observability.exposition import BlockMetric, LabelCache, render_text, value_texts
 from fmstack.observability.fake import FakeGpuBackend, RandomFaults
 from fmstack.observability.gpu_source import GpuSource
 from fmstack.observability.lustre import LustreSource
@@ -75,9 +76,9 @@ def test_optimised_render_equals_reference_rendering_across_scrapes_and_faults()
     for _ in range(60):
         faults.step()
         families = list(exp.registry.collect())
-        prerendered += sum(isinstance(f, PrerenderedMetric) for f in families)
+        prerendered += sum(isinstance(f, BlockMetric) for f in families)
         assert render_text(families, cache) == reference_text(families)
-    assert prerendered > 60 * 20  # the fast path was exercised (23 port + 3 device counters per healthy scrape)
+    assert prerendered > 60 * 20  # sources wrote their own text (23 port + 3 device counters per healthy scrape)
 
 
 def test_every_efa_line_carries_the_labels_of_the_file_it_was_read_from() -> None:
@@ -131,12 +132,15 @@ def test_label_cache_is_bounded_and_correct_after_clearing() -> None:
         assert len(cache.entries) <= 10
 
 
-def test_prerendered_family_keeps_samples_and_special_values() -> None:
-    fam = PrerenderedMetric("node_amazonefa_x", "help", "counter")
-    fam.add(('node_amazonefa_x{device="d"} ', {"device": "d"}), float("inf"))
-    fam.add(('node_amazonefa_x{device="e"} ', {"device": "e"}), 2.0)
+def test_layout_families_keep_samples_and_special_values() -> None:
+    fk = ("x", "node_amazonefa_x", "help", "counter")
+    layout = SeriesLayout(row_series([({"device": "d"}, [fk]), ({"device": "e"}, [fk])]))
+    (fam,) = layout.families(value_texts([float("inf"), 2.0]))
     assert [s.labels for s in fam.samples] == [{"device": "d"}, {"device": "e"}]
+    assert [s.value for s in fam.samples] == [float("inf"), 2.0]
     text = render_text([fam])
     assert text == reference_text([fam])
     assert b'node_amazonefa_x{device="d"} +Inf\n' in text
-    assert render_text([PrerenderedMetric("node_amazonefa_y", "h", "counter")]) == b""
+    (fam,) = layout.families(["12", "0"], integral=True)  # integer digits get the float's ".0"
+    assert render_text([fam]) == reference_text([fam])
+    assert b'node_amazonefa_x{device="e"} 0.0\n' in render_text([fam])

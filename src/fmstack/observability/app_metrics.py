@@ -13,6 +13,7 @@ Exported names (docs/observability.md): ``fmstack_train_*`` and ``fmstack_servin
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import json
 import math
 import os
@@ -68,6 +69,9 @@ class HistogramData:
         self.total += value
         self.count += 1
 
+    def copy(self) -> HistogramData:
+        return HistogramData(self.bounds, list(self.counts), self.total, self.count)
+
     def cumulative(self) -> list[tuple[float, int]]:
         """(upper bound, cumulative count) pairs ending with (+Inf, count), as Prometheus exposes them."""
         out, running = [], 0
@@ -100,6 +104,12 @@ class AppSnapshot:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
+
+    def copy(self) -> AppSnapshot:
+        """A deep copy (the histograms' counts are the only mutable parts)."""
+        return dataclasses.replace(
+            self, step_duration=self.step_duration.copy(), ttft=self.ttft.copy(), itl=self.itl.copy()
+        )
 
     @classmethod
     def from_json(cls, text: str) -> AppSnapshot:
@@ -184,7 +194,7 @@ class AppMetrics:
     def snapshot(self) -> AppSnapshot:
         """A deep copy taken under the lock (the exporter reads this at scrape time)."""
         with self._lock:
-            return AppSnapshot.from_json(self._snap.to_json())
+            return self._snap.copy()
 
     def write_snapshot(self, path: str | os.PathLike[str]) -> Path:
         """Write the snapshot atomically (temp file + rename) so a reader never sees half a file."""

@@ -6,12 +6,15 @@ while dcgm-exporter and the aws-samples EFA exporter expose counters without ``_
 names verbatim (shared/reference/observability.md §0 item 5). Here a counter family's TYPE line uses the name its
 samples carry: ``<name>_total`` when prometheus-client added the suffix, the bare name otherwise.
 Format: https://prometheus.io/docs/instrumenting/exposition_formats/ (text-based format).
+
+Sources write most of their families themselves (:class:`BlockMetric`, from :mod:`fmstack.observability.blocks`
+layouts); :func:`render_text` copies their text and renders the other families sample by sample.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from prometheus_client.core import Metric
@@ -63,38 +66,59 @@ def render_labels(labels: dict[str, str]) -> str:
     return "{" + ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels.items()) + "}"
 
 
-class PrerenderedMetric(Metric):
-    """A family whose sample lines are ``prefix + value``: the source keeps each series' ``name{labels} `` prefix
-    across scrapes (built once with :class:`LabelCache`, keyed by the series' own label values) and only appends
-    values at scrape time. ``samples`` is built on demand for any other consumer; ``render_text`` writes the
-    prefixes directly. Invariant (checked by the tests against a reference rendering of ``samples``):
-    ``prefix == name + render(labels) + " "`` for every series.
-    """
+class BlockMetric(Metric):
+    """A family whose exposition ``text`` (header and sample lines) its source wrote, from a
+    :class:`~fmstack.observability.blocks.SeriesLayout`; ``samples`` is built on demand for other consumers."""
 
-    def __init__(self, name: str, documentation: str, typ: str) -> None:
-        self.heads: list[tuple[str, dict[str, str]]] = []
-        """Per series: its rendered prefix and its labels."""
-        self.values: list[float] = []
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        typ: str,
+        text: str,
+        series: Sequence[tuple[str, dict[str, str]]],
+        values: Sequence[str],
+    ) -> None:
         super().__init__(name, documentation, typ)
+        self.text = text
+        self.series = series
+        """Each sample's name and labels."""
+        self.value_texts = values
+        """Each sample's value as written (``repr`` of the float, ``+Inf``, ``NaN``, or an integer's digits)."""
 
     @property
     def samples(self) -> list[Sample]:
-        name = self.name
         return self._extra + [
-            Sample(name, labels, value) for (_, labels), value in zip(self.heads, self.values, strict=True)
+            Sample(name, labels, float(v)) for (name, labels), v in zip(self.series, self.value_texts, strict=True)
         ]
 
     @samples.setter
     def samples(self, value: list[Sample]) -> None:
-        self._extra = value  # Metric.__init__ sets []; series added this way render after the generic rules
+        self._extra = value  # Metric.__init__ sets []; samples added this way make render_text take the generic path
 
-    def add(self, head: tuple[str, dict[str, str]], value: float) -> None:
-        self.heads.append(head)
-        self.values.append(value)
+
+def value_texts(values: Sequence[float]) -> list[str]:
+    """Float values as the text format writes them (``repr``; ``+Inf``, ``-Inf``, ``NaN``)."""
+    if all(map(math.isfinite, values)):
+        return list(map(repr, map(float, values)))
+    return [_special(float(v)) for v in values]
+
+
+def _special(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(value)
 
 
 def _header(name: str, documentation: str, mtype: str) -> str:
     return f"# HELP {name} {_escape_help(documentation)}\n# TYPE {name} {mtype}\n"
+
+
+def family_header(name: str, documentation: str, typ: str) -> str:
+    """``# HELP`` and ``# TYPE`` lines of a family whose samples carry ``name`` (prometheus-client type names)."""
+    return _header(name, documentation, _TYPES.get(typ, typ))
 
 
 def render_text(families: Iterable[Any], cache: LabelCache | None = None) -> bytes:
@@ -106,22 +130,8 @@ def render_text(families: Iterable[Any], cache: LabelCache | None = None) -> byt
     out: list[str] = []
     append = out.append
     for fam in families:
-        if type(fam) is PrerenderedMetric and not fam._extra:
-            values = fam.values
-            if not values:
-                continue
-            name = fam.name
-            append(_header(name, fam.documentation, _TYPES.get(fam.type, fam.type)))
-            if name.endswith("_created"):
-                continue  # as the generic path: a *_created sample is never written
-            if all(map(math.isfinite, values)):
-                append("".join([f"{head[0]}{value!r}\n" for head, value in zip(fam.heads, values, strict=True)]))
-            else:
-                append(
-                    "".join(
-                        [f"{head[0]}{format_value(value)}\n" for head, value in zip(fam.heads, values, strict=True)]
-                    )
-                )
+        if type(fam) is BlockMetric and not fam._extra:  # its source wrote the text
+            append(fam.text)
             continue
         samples = fam.samples
         if not samples:

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from operator import attrgetter
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from fmstack.observability.blocks import FamilyKey, LayoutCache, SeriesLayout, row_series
+from fmstack.observability.exposition import value_texts
 from fmstack.observability.gpu import GpuBackend, GpuReadError, GpuReading
 
 LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"]
@@ -52,6 +55,37 @@ DCGM_FIELDS: tuple[tuple[str, str, str, str, float], ...] = (
 )  # fmt: skip
 
 
+_FIELD_VALUES = attrgetter(*(f[0] for f in DCGM_FIELDS))
+_SCALES = tuple(f[4] for f in DCGM_FIELDS)
+_SCALED = tuple((i, scale) for i, scale in enumerate(_SCALES) if scale != 1)
+_FAMILY_KEYS = tuple((metric, metric, doc, mtype) for _f, metric, mtype, doc, _s in DCGM_FIELDS)
+_RANK = {metric: i for i, (_f, metric, _t, _d, _s) in enumerate(DCGM_FIELDS)}
+
+
+_UP = ("fmstack_gpu_up", "fmstack_gpu_up", "1 if the GPU was read in this scrape", "gauge")
+_SEEN = ("fmstack_gpu_last_read_timestamp_seconds", "fmstack_gpu_last_read_timestamp_seconds", "Last successful read", "gauge")  # fmt: skip
+_RANK = {**_RANK, _UP[0]: len(_RANK), _SEEN[0]: len(_RANK) + 1}
+
+_Structure = tuple[
+    tuple[tuple[tuple[str, ...], tuple[bool, ...] | None], ...],
+    tuple[tuple[str, ...], ...],
+    tuple[tuple[str, ...], ...],
+]
+"""(labels and supported fields of each GPU read, ``fmstack_gpu_up``'s labels, last-read timestamps' labels)"""
+
+
+def _layout(structure: _Structure) -> SeriesLayout:
+    """The DCGM families of the GPUs read, in DCGM_FIELDS order, then ``fmstack_gpu_up`` and the last reads."""
+    rows: list[tuple[dict[str, str], tuple[FamilyKey, ...]]] = []
+    read, up, seen = structure
+    for labels, mask in read:
+        keys = _FAMILY_KEYS if mask is None else tuple(k for k, has in zip(_FAMILY_KEYS, mask, strict=True) if has)
+        rows.append((dict(zip(LABELS, labels, strict=True)), keys))
+    rows += [(dict(zip(LABELS, labels, strict=True)), (_UP,)) for labels in up]
+    rows += [(dict(zip(LABELS, labels, strict=True)), (_SEEN,)) for labels in seen]
+    return SeriesLayout(row_series(rows), rank=_RANK.__getitem__)
+
+
 class GpuSource:
     """Reads every GPU of a :class:`GpuBackend` at scrape time; one GPU failing does not hide the others."""
 
@@ -73,6 +107,7 @@ class GpuSource:
         self.xid_counts: dict[tuple[int, int], int] = {}
         self._xid_last_seen: dict[tuple[int, int], float] = {}
         self._last_xid: dict[int, int] = {}
+        self._layouts: LayoutCache[SeriesLayout] = LayoutCache()
 
     def _labels(self, r: GpuReading) -> list[str]:
         labels = [str(r.index), r.uuid, r.pci_bus_id, f"nvidia{r.index}", r.model_name, self.hostname]
@@ -89,31 +124,41 @@ class GpuSource:
             self.xid_counts[(gpu, xid)] = self.xid_counts.get((gpu, xid), 0) + 1
             self._xid_last_seen[(gpu, xid)] = now
             self._last_xid[gpu] = xid
-        families: dict[str, Metric] = {}
-        for _field, metric, mtype, doc, _scale in DCGM_FIELDS:
-            families[metric] = Metric(metric, doc, mtype)
-        up = GaugeMetricFamily("fmstack_gpu_up", "1 if the GPU was read in this scrape", labels=LABELS)
-        seen = GaugeMetricFamily("fmstack_gpu_last_read_timestamp_seconds", "Last successful read", labels=LABELS)
         ok = 0
+        key: list[tuple[tuple[str, ...], tuple[bool, ...] | None]] = []
+        values: list[float] = []
+        up_labels: list[tuple[str, ...]] = []
+        up: list[float] = []
         for index in range(count):
             try:
                 r = self.backend.read(index)
             except GpuReadError:
-                up.add_metric(self._id_labels(index), 0.0)
+                up_labels.append(tuple(self._id_labels(index)))
+                up.append(0.0)
                 continue
             ok += 1
-            labels = self._labels(r)
-            label_map = dict(zip(LABELS, labels, strict=True))
+            labels = tuple(self._labels(r))
             self._last_read[index] = now
-            up.add_metric(labels, 1.0)
-            for field, metric, _mtype, _doc, scale in DCGM_FIELDS:
-                value = getattr(r, field)
-                if value is not None:
-                    families[metric].add_sample(metric, label_map, float(value) * scale)
-        for index, t in sorted(self._last_read.items()):
-            seen.add_metric(self._id_labels(index), t)
-        yield from (f for f in families.values() if f.samples)
-        yield from (up, seen)
+            up_labels.append(labels)
+            up.append(1.0)
+            fields = _FIELD_VALUES(r)
+            if None in fields:  # a field this GPU does not support is not exported
+                mask: tuple[bool, ...] | None = tuple(v is not None for v in fields)
+                values += [float(v) * scale for v, scale in zip(fields, _SCALES, strict=True) if v is not None]
+            else:
+                mask = None
+                start = len(values)
+                values += map(float, fields)
+                for i, scale in _SCALED:
+                    values[start + i] *= scale
+            key.append((labels, mask))
+        last_read = sorted(self._last_read.items())
+        seen = tuple(tuple(self._id_labels(index)) for index, _ in last_read)
+        structure = (tuple(key), tuple(up_labels), seen)
+        layout = self._layouts.get(structure)
+        if layout is None:
+            layout = self._layouts.put(structure, _layout(structure))
+        yield from layout.families(value_texts([*values, *up, *(t for _, t in last_read)]))
         yield from self._xid_families()
         yield from self._count_families(ok)
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
+from fmstack.observability.blocks import FamilyKey, LayoutCache, Series, SeriesLayout
+from fmstack.observability.exposition import value_texts
 from fmstack.observability.sysfs import FileSystem
 
 BASES = ("sys/kernel/debug/lustre/llite", "proc/fs/lustre/llite")
@@ -51,6 +53,7 @@ class LustreSource:
 
     def __init__(self, fs: FileSystem, bases: tuple[str, ...] = BASES) -> None:
         self.fs, self.bases = fs, bases
+        self._layouts: LayoutCache[SeriesLayout] = LayoutCache()
 
     def collect(self) -> Iterator[Metric]:
         mounts: dict[str, dict[str, StatLine]] = {}
@@ -65,32 +68,57 @@ class LustreSource:
                 except OSError:
                     continue  # unmounted between listdir and read
             break
-        labels = ["component", "target"]
-        fams: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
-        for direction in ("read", "write"):
-            fams[f"{direction}_samples"] = CounterMetricFamily(
-                f"lustre_{direction}_samples", f"{direction} calls", labels=labels
-            )
-            fams[f"{direction}_bytes"] = CounterMetricFamily(
-                f"lustre_{direction}_bytes", f"Bytes {direction}", labels=labels
-            )
-            for which in ("minimum", "maximum"):
-                fams[f"{direction}_{which}"] = GaugeMetricFamily(
-                    f"lustre_{direction}_{which}_size_bytes", f"{which} {direction} size", labels=labels
-                )
-        ops = CounterMetricFamily("lustre_stats", "Operations by type", labels=[*labels, "operation"])
+        key: list[tuple[str, tuple[tuple[str, bool | None], ...]]] = []
+        values: list[float] = []
         for target, stats in sorted(mounts.items()):
-            lv = ["client", target]
+            names: list[tuple[str, bool | None]] = []
             for name, st in stats.items():
+                values.append(float(st.count))
                 if name in ("read_bytes", "write_bytes"):
-                    d = name.split("_")[0]
-                    fams[f"{d}_samples"].add_metric(lv, float(st.count))
                     if st.total is not None and st.minimum is not None and st.maximum is not None:
-                        fams[f"{d}_bytes"].add_metric(lv, st.total)
-                        fams[f"{d}_minimum"].add_metric(lv, st.minimum)
-                        fams[f"{d}_maximum"].add_metric(lv, st.maximum)
+                        names.append((name, True))
+                        values += (st.total, st.minimum, st.maximum)
+                    else:
+                        names.append((name, False))
                 else:
-                    ops.add_metric([*lv, name], float(st.count))
-        yield from (f for f in fams.values() if f.samples)
-        if ops.samples:
-            yield ops
+                    names.append((name, None))
+            key.append((target, tuple(names)))
+        structure = tuple(key)
+        layout = self._layouts.get(structure)
+        if layout is None:
+            layout = self._layouts.put(structure, SeriesLayout(_series(structure), rank=_RANK.__getitem__))
+        return iter(layout.families(value_texts(values)))
+
+
+def _family(key: str, name: str, doc: str, typ: str) -> FamilyKey:
+    return (key, name, doc, typ)
+
+
+_BY_DIRECTION = {
+    d: (
+        _family(f"{d}_samples", f"lustre_{d}_samples", f"{d} calls", "counter"),
+        _family(f"{d}_bytes", f"lustre_{d}_bytes", f"Bytes {d}", "counter"),
+        _family(f"{d}_minimum", f"lustre_{d}_minimum_size_bytes", f"minimum {d} size", "gauge"),
+        _family(f"{d}_maximum", f"lustre_{d}_maximum_size_bytes", f"maximum {d} size", "gauge"),
+    )
+    for d in ("read", "write")
+}
+_OPS = _family("ops", "lustre_stats", "Operations by type", "counter")
+_RANK = {fk[0]: i for i, fk in enumerate((*_BY_DIRECTION["read"], *_BY_DIRECTION["write"], _OPS))}
+
+
+def _series(structure: tuple[tuple[str, tuple[tuple[str, bool | None], ...]], ...]) -> list[Series]:
+    """Per mount, in the stats file's order: read / write calls (and bytes, minimum and maximum size when the line
+    has them) or the operation's count."""
+    out: list[Series] = []
+    for target, names in structure:
+        labels = {"component": "client", "target": target}
+        for name, full in names:
+            if full is None:
+                out.append((_OPS, "lustre_stats_total", {**labels, "operation": name}))
+                continue
+            samples, nbytes, lo, hi = _BY_DIRECTION[name.split("_")[0]]
+            out.append((samples, samples[1] + "_total", labels))
+            if full:
+                out += [(nbytes, nbytes[1] + "_total", labels), (lo, lo[1], labels), (hi, hi[1], labels)]
+    return out
