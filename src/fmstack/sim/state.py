@@ -16,6 +16,7 @@ from fmstack.catalog.topology import build_cluster
 from fmstack.errors import InputError
 from fmstack.observability.health import Action, HealthEngine
 from fmstack.orchestration.policies import PendingJob, RunningJob, make_policy
+from fmstack.orchestration.policies.base import RunningSet
 from fmstack.orchestration.policies.fifo import PendingQueue
 from fmstack.orchestration.policies.kueue import requeue_backoff_s
 from fmstack.perfmodel.failures import FailureModel, load_failure_model
@@ -95,7 +96,7 @@ class SimState:
         queues = tuple(sorted({j.queue for j in self.jobs.values()}))
         self.policy = make_policy(config.policy, self.gpn, queues)
         self.pending = PendingQueue()
-        self.running: dict[int, RunningJob] = {}
+        self.running = RunningSet()
         self.node_jobs: dict[int, set[int]] = {}
         self.resets = [0] * len(self.fleet.state)
         self.reboots = [0] * len(self.fleet.state)
@@ -139,7 +140,7 @@ class SimState:
             return
         for _ in range(2):
             cap = _Capacity(self.fleet)
-            plan = self.policy.schedule(self.env.now_s, self.pending, self.running.values(), cap,
+            plan = self.policy.schedule(self.env.now_s, self.pending, self.running, cap,
                                         periodic=periodic)  # fmt: skip
             for jid in plan.starts:
                 self._start(self.jobs[jid], cap.allocs.pop(jid), startup_s=0.0 if self.jobs[jid].restarts == 0
