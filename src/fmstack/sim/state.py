@@ -37,11 +37,15 @@ OUT_STATE = {
 
 
 class _Capacity:
-    """The fleet as a policy's :class:`Capacity`: placements are kept until the simulator starts the jobs."""
+    """The fleet as a policy's :class:`Capacity`: placements are kept until the simulator starts the jobs.
 
-    def __init__(self, fleet: Fleet) -> None:
+    ``no_room`` (fleet version, sizes) remembers the sizes that could not be placed, across passes: placement is
+    a function of the fleet's state, so they fail again until the fleet changes (its version moves)."""
+
+    def __init__(self, fleet: Fleet, no_room: tuple[int, set[int]]) -> None:
         self.fleet = fleet
         self.allocs: dict[int, Alloc] = {}
+        self.no_room = no_room
 
     @property
     def total_gpus(self) -> int:
@@ -52,8 +56,14 @@ class _Capacity:
         return self.fleet.schedulable_gpus - self.fleet.allocated_gpus
 
     def try_start(self, job: PendingJob) -> bool:
+        version, sizes = self.no_room
+        if version == self.fleet.version and job.num_gpus in sizes:
+            return False
         alloc = self.fleet.place(job.num_gpus)
         if alloc is None:
+            if version != self.fleet.version:
+                self.no_room = (self.fleet.version, set())
+            self.no_room[1].add(job.num_gpus)
             return False
         self.allocs[job.job_id] = alloc
         return True
@@ -109,6 +119,7 @@ class SimState:
         """(job, start_s, end_s, how it ended, nodes) of each run segment, kept for runs of <= 2,000 jobs."""
         self.keep_segments = len(self.jobs) <= 2000
         self.preemptions = 0
+        self.no_room: tuple[int, set[int]] = (-1, set())
 
     def _admit_job(self, j: Job) -> None:
         if j.job_id in self.jobs:
@@ -139,7 +150,7 @@ class SimState:
         if not self.pending:
             return
         for _ in range(2):
-            cap = _Capacity(self.fleet)
+            cap = _Capacity(self.fleet, self.no_room)
             plan = self.policy.schedule(self.env.now_s, self.pending, self.running, cap,
                                         periodic=periodic)  # fmt: skip
             for jid in plan.starts:
@@ -147,6 +158,7 @@ class SimState:
                             else self.rec.startup_after_requeue_s)  # fmt: skip
             for alloc in cap.allocs.values():
                 self.fleet.release(alloc)
+            self.no_room = cap.no_room
             if not plan.preempt:
                 return
             for jid in plan.preempt:
