@@ -91,6 +91,16 @@ def test_incremental_pass_matches_plain_pass(
     for j in pend:
         pq[j.job_id] = j
     assert pol.schedule(40.0, pq, rs, CountCapacity(total_gpus=64, free_gpus=free)) == want
+    # the indexes built by that call are kept up to date as jobs come and go
+    if run:
+        rs.pop(run[0].job_id)
+    if pend:
+        pq.pop(pend[-1].job_id)
+    late = PendingJob(job_id=999, num_gpus=8, submit_s=0.0, time_limit_s=1e4, queue="b", priority=1.0)
+    pq[late.job_id] = late
+    rest = [*pend[:-1], late]
+    want = reference_schedule(pol, 41.0, rest, run[1:], CountCapacity(total_gpus=64, free_gpus=free))
+    assert pol.schedule(41.0, pq, rs, CountCapacity(total_gpus=64, free_gpus=free)) == want
 
 
 quota = st.builds(

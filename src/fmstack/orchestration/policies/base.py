@@ -65,17 +65,19 @@ class RunningSet:
     def __init__(self) -> None:
         self._jobs: dict[int, RunningJob] = {}
         self.gpus_by_queue_priority: dict[tuple[str, float], int] = {}
-        self._by_queue: dict[str, tuple[list[PreemptKey], list[RunningJob]]] = {}
+        self._by_queue: dict[str, tuple[list[PreemptKey], list[RunningJob]]] | None = None
+        """Built on the first :meth:`preemption_order` call, then kept up to date."""
 
     def __setitem__(self, job_id: int, job: RunningJob) -> None:
         self.pop(job_id)
         self._jobs[job_id] = job
         key = (job.queue, job.priority)
         self.gpus_by_queue_priority[key] = self.gpus_by_queue_priority.get(key, 0) + job.num_gpus
-        keys, jobs = self._by_queue.setdefault(job.queue, ([], []))
-        i = bisect_left(keys, preempt_key(job))
-        keys.insert(i, preempt_key(job))
-        jobs.insert(i, job)
+        if self._by_queue is not None:
+            keys, jobs = self._by_queue.setdefault(job.queue, ([], []))
+            i = bisect_left(keys, preempt_key(job))
+            keys.insert(i, preempt_key(job))
+            jobs.insert(i, job)
 
     def pop(self, job_id: int, default: RunningJob | None = None) -> RunningJob | None:
         job = self._jobs.pop(job_id, None)
@@ -87,14 +89,21 @@ class RunningSet:
             self.gpus_by_queue_priority[key] = left
         else:
             del self.gpus_by_queue_priority[key]
-        keys, jobs = self._by_queue[job.queue]
-        i = bisect_left(keys, preempt_key(job))
-        del keys[i]
-        del jobs[i]
+        if self._by_queue is not None:
+            keys, jobs = self._by_queue[job.queue]
+            i = bisect_left(keys, preempt_key(job))
+            del keys[i]
+            del jobs[i]
         return job
 
     def preemption_order(self, queue: str) -> tuple[Sequence[PreemptKey], Sequence[RunningJob]]:
         """The keys and jobs of ``queue`` in :data:`PreemptKey` order (views: do not change them)."""
+        if self._by_queue is None:
+            self._by_queue = {}
+            for job in sorted(self._jobs.values(), key=preempt_key):
+                keys, jobs = self._by_queue.setdefault(job.queue, ([], []))
+                keys.append(preempt_key(job))
+                jobs.append(job)
         return self._by_queue.get(queue, ([], []))
 
     def ids(self) -> list[int]:

@@ -75,7 +75,8 @@ class PendingQueue:
         self._jobs: dict[int, PendingJob] = {}
         self._keys: list[tuple[float, float, int]] = []
         self._order: list[PendingJob] = []
-        self._groups: dict[GroupKey, Group] = {}
+        self._groups: dict[GroupKey, Group] | None = None
+        """Built on the first :meth:`groups` call (only policies that group pay for it), then kept up to date."""
 
     def __setitem__(self, job_id: int, job: PendingJob) -> None:
         self.pop(job_id)
@@ -84,10 +85,11 @@ class PendingQueue:
         self._keys.insert(i, key)
         self._order.insert(i, job)
         self._jobs[job_id] = job
-        g = self._groups.get(group_key(job))
-        if g is None:
-            g = self._groups[group_key(job)] = Group()
-        g.add(job)
+        if self._groups is not None:
+            g = self._groups.get(group_key(job))
+            if g is None:
+                g = self._groups[group_key(job)] = Group()
+            g.add(job)
 
     def pop(self, job_id: int, default: PendingJob | None = None) -> PendingJob | None:
         job = self._jobs.pop(job_id, None)
@@ -96,15 +98,24 @@ class PendingQueue:
         i = bisect_left(self._keys, _key(job))
         del self._keys[i]
         del self._order[i]
-        gk = group_key(job)
-        g = self._groups[gk]
-        g.remove(job)
-        if not g.jobs:
-            del self._groups[gk]
+        if self._groups is not None:
+            gk = group_key(job)
+            g = self._groups[gk]
+            g.remove(job)
+            if not g.jobs:
+                del self._groups[gk]
         return job
 
     def groups(self) -> dict[GroupKey, Group]:
         """The jobs by (queue, priority, size), each group in priority order (a view: do not change it)."""
+        if self._groups is None:
+            self._groups = {}
+            for j in self._order:
+                g = self._groups.get(group_key(j))
+                if g is None:
+                    g = self._groups[group_key(j)] = Group()
+                g.keys.append(_key(j))
+                g.jobs.append(j)
         return self._groups
 
     def ordered(self) -> Sequence[PendingJob]:
