@@ -49,6 +49,8 @@ class Fleet:
         self.spares: list[int] = list(range(cluster.num_nodes, total))
         self.allocated_gpus = 0
         self.schedulable_gpus = cluster.num_nodes * self.gpn
+        self.version = 0
+        """Changes with every change of a node's free GPUs or state (a placement that failed fails again until)."""
         for n in range(cluster.num_nodes):
             self._index(n)
 
@@ -109,19 +111,37 @@ class Fleet:
         return node, gpus
 
     def _take(self, alloc: Alloc) -> Alloc:
-        for n, g in alloc:
-            self._unindex(n)
-            self.free[n] -= g
-            self.allocated_gpus += g
-            self._index(n)
+        self._add(alloc, -1)
         return alloc
 
     def release(self, alloc: Alloc) -> None:
+        self._add(alloc, 1)
+
+    def _add(self, alloc: Alloc, sign: int) -> None:
+        """Free GPUs of each node += sign x its GPUs in ``alloc``; as _unindex, change, _index per node."""
+        free, state, gpn, per_leaf = self.free, self.state, self.gpn, self.nodes_per_leaf
+        idle, idle_count, partial = self.idle_by_leaf, self.idle_count, self.partial
+        up = NodeState.UP
+        total = 0
         for n, g in alloc:
-            self._unindex(n)
-            self.free[n] += g
-            self.allocated_gpus -= g
-            self._index(n)
+            f = free[n]
+            lf = n // per_leaf
+            if f == gpn:
+                idle[lf].discard(n)
+                idle_count[lf] = len(idle[lf])
+            elif f > 0:
+                partial[f].discard(n)
+            f += sign * g
+            free[n] = f
+            total += g
+            if state[n] == up:
+                if f == gpn:
+                    idle[lf].add(n)
+                    idle_count[lf] = len(idle[lf])
+                elif f > 0:
+                    partial[f].add(n)
+        self.allocated_gpus -= sign * total
+        self.version += 1
 
     def leaves_of(self, alloc: Alloc) -> int:
         return len({self.leaf(n) for n, _ in alloc})
@@ -143,6 +163,7 @@ class Fleet:
         self.state[node] = state
         if state == NodeState.UP:
             self._index(node)
+        self.version += 1
 
     def take_spare(self) -> int | None:
         """A spare node joins the pool (UP), or None if there is none."""
@@ -153,6 +174,7 @@ class Fleet:
         self.state[node] = NodeState.UP
         self.schedulable_gpus += self.gpn
         self._index(node)
+        self.version += 1
         return node
 
     def to_spare(self, node: int) -> None:
@@ -163,6 +185,7 @@ class Fleet:
         self.state[node] = NodeState.SPARE
         self.free[node] = 0
         self.spares.append(node)
+        self.version += 1
 
     def count(self, state: NodeState) -> int:
         return sum(1 for s in self.state if s == state)

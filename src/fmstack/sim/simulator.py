@@ -44,7 +44,7 @@ class Simulator(FaultHandling):
             SAMPLE: self._on_sample,
         }  # fmt: skip
         env.run(horizon, lambda kind, data: handlers[kind](data))
-        for jid in sorted(self.running):
+        for jid in sorted(self.running.ids()):
             self._close(self.jobs[jid], horizon, graceful=True, kind="horizon")
         for j in self.jobs.values():
             if j.hung:

@@ -16,6 +16,7 @@ from fmstack.catalog.topology import build_cluster
 from fmstack.errors import InputError
 from fmstack.observability.health import Action, HealthEngine
 from fmstack.orchestration.policies import PendingJob, RunningJob, make_policy
+from fmstack.orchestration.policies.base import RunningSet
 from fmstack.orchestration.policies.fifo import PendingQueue
 from fmstack.orchestration.policies.kueue import requeue_backoff_s
 from fmstack.perfmodel.failures import FailureModel, load_failure_model
@@ -36,11 +37,15 @@ OUT_STATE = {
 
 
 class _Capacity:
-    """The fleet as a policy's :class:`Capacity`: placements are kept until the simulator starts the jobs."""
+    """The fleet as a policy's :class:`Capacity`: placements are kept until the simulator starts the jobs.
 
-    def __init__(self, fleet: Fleet) -> None:
+    ``no_room`` (fleet version, sizes) remembers the sizes that could not be placed, across passes: placement is
+    a function of the fleet's state, so they fail again until the fleet changes (its version moves)."""
+
+    def __init__(self, fleet: Fleet, no_room: tuple[int, set[int]]) -> None:
         self.fleet = fleet
         self.allocs: dict[int, Alloc] = {}
+        self.no_room = no_room
 
     @property
     def total_gpus(self) -> int:
@@ -51,8 +56,14 @@ class _Capacity:
         return self.fleet.schedulable_gpus - self.fleet.allocated_gpus
 
     def try_start(self, job: PendingJob) -> bool:
+        version, sizes = self.no_room
+        if version == self.fleet.version and job.num_gpus in sizes:
+            return False
         alloc = self.fleet.place(job.num_gpus)
         if alloc is None:
+            if version != self.fleet.version:
+                self.no_room = (self.fleet.version, set())
+            self.no_room[1].add(job.num_gpus)
             return False
         self.allocs[job.job_id] = alloc
         return True
@@ -95,7 +106,7 @@ class SimState:
         queues = tuple(sorted({j.queue for j in self.jobs.values()}))
         self.policy = make_policy(config.policy, self.gpn, queues)
         self.pending = PendingQueue()
-        self.running: dict[int, RunningJob] = {}
+        self.running = RunningSet()
         self.node_jobs: dict[int, set[int]] = {}
         self.resets = [0] * len(self.fleet.state)
         self.reboots = [0] * len(self.fleet.state)
@@ -108,6 +119,7 @@ class SimState:
         """(job, start_s, end_s, how it ended, nodes) of each run segment, kept for runs of <= 2,000 jobs."""
         self.keep_segments = len(self.jobs) <= 2000
         self.preemptions = 0
+        self.no_room: tuple[int, set[int]] = (-1, set())
 
     def _admit_job(self, j: Job) -> None:
         if j.job_id in self.jobs:
@@ -138,14 +150,15 @@ class SimState:
         if not self.pending:
             return
         for _ in range(2):
-            cap = _Capacity(self.fleet)
-            plan = self.policy.schedule(self.env.now_s, self.pending, self.running.values(), cap,
+            cap = _Capacity(self.fleet, self.no_room)
+            plan = self.policy.schedule(self.env.now_s, self.pending, self.running, cap,
                                         periodic=periodic)  # fmt: skip
             for jid in plan.starts:
                 self._start(self.jobs[jid], cap.allocs.pop(jid), startup_s=0.0 if self.jobs[jid].restarts == 0
                             else self.rec.startup_after_requeue_s)  # fmt: skip
             for alloc in cap.allocs.values():
                 self.fleet.release(alloc)
+            self.no_room = cap.no_room
             if not plan.preempt:
                 return
             for jid in plan.preempt:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -142,7 +143,7 @@ class Profile:
         n = self._n
         rel = self._t[:n] - self._t[0]
         low = np.minimum.accumulate(self._f[:n])
-        ok = np.flatnonzero(needs[lo : hi + 1] <= low[rel.searchsorted(durations_s[lo : hi + 1]) - 1])
+        ok = (needs[lo : hi + 1] <= low[rel.searchsorted(durations_s[lo : hi + 1]) - 1]).nonzero()[0]
         return lo + int(ok[-1]) if len(ok) else lo - 1
 
     def earliest(self, need: int, duration_s: float) -> float:
@@ -153,7 +154,7 @@ class Profile:
         """
         n = self._n
         tt = self._t
-        bad = np.flatnonzero(self._f[:n] < need)
+        bad = (self._f[:n] < need).nonzero()[0]
         if len(bad) == 0:
             return float(tt[0])
         b0 = int(bad[0])
@@ -162,11 +163,19 @@ class Profile:
         if len(bad) > 1:
             s = bad[:-1] + 1
             e = bad[1:]
-            gap = np.flatnonzero((e > s) & (tt[e] - tt[s] >= duration_s))
-            if len(gap):
-                return float(tt[s[gap[0]]])
+            ok = tt[e] - tt[s] >= duration_s
+            if duration_s <= 0:  # an empty run (e == s) lasts 0 s, enough only for a 0 s window
+                ok &= e > s
+            k = int(ok.argmax())
+            if ok[k]:
+                return float(tt[s[k]])
         last = int(bad[-1]) + 1
         return float(tt[last]) if last < n else math.inf
+
+
+_START = attrgetter("start_s")
+_LIMIT = attrgetter("time_limit_s")
+_GPUS = attrgetter("num_gpus")
 
 
 def _ceil_to(t: float, res: float) -> float:
@@ -210,11 +219,9 @@ class BackfillPolicy:
         run = list(running)
         nrun = len(run)
         # the running jobs' releases, vectorised: max(ceil_to(start + limit), first), whole nodes, summed per time
-        ends = np.fromiter((r.start_s for r in run), float, nrun) + np.fromiter(
-            (r.time_limit_s for r in run), float, nrun
-        )
+        ends = np.fromiter(map(_START, run), float, nrun) + np.fromiter(map(_LIMIT, run), float, nrun)
         ends = np.maximum(np.ceil(ends / res) * res, first)
-        gpus = np.fromiter((r.num_gpus for r in run), np.int64, nrun)
+        gpus = np.fromiter(map(_GPUS, run), np.int64, nrun)
         gpus = np.where(gpus <= gpn, gpus, -(-gpus // gpn) * gpn)
         times, where = np.unique(ends, return_inverse=True)
         released = np.zeros(len(times), dtype=np.int64)
@@ -227,9 +234,9 @@ class BackfillPolicy:
         reserved = 0
         tested = list(order[: p.bf_max_job_test])
         m = len(tested)
-        needs_a = np.fromiter((j.num_gpus for j in tested), np.int64, m)
+        needs_a = np.fromiter(map(_GPUS, tested), np.int64, m)
         needs_a = np.where(needs_a <= gpn, needs_a, -(-needs_a // gpn) * gpn)
-        durs_a = np.maximum(res, np.ceil(np.fromiter((j.time_limit_s for j in tested), float, m) / res) * res)
+        durs_a = np.maximum(res, np.ceil(np.fromiter(map(_LIMIT, tested), float, m) / res) * res)
         needs: list[int] = needs_a.tolist()
         durs: list[float] = durs_a.tolist()
         # Only starts now matter, and the profile only shrinks during a cycle: once no remaining job could start

@@ -7,6 +7,8 @@ know the topology.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -46,8 +48,83 @@ class RunningJob:
         return self.start_s + self.time_limit_s
 
 
+PreemptKey = tuple[int, float, int]
+"""(whole-number priority, -start_s, job_id): preemption order within a queue, lowest priority then newest first
+(Kueue's classic order; its workload priority is an int32)."""
+
+
+def preempt_key(job: RunningJob) -> PreemptKey:
+    return (int(job.priority), -job.start_s, job.job_id)
+
+
+class RunningSet:
+    """Running jobs by id, with the GPUs held per (queue, priority) and each queue's jobs in preemption order
+    kept up to date as jobs come and go (as :class:`fmstack.orchestration.policies.fifo.PendingQueue` keeps the
+    pending order), so a policy need not add up or sort every running job at every event."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[int, RunningJob] = {}
+        self.gpus_by_queue_priority: dict[tuple[str, float], int] = {}
+        self._by_queue: dict[str, tuple[list[PreemptKey], list[RunningJob]]] | None = None
+        """Built on the first :meth:`preemption_order` call, then kept up to date."""
+
+    def __setitem__(self, job_id: int, job: RunningJob) -> None:
+        self.pop(job_id)
+        self._jobs[job_id] = job
+        key = (job.queue, job.priority)
+        self.gpus_by_queue_priority[key] = self.gpus_by_queue_priority.get(key, 0) + job.num_gpus
+        if self._by_queue is not None:
+            keys, jobs = self._by_queue.setdefault(job.queue, ([], []))
+            i = bisect_left(keys, preempt_key(job))
+            keys.insert(i, preempt_key(job))
+            jobs.insert(i, job)
+
+    def pop(self, job_id: int, default: RunningJob | None = None) -> RunningJob | None:
+        job = self._jobs.pop(job_id, None)
+        if job is None:
+            return default
+        key = (job.queue, job.priority)
+        left = self.gpus_by_queue_priority[key] - job.num_gpus
+        if left:
+            self.gpus_by_queue_priority[key] = left
+        else:
+            del self.gpus_by_queue_priority[key]
+        if self._by_queue is not None:
+            keys, jobs = self._by_queue[job.queue]
+            i = bisect_left(keys, preempt_key(job))
+            del keys[i]
+            del jobs[i]
+        return job
+
+    def preemption_order(self, queue: str) -> tuple[Sequence[PreemptKey], Sequence[RunningJob]]:
+        """The keys and jobs of ``queue`` in :data:`PreemptKey` order (views: do not change them)."""
+        if self._by_queue is None:
+            self._by_queue = {}
+            for job in sorted(self._jobs.values(), key=preempt_key):
+                keys, jobs = self._by_queue.setdefault(job.queue, ([], []))
+                keys.append(preempt_key(job))
+                jobs.append(job)
+        return self._by_queue.get(queue, ([], []))
+
+    def ids(self) -> list[int]:
+        return list(self._jobs)
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __iter__(self) -> Iterator[RunningJob]:
+        return iter(self._jobs.values())
+
+    def __contains__(self, job: object) -> bool:
+        return isinstance(job, RunningJob) and self._jobs.get(job.job_id) == job
+
+
 class Capacity(Protocol):
-    """What a policy may ask of the fleet: totals, and to tentatively start a job now."""
+    """What a policy may ask of the fleet: totals, and to tentatively start a job now.
+
+    Placement is monotone: a job that could not be placed cannot be placed after more jobs were placed (the
+    free capacity only shrinks), so a policy may skip trying the same size again within one pass.
+    """
 
     @property
     def total_gpus(self) -> int: ...

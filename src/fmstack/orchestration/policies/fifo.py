@@ -17,6 +17,49 @@ def _key(j: PendingJob) -> tuple[float, float, int]:
     return (-j.priority, j.submit_s, j.job_id)
 
 
+GroupKey = tuple[str, float, int]
+"""(queue, priority, num_gpus): pending jobs that a quota policy treats alike."""
+
+
+class Group:
+    """The pending jobs of one :data:`GroupKey`, in priority order, with their order keys."""
+
+    __slots__ = ("jobs", "keys")
+
+    def __init__(self) -> None:
+        self.keys: list[tuple[float, float, int]] = []
+        self.jobs: list[PendingJob] = []
+
+    def add(self, job: PendingJob) -> None:
+        key = _key(job)
+        i = bisect_left(self.keys, key)
+        self.keys.insert(i, key)
+        self.jobs.insert(i, job)
+
+    def remove(self, job: PendingJob) -> None:
+        i = bisect_left(self.keys, _key(job))
+        del self.keys[i]
+        del self.jobs[i]
+
+
+def group_key(j: PendingJob) -> GroupKey:
+    return (j.queue, j.priority, j.num_gpus)
+
+
+def group_pending(pending: Collection[PendingJob]) -> dict[GroupKey, Group]:
+    """Pending jobs by (queue, priority, size), each group in priority order."""
+    if isinstance(pending, PendingQueue):
+        return pending.groups()
+    out: dict[GroupKey, Group] = {}
+    for j in sorted(pending, key=_key):
+        g = out.get(group_key(j))
+        if g is None:
+            g = out[group_key(j)] = Group()
+        g.keys.append(_key(j))
+        g.jobs.append(j)
+    return out
+
+
 def priority_order(pending: Collection[PendingJob]) -> Sequence[PendingJob]:
     """Slurm's order among equals: priority (high first), then submit time, then job id."""
     if isinstance(pending, PendingQueue):
@@ -32,6 +75,8 @@ class PendingQueue:
         self._jobs: dict[int, PendingJob] = {}
         self._keys: list[tuple[float, float, int]] = []
         self._order: list[PendingJob] = []
+        self._groups: dict[GroupKey, Group] | None = None
+        """Built on the first :meth:`groups` call (only policies that group pay for it), then kept up to date."""
 
     def __setitem__(self, job_id: int, job: PendingJob) -> None:
         self.pop(job_id)
@@ -40,6 +85,11 @@ class PendingQueue:
         self._keys.insert(i, key)
         self._order.insert(i, job)
         self._jobs[job_id] = job
+        if self._groups is not None:
+            g = self._groups.get(group_key(job))
+            if g is None:
+                g = self._groups[group_key(job)] = Group()
+            g.add(job)
 
     def pop(self, job_id: int, default: PendingJob | None = None) -> PendingJob | None:
         job = self._jobs.pop(job_id, None)
@@ -48,7 +98,25 @@ class PendingQueue:
         i = bisect_left(self._keys, _key(job))
         del self._keys[i]
         del self._order[i]
+        if self._groups is not None:
+            gk = group_key(job)
+            g = self._groups[gk]
+            g.remove(job)
+            if not g.jobs:
+                del self._groups[gk]
         return job
+
+    def groups(self) -> dict[GroupKey, Group]:
+        """The jobs by (queue, priority, size), each group in priority order (a view: do not change it)."""
+        if self._groups is None:
+            self._groups = {}
+            for j in self._order:
+                g = self._groups.get(group_key(j))
+                if g is None:
+                    g = self._groups[group_key(j)] = Group()
+                g.keys.append(_key(j))
+                g.jobs.append(j)
+        return self._groups
 
     def ordered(self) -> Sequence[PendingJob]:
         """The jobs in priority order (a view: do not change it)."""

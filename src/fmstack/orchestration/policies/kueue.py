@@ -16,7 +16,7 @@ guaranteed part.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from fmstack.errors import InputError
@@ -73,6 +73,115 @@ class Workload:
     admitted_s: float = 0.0
 
 
+Usage = Callable[[str, str], int]
+"""GPUs (or any resource) a ClusterQueue uses: ``use(queue, resource)``."""
+
+
+def quota_fits(cq: ClusterQueue, members: Iterable[ClusterQueue], request: Mapping[str, int], use: Usage) -> bool:
+    """Whether ``request`` fits ``cq``'s quota: within ``nominal + borrowingLimit``, and the cohort pool (what each
+    member may lend) covers every member's usage above its guaranteed part, ``cq``'s including the request."""
+    for res, req in request.items():
+        q = cq.quotas.get(res)
+        if q is None:
+            return False
+        mine = use(cq.name, res) + req
+        if q.borrowing_limit is not None and mine > q.nominal + q.borrowing_limit:
+            return False
+        pool = 0
+        drawn = 0
+        for m in members:
+            mq = m.quotas.get(res)
+            if mq is None:
+                continue
+            pool += mq.lendable
+            u = mine if m.name == cq.name else use(m.name, res)
+            drawn += max(0, u - mq.guaranteed)
+        if drawn > pool:
+            return False
+    return True
+
+
+UNBOUNDED = 1 << 62
+
+
+class CohortQuota:
+    """:func:`quota_fits` for requests of one resource, as a bound: ``n`` GPUs fit ``queue`` iff
+    ``n <= max_fit(queue, use)``. Both conditions are linear in ``n``: ``use + n <= nominal + borrowingLimit``, and
+    ``max(0, use + n - guaranteed) <= pool - what the other members draw`` (nothing fits if that is negative)."""
+
+    def __init__(self, queues: Mapping[str, ClusterQueue], res: str) -> None:
+        self.res = res
+        self.limit: dict[str, int] = {}
+        self.guaranteed: dict[str, int] = {}
+        self.cohort: dict[str, str] = {}
+        self.members: dict[str, list[str]] = {}
+        self.pool: dict[str, int] = {}
+        self.nominal: dict[str, int] = {}
+        for name, cq in queues.items():
+            q = cq.quotas.get(res)
+            if q is None:
+                continue
+            self.limit[name] = UNBOUNDED if q.borrowing_limit is None else q.nominal + q.borrowing_limit
+            self.guaranteed[name] = q.guaranteed
+            self.nominal[name] = q.nominal
+        for name, cq in queues.items():
+            if name not in self.limit:
+                continue
+            # a queue of no cohort is a cohort of its own (keyed by its name, which no cohort shares)
+            key = cq.cohort if cq.cohort is not None else f"\0{name}"
+            self.cohort[name] = key
+            if key not in self.members:
+                group = [cq] if cq.cohort is None else [m for m in queues.values() if m.cohort == cq.cohort]
+                self.members[key] = [m.name for m in group if res in m.quotas]
+                self.pool[key] = sum(m.quotas[res].lendable for m in group if res in m.quotas)
+
+    def _drawn(self, key: str, use: Callable[[str], int]) -> int:
+        g = self.guaranteed
+        return sum(max(0, use(m) - g[m]) for m in self.members[key])
+
+    def max_fit(self, name: str, use: Callable[[str], int]) -> int:
+        """The largest request that fits queue ``name`` with usage ``use(queue)``; -1 if none does."""
+        return self._bound(name, use, self._drawn(self.cohort[name], use) if name in self.limit else 0)
+
+    def max_fits(self, use: Callable[[str], int]) -> dict[str, int]:
+        """:meth:`max_fit` of every queue that has the resource."""
+        drawn = {key: self._drawn(key, use) for key in self.members}
+        return {name: self._bound(name, use, drawn[key]) for name, key in self.cohort.items()}
+
+    def _bound(self, name: str, use: Callable[[str], int], drawn_all: int) -> int:
+        limit = self.limit.get(name)
+        if limit is None:
+            return -1
+        mine = use(name)
+        g = self.guaranteed[name]
+        room = self.pool[self.cohort[name]] - (drawn_all - max(0, mine - g))
+        if room < 0:
+            return -1
+        return max(min(limit - mine, room + g - mine), -1)
+
+    def borrowing(self, name: str, use: Callable[[str], int]) -> bool:
+        """Whether ``name`` uses more than its nominal quota of the resource."""
+        return use(name) > self.nominal.get(name, use(name))
+
+
+def drs_share(
+    cq: ClusterQueue, members: Iterable[ClusterQueue], use: Callable[[str], int], extra: Mapping[str, int] | None
+) -> float:
+    """DRS share of ``cq`` using ``use(resource)`` plus ``extra``: max over resources of borrowed x 1000 /
+    lendable in the cohort, divided by the fair-sharing weight."""
+    best = 0.0
+    mem = list(members)
+    for res, q in cq.quotas.items():
+        u = use(res) + (extra.get(res, 0) if extra else 0)
+        borrowed = max(0, u - q.nominal)
+        lendable = sum(m.quotas[res].lendable for m in mem if res in m.quotas)
+        if borrowed > 0:
+            best = max(best, borrowed * 1000 / lendable if lendable else float("inf"))
+    if best == 0:
+        return 0.0
+    return best / cq.fair_weight if cq.fair_weight > 0 else float("inf")
+
+
 @dataclass(kw_only=True, slots=True)
 class KueueState:
     """ClusterQueues and the admitted workloads; all queries are pure functions of this state."""
@@ -99,8 +208,10 @@ class KueueState:
     def admit(self, wl: Workload) -> None:
         """Record ``wl`` as admitted."""
         self.admitted.append(wl)
-        self._cache = None
-        self._by_id = None
+        if self._cache is not None and self._by_id is not None:
+            self._by_id[wl.wid] = wl
+            for r, n in wl.request.items():
+                self._cache[(wl.queue, r)] = self._cache.get((wl.queue, r), 0) + n
 
     def usage(self, name: str, res: str, removed: frozenset[int] = frozenset()) -> int:
         if self._cache is None or self._by_id is None:
@@ -119,25 +230,7 @@ class KueueState:
     def fits(self, wl: Workload, removed: frozenset[int] = frozenset()) -> bool:
         """Quota check for admitting ``wl`` after removing the workloads ``removed``."""
         cq = self.queue(wl.queue)
-        for res, req in wl.request.items():
-            q = cq.quotas.get(res)
-            if q is None:
-                return False
-            mine = self.usage(cq.name, res, removed) + req
-            if q.borrowing_limit is not None and mine > q.nominal + q.borrowing_limit:
-                return False
-            pool = 0
-            drawn = 0
-            for m in self.members(cq):
-                mq = m.quotas.get(res)
-                if mq is None:
-                    continue
-                pool += mq.lendable
-                use = mine if m.name == cq.name else self.usage(m.name, res, removed)
-                drawn += max(0, use - mq.guaranteed)
-            if drawn > pool:
-                return False
-        return True
+        return quota_fits(cq, self.members(cq), wl.request, lambda name, res: self.usage(name, res, removed))
 
     def borrowing(self, name: str, removed: frozenset[int] = frozenset()) -> bool:
         cq = self.queue(name)
@@ -146,16 +239,9 @@ class KueueState:
     def share(self, name: str, extra: Workload | None = None, removed: frozenset[int] = frozenset()) -> float:
         """DRS: max over resources of borrowed x 1000 / lendable in the cohort, divided by the weight."""
         cq = self.queue(name)
-        best = 0.0
-        for res, q in cq.quotas.items():
-            use = self.usage(name, res, removed) + (extra.request.get(res, 0) if extra else 0)
-            borrowed = max(0, use - q.nominal)
-            lendable = sum(m.quotas[res].lendable for m in self.members(cq) if res in m.quotas)
-            if borrowed > 0:
-                best = max(best, borrowed * 1000 / lendable if lendable else float("inf"))
-        if best == 0:
-            return 0.0
-        return best / cq.fair_weight if cq.fair_weight > 0 else float("inf")
+        return drs_share(
+            cq, self.members(cq), lambda res: self.usage(name, res, removed), extra.request if extra else None
+        )
 
     def classic_candidates(self, wl: Workload) -> list[Workload]:
         """Preemption candidates in Kueue's classic order (borrowing queues, low priority, newest first)."""

@@ -5,17 +5,230 @@ preemption (within a queue by priority, reclaim within the cohort).
 Nominal quota: the fleet's GPUs split evenly among the queues (remainder to the first); a documented default
 ([D]) a user changes with ``nominal_gpus``. The admission order is computed once per pass: DRS share of the
 queue with the workload added (lowest first, kueue fair_sharing.md), then priority, then creation time.
+
+A pass walks that order; each workload is admitted if it fits the quota and the capacity places it, skipped if
+it fits but cannot be placed, or, if it does not fit, preempts the classic targets (the pass ends there) or is
+skipped when no targets exist. Workloads of one (queue, priority, size) group get the same answer until the
+pass admits something, so the pass works on groups: a group's status (fits / can preempt / neither) comes from
+the quota arithmetic of :func:`fmstack.orchestration.policies.kueue.max_fit` on the GPUs in use per (queue,
+priority) (kept up to date by :class:`RunningSet`, and by the pass as it admits), and only the next workload of
+a group that could act is looked at. The targets themselves come from :meth:`KueueState.preemption_targets`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from heapq import merge
 
-from fmstack.orchestration.policies.base import Capacity, PendingJob, Plan, RunningJob
-from fmstack.orchestration.policies.kueue import ClusterQueue, KueueState, Quota, Workload
+from fmstack.orchestration.policies.base import (
+    Capacity,
+    PendingJob,
+    Plan,
+    PreemptKey,
+    RunningJob,
+    RunningSet,
+    preempt_key,
+)
+from fmstack.orchestration.policies.fifo import group_pending
+from fmstack.orchestration.policies.kueue import ClusterQueue, CohortQuota, KueueState, Quota, Workload, drs_share
 
 RES = "gpu"
+_FIT, _PREEMPT, _NONE = range(3)
+_OrderKey = tuple[float, tuple[float, float, int]]
+"""(DRS share at the pass start, (-priority, submit_s, job_id))."""
+
+
+_Candidate = tuple[bool, int, float, int, str, int]
+
+
+def _stream(
+    flag: bool,
+    queue: str,
+    keys: Sequence[PreemptKey],
+    jobs: Sequence[RunningJob],
+    end: int,
+    extra: list[tuple[PreemptKey, int]],
+) -> Iterator[_Candidate]:
+    """One queue's candidates (the first ``end`` running jobs, and those admitted in this pass) in order."""
+    running = ((flag, *keys[i], queue, jobs[i].num_gpus) for i in range(end))
+    return merge(running, ((flag, *k, queue, g) for k, g in extra))
+
+
+class _Queues:
+    """The ClusterQueues of one fleet size, their cohort members and quota arithmetic (fixed for a run)."""
+
+    def __init__(self, queues: dict[str, ClusterQueue]) -> None:
+        self.queues = queues
+        self.quota = CohortQuota(queues, RES)
+        helper = KueueState(queues=queues)
+        self.member_queues = {name: helper.members(cq) for name, cq in queues.items()}
+        self.members = {name: [m.name for m in ms] for name, ms in self.member_queues.items()}
+
+
+class _Pass:
+    """Quota state of one pass: GPUs in use per (queue, priority), updated as the pass admits workloads."""
+
+    def __init__(self, policy: KueuePolicy, qs: _Queues, now_s: float, running: Collection[RunningJob]) -> None:
+        self.qs = qs
+        self.queues = qs.queues
+        self.quota = qs.quota
+        self.members = qs.members
+        self.now_s = now_s
+        self.running = running
+        self.by_qp: dict[tuple[str, int], int] = {}
+        self.order: Callable[[str], tuple[Sequence[PreemptKey], Sequence[RunningJob]]]
+        if isinstance(running, RunningSet):
+            items = list(running.gpus_by_queue_priority.items())
+            self.order = running.preemption_order
+        else:
+            items = [((r.queue, r.priority), r.num_gpus) for r in running]
+            by_queue: dict[str, list[RunningJob]] = {}
+            for r in sorted(running, key=preempt_key):
+                by_queue.setdefault(r.queue, []).append(r)
+            self.order = lambda q: ([preempt_key(r) for r in by_queue.get(q, [])], by_queue.get(q, []))
+        for (q, p), n in items:
+            self.by_qp[(q, int(p))] = self.by_qp.get((q, int(p)), 0) + n
+        self.use: dict[str, int] = {}
+        for (q, _), n in self.by_qp.items():
+            self.use[q] = self.use.get(q, 0) + n
+        self.start_use = dict(self.use)
+        # LowerOrNewerEqualPriority also takes same-priority workloads admitted after the preemptor (now)
+        self.newer: dict[tuple[str, int], int] = {}
+        if policy.within_cluster_queue == "LowerOrNewerEqualPriority":
+            for r in running:
+                if r.start_s > now_s:
+                    self.newer[(r.queue, int(r.priority))] = self.newer.get((r.queue, int(r.priority)), 0) + r.num_gpus
+        self.admitted: list[Workload] = []
+        self._fit: dict[str, int] | None = None
+        self._borrow: dict[str, bool] = {}
+        self._preempt: dict[tuple[str, int], int] = {}
+        self._share: dict[tuple[str, int], float] = {}
+
+    def share(self, q: str, n: int) -> float:
+        """DRS share of queue ``q`` with ``n`` more GPUs, at the pass start (as KueueState.share)."""
+        s = self._share.get((q, n))
+        if s is None:
+            u = self.start_use.get(q, 0)
+            s = self._share[(q, n)] = drs_share(
+                self.queues[q], self.qs.member_queues[q], lambda res: u if res == RES else 0, {RES: n}
+            )
+        return s
+
+    def status(self, q: str, p: int, n: int) -> int:
+        """Whether ``n`` GPUs of priority ``p`` fit queue ``q`` now, or could after preempting every candidate."""
+        if self._fit is None:
+            self._fit = self.quota.max_fits(lambda m: self.use.get(m, 0))
+        if n <= self._fit.get(q, -1):
+            return _FIT
+        pre = self._preempt.get((q, p))
+        if pre is None:
+            gone = self._removable(self.queues[q], p)
+            pre = self._preempt[(q, p)] = self.quota.max_fit(q, lambda m: self.use.get(m, 0) - gone.get(m, 0))
+        return _PREEMPT if n <= pre else _NONE
+
+    def _borrowing(self, name: str) -> bool:
+        b = self._borrow.get(name)
+        if b is None:
+            u = self.use.get(name, 0)
+            b = self._borrow[name] = any(
+                (u if r == RES else 0) > q.nominal for r, q in self.queues[name].quotas.items()
+            )
+        return b
+
+    def _lower(self, q: str, p: int) -> int:
+        return sum(n for (qq, pp), n in self.by_qp.items() if qq == q and pp < p)
+
+    def _removable(self, cq: ClusterQueue, p: int) -> dict[str, int]:
+        """GPUs of all classic candidates of a priority-``p`` workload of ``cq``, per queue."""
+        gone: dict[str, int] = {}
+        if cq.within_cluster_queue != "Never":
+            gone[cq.name] = self._lower(cq.name, p) + self.newer.get((cq.name, p), 0)
+        if cq.cohort is None or cq.reclaim_within_cohort == "Never":
+            return gone
+        for m in self.members[cq.name]:
+            if m != cq.name and self._borrowing(m):
+                gone[m] = self.use.get(m, 0) if cq.reclaim_within_cohort == "Any" else self._lower(m, p)
+        return gone
+
+    def _workload(self, job: PendingJob) -> Workload:
+        return Workload(
+            wid=job.job_id, queue=job.queue, request={RES: job.num_gpus}, priority=int(job.priority),
+            admitted_s=self.now_s,
+        )  # fmt: skip
+
+    def admit(self, job: PendingJob) -> None:
+        wl = self._workload(job)
+        self.admitted.append(wl)
+        key = (job.queue, wl.priority)
+        self.by_qp[key] = self.by_qp.get(key, 0) + job.num_gpus
+        self.use[job.queue] = self.use.get(job.queue, 0) + job.num_gpus
+        self._fit = None
+        self._borrow.clear()
+        self._preempt.clear()
+
+    def _candidates(self, cq: ClusterQueue, p: int) -> Iterator[_Candidate]:
+        """Classic candidates as (not borrowing, priority, -admitted_s, wid, queue, GPUs), in Kueue's order."""
+        streams: list[Iterator[_Candidate]] = []
+        for m in self.queues:
+            if m == cq.name:
+                mode = "LowerPriority" if cq.within_cluster_queue == "LowerPriority" else "Never"
+            elif cq.cohort is not None and self.queues[m].cohort == cq.cohort and self._borrowing(m):
+                mode = cq.reclaim_within_cohort
+            else:
+                mode = "Never"
+            if mode == "Never":
+                continue
+            keys, jobs = self.order(m)
+            end = bisect_left(keys, (p,)) if mode == "LowerPriority" else len(keys)
+            extra = sorted(
+                ((w.priority, -w.admitted_s, w.wid), w.request[RES])
+                for w in self.admitted
+                if w.queue == m and (mode != "LowerPriority" or w.priority < p)
+            )
+            streams.append(_stream(not self._borrowing(m), m, keys, jobs, end, extra))
+        return merge(*streams)
+
+    def targets(self, job: PendingJob) -> list[int] | None:
+        """As :meth:`KueueState.preemption_targets` for ``job``: candidates in classic order until it fits, then
+        those not needed dropped walking back."""
+        cq = self.queues[job.queue]
+        if cq.within_cluster_queue == "LowerOrNewerEqualPriority":
+            return self._reference_targets(job)
+        q, n = job.queue, job.num_gpus
+        gone: dict[str, int] = {}
+
+        def use(m: str) -> int:
+            return self.use.get(m, 0) - gone.get(m, 0)
+
+        if n <= self.quota.max_fit(q, use):
+            return []
+        chosen: list[tuple[int, str, int]] = []
+        for _, _, _, wid, m, g in self._candidates(cq, int(job.priority)):
+            chosen.append((wid, m, g))
+            gone[m] = gone.get(m, 0) + g
+            if n <= self.quota.max_fit(q, use):
+                break
+        else:
+            return None
+        for c in reversed(list(chosen)):
+            gone[c[1]] -= c[2]
+            if n <= self.quota.max_fit(q, use):
+                chosen.remove(c)
+            else:
+                gone[c[1]] += c[2]
+        return [c[0] for c in chosen]
+
+    def _reference_targets(self, job: PendingJob) -> list[int] | None:
+        state = KueueState(queues=self.queues)
+        for r in self.running:
+            state.admitted.append(
+                Workload(wid=r.job_id, queue=r.queue, request={RES: r.num_gpus}, priority=int(r.priority),
+                         admitted_s=r.start_s)
+            )  # fmt: skip
+        state.admitted.extend(self.admitted)
+        return state.preemption_targets(self._workload(job))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -30,6 +243,8 @@ class KueuePolicy:
     reclaim_within_cohort: str = "Any"
     name: str = "kueue"
     interval_s: float = 0.0
+    _quotas: dict[int, _Queues] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """ClusterQueues and their quota arithmetic per fleet size (they depend on nothing else)."""
 
     def cluster_queues(self, total_gpus: int) -> dict[str, ClusterQueue]:
         n = len(self.queues)
@@ -54,37 +269,46 @@ class KueuePolicy:
         *,
         periodic: bool = False,
     ) -> Plan:
-        state = KueueState(queues=self.cluster_queues(capacity.total_gpus))
-        for r in running:
-            state.admitted.append(
-                Workload(
-                    wid=r.job_id,
-                    queue=r.queue,
-                    request={RES: r.num_gpus},
-                    priority=int(r.priority),
-                    admitted_s=r.start_s,
-                )
-            )
-        wls = {
-            j.job_id: Workload(
-                wid=j.job_id, queue=j.queue, request={RES: j.num_gpus}, priority=int(j.priority), admitted_s=now_s
-            )
-            for j in pending
-            if j.queue in state.queues
-        }
-        order = sorted(
-            (j for j in pending if j.job_id in wls),
-            key=lambda j: (state.share(j.queue, extra=wls[j.job_id]), -j.priority, j.submit_s, j.job_id),
-        )
+        qs = self._quotas.get(capacity.total_gpus)
+        if qs is None:
+            qs = self._quotas[capacity.total_gpus] = _Queues(self.cluster_queues(capacity.total_gpus))
+        queues = qs.queues
+        pas = _Pass(self, qs, now_s, running)
+        groups = [(q, int(p), n, g) for (q, p, n), g in group_pending(pending).items() if q in queues]
+        at = len(groups) * [0]
+        passed: _OrderKey | None = None
         starts: list[int] = []
-        for job in order:
-            wl = wls[job.job_id]
-            if state.fits(wl):
+        no_room: set[int] = set()  # sizes the capacity could not place in this pass (it only shrinks)
+        while True:
+            best: _OrderKey | None = None
+            pick = -1
+            for i, (q, p, n, g) in enumerate(groups):
+                k = at[i]
+                if k >= len(g.keys):
+                    continue
+                st = pas.status(q, p, n)
+                if st == _NONE or (st == _FIT and n in no_room):
+                    continue
+                share = pas.share(q, n)
+                if passed is not None and (share, g.keys[k]) <= passed:
+                    k = at[i] = len(g.keys) if share < passed[0] else bisect_right(g.keys, passed[1], lo=k)
+                    if k >= len(g.keys):
+                        continue
+                key = (share, g.keys[k])
+                if best is None or key < best:
+                    best, pick = key, i
+            if best is None:
+                return Plan(starts)
+            passed = best
+            q, p, n, g = groups[pick]
+            job = g.jobs[at[pick]]
+            if pas.status(q, p, n) == _FIT:
                 if capacity.try_start(job):
-                    state.admit(wl)
+                    pas.admit(job)
                     starts.append(job.job_id)
+                else:
+                    no_room.add(n)
                 continue
-            targets = state.preemption_targets(wl)
+            targets = pas.targets(job)
             if targets:
                 return Plan(starts, preempt=targets)
-        return Plan(starts)
