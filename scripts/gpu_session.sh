@@ -114,6 +114,40 @@ EOF
     python3 benchmarks/bench_exporter.py --out "$OUT/exporter-bench.md"
 }
 
+part_nvmlcalls() {
+    # wall time of each NVML query the exporter makes, per call (a VM's GPU passthrough makes ioctls dear)
+    python3 - <<'PYEOF'
+import statistics, time
+import pynvml as nv
+nv.nvmlInit()
+h = nv.nvmlDeviceGetHandleByIndex(0)
+calls = {
+    "GetHandleByIndex": lambda: nv.nvmlDeviceGetHandleByIndex(0), "GetUUID": lambda: nv.nvmlDeviceGetUUID(h),
+    "GetUtilizationRates": lambda: nv.nvmlDeviceGetUtilizationRates(h), "GetMemoryInfo": lambda: nv.nvmlDeviceGetMemoryInfo(h),
+    "GetPowerUsage": lambda: nv.nvmlDeviceGetPowerUsage(h), "GetRemappedRows": lambda: nv.nvmlDeviceGetRemappedRows(h),
+    "GetViolationStatus": lambda: nv.nvmlDeviceGetViolationStatus(h, nv.NVML_PERF_POLICY_POWER),
+    "GetClockInfo": lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+    "GetTotalEnergyConsumption": lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h),
+    "GetTemperature": lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
+    "GetPcieReplayCounter": lambda: nv.nvmlDeviceGetPcieReplayCounter(h),
+    "GetTotalEccErrors": lambda: nv.nvmlDeviceGetTotalEccErrors(h, nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC),
+    "GetCurrentClocksEventReasons": lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(h),
+    "GetNvLinkState(0)": lambda: nv.nvmlDeviceGetNvLinkState(h, 0),
+}
+for name, fn in calls.items():
+    ts = []
+    for _ in range(50):
+        t = time.perf_counter()
+        try:
+            fn()
+        except nv.NVMLError as exc:
+            ts.append(float("nan")); err = str(exc); continue
+        ts.append(time.perf_counter() - t)
+    ok = [x for x in ts if x == x]
+    print(f"{name:30} " + (f"median {statistics.median(ok) * 1e6:8.1f} us  max {max(ok) * 1e6:8.1f} us" if ok else f"error: {err}"))
+PYEOF
+}
+
 part_sim() {
     for policy in fifo slurm-backfill kueue; do
         timeout "${SIM_TIMEOUT_S:-200}" python3 benchmarks/bench_sim.py --policy "$policy" || echo "sim $policy: exit $?"
