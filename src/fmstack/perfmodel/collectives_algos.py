@@ -157,7 +157,7 @@ def _tier_bandwidths(up: LinkParams | None, out: LinkParams, g: Num, domains: Nu
 
 
 def _any(cond: bool | npt.NDArray[np.bool_]) -> bool:
-    return bool(np.any(cond))
+    return cond if isinstance(cond, bool) else bool(cond.any())
 
 
 def _all_finite(x: Num) -> bool:
