@@ -53,6 +53,9 @@ def _choice(values: tuple[str, ...]) -> click.Choice[str]:
 @click.option("--ep", type=int, default=1, show_default=True, help="Expert parallel degree inside TP (MoE).")
 @click.option("--precision", type=_choice(PRECISIONS), default="bf16", show_default=True, help="Weights/GEMMs.")
 @click.option("--kv-dtype", type=_choice(KV_DTYPES), default=None, help="KV cache [fp8 with fp8/fp4 weights].")
+@click.option("--attention-precision", type=_choice(PRECISIONS), default=None,
+              help="Attention projections, when the checkpoint keeps them apart [--precision].")  # fmt: skip
+@click.option("--attention-dp", is_flag=True, help="MoE: attention data-parallel over the tp GPUs, experts by ep = tp.")
 @click.option("--input-len", type=int, required=True, help="Prompt tokens per request.")
 @click.option("--output-len", type=int, required=True, help="Generated tokens per request.")
 @click.option("--concurrency", type=int, default=None, help="Clients in a closed loop [as many as fit].")
