@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Run fmstack's GPU paths on a machine with one or more NVIDIA GPUs and write the results under $OUT.
 #
-#   OUT=/tmp/gpu-out scripts/gpu_session.sh [part ...]      parts: env tests bench loop train exporter sim (default: all
-#                                                            but sim)
+#   OUT=/tmp/gpu-out [ARCHIVE=1] scripts/gpu_session.sh [part ...]
+#       parts: env tests bench loop train exporter nvmlcalls sim (default: env tests bench loop train exporter);
+#       ARCHIVE=1 also packs $OUT into $OUT/results.tar.gz
 #
 # Expects python3 with torch (CUDA build), numpy, click, rich, PyYAML, prometheus-client, nvidia-ml-py; pydantic and
 # plotly may come as wheels in .whl/ (installed into /tmp/site, nothing outside it is touched). Never changes the
@@ -11,7 +12,11 @@
 set -u
 OUT=${OUT:?set OUT to a directory for the results}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)  # absolute before the cd below
 cd "$(dirname "$0")/.."
+case "$OUT" in
+    / | "$HOME" | "$PWD" | "$PWD"/src* | "$PWD"/tests*) echo "OUT=$OUT: choose an empty results directory" >&2; exit 2 ;;
+esac
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 if ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -161,6 +166,7 @@ for part in "${parts[@]}"; do
     echo "=== $part: $status in $((SECONDS - start)) s"
     tail -n 25 "$OUT/$part.log"
 done
-tar -C "$OUT" -czf /tmp/results.tar.gz --exclude=results.tar.gz . \
-    && find "$OUT" -mindepth 1 -delete && mv /tmp/results.tar.gz "$OUT/results.tar.gz"  # only 8 files come back
+if [ -n "${ARCHIVE:-}" ]; then  # one archive of everything, for transports that return few files
+    tar -C "$OUT" -czf "$OUT/results.tar.gz" --exclude=results.tar.gz .
+fi
 exit $failed
