@@ -177,6 +177,19 @@ def test_validation_against_published_runs(catalog: Catalog) -> None:
     assert {c.scope for c in checks if c.predicted is not None} == {"dense", "moe"}
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 4 acceptance over every compared case, misses included, is not met: 39 cases, median 5.4 %, worst "
+    "167 % (T070 Qwen3-30B-A3B +167 %, T069 GPT-OSS +44 %); see KNOWN_MISSES and docs/perfmodel.md",
+)
+def test_validation_over_every_compared_case(catalog: Catalog) -> None:
+    """The issue's thresholds over all compared cases, the known misses included (passes only once they are fixed)."""
+    median, worst, n = summary(validate_training(catalog))
+    assert n == 39
+    assert median <= 10.0
+    assert worst <= 25.0
+
+
 def test_heads_must_divide_by_tp(catalog: Catalog) -> None:
     m = catalog.model("llama3.1-70b")
     cluster = build_cluster(catalog, "p5.48xlarge", 3)

@@ -27,9 +27,11 @@ def test_moe_memory_bound_bytes_per_token_layer(catalog: Catalog) -> None:
     # ep 1 keeps every expert local, but 128 of them: the chunk sort still runs
     ep1 = columns_from_configs([TrainConfig(dp=8, ep=1)])
     assert _elementwise_bytes_per_token_layer(mc, ep1)[0] == pytest.approx(common + 14 * k * h + 2 * h + 12 * e)
-    # fp8 adds 3 B per element of every GEMM input: attention 2h, each routed copy's h + f_e
+    # fp8 adds 3 B per element of every GEMM input: QKV reads h, the output projection 32 heads x 128 = 4096
+    # (the model card's num_attention_heads and head_dim, twice h), each routed copy h + f_e
+    assert mc.q_width == 32 * 128
     fp8 = columns_from_configs([TrainConfig(dp=8, ep=8, precision="fp8")])
-    extra = 3.0 * (2 * h + k * (h + f))
+    extra = 3.0 * (h + 4096 + k * (h + f))
     assert _elementwise_bytes_per_token_layer(mc, fp8)[0] == pytest.approx(common + 14 * k * h + 2 * h + 12 * e + extra)
 
 
@@ -43,8 +45,16 @@ def test_ep_overlap_exposes_only_the_excess_over_compute(catalog: Catalog) -> No
     assert plain.ep_exposed_s[0] == plain.ep_link_s[0] > 0
     assert ovl.ep_link_s[0] == plain.ep_link_s[0]
     compute = plain.gemm_s[0] + plain.attention_s[0] + plain.memory_bound_s[0] + plain.recompute_s[0]
-    assert ovl.ep_exposed_s[0] == pytest.approx(max(0.0, plain.ep_link_s[0] - compute))
+    # 2048 / (1 x 16) = 128 micro-batches: 127 overlap with the next one's compute, the last one's link is exposed
+    m = 128
+    excess = max(0.0, plain.ep_link_s[0] - compute)
+    assert ovl.ep_exposed_s[0] == pytest.approx((m - 1) / m * excess + plain.ep_link_s[0] / m)
     assert ovl.step_s[0] < plain.step_s[0]
+    # one micro-batch per step: nothing to overlap with, the link is exposed in full
+    one = base.with_(dp=16, global_batch=16)
+    alone, alone_ovl = (step_model(mc, cluster, eff, columns_from_configs([one.with_(overlap_ep=o)])) for o in (False, True))
+    assert alone_ovl.ep_exposed_s[0] == alone.ep_exposed_s[0] == alone.ep_link_s[0] > 0
+    assert alone_ovl.step_s[0] == alone.step_s[0]
     # the planner's columns have no overlap_ep column: the same as all False
     cols = columns_from_configs([base])
     no_col = step_model(mc, cluster, eff, replace(cols, overlap_ep=None))

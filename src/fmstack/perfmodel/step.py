@@ -170,9 +170,12 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns) -
     ep_one = _comm("all_to_all", a2a_bytes, ep, ep_pd, cluster)  # nccl-tests size: bytes each rank sends
     ep_link = (mc.moe_layers / mc.layers * stage_layers) * 2.0 * ep_one * (2.0 + np.where(c.recompute == 2, 1.0, 0.0))
     # with EP overlap one micro-batch's all-to-alls run while another micro-batch computes (forward of
-    # micro-batch i + 1 beside the backward of i): only the excess over that compute is exposed
+    # micro-batch i + 1 beside the backward of i): only the excess over that compute is exposed. The pairing needs a
+    # second micro-batch: of m micro-batches, m - 1 overlap and one (the first forward / last backward) is exposed
+    # in full, so the mean per micro-batch is ((m - 1) * excess + link) / m; with m = 1 nothing is hidden
     overlap_ep = c.overlap_ep if c.overlap_ep is not None else np.zeros_like(ep)
-    ep_exposed = np.where(overlap_ep > 0, np.maximum(0.0, ep_link - (3.0 * fwd_compute + recompute)), ep_link)
+    ep_excess = np.maximum(0.0, ep_link - (3.0 * fwd_compute + recompute))
+    ep_exposed = np.where((overlap_ep > 0) & (m > 1), ((m - 1.0) * ep_excess + ep_link) / np.maximum(m, 1.0), ep_link)
 
     # pipeline point-to-point: activations to the next stage, gradients back
     pp_stride = t * cp * c.dp
@@ -305,8 +308,11 @@ def _elementwise_bytes_per_token_layer(mc: ModelConsts, c: Columns) -> F:
     glu = 6.0 if mc.swiglu else 4.0
     act = glu * ((1.0 - moe) * mc.ffn + moe * units * mc.expert_ffn) / c.tp
     softmax = np.where(c.flash > 0, 0.0, mc.heads * c.seq * (6.0 + (5.0 if mc.dropout else 0.0)) / c.tp)
-    # FP8: 3 B per element of every GEMM input (amax, cast); on MoE layers the inputs of every routed copy
-    gemm_inputs = (1.0 - moe) * (4.0 * h + mc.ffn) + moe * (2.0 * h + units * (h + mc.expert_ffn))
+    # FP8: 3 B per element of every GEMM input (amax, cast): QKV reads h, the output projection q_width (heads x
+    # head_dim, not always h: Qwen3-30B-A3B has 4096 vs h 2048), the MLP h (twice: gate and up) and ffn; on MoE
+    # layers the inputs of every routed copy
+    attn_inputs = h + mc.q_width
+    gemm_inputs = (1.0 - moe) * (attn_inputs + 2.0 * h + mc.ffn) + moe * (attn_inputs + units * (h + mc.expert_ffn))
     fp8_casts = np.where(c.precision == PRECISION_CODE["fp8"], 3.0 * gemm_inputs / c.tp, 0.0)
     # MoE (Megatron-Core all-to-all dispatcher): permute into expert order (read + write top_k copies of h in
     # 2 B), sort received chunks by local expert and back (only with several local experts), unpermute with
