@@ -142,6 +142,11 @@ BAD_ARGV += [
 BAD_ARGV += [
     (["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--tp", "8", "--input-len", "2048",
       "--output-len", "0"], "output-len: must be >= 1, got 0"),
+    (["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--tp", "8",
+      "--attention-precision", "fp4", "--input-len", "128", "--output-len", "128"],
+     "attention-precision: H100 has no 'fp4' peak"),
+    (["estimate", "serve", "--model", "mixtral-8x7b", "--instance", "p5.48xlarge", "--tp", "8", "--ep", "16",
+      "--input-len", "128", "--output-len", "128"], "ep: ep(16) needs an MoE model, must divide tp(8)"),
     (["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--tp", "8", "--attention-dp",
       "--input-len", "128", "--output-len", "128"], "attention-dp: attention data parallelism needs an MoE model"),
     (["estimate", "serve", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--tp", "64", "--input-len", "128",

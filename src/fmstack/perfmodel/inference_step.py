@@ -72,7 +72,6 @@ class Deployment:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mc", model_consts(self.model))
-        object.__setattr__(self, "comm_tables", _comm_tables(self))
         object.__setattr__(self, "attention_linear_params", float(self.model.num_layers * attention_params(self.model)))
         for name in ("precision", "attention_precision"):
             value = getattr(self, name)
@@ -88,7 +87,12 @@ class Deployment:
                 f"attention data parallelism needs an MoE model and ep == tp, got ep({self.ep}) tp({self.tp})",
             )
         self.peak_linear_flops()  # the GPU must have the precision
-        self.cluster.gpu.peak_tflops(self.attention_precision or self.precision)
+        if self.attention_precision is not None:
+            try:
+                self.cluster.gpu.peak_tflops(self.attention_precision)
+            except InputError as exc:
+                raise InputError("attention-precision", exc.message) from None
+        object.__setattr__(self, "comm_tables", _comm_tables(self))  # after the checks: it needs valid degrees
 
     @property
     def num_gpus(self) -> int:
