@@ -52,7 +52,9 @@ def test_ep_overlap_exposes_only_the_excess_over_compute(catalog: Catalog) -> No
     assert ovl.step_s[0] < plain.step_s[0]
     # one micro-batch per step: nothing to overlap with, the link is exposed in full
     one = base.with_(dp=16, global_batch=16)
-    alone, alone_ovl = (step_model(mc, cluster, eff, columns_from_configs([one.with_(overlap_ep=o)])) for o in (False, True))
+    alone, alone_ovl = (
+        step_model(mc, cluster, eff, columns_from_configs([one.with_(overlap_ep=o)])) for o in (False, True)
+    )
     assert alone_ovl.ep_exposed_s[0] == alone.ep_exposed_s[0] == alone.ep_link_s[0] > 0
     assert alone_ovl.step_s[0] == alone.step_s[0]
     # the planner's columns have no overlap_ep column: the same as all False
