@@ -2,7 +2,7 @@
 # Run fmstack's GPU paths on a machine with one or more NVIDIA GPUs and write the results under $OUT.
 #
 #   OUT=/tmp/gpu-out [ARCHIVE=1] scripts/gpu_session.sh [part ...]
-#       parts: env tests bench loop train exporter nvmlcalls sim (default: env tests bench loop train exporter);
+#       parts: env tests bench loop train exporter nvmlcalls planner sim (default: env tests bench loop train exporter);
 #       ARCHIVE=1 also packs $OUT into $OUT/results.tar.gz
 #
 # Expects python3 with torch (CUDA build), numpy, click, rich, PyYAML, prometheus-client, nvidia-ml-py; pydantic and
@@ -151,6 +151,10 @@ for name, fn in calls.items():
     ok = [x for x in ts if x == x]
     print(f"{name:30} " + (f"median {statistics.median(ok) * 1e6:8.1f} us  max {max(ok) * 1e6:8.1f} us" if ok else f"error: {err}"))
 PYEOF
+}
+
+part_planner() {
+    python3 benchmarks/bench_planner.py
 }
 
 part_sim() {
