@@ -16,6 +16,7 @@ import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import Protocol
 
@@ -184,10 +185,14 @@ class OsFs:
         """Close the held files of every directory under ``path`` not read since the last sweep of ``path``: a
         directory no longer read (its device went away, or the reader stopped listing it) would otherwise keep
         its descriptors, and its share of ``keep_open``, until the same path was read again."""
-        top = os.path.join(self._root, path).rstrip("/") + "/"
-        read = {d for d in self._read if (d + "/").startswith(top)}
-        self._read -= read
-        stale = [d for d in self._held if (d + "/").startswith(top) and d not in read]
+        top = os.path.join(self._root, path).rstrip("/")
+        prefix = top + "/"
+        read = self._read
+        stale = [d for d in self._held.keys() - read if d.startswith(prefix) or d == top]  # usually none
+        if all(map(str.startswith, read, repeat(prefix))):  # usually: this path's reader is the only one
+            read.clear()
+        else:
+            read -= {d for d in read if d.startswith(prefix) or d == top}
         closed = 0
         for directory in stale:
             entries = self._held.pop(directory).entries
