@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import subprocess
 import sys
 import threading
@@ -115,3 +117,85 @@ def test_app_dir_source_reads_snapshots_and_skips_bad_files(tmp_path: Path) -> N
     assert 'fmstack_serving_time_to_first_token_seconds_bucket{job_id="serve-1",model_name="m",le="0.25"} 0.0' in text
     assert 'fmstack_exporter_source_up{source="app"} 1.0' in text
     assert source.bad_files == 1
+
+
+def _with(snapshot_json: str, **fields: object) -> str:
+    data = json.loads(snapshot_json)
+    for key, value in fields.items():
+        if "." in key:  # histogram.field
+            hist, name = key.split(".")
+            data[hist][name] = value
+        else:
+            data[key] = value
+    return json.dumps(data)
+
+
+def test_malformed_snapshot_files_are_bad_files_and_the_others_are_served(tmp_path: Path) -> None:
+    from fmstack.observability.app_source import AppDirSource
+    from fmstack.observability.exporter import Exporter
+
+    good = AppMetrics(job_id="train-1", clock=lambda: 50.0)
+    good.record_step(step_time_s=0.5, tokens=2048, loss=4.0)
+    good.write_snapshot(tmp_path / "train-1.json")
+    other = AppMetrics(job_id="train-2")
+    other.record_step(step_time_s=1.0, tokens=10, loss=2.0)
+    text = other.snapshot().to_json()
+    (tmp_path / "ids-a-list.json").write_text(_with(text, job_id=["a"]))  # unhashable in the layout key
+    (tmp_path / "loss-text.json").write_text(_with(text, loss="abc"))  # float("abc") when rendered
+    source = AppDirSource(tmp_path)
+    exporter = Exporter([source])
+    for scrape in (1, 2):
+        lines = exporter.render().decode().splitlines()
+        assert 'fmstack_exporter_source_up{source="app"} 1.0' in lines
+        assert 'fmstack_train_tokens_per_second{job_id="train-1"} 4096.0' in lines  # 2048 / 0.5
+        assert 'fmstack_train_loss{job_id="train-1"} 4.0' in lines
+        assert not [line for line in lines if "train-2" in line or 'job_id="a"' in line]
+        assert source.bad_files == 2 * scrape
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"job_id": ["a"]},
+        {"model_name": 7},
+        {"loss": "abc"},
+        {"loss": True},  # a bool is not a number
+        {"tokens_per_second": [1.0]},
+        {"steps_total": 1.5},
+        {"steps_total": True},
+        {"tokens_total": "10"},
+        {"requests_total": 10**400},  # float() of it overflows when rendered
+        {"step_duration.bounds": ["0.1", "1"]},
+        {"step_duration.bounds": [False, True]},
+        {"step_duration.counts": [0, 0, 1.0]},
+        {"step_duration.count": None},
+        {"step_duration.total": "0"},
+        {"step_duration": [1, 2]},
+        {"ttft": {"bounds": [1.0], "counts": [0, 0]}},  # total and count missing
+        {"itl": {"bounds": 1.0, "counts": [0, 0], "total": 0.0, "count": 0}},
+    ],
+)
+def test_snapshot_fields_of_the_wrong_type_raise_value_error(fields: dict[str, object]) -> None:
+    m = AppMetrics(job_id="j")
+    m.record_step(step_time_s=0.5, tokens=2048, loss=4.0)
+    with pytest.raises(ValueError, match="app snapshot"):
+        AppSnapshot.from_json(_with(m.snapshot().to_json(), **fields))
+
+
+def test_snapshot_from_json_takes_what_json_writes_for_numbers() -> None:
+    m = AppMetrics(job_id="j")
+    m.record_step(step_time_s=0.5, tokens=2048)
+    text = m.snapshot().to_json()
+    hist = {"step_duration.bounds": [1, 2.5], "step_duration.counts": [1, 0, 0], "step_duration.total": 1}
+    s = AppSnapshot.from_json(_with(text, loss=4, grad_norm=None, **hist))  # integers where floats were written
+    assert s.loss == 4.0 and type(s.loss) is float and s.grad_norm is None
+    assert s.step_duration.bounds == (1.0, 2.5) and s.step_duration.total == 1.0
+    with pytest.raises(ValueError, match="nested too deeply"):
+        AppSnapshot.from_json("[" * 100_000 + "]" * 100_000)
+
+
+def test_every_snapshot_field_is_checked() -> None:
+    from fmstack.observability.app_metrics import _FIELD_CHECKS
+
+    histograms = {"step_duration", "ttft", "itl"}
+    assert set(_FIELD_CHECKS) | histograms == {f.name for f in dataclasses.fields(AppSnapshot)}

@@ -1,6 +1,7 @@
 """Sources that write their own text (layouts) give the families the plain prometheus-client way gives: EFA's bulk
 path equals its file-by-file parse on any counter text, GPU families with unsupported fields, app histograms;
-Lustre; and OsFs's held descriptors read current values, follow replaced files and give back vanished ones."""
+Lustre; and OsFs's held descriptors read current values, follow replaced files and give back vanished ones (and
+those of a device that went away)."""
 
 from __future__ import annotations
 
@@ -258,6 +259,52 @@ def test_osfs_reuses_a_listing_only_while_the_directory_is_unchanged(tmp_path: P
     assert fs.read_dir_columns("hw") == (("a", "c"), [b"2\n", b"3\n"])
     assert fs.read_dir_columns("hw") == (("a", "c"), [b"2\n", b"3\n"])
     assert fs.rereads == 3 and fs.held_files == 2
+    fs.close()
+
+
+def test_efa_source_gives_back_the_files_of_a_device_that_went_away(tmp_path: Path) -> None:
+    for dev in ("rdmap16s27", "rdmap32s27"):
+        for name in ("rx_bytes", "tx_bytes"):
+            path = tmp_path / PORT.format(dev=dev, name=name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("7\n")
+    fs = OsFs(tmp_path)
+    source = EfaSource(fs, "node-1")
+    list(source.collect())
+    assert fs.held_files == 4  # 2 devices x 2 counter files
+    gone = tmp_path / "sys/class/infiniband/rdmap32s27"
+    for path in sorted(gone.rglob("*"), reverse=True):  # as the driver removes a device's sysfs directory
+        path.unlink() if path.is_file() else path.rmdir()
+    gone.rmdir()
+    for _ in range(3):
+        list(source.collect())
+        assert fs.held_files == 2  # only rdmap16s27's: the first scrape without rdmap32s27 closed its files
+    for name in ("rx_bytes", "tx_bytes"):  # the device comes back
+        path = gone / f"ports/1/hw_counters/{name}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("8\n")
+    assert 'node_amazonefa_rx_bytes{device="rdmap32s27",port="1"} 8.0' in render_text(source.collect()).decode()
+    assert fs.held_files == 4
+    (tmp_path / "sys/class/infiniband").rename(tmp_path / "efa-unloaded")  # no EFA at all: nothing held
+    list(source.collect())
+    assert fs.held_files == 0 and fs._held == {}
+    fs.close()
+
+
+def test_osfs_sweep_closes_only_unread_directories_under_its_path(tmp_path: Path) -> None:
+    for rel in ("efa/a/x", "efa/b/x", "other/x"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("1\n")
+    fs = OsFs(tmp_path)
+    for directory in ("efa/a", "efa/b", "other"):
+        fs.read_dir_columns(directory)
+    assert fs.sweep("efa") == 0 and fs.held_files == 3  # all read since the (first) sweep
+    fs.read_dir_columns("efa/a")
+    assert fs.sweep("efa") == 1 and fs.held_files == 2  # efa/b not read: closed; "other" is not under efa
+    assert fs.sweep("efa") == 1 and fs.held_files == 1  # efa/a not read since the last sweep
+    assert fs.sweep() == 0 and fs.held_files == 1  # "other" was read, and "" never swept
+    assert fs.sweep() == 1 and fs.held_files == 0
+    assert DictFs({"efa/a/x": "1\n"}).sweep("efa") == 0
     fs.close()
 
 

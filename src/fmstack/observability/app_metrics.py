@@ -113,21 +113,92 @@ class AppSnapshot:
 
     @classmethod
     def from_json(cls, text: str) -> AppSnapshot:
-        """Parse :meth:`to_json` output; raises ``ValueError`` (with the key) on anything else."""
-        data: dict[str, Any] = json.loads(text)
+        """Parse :meth:`to_json` output; raises ``ValueError`` (with the key) on anything else, a field of the
+        wrong type included (strings for ``job_id`` / ``model_name``, 64-bit integers for counters and histogram
+        counts, numbers or null for gauges, numbers for histogram bounds and sums; a bool is not a number), so a
+        malformed file is skipped at parse time instead of failing the whole app source when rendered."""
+        try:
+            data: dict[str, Any] = json.loads(text)
+        except RecursionError:
+            raise ValueError("app snapshot: JSON nested too deeply") from None
         if not isinstance(data, dict):
             raise ValueError("app snapshot: expected a JSON object")
+        for key, value in data.items():
+            check = _FIELD_CHECKS.get(key)
+            if check is not None:
+                data[key] = check(key, value)
         hist: dict[str, Any] = {}
         for key in ("step_duration", "ttft", "itl"):
             h = data.pop(key, None)
             if h is not None:
-                hist[key] = HistogramData(tuple(h["bounds"]), list(h["counts"]), float(h["total"]), int(h["count"]))
+                hist[key] = _histogram(key, h)
                 if len(hist[key].counts) != len(hist[key].bounds) + 1:
                     raise ValueError(f"app snapshot: {key} has {len(hist[key].counts)} counts for bounds + 1")
         try:
             return cls(**data, **hist)
         except TypeError as exc:
             raise ValueError(f"app snapshot: {exc}") from None
+
+
+_INT_LIMIT = 2**63
+"""Counters and histogram counts are 64-bit: their sums stay far inside a float's range when rendered."""
+
+
+def _str(key: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"app snapshot: {key} must be a string, got {value!r:.40}")
+    return value
+
+
+def _int(key: str, value: Any) -> int:
+    if type(value) is not int or not -_INT_LIMIT <= value < _INT_LIMIT:  # type(): a bool is not a count
+        raise ValueError(f"app snapshot: {key} must be a 64-bit integer, got {value!r:.40}")
+    return value
+
+
+def _number(key: str, value: Any) -> float:
+    if (type(value) is int and -_INT_LIMIT <= value < _INT_LIMIT) or type(value) is float:
+        return float(value)
+    raise ValueError(f"app snapshot: {key} must be a number, got {value!r:.40}")
+
+
+def _gauge(key: str, value: Any) -> float | None:
+    return None if value is None else _number(key, value)
+
+
+def _list(key: str, value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"app snapshot: {key} must be a list, got {value!r:.40}")
+    return value
+
+
+def _histogram(key: str, h: Any) -> HistogramData:
+    if not isinstance(h, dict) or set(h) != {"bounds", "counts", "total", "count"}:
+        raise ValueError(f"app snapshot: {key} must be an object with bounds, counts, total and count")
+    bounds, counts = _list(f"{key}.bounds", h["bounds"]), _list(f"{key}.counts", h["counts"])
+    kinds = set(map(type, bounds))  # the checks of _number and _int, per list (C-level loops: ~55 values)
+    if not kinds <= {float, int} or (int in kinds and not _in_range([b for b in bounds if type(b) is int])):
+        raise ValueError(f"app snapshot: {key}.bounds must be numbers, got {bounds!r:.60}")
+    if not set(map(type, counts)) <= {int} or not _in_range(counts):
+        raise ValueError(f"app snapshot: {key}.counts must be 64-bit integers, got {counts!r:.60}")
+    total, count = _number(f"{key}.total", h["total"]), _int(f"{key}.count", h["count"])
+    return HistogramData(tuple(map(float, bounds)), counts, total, count)
+
+
+def _in_range(ints: list[int]) -> bool:
+    return not ints or (min(ints) >= -_INT_LIMIT and max(ints) < _INT_LIMIT)
+
+
+_FIELD_CHECKS: dict[str, Callable[[str, Any], Any]] = {
+    **dict.fromkeys(("job_id", "model_name"), _str),
+    **dict.fromkeys(
+        ("steps_total", "tokens_total", "requests_total", "prompt_tokens_total", "generation_tokens_total"), _int
+    ),
+    **dict.fromkeys(
+        ("tokens_per_second", "loss", "grad_norm", "mfu_ratio", "last_step_timestamp_s", "checkpoint_duration_s"),
+        _gauge,
+    ),
+}
 
 
 class AppMetrics:

@@ -164,5 +164,7 @@ class AppDirSource:
             try:
                 snaps.append(AppSnapshot.from_json(path.read_text(encoding="utf-8")))
             except (OSError, ValueError, KeyError, TypeError):
-                self.bad_files += 1  # a job writing or removing its file right now; next scrape will see it
+                # a job writing or removing its file right now (the next scrape will see it), or a malformed
+                # file (from_json checks every field's type): skipped, the other jobs' files are still served
+                self.bad_files += 1
         return iter(self._renderer.families(snaps))

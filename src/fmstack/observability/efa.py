@@ -184,6 +184,7 @@ class EfaSource:
 
     def collect(self) -> Iterator[Metric]:
         raw = _read_tree(self.fs, self.base)
+        self.fs.sweep(self.base)  # close the files of directories gone since the last scrape
         families, ndevices = self._fast_families(raw)
         if families is None:
             scan = _parse(raw)

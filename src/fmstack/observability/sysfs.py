@@ -16,6 +16,7 @@ import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import Protocol
 
@@ -40,6 +41,11 @@ class FileSystem(Protocol):
     def read_dir_columns(self, path: str) -> tuple[tuple[str, ...], list[str | bytes | None]]:
         """``read_dir`` as two columns, the names and their contents (what a reader that keeps the names as a
         structure key and parses the contents in bulk wants)."""
+        ...
+
+    def sweep(self, path: str = "") -> int:
+        """Let go of what is held for directories under ``path`` not read since the last sweep of ``path`` (a
+        reader calls it once per scrape, after reading its tree); returns the files closed."""
         ...
 
 
@@ -72,7 +78,8 @@ class OsFs:
     old when it was listed (adding, removing or renaming a file changes a directory's mtime; sysfs directories
     are made once when the device appears). A held file is dropped and its name opened again when a listing
     shows another inode under that name (the file was replaced, or the device went away and came back) or when
-    reading it fails (a removed sysfs node answers ``ENODEV``); a name no longer listed is closed. When
+    reading it fails (a removed sysfs node answers ``ENODEV``); a name no longer listed is closed, and so are
+    the files of a directory not read between two :meth:`sweep` calls (a device that went away). When
     ``keep_open`` descriptors are held, further files are read the plain way. Not safe for concurrent calls
     (the exporter serialises scrapes). ``keep_open`` defaults to half the process's soft ``RLIMIT_NOFILE``, at
     most 4,096 (a p5.48xlarge has 1,152 EFA counter files).
@@ -84,6 +91,8 @@ class OsFs:
         self.keep_open = default_keep_open() if keep_open is None else keep_open
         self._held: dict[str, _HeldDir] = {}
         self._held_count = 0
+        self._read: set[str] = set()
+        """Directories read by read_dir_columns since the last sweep that covered them."""
         self.rereads = 0
         """Directories read from held descriptors without listing them."""
 
@@ -103,6 +112,7 @@ class OsFs:
         and per file a ``pread`` on a held descriptor, or a raw ``os.open`` / ``os.read`` (no Path objects, no
         text-mode file object) for a file not held yet."""
         directory = os.path.join(self._root, path)
+        self._read.add(directory)
         held = self._held.get(directory)
         if held is not None and held.fds is not None:
             datas = _reread(directory, held)
@@ -171,6 +181,25 @@ class OsFs:
             os.close(fd)
         self._held_count -= len(entries)
 
+    def sweep(self, path: str = "") -> int:
+        """Close the held files of every directory under ``path`` not read since the last sweep of ``path``: a
+        directory no longer read (its device went away, or the reader stopped listing it) would otherwise keep
+        its descriptors, and its share of ``keep_open``, until the same path was read again."""
+        top = os.path.join(self._root, path).rstrip("/")
+        prefix = top + "/"
+        read = self._read
+        stale = [d for d in self._held.keys() - read if d.startswith(prefix) or d == top]  # usually none
+        if all(map(str.startswith, read, repeat(prefix))):  # usually: this path's reader is the only one
+            read.clear()
+        else:
+            read -= {d for d in read if d.startswith(prefix) or d == top}
+        closed = 0
+        for directory in stale:
+            entries = self._held.pop(directory).entries
+            closed += len(entries)
+            self._release(entries)
+        return closed
+
     @property
     def held_files(self) -> int:
         """Descriptors held open for re-reading."""
@@ -181,6 +210,7 @@ class OsFs:
         for held in self._held.values():
             self._release(held.entries)
         self._held.clear()
+        self._read.clear()
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # at interpreter exit os may be half torn down
@@ -304,6 +334,10 @@ class DictFs:
         if self._broken and path in self._broken:
             raise FileNotFoundError(f"{path} (vanished after it was listed)")
         return text
+
+    def sweep(self, path: str = "") -> int:
+        """Nothing is held in memory: closes nothing."""
+        return 0
 
     def file_paths(self) -> list[str]:
         return sorted(self.files)
