@@ -151,6 +151,7 @@ def test_malformed_snapshot_files_are_bad_files_and_the_others_are_served(tmp_pa
         assert 'fmstack_train_loss{job_id="train-1"} 4.0' in lines
         assert not [line for line in lines if "train-2" in line or 'job_id="a"' in line]
         assert source.bad_files == 2 * scrape
+        assert f"fmstack_app_bad_files_total {2.0 * scrape}" in lines  # operators see the skipped files
 
 
 @pytest.mark.parametrize(

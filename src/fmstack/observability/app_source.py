@@ -9,7 +9,7 @@ from itertools import accumulate
 from operator import attrgetter
 from pathlib import Path
 
-from prometheus_client.core import Metric
+from prometheus_client.core import CounterMetricFamily, Metric
 
 from fmstack.observability.app_metrics import AppMetrics, AppSnapshot, HistogramData
 from fmstack.observability.blocks import LayoutCache, Series, SeriesLayout
@@ -167,4 +167,8 @@ class AppDirSource:
                 # a job writing or removing its file right now (the next scrape will see it), or a malformed
                 # file (from_json checks every field's type): skipped, the other jobs' files are still served
                 self.bad_files += 1
-        return iter(self._renderer.families(snaps))
+        bad = CounterMetricFamily(
+            "fmstack_app_bad_files", "Snapshot files skipped because they could not be read or parsed"
+        )
+        bad.add_metric([], float(self.bad_files))
+        return iter([*self._renderer.families(snaps), bad])
