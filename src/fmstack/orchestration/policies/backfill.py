@@ -85,7 +85,7 @@ class SlotMap:
         A release in slot 0 or before (a job past its time limit) counts in slot 1: a job holds at least one slot
         (``_add_reservation``); releases at or past ``width`` are beyond the map.
         """
-        slots = np.clip(release_slots, 1, width)
+        slots = np.minimum(np.maximum(release_slots, 1), width)
         released = np.bincount(slots, weights=gpus, minlength=width + 1)[:width]
         return cls(np.cumsum(released).astype(np.int64) + free_now)
 
@@ -212,6 +212,7 @@ class BackfillPolicy:
         # never_d[k]: the shortest duration that failed so far for a size <= sizes[k]
         changed = False
         free = slot_map.free
+        earliest = slot_map.earliest
         for i, job in enumerate(tested):
             if changed and last >= i and not slot_map.startable(needs[last], durs[last]):
                 last = slot_map.last_startable(needs_a, slots_a, i, last - 1)
@@ -223,7 +224,7 @@ class BackfillPolicy:
             k = size_ix[need]
             if never_d[k] <= duration:
                 continue
-            t = slot_map.earliest(need, duration)
+            t = earliest(need, duration)
             if t == 0 and capacity.try_start(job):
                 free[:duration] -= need
                 starts.append(job.job_id)
