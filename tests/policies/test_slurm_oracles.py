@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from fmstack.errors import InputError
 from fmstack.orchestration.policies import BackfillParams, CountCapacity, PendingJob, RunningJob, make_policy
-import numpy as np
-
 from fmstack.orchestration.policies.backfill import BackfillPolicy, SlotMap
 from fmstack.orchestration.policies.fairtree import Assoc, fair_tree_factors, level_fairshare
 from fmstack.orchestration.policies.preemption import select_victims

@@ -188,9 +188,7 @@ class BackfillPolicy:
         ends = np.fromiter(map(_START, run), float, nrun) + np.fromiter(map(_LIMIT, run), float, nrun)
         gpus = np.fromiter(map(_GPUS, run), np.int64, nrun)
         gpus = np.where(gpus <= gpn, gpus, -(-gpus // gpn) * gpn)
-        slot_map = SlotMap.from_releases(
-            capacity.free_gpus, np.ceil(ends / res - begin).astype(np.int64), gpus, width
-        )
+        slot_map = SlotMap.from_releases(capacity.free_gpus, np.ceil(ends / res - begin).astype(np.int64), gpus, width)
         starts: list[int] = []
         reserved = 0
         tested = list(order[: p.bf_max_job_test])
