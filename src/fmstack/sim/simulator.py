@@ -9,7 +9,6 @@ changes the state and schedules its follow-up events (as vidur's simulator loop)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from fmstack.orchestration.policies import PendingJob
@@ -84,12 +83,23 @@ class Simulator(FaultHandling):
         prio = self.prio
         assert prio is not None
         now = self.env.now_s
-        prio.recalc(now, [(j.user, j.cur_gpus, j.start_s) for j in (self.jobs[i] for i in self.running.ids())])
+        jobs = self.jobs
+        prio.recalc(now, [(j.user, j.cur_gpus, j.start_s) for j in map(jobs.__getitem__, self.running.ids())])
         if self.pending:
             before = [p.job_id for p in self.pending]
-            fresh = PendingQueue()
-            for p in self.pending:
-                fresh[p.job_id] = replace(p, priority=self._priority_of(self.jobs[p.job_id], now))
+            fresh = PendingQueue.of(
+                PendingJob(
+                    job_id=p.job_id,
+                    num_gpus=p.num_gpus,
+                    submit_s=p.submit_s,
+                    time_limit_s=p.time_limit_s,
+                    user=p.user,
+                    queue=p.queue,
+                    priority=self._priority_of(jobs[p.job_id], now),
+                    expected_runtime_s=p.expected_runtime_s,
+                )
+                for p in self.pending
+            )
             self.pending = fresh
             if [p.job_id for p in fresh] != before:
                 self._changed()

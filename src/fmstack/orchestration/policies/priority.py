@@ -14,7 +14,7 @@ Formulas from Slurm doc/html/priority_multifactor.shtml and doc/html/classic_fai
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from fmstack.errors import InputError
@@ -180,14 +180,17 @@ class MultifactorPriority:
         self.fair: dict[str, float] = dict.fromkeys(users, 1.0)
         self.last_charge_s = 0.0
 
-    def recalc(self, now_s: float, running: list[tuple[str, int, float]]) -> None:
+    def recalc(self, now_s: float, running: Iterable[tuple[str, int, float]]) -> None:
         """Decay usage to ``now_s``, charge (user, GPUs, start s) of running jobs since the last call, and
         update every user's fair-share factor."""
         ledger = self.ledger
         ledger.advance(now_s)
         since = self.last_charge_s
+        acc: dict[str, float] = {}
         for user, gpus, start_s in running:
-            ledger.charge(user, gpus * (now_s - max(start_s, since)))
+            acc[user] = acc.get(user, 0.0) + gpus * (now_s - (start_s if start_s > since else since))
+        for user, gpu_s in acc.items():
+            ledger.charge(user, gpu_s)
         self.last_charge_s = now_s
         total = sum(ledger.usage.values())
         for user, share in ledger.shares.items():
@@ -199,10 +202,10 @@ class MultifactorPriority:
         self.ledger.charge(user, gpu_s)
 
     def priority(self, *, now_s: float, eligible_s: float, user: str, num_nodes: int, site: float = 0.0) -> float:
-        return site + multifactor_priority(
-            self.settings.weights,
-            wait_s=now_s - eligible_s,
-            fair_share=self.fair.get(user, 1.0),
-            num_nodes=num_nodes,
-            total_nodes=self.total_nodes,
+        """:func:`multifactor_priority` with the current fair-share factors (every factor is in [0, 1] here)."""
+        w = self.settings.weights
+        return site + (
+            w.age * min(max(now_s - eligible_s, 0.0) / w.max_age_s, 1.0)
+            + w.fair_share * self.fair.get(user, 1.0)
+            + w.job_size * job_size_factor(num_nodes, self.total_nodes, favor_small=w.favor_small)
         )
