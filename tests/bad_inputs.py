@@ -185,4 +185,9 @@ BAD_ARGV += [
     (["simulate", "--nodes", "4", "--days", "1", "--trace", "@file:huge_trace.csv"], "larger than the fleet"),
     (["simulate", "--nodes", "4", "--days", "1", "--policy", "lottery"], "unknown policy 'lottery'; allowed"),
     (["simulate", "--nodes", "4", "--days", "1", "--recovery", "pray"], "unknown recovery mode"),
+    (["simulate", "--nodes", "4", "--days", "1", "--priority", "lottery"], "unknown priority 'lottery'; allowed"),
+    (
+        ["simulate", "--nodes", "4", "--days", "1", "--policy", "kueue", "--priority", "multifactor"],
+        "multifactor is Slurm's priority",
+    ),
 ]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from fmstack.errors import InputError
 from fmstack.orchestration.policies import BackfillParams, CountCapacity, PendingJob, RunningJob, make_policy
-from fmstack.orchestration.policies.backfill import BackfillPolicy, Profile
+from fmstack.orchestration.policies.backfill import BackfillPolicy, SlotMap
 from fmstack.orchestration.policies.fairtree import Assoc, fair_tree_factors, level_fairshare
 from fmstack.orchestration.policies.preemption import select_victims
 from fmstack.orchestration.policies.priority import (
@@ -105,10 +106,10 @@ def test_oracle4_conservative_vs_easy() -> None:
 
 
 def test_oracle4_reservations_beyond_bf_window_are_not_made() -> None:
-    prof = Profile(0.0, 64)
-    prof.add(0.0, 100.0, -64)
-    assert prof.earliest(64, 50.0) == 100.0
-    assert prof.earliest(65, 50.0) == float("inf")
+    smap = SlotMap(np.full(4, 64, dtype=np.int64))
+    smap.reserve(0, 2, 64)
+    assert smap.earliest(64, 1) == 2
+    assert smap.earliest(65, 1) == -1
     # with a 1-minute window C's conservative reservation (at 3600 s) is beyond it, so B's no longer blocks
     running = [RunningJob(job_id=0, num_gpus=48, start_s=0.0, time_limit_s=3600.0)]
     a, b, c = _job(1, 32, 3600.0, 3), _job(2, 64, 3600.0, 2), _job(3, 16, 9000.0, 1)
@@ -118,11 +119,10 @@ def test_oracle4_reservations_beyond_bf_window_are_not_made() -> None:
 
 def test_oracle4_whole_nodes_are_reserved() -> None:
     # a 12-GPU job blocks 16 GPUs (two whole nodes of 8)
-    prof = Profile(0.0, 16)
     pol = BackfillPolicy()
     cap = CountCapacity(total_gpus=16, free_gpus=16)
     assert pol.backfill(0.0, [_job(1, 12, 600.0, 2), _job(2, 4, 600.0, 1)], [], cap) == [1]
-    assert cap.free_gpus == 0 and prof.free == [16]
+    assert cap.free_gpus == 0
 
 
 def test_oracle4_bf_max_job_test_limits_the_cycle() -> None:
@@ -148,3 +148,42 @@ def test_oracle5_preemption_victim_minimisation() -> None:
 def test_unknown_policy_names_the_allowed() -> None:
     with pytest.raises(InputError, match="allowed: fifo, sjf, slurm-backfill"):
         make_policy("lottery")
+
+
+def test_oracle4_reservation_map_starts_at_now_rounded_down_to_bf_resolution() -> None:
+    # backfill.c: node_space[0].begin_time = sched_start / backfill_resolution * backfill_resolution. At now = 90 s
+    # the map starts at 60 s: A (16 GPUs, 3,600 s = 60 slots) starts now and holds slots 0..59, i.e. until
+    # 60 + 3,600 = 3,660 s; B (16 GPUs) is reserved at 3,660 s, not at now + 3,600 = 3,690 s. (Each case ends with
+    # a small job that can start now: the cycle stops reserving once no remaining job could start.)
+    pol = BackfillPolicy()
+    resv: list[tuple[int, float]] = []
+    jobs = [_job(1, 16, 3600.0, 3), _job(2, 16, 60.0, 2), _job(3, 8, 60.0, 1)]
+    assert pol.backfill(90.0, jobs, [], CountCapacity(total_gpus=24, free_gpus=24), reservations=resv) == [1, 3]
+    assert resv == [(2, 3660.0)]
+    # a running job's GPUs come back at the slot boundary at or after its expected end: 3,630 s -> 3,660 s
+    running = [RunningJob(job_id=0, num_gpus=16, start_s=0.0, time_limit_s=3630.0)]
+    resv.clear()
+    jobs = [_job(4, 16, 61.0, 2), _job(5, 8, 60.0, 1)]
+    assert pol.backfill(90.0, jobs, running, CountCapacity(total_gpus=24, free_gpus=8), reservations=resv) == [5]
+    assert resv == [(4, 3660.0)]
+    # a job past its time limit is taken to end one slot after the map's start (at least one slot)
+    late = [RunningJob(job_id=0, num_gpus=16, start_s=0.0, time_limit_s=30.0)]
+    resv.clear()
+    jobs = [_job(6, 16, 60.0, 2), _job(7, 8, 60.0, 1)]
+    assert pol.backfill(90.0, jobs, late, CountCapacity(total_gpus=24, free_gpus=8), reservations=resv) == [7]
+    assert resv == [(6, 120.0)]
+
+
+def test_oracle4_map_ends_at_the_window() -> None:
+    # bf_window 1 h: a job that could only start after the window's end gets no reservation ...
+    pol = BackfillPolicy(params=BackfillParams(bf_window_s=3600.0))
+    running = [RunningJob(job_id=0, num_gpus=16, start_s=0.0, time_limit_s=7200.0)]
+    resv: list[tuple[int, float]] = []
+    jobs = [_job(1, 16, 60.0, 2), _job(2, 8, 60.0, 1)]
+    assert pol.backfill(0.0, jobs, running, CountCapacity(total_gpus=24, free_gpus=8), reservations=resv) == [2]
+    assert resv == []
+    # ... and one that starts in the map's last slot is reserved however long it runs
+    running = [RunningJob(job_id=0, num_gpus=16, start_s=0.0, time_limit_s=3540.0)]
+    jobs = [_job(3, 16, 86400.0, 2), _job(4, 8, 60.0, 1)]
+    assert pol.backfill(0.0, jobs, running, CountCapacity(total_gpus=24, free_gpus=8), reservations=resv) == [4]
+    assert resv == [(3, 3540.0)]

@@ -77,11 +77,15 @@ def test_oracle6_requeue_same_id_restart_count_and_delays(catalog: Catalog) -> N
     policy=st.sampled_from(["fifo", "sjf", "slurm-backfill", "easy-backfill", "kueue"]),
     mode=st.sampled_from(list(RecoveryMode)),
     spares=st.integers(0, 2),
+    multifactor=st.booleans(),
 )
-def test_invariants(catalog: Catalog, seed: int, policy: str, mode: RecoveryMode, spares: int) -> None:
+def test_invariants(
+    catalog: Catalog, seed: int, policy: str, mode: RecoveryMode, spares: int, multifactor: bool
+) -> None:
     rec = RecoverySettings(mode=mode)
+    priority = "multifactor" if multifactor and policy != "kueue" else "fifo"
     cfg = SimConfig(nodes=4, days=1.0, jobs=60, seed=seed, policy=policy, recovery=rec, spares=spares,
-                    sample_s=600.0)  # fmt: skip
+                    sample_s=600.0, priority=priority)  # fmt: skip
     sim = Simulator(cfg, catalog, speed=FlatSpeed())
     # faults 200x the Llama 3 rate so that small runs see some
     assert sim.failures is not None

@@ -34,7 +34,8 @@ def _run(opts: dict[str, Any], policy: str, recovery: str) -> tuple[Any, dict[st
     faults = None if opts["faults"] in ("none", "off") else opts["faults"]
     cfg = SimConfig(
         instance=opts["instance"], nodes=opts["nodes"], days=opts["days"], jobs=opts["jobs"], trace=opts["trace"],
-        load=opts["load"], policy=policy, faults=faults, recovery=settings, spares=opts["spares"], seed=opts["seed"],
+        load=opts["load"], policy=policy, priority=opts["priority"], faults=faults, recovery=settings,
+        spares=opts["spares"], seed=opts["seed"],
     )  # fmt: skip
     sim = Simulator(cfg, load_catalog(opts["catalog_dir"])).run()
     return sim, summarise(sim)
@@ -59,6 +60,13 @@ def _options(func: Any) -> Any:
         click.option("--jobs", type=int, default=1000, show_default=True, help="Synthetic jobs (without --trace)."),
         click.option("--trace", type=click.Path(path_type=Path), default=None, help="CSV trace instead."),
         click.option("--load", type=float, default=0.85, show_default=True, help="Offered load of the generator."),
+        click.option(
+            "--priority",
+            default="fifo",
+            show_default=True,
+            help="Pending order: fifo (Slurm's default weights: submit order) or multifactor "
+            "(fair share, age, size; Slurm-like policies only).",
+        ),
         click.option("--faults", default="llama3", show_default=True, help="Failure model name, or none."),
         click.option("--spares", type=int, default=0, show_default=True, help="Spare nodes on standby."),
         click.option("--ckpt-interval", default="young", show_default=True, help="young, daly or minutes."),

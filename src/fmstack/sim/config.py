@@ -8,6 +8,8 @@ from pathlib import Path
 from fmstack.errors import InputError
 from fmstack.sim.recovery import RecoverySettings
 
+PRIORITIES = ("fifo", "multifactor")
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SimConfig:
@@ -23,6 +25,10 @@ class SimConfig:
     load: float = 0.85
     """Offered load the generator scales runtimes to."""
     policy: str = "slurm-backfill"
+    priority: str = "fifo"
+    """Pending-job order: ``fifo`` (the job's own priority, then submit time: Slurm's priority/multifactor with
+    its default weights, all 0) or ``multifactor`` (age, fair share and size with a fair-share site's weights,
+    :data:`fmstack.orchestration.policies.priority.SITE_WEIGHTS`)."""
     faults: str | None = "llama3"
     """Failure model name (fmstack.perfmodel.failures), or None for no faults."""
     planned: bool = True
@@ -38,6 +44,10 @@ class SimConfig:
             raise InputError("days", f"must be > 0, got {self.days}")
         if self.spares < 0:
             raise InputError("spares", f"must be >= 0, got {self.spares}")
+        if self.priority not in PRIORITIES:
+            raise InputError("priority", f"unknown priority {self.priority!r}; allowed: {', '.join(PRIORITIES)}")
+        if self.priority == "multifactor" and self.policy == "kueue":
+            raise InputError("priority", "multifactor is Slurm's priority; kueue orders by workload priority")
         if self.sample_s <= 0:
             raise InputError("sample", f"must be > 0 s, got {self.sample_s}")
 

@@ -83,6 +83,7 @@ class FaultHandling(SimState):
         self.env.schedule(now + delay, DETECT, (node, category, len(self.fault_log) - 1))
 
     def _close_hang(self, job: Job, now_s: float) -> None:
+        self._charge(job, now_s)
         if self.keep_segments:
             self.segment_log.append((job.job_id, job.start_s, now_s, "hung", sorted(n for n, _ in job.alloc)))
         hang = max(0.0, now_s - job.start_s) * job.cur_gpus

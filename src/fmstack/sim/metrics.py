@@ -80,7 +80,7 @@ def summarise(sim: SimState) -> dict[str, Any]:
     return {
         "config": {
             "instance": cfg.instance, "nodes": cfg.nodes, "gpus": sim.fleet.total_gpus, "days": cfg.days,
-            "jobs": len(jobs), "policy": cfg.policy, "faults": cfg.faults, "recovery": cfg.recovery.mode.value,
+            "jobs": len(jobs), "policy": cfg.policy, "priority": cfg.priority, "faults": cfg.faults, "recovery": cfg.recovery.mode.value,
             "checkpoint_interval": cfg.recovery.interval, "checkpoint_cost_s": cfg.recovery.ckpt_cost_s,
             "spares": cfg.spares, "seed": cfg.seed,
         },

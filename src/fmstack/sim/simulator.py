@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fmstack.orchestration.policies import PendingJob
+from fmstack.orchestration.policies.fifo import PendingQueue
 from fmstack.sim.faults_loop import FaultHandling
 from fmstack.sim.state import (
     DETECT,
@@ -19,6 +20,7 @@ from fmstack.sim.state import (
     FAULT,
     FINISH,
     MAINT,
+    PRIORITY,
     REPAIRED,
     SAMPLE,
     SUBMIT,
@@ -38,10 +40,12 @@ class Simulator(FaultHandling):
             if self.cfg.planned and self.failures.planned_per_node_hour > 0:
                 env.schedule(self._next_maint(), MAINT)
         env.schedule(0.0, SAMPLE)
+        if self.prio is not None:
+            env.schedule(self.prio.settings.calc_period_s, PRIORITY)
         handlers: dict[int, Callable[[Any], None]] = {
             SUBMIT: self._on_eligible, ELIGIBLE: self._on_eligible, FINISH: self._on_finish, FAULT: self._on_fault,
             MAINT: self._on_maint, DETECT: self._on_detect, REPAIRED: self._on_repaired, TICK: self._on_tick,
-            SAMPLE: self._on_sample,
+            SAMPLE: self._on_sample, PRIORITY: self._on_priority,
         }  # fmt: skip
         env.run(horizon, lambda kind, data: handlers[kind](data))
         for jid in sorted(self.running.ids()):
@@ -59,7 +63,8 @@ class Simulator(FaultHandling):
             j.eligible_s = j.submit_s
         self.pending[jid] = PendingJob(job_id=jid, num_gpus=j.num_gpus, submit_s=j.eligible_s,
                                        time_limit_s=j.time_limit_s, user=j.user, queue=j.queue,
-                                       priority=j.priority, expected_runtime_s=j.work_s)  # fmt: skip
+                                       priority=self._priority_of(j, self.env.now_s),
+                                       expected_runtime_s=j.work_s)  # fmt: skip
         self._changed()
 
     def _on_finish(self, data: tuple[int, int]) -> None:
@@ -72,3 +77,31 @@ class Simulator(FaultHandling):
         job.end_s = self.env.now_s
         self._release(job)
         self._changed()
+
+    def _on_priority(self, _: Any) -> None:
+        """PriorityCalcPeriod: charge usage, decay it, recompute every pending job's priority and reorder."""
+        prio = self.prio
+        assert prio is not None
+        now = self.env.now_s
+        jobs = self.jobs
+        prio.recalc(now, [(j.user, j.cur_gpus, j.start_s) for j in map(jobs.__getitem__, self.running.ids())])
+        if self.pending:
+            before = [p.job_id for p in self.pending]
+            fresh = PendingQueue.of(
+                PendingJob(
+                    job_id=p.job_id,
+                    num_gpus=p.num_gpus,
+                    submit_s=p.submit_s,
+                    time_limit_s=p.time_limit_s,
+                    user=p.user,
+                    queue=p.queue,
+                    priority=self._priority_of(jobs[p.job_id], now),
+                    expected_runtime_s=p.expected_runtime_s,
+                )
+                for p in self.pending
+            )
+            self.pending = fresh
+            if [p.job_id for p in fresh] != before:
+                self._changed()
+        if now + prio.settings.calc_period_s < self.cfg.horizon_s:
+            self.env.schedule(now + prio.settings.calc_period_s, PRIORITY)

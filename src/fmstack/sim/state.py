@@ -19,6 +19,7 @@ from fmstack.orchestration.policies import PendingJob, RunningJob, make_policy
 from fmstack.orchestration.policies.base import RunningSet
 from fmstack.orchestration.policies.fifo import PendingQueue
 from fmstack.orchestration.policies.kueue import requeue_backoff_s
+from fmstack.orchestration.policies.priority import MultifactorPriority, MultifactorSettings
 from fmstack.perfmodel.failures import FailureModel, load_failure_model
 from fmstack.sim.accounting import close_segment, wall_to_finish_s
 from fmstack.sim.config import SimConfig
@@ -28,7 +29,7 @@ from fmstack.sim.fleet import Alloc, Fleet, NodeState
 from fmstack.sim.speed import JobSpeedModel, PerfModelSpeed
 from fmstack.sim.workload import Job, generate, read_trace
 
-SUBMIT, FINISH, FAULT, MAINT, DETECT, REPAIRED, ELIGIBLE, TICK, SAMPLE = range(9)
+SUBMIT, FINISH, FAULT, MAINT, DETECT, REPAIRED, ELIGIBLE, TICK, SAMPLE, PRIORITY = range(10)
 OUT_STATE = {
     Action.RESET_GPU: NodeState.RESETTING,
     Action.REBOOT_NODE: NodeState.REBOOTING,
@@ -120,6 +121,10 @@ class SimState:
         self.keep_segments = len(self.jobs) <= 2000
         self.preemptions = 0
         self.no_room: tuple[int, set[int]] = (-1, set())
+        self.prio: MultifactorPriority | None = None
+        if config.priority == "multifactor":
+            users = sorted({j.user for j in self.jobs.values()})
+            self.prio = MultifactorPriority(MultifactorSettings(), users, config.nodes)
 
     def _admit_job(self, j: Job) -> None:
         if j.job_id in self.jobs:
@@ -193,7 +198,19 @@ class SimState:
                                               priority=job.priority)  # fmt: skip
         self.env.schedule(now + wall_to_finish_s(job), FINISH, (job.job_id, job.epoch))
 
+    def _charge(self, job: Job, now_s: float) -> None:
+        """Fair-share usage of the segment that ends now (its part since the last priority calculation)."""
+        if self.prio is not None:
+            self.prio.charge(job.user, job.cur_gpus * max(0.0, now_s - max(job.start_s, self.prio.last_charge_s)))
+
+    def _priority_of(self, job: Job, now_s: float) -> float:
+        if self.prio is None:
+            return job.priority
+        return self.prio.priority(now_s=now_s, eligible_s=job.eligible_s, user=job.user,
+                                  num_nodes=-(-job.num_gpus // self.gpn), site=job.priority)  # fmt: skip
+
     def _close(self, job: Job, now_s: float, *, graceful: bool, kind: str) -> None:
+        self._charge(job, now_s)
         if self.keep_segments:
             self.segment_log.append((job.job_id, job.start_s, now_s, kind, sorted(n for n, _ in job.alloc)))
         close_segment(job, now_s, graceful=graceful)

@@ -4,8 +4,15 @@ Algorithm (Slurm doc/html/sched_config.shtml, doc/man/man5/slurm.conf.5, src/plu
 pending jobs in priority order, at most ``bf_max_job_test`` per cycle, every ``bf_interval_s``; a job starts now
 only if that delays no earlier reservation; otherwise it gets a reservation at its earliest possible start
 (conservative: ``reserve_count = 0`` reserves for all; ``= 1`` is EASY); the expected end of a job is its start
-plus its time limit; the reservation map has ``bf_resolution_s`` slots up to ``bf_window_s`` ahead; multi-node
-jobs reserve whole nodes. Between cycles the main scheduler starts jobs in strict priority order at events.
+plus its time limit; multi-node jobs reserve whole nodes. Between cycles the main scheduler starts jobs in strict
+priority order at events.
+
+The reservation map (:class:`SlotMap`) is kept as backfill.c keeps its ``node_space``: in ``bf_resolution_s``
+slots from now rounded down to the resolution, to the window's end (``now + bf_window_s`` rounded down); jobs
+start on slot boundaries and hold every slot their time limit touches (at least one); a running job's GPUs come
+back at the slot boundary at or after its expected end (at least one slot on: a job past its limit). Cutting the
+map at the window's end changes no decision: a reservation that runs past it holds the map's last slot too, and
+running jobs only hand GPUs back, so nothing past the end is scarcer than the last slot.
 """
 
 from __future__ import annotations
@@ -51,135 +58,83 @@ class BackfillParams:
             raise InputError("bf_job_part_count_reserve", f"must be >= 0, got {self.reserve_count}")
 
 
-class Profile:
-    """Free GPUs as a step function of time: ``free[i]`` holds on ``[times[i], times[i + 1])``.
+class SlotMap:
+    """Free GPUs per ``bf_resolution`` slot of the reservation map, as Slurm's backfill keeps it.
 
-    Kept in numpy arrays with spare room, so a new breakpoint is an in-place shift (no reallocation); a
-    backfill cycle adds at most two breakpoints per tested job.
+    Slot ``k`` is ``[begin + k * res, begin + (k + 1) * res)`` with ``begin`` = now rounded down to the resolution
+    (backfill.c: ``node_space[0].begin_time = sched_start / backfill_resolution * backfill_resolution``); the map
+    ends at the window's end (``window_end`` rounded down the same way), and nothing is kept past it: a
+    reservation that runs past the window is cut there, as ``_add_reservation`` cuts it at the last record.
+    Past the window only running jobs hold GPUs and they only release them, so a window of ``d`` slots that fits
+    up to the map's end fits after it too: the map's last run of free GPUs never ends.
+
+    ``free`` is a plain int64 array of ``width`` slots; a reservation is one slice update.
     """
 
-    def __init__(self, now_s: float, free_now: int, *, room: int = 16) -> None:
-        self._t = np.empty(max(room, 2), dtype=float)
-        self._f = np.empty(max(room, 2), dtype=np.int64)
-        self._t[0] = now_s
-        self._f[0] = free_now
-        self._n = 1
+    __slots__ = ("free",)
 
-    @property
-    def times(self) -> np.ndarray[Any, np.dtype[np.float64]]:
-        return self._t[: self._n]
-
-    @property
-    def free(self) -> np.ndarray[Any, np.dtype[np.int64]]:
-        return self._f[: self._n]
-
-    @property
-    def free_now(self) -> int:
-        return int(self._f[0])
+    def __init__(self, free: np.ndarray[Any, np.dtype[np.int64]]) -> None:
+        self.free = free
 
     @classmethod
-    def from_releases(cls, now_s: float, free_now: int, releases: dict[float, int], *, room: int = 0) -> Profile:
-        """The profile of running jobs that release ``releases[t]`` GPUs at time ``t`` (all after now)."""
-        ts = sorted(releases)
-        prof = cls(now_s, free_now, room=len(ts) + 1 + room)
-        n = len(ts) + 1
-        prof._t[1:n] = ts
-        prof._f[1:n] = np.cumsum([releases[t] for t in ts], dtype=np.int64)
-        prof._f[1:n] += free_now
-        prof._n = n
-        return prof
+    def from_releases(
+        cls, free_now: int, release_slots: np.ndarray[Any, Any], gpus: np.ndarray[Any, Any], width: int
+    ) -> SlotMap:
+        """The map of running jobs that hand back ``gpus[i]`` GPUs at the start of slot ``release_slots[i]``.
 
-    @classmethod
-    def from_release_arrays(
-        cls,
-        now_s: float,
-        free_now: int,
-        times: np.ndarray[Any, Any],
-        released: np.ndarray[Any, Any],
-        *,
-        room: int = 0,
-    ) -> Profile:
-        """As :meth:`from_releases`, from sorted distinct release ``times`` and the GPUs ``released`` at each."""
-        n = len(times) + 1
-        prof = cls(now_s, free_now, room=n + room)
-        prof._t[1:n] = times
-        prof._f[1:n] = np.cumsum(released, dtype=np.int64) + free_now
-        prof._n = n
-        return prof
+        A release in slot 0 or before (a job past its time limit) counts in slot 1: a job holds at least one slot
+        (``_add_reservation``); releases at or past ``width`` are beyond the map.
+        """
+        slots = np.minimum(np.maximum(release_slots, 1), width)
+        released = np.bincount(slots, weights=gpus, minlength=width + 1)[:width]
+        return cls(np.cumsum(released).astype(np.int64) + free_now)
 
-    def _split(self, t: float) -> int:
-        n = self._n
-        tt = self._t
-        i = int(tt[:n].searchsorted(t, side="right")) - 1
-        if tt[i] == t:
-            return i
-        if n == len(tt):
-            self._t = tt = np.concatenate((tt, np.empty(n, dtype=float)))
-            self._f = np.concatenate((self._f, np.empty(n, dtype=np.int64)))
-        ff = self._f
-        tt[i + 2 : n + 1] = tt[i + 1 : n]
-        ff[i + 2 : n + 1] = ff[i + 1 : n]
-        tt[i + 1] = t
-        ff[i + 1] = ff[i]
-        self._n = n + 1
-        return i + 1
+    @property
+    def width(self) -> int:
+        return len(self.free)
 
-    def add(self, start_s: float, end_s: float, gpus: int) -> None:
-        """Add ``gpus`` free GPUs on ``[start_s, end_s)`` (negative to take them); ``end_s`` may be inf."""
-        i = self._split(max(start_s, float(self._t[0])))
-        j = self._n if math.isinf(end_s) else self._split(end_s)
-        self._f[i:j] += gpus
+    def reserve(self, slot: int, slots: int, gpus: int) -> None:
+        """Take ``gpus`` GPUs from ``slots`` slots from ``slot`` on (cut at the map's end)."""
+        self.free[slot : slot + slots] -= gpus
 
-    def startable(self, need: int, duration_s: float) -> bool:
-        """Whether ``need`` GPUs stay free from now for ``duration_s`` (:meth:`earliest` would return now)."""
-        n = self._n
-        rel = self._t[:n] - self._t[0]
-        return need <= int(self._f[: int(rel.searchsorted(duration_s))].min())
+    def startable(self, need: int, slots: int) -> bool:
+        """Whether ``need`` GPUs stay free for ``slots`` slots from slot 0 (:meth:`earliest` would return 0)."""
+        return need <= int(self.free[:slots].min())
 
-    def last_startable(self, needs: np.ndarray[Any, Any], durations_s: np.ndarray[Any, Any], lo: int, hi: int) -> int:
-        """The largest ``j`` in ``lo..hi`` that is :meth:`startable` now, or ``lo - 1`` if none is."""
+    def last_startable(self, needs: np.ndarray[Any, Any], slots: np.ndarray[Any, Any], lo: int, hi: int) -> int:
+        """The largest ``j`` in ``lo..hi`` that is :meth:`startable`, or ``lo - 1`` if none is."""
         if hi < lo:
             return lo - 1
-        n = self._n
-        rel = self._t[:n] - self._t[0]
-        low = np.minimum.accumulate(self._f[:n])
-        ok = (needs[lo : hi + 1] <= low[rel.searchsorted(durations_s[lo : hi + 1]) - 1]).nonzero()[0]
+        low = np.minimum.accumulate(self.free)
+        ok = (needs[lo : hi + 1] <= low[np.minimum(slots[lo : hi + 1], len(low)) - 1]).nonzero()[0]
         return lo + int(ok[-1]) if len(ok) else lo - 1
 
-    def earliest(self, need: int, duration_s: float) -> float:
-        """Earliest time at which ``need`` GPUs stay free for ``duration_s`` (inf if never).
+    def earliest(self, need: int, slots: int) -> int:
+        """First slot from which ``need`` GPUs stay free for ``slots`` slots (or to the map's end); -1 if none.
 
-        A window can only start where a run of enough free GPUs starts (index 0, or just after a short step);
-        it fits if the run lasts long enough; the last run never ends.
+        The slots with enough GPUs as bytes (1 = enough); a candidate window that holds a short slot cannot
+        start at or before it, so the search jumps past the window's last short slot (a C ``rfind``), and stops
+        at a window with none. A window reaching the map's end fits from the last short slot on.
         """
-        n = self._n
-        tt = self._t
-        bad = (self._f[:n] < need).nonzero()[0]
-        if len(bad) == 0:
-            return float(tt[0])
-        b0 = int(bad[0])
-        if b0 > 0 and tt[b0] - tt[0] >= duration_s:
-            return float(tt[0])
-        if len(bad) > 1:
-            s = bad[:-1] + 1
-            e = bad[1:]
-            ok = tt[e] - tt[s] >= duration_s
-            if duration_s <= 0:  # an empty run (e == s) lasts 0 s, enough only for a 0 s window
-                ok &= e > s
-            k = int(ok.argmax())
-            if ok[k]:
-                return float(tt[s[k]])
-        last = int(bad[-1]) + 1
-        return float(tt[last]) if last < n else math.inf
+        enough = (self.free >= need).tobytes()
+        n = len(enough)
+        pos = 0
+        while True:
+            end = pos + slots
+            if end >= n:
+                short = enough.rfind(b"\x00", pos)
+                if short >= 0:
+                    pos = short + 1
+                return pos if pos < n else -1
+            short = enough.rfind(b"\x00", pos, end)
+            if short < 0:
+                return pos
+            pos = short + 1
 
 
 _START = attrgetter("start_s")
 _LIMIT = attrgetter("time_limit_s")
 _GPUS = attrgetter("num_gpus")
-
-
-def _ceil_to(t: float, res: float) -> float:
-    return math.ceil(t / res) * res
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -209,49 +164,56 @@ class BackfillPolicy:
         return Plan(self.backfill(now_s, order, running, capacity))
 
     def backfill(
-        self, now_s: float, order: Sequence[PendingJob], running: Collection[RunningJob], capacity: Capacity
+        self,
+        now_s: float,
+        order: Sequence[PendingJob],
+        running: Collection[RunningJob],
+        capacity: Capacity,
+        *,
+        reservations: list[tuple[int, float]] | None = None,
     ) -> list[int]:
-        """One backfill cycle over jobs already in priority order; returns the ids started now."""
+        """One backfill cycle over jobs already in priority order; returns the ids started now.
+
+        ``reservations``, when given, receives (job id, planned start s, a multiple of ``bf_resolution_s``) of
+        each reservation made; the cycle stops once no remaining job could start now, so later jobs get none.
+        """
         p = self.params
         res = p.bf_resolution_s
-        first = _ceil_to(now_s, res) + res
         gpn = self.gpus_per_node
+        begin = math.floor(now_s / res)
+        width = max(1, math.floor((now_s + p.bf_window_s) / res) - begin)
         run = list(running)
         nrun = len(run)
-        # the running jobs' releases, vectorised: max(ceil_to(start + limit), first), whole nodes, summed per time
+        # a running job holds its GPUs (whole nodes) through the slot its expected end falls in
         ends = np.fromiter(map(_START, run), float, nrun) + np.fromiter(map(_LIMIT, run), float, nrun)
-        ends = np.maximum(np.ceil(ends / res) * res, first)
         gpus = np.fromiter(map(_GPUS, run), np.int64, nrun)
         gpus = np.where(gpus <= gpn, gpus, -(-gpus // gpn) * gpn)
-        times, where = np.unique(ends, return_inverse=True)
-        released = np.zeros(len(times), dtype=np.int64)
-        np.add.at(released, where, gpus)
-        profile = Profile.from_release_arrays(
-            now_s, capacity.free_gpus, times, released, room=2 * min(len(order), p.bf_max_job_test)
-        )
-        horizon = math.floor((now_s + p.bf_window_s) / res) * res
+        slot_map = SlotMap.from_releases(capacity.free_gpus, np.ceil(ends / res - begin).astype(np.int64), gpus, width)
         starts: list[int] = []
         reserved = 0
         tested = list(order[: p.bf_max_job_test])
         m = len(tested)
         needs_a = np.fromiter(map(_GPUS, tested), np.int64, m)
         needs_a = np.where(needs_a <= gpn, needs_a, -(-needs_a // gpn) * gpn)
-        durs_a = np.maximum(res, np.ceil(np.fromiter(map(_LIMIT, tested), float, m) / res) * res)
+        # a job holds every slot its time limit touches, at least one
+        slots_a = np.maximum(1, np.ceil(np.fromiter(map(_LIMIT, tested), float, m) / res)).astype(np.int64)
         needs: list[int] = needs_a.tolist()
-        durs: list[float] = durs_a.tolist()
-        # Only starts now matter, and the profile only shrinks during a cycle: once no remaining job could start
+        durs: list[int] = slots_a.tolist()
+        # Only starts now matter, and the map only shrinks during a cycle: once no remaining job could start
         # now, later reservations change nothing. ``last`` is the last job that still could.
-        last = profile.last_startable(needs_a, durs_a, 0, len(tested) - 1)
-        # A job whose earliest start is after now and at or past the window neither starts nor reserves; nor
-        # does any later job needing as many GPUs for as long.
+        last = slot_map.last_startable(needs_a, slots_a, 0, m - 1)
+        # A job that cannot start within the window neither starts nor reserves; nor does any later job
+        # needing as many GPUs for as long.
         sizes = sorted(set(needs))
         size_ix = {g: k for k, g in enumerate(sizes)}
         never_d = [math.inf] * len(sizes)
         # never_d[k]: the shortest duration that failed so far for a size <= sizes[k]
         changed = False
+        free = slot_map.free
+        earliest = slot_map.earliest
         for i, job in enumerate(tested):
-            if changed and last >= i and not profile.startable(needs[last], durs[last]):
-                last = profile.last_startable(needs_a, durs_a, i, last - 1)
+            if changed and last >= i and not slot_map.startable(needs[last], durs[last]):
+                last = slot_map.last_startable(needs_a, slots_a, i, last - 1)
             changed = False
             if i > last:
                 break
@@ -260,19 +222,20 @@ class BackfillPolicy:
             k = size_ix[need]
             if never_d[k] <= duration:
                 continue
-            t = profile.earliest(need, duration)
-            if t <= now_s and capacity.try_start(job):
-                profile.add(now_s, now_s + duration, -need)
+            t = earliest(need, duration)
+            if t == 0 and capacity.try_start(job):
+                free[:duration] -= need
                 starts.append(job.job_id)
                 changed = True
-            elif t < horizon and (p.reserve_count == 0 or reserved < p.reserve_count):
-                t = max(t, now_s)
-                profile.add(t, t + duration, -need)
+            elif t >= 0 and (p.reserve_count == 0 or reserved < p.reserve_count):
+                free[t : t + duration] -= need
                 reserved += 1
-                # a reservation from t on cannot change what is free before now + durs[last]
-                changed = t - now_s < durs[last]
-            elif t > now_s and t >= horizon:
-                for m in range(k, len(sizes)):
-                    if never_d[m] > duration:
-                        never_d[m] = duration
+                if reservations is not None:
+                    reservations.append((job.job_id, (begin + t) * res))
+                # a reservation from slot t on cannot change what is free in the first durs[last] slots
+                changed = t < durs[last]
+            elif t < 0:
+                for kk in range(k, len(sizes)):
+                    if never_d[kk] > duration:
+                        never_d[kk] = duration
         return starts

@@ -7,7 +7,7 @@ no other job in that partition is scheduled" (Slurm doc/html/sched_config.shtml)
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from fmstack.orchestration.policies.base import Capacity, PendingJob, Plan, RunningJob
@@ -105,6 +105,15 @@ class PendingQueue:
             if not g.jobs:
                 del self._groups[gk]
         return job
+
+    @classmethod
+    def of(cls, jobs: Iterable[PendingJob]) -> PendingQueue:
+        """A queue of ``jobs`` (distinct ids), sorted once."""
+        q = cls()
+        q._order = sorted(jobs, key=_key)
+        q._keys = [_key(j) for j in q._order]
+        q._jobs = {j.job_id: j for j in q._order}
+        return q
 
     def groups(self) -> dict[GroupKey, Group]:
         """The jobs by (queue, priority, size), each group in priority order (a view: do not change it)."""

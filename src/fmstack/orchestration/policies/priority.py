@@ -14,7 +14,7 @@ Formulas from Slurm doc/html/priority_multifactor.shtml and doc/html/classic_fai
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from fmstack.errors import InputError
@@ -144,3 +144,68 @@ class FairShareLedger:
         total = sum(self.usage.values())
         u = self.usage.get(user, 0.0) / total if total > 0 else 0.0
         return fair_share_factor(u, self.shares.get(user, min(self.shares.values())))
+
+
+SITE_WEIGHTS = PriorityWeights(age=1000.0, fair_share=100000.0, job_size=1000.0)
+"""[D] Weights of a typical fair-share site (fair share dominant, then age and size); Slurm's own defaults are
+all 0, which orders jobs by submit time (see ``fifo`` in the simulator)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MultifactorSettings:
+    """priority/multifactor as a simulated cluster runs it."""
+
+    weights: PriorityWeights = SITE_WEIGHTS
+    half_life_s: float = 7 * DAY_S
+    """PriorityDecayHalfLife (default 7-0)."""
+    calc_period_s: float = 300.0
+    """PriorityCalcPeriod (default 5 min): usage is charged and priorities recomputed this often."""
+
+    def __post_init__(self) -> None:
+        if self.calc_period_s <= 0:
+            raise InputError("PriorityCalcPeriod", f"must be > 0 s, got {self.calc_period_s}")
+        if self.weights.max_age_s <= 0:
+            raise InputError("PriorityMaxAge", f"must be > 0 s, got {self.weights.max_age_s}")
+
+
+class MultifactorPriority:
+    """Job priorities from age, classic fair share (equal shares per user, usage in GPU-seconds decayed with
+    the half-life) and job size; a job's own ``site`` priority (a trace's priority column) is added as Slurm's
+    site factor. One instance per simulation."""
+
+    def __init__(self, settings: MultifactorSettings, users: list[str], total_nodes: int) -> None:
+        self.settings = settings
+        self.ledger = FairShareLedger(dict.fromkeys(users, 1.0), settings.half_life_s)
+        self.total_nodes = total_nodes
+        self.fair: dict[str, float] = dict.fromkeys(users, 1.0)
+        self.last_charge_s = 0.0
+
+    def recalc(self, now_s: float, running: Iterable[tuple[str, int, float]]) -> None:
+        """Decay usage to ``now_s``, charge (user, GPUs, start s) of running jobs since the last call, and
+        update every user's fair-share factor."""
+        ledger = self.ledger
+        ledger.advance(now_s)
+        since = self.last_charge_s
+        acc: dict[str, float] = {}
+        for user, gpus, start_s in running:
+            acc[user] = acc.get(user, 0.0) + gpus * (now_s - (start_s if start_s > since else since))
+        for user, gpu_s in acc.items():
+            ledger.charge(user, gpu_s)
+        self.last_charge_s = now_s
+        total = sum(ledger.usage.values())
+        for user, share in ledger.shares.items():
+            u = ledger.usage.get(user, 0.0) / total if total > 0 else 0.0
+            self.fair[user] = fair_share_factor(u, share)
+
+    def charge(self, user: str, gpu_s: float) -> None:
+        """Usage of a job segment that ended between two calls (its part since the last call)."""
+        self.ledger.charge(user, gpu_s)
+
+    def priority(self, *, now_s: float, eligible_s: float, user: str, num_nodes: int, site: float = 0.0) -> float:
+        """:func:`multifactor_priority` with the current fair-share factors (every factor is in [0, 1] here)."""
+        w = self.settings.weights
+        return site + (
+            w.age * min(max(now_s - eligible_s, 0.0) / w.max_age_s, 1.0)
+            + w.fair_share * self.fair.get(user, 1.0)
+            + w.job_size * job_size_factor(num_nodes, self.total_nodes, favor_small=w.favor_small)
+        )
