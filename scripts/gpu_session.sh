@@ -161,6 +161,8 @@ part_sim() {
     for policy in fifo slurm-backfill kueue; do
         timeout "${SIM_TIMEOUT_S:-200}" python3 benchmarks/bench_sim.py --policy "$policy" || echo "sim $policy: exit $?"
     done
+    timeout "${SIM_TIMEOUT_S:-200}" python3 benchmarks/bench_sim.py --policy slurm-backfill --priority multifactor \
+        || echo "sim slurm-backfill multifactor: exit $?"
 }
 
 for part in "${parts[@]}"; do
