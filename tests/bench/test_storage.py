@@ -6,7 +6,6 @@ Bad input (unwritable path, missing bucket, unreachable endpoint) gives one line
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import pytest
 
 from fmstack.bench.storage import run_storage
 from fmstack.errors import InputError
+from tests.s3server import moto_server
 
 SWEEP = [(64 << 10, 3), (1 << 20, 2)]
 S3_ENV = {
@@ -63,25 +63,9 @@ def test_bad_sweep() -> None:
 
 @pytest.fixture(scope="module")
 def moto() -> Iterator[str]:
-    exe = shutil.which("moto_server")
-    if exe is None:
-        pytest.skip("moto_server not installed (pip install 'moto[server]' s3fs)")
     pytest.importorskip("s3fs")
-    port = _free_port()
-    proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+    with moto_server() as endpoint:
         yield endpoint
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 @pytest.fixture()

@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +17,7 @@ pytest.importorskip("torch")
 pytest.importorskip("s3fs")
 from fmstack.workloads import ckpt_store
 from fmstack.workloads.metrics import read_loss_curve
+from tests.s3server import moto_server
 from tests.workloads.conftest import REF_ARGS, prefix
 
 pytestmark = pytest.mark.torch
@@ -26,39 +25,18 @@ pytestmark = pytest.mark.torch
 
 @pytest.fixture
 def s3_options() -> Iterator[dict[str, object]]:
-    exe = shutil.which("moto_server")
-    if exe is None:
-        pytest.skip("moto_server not installed (pip install 'moto[server]')")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [exe, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    opts: dict[str, object] = {
-        "key": "testing",
-        "secret": "testing",
-        "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"},
-    }
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+    with moto_server() as endpoint:
+        opts: dict[str, object] = {
+            "key": "testing",
+            "secret": "testing",
+            "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+        }
         import boto3
 
-        s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
                           aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
         s3.create_bucket(Bucket="ckpts")
         yield opts
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def _train(tmp: Path, steps: int, metrics: str, *extra: str) -> str:
