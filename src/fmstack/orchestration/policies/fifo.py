@@ -50,8 +50,13 @@ def group_pending(pending: Collection[PendingJob]) -> dict[GroupKey, Group]:
     """Pending jobs by (queue, priority, size), each group in priority order."""
     if isinstance(pending, PendingQueue):
         return pending.groups()
+    return _grouped(sorted(pending, key=_key))
+
+
+def _grouped(ordered: Iterable[PendingJob]) -> dict[GroupKey, Group]:
+    """Jobs already in priority order, by (queue, priority, size): each group keeps that order."""
     out: dict[GroupKey, Group] = {}
-    for j in sorted(pending, key=_key):
+    for j in ordered:
         g = out.get(group_key(j))
         if g is None:
             g = out[group_key(j)] = Group()
@@ -118,13 +123,7 @@ class PendingQueue:
     def groups(self) -> dict[GroupKey, Group]:
         """The jobs by (queue, priority, size), each group in priority order (a view: do not change it)."""
         if self._groups is None:
-            self._groups = {}
-            for j in self._order:
-                g = self._groups.get(group_key(j))
-                if g is None:
-                    g = self._groups[group_key(j)] = Group()
-                g.keys.append(_key(j))
-                g.jobs.append(j)
+            self._groups = _grouped(self._order)
         return self._groups
 
     def ordered(self) -> Sequence[PendingJob]:
