@@ -56,3 +56,19 @@ def test_bench_all_on_cuda(tmp_path: Path) -> None:
     assert data["device"]["kind"] == "cuda"
     if data["device"]["catalog_gpu"]:
         assert all(0 < r["pct_of_peak"] <= 100 for r in data["gemm"])
+
+
+def test_timer_keeps_the_fastest_of_best_of_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fmstack.bench import device
+
+    # the first batch (1 call) already lasts min_time_s; then best_of - 1 = 3 more batches of the same size
+    batches = iter([1.0, 2.0, 0.6, 1.5])
+    seen: list[int] = []
+
+    def fake_batch(fn: object, kind: str, calls: int) -> float:
+        seen.append(calls)
+        return next(batches)
+
+    monkeypatch.setattr(device, "_batch_s", fake_batch)
+    assert device.time_per_call_s(lambda: None, "cpu", min_time_s=0.5, warmup=0, best_of=4) == 0.6
+    assert seen == [1, 1, 1, 1]
