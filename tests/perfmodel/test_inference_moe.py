@@ -1,5 +1,5 @@
 """MoE serving: routed experts priced at one expert's GEMM size (shared with training), the per-group roofline,
-and the attention precision of NVIDIA's NVFP4 DeepSeek-R1 checkpoint."""
+the token permutation traffic, and the attention precision of NVIDIA's NVFP4 DeepSeek-R1 checkpoint."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from fmstack.catalog.topology import build_cluster
 from fmstack.perfmodel.efficiency import default_efficiency
 from fmstack.perfmodel.inference import ServeConfig, deployment, memory_of
 from fmstack.perfmodel.inference_kv import GIB
-from fmstack.perfmodel.inference_step import Deployment, step_time
+from fmstack.perfmodel.inference_step import Deployment, moe_permute_bytes, step_time
 from fmstack.perfmodel.inference_validation import checkpoint_setup
 from fmstack.perfmodel.modelconsts import expert_gemm_flops, model_consts
 
@@ -86,3 +86,24 @@ def test_checkpoint_setup_matches_the_nvfp4_deepseek_checkpoint_only() -> None:
     assert fields == {"attention_precision": "bf16"} and "blog" in notes[0]
     assert checkpoint_setup("DeepSeek-R1 (MoE)", "fp8") == ({}, [])
     assert checkpoint_setup("Llama 3.3 70B Instruct", "fp4") == ({}, [])
+
+
+def test_moe_permutation_traffic_by_hand(catalog: Catalog) -> None:
+    """Expand (read + write 8 copies of h in 2 B), finalize (read 8 copies, write h), fp32 router logits (12 B
+    per expert): the training model's accounting less Megatron's chunk sort."""
+    # DeepSeek-V3, attention DP + EP8: copies split 8 ways, each token's router and h on one GPU
+    adp = _dsv3(catalog, tp=8, ep=8, precision="fp4", kv_dtype="bf16", attention_dp=True)
+    assert moe_permute_bytes(adp) == pytest.approx(8 * 7168 * 2 * 3 / 8 + (2 * 7168 + 12 * 256) / 8)  # 45,184 B
+    # experts split by TP (ep 1): every TP rank expands every copy at full h and repeats the router
+    tp_experts = _dsv3(catalog, tp=8, ep=1, precision="fp8")
+    assert moe_permute_bytes(tp_experts) == pytest.approx(8 * 7168 * 2 * 3 + 2 * 7168 + 12 * 256)  # 361,472 B
+    # dense models have none, and the elementwise part of a DeepSeek decode step grows by exactly this traffic
+    llama = build_cluster(catalog, "dgx-h100", 1)
+    dense = Deployment(model=catalog.model("llama3.1-8b"), cluster=llama, efficiency=default_efficiency(llama.gpu))
+    assert moe_permute_bytes(dense) == 0.0
+    mc = adp.mc
+    tokens = 3072.0
+    extra = tokens * mc.moe_layers * moe_permute_bytes(adp) / (8000e9 * 0.8)
+    act = (mc.top_k + mc.shared_experts) * mc.expert_ffn
+    base = tokens * mc.layers * ((8 + 12) * mc.h / 8 + 6 * act / 8) / (8000e9 * 0.8)
+    assert float(step_time(adp, tokens, 2048.0).elementwise_s) == pytest.approx(base + extra, rel=1e-9)

@@ -164,6 +164,22 @@ def kv_read_factor(d: Deployment) -> float:
     return heads_gpu / kv_heads_gpu
 
 
+def moe_permute_bytes(d: Deployment) -> float:
+    """HBM bytes per token per MoE layer on one GPU of a fused MoE's token permutation, the accounting the
+    training model uses (:func:`fmstack.perfmodel.step._elementwise_bytes_per_token_layer`, less Megatron's sort of
+    received chunks): expand each token's ``top_k`` routed copies into expert order (read and write ``top_k x h``
+    in 2 B), finalize (read the ``top_k`` expert outputs, write ``h`` weighted back into token order), and the
+    router's fp32 logits over the experts (12 B each: write, softmax read and write). The copies are split over
+    the ``ep`` ranks (with experts split by TP every rank expands every copy at full ``h``); the per-token part
+    over the ranks that hold a token (``tp / attn_split``: all TP ranks repeat it, attention-DP ranks split it)."""
+    mc = d.mc
+    if mc.experts <= 0:
+        return 0.0
+    copies = mc.top_k * mc.h * 2.0 * 3.0 / d.ep
+    per_token = (2.0 * mc.h + 12.0 * mc.experts) / (d.tp / d.attn_split)
+    return float(copies + per_token)
+
+
 def _f(x: ArrayLike) -> F:
     return np.asarray(x, dtype=np.float64)
 
@@ -271,7 +287,7 @@ def step_time(
 
     # norms, residual adds, activation function: replicated over TP except the MLP activation
     act_width = mc.ffn if mc.experts == 0 else (mc.top_k + mc.shared_experts) * mc.expert_ffn
-    elem_bytes = (8.0 * mc.h + 12.0 * mc.h) / dp + 6.0 * act_width / tp
+    elem_bytes = (8.0 * mc.h + 12.0 * mc.h) / dp + 6.0 * act_width / tp + moe_permute_bytes(d) * moe_frac
     elementwise = tok * layers * elem_bytes / hbm
 
     gpd = d.cluster.gpus_per_domain
