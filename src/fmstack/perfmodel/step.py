@@ -5,7 +5,8 @@ time is GEMM FLOPs at the GPU's peak times a size-dependent efficiency, attentio
 attention efficiency (causal half with FlashAttention), memory-bound bytes over HBM bandwidth, and the
 exposed tensor / context / expert parallel communication. The pipeline runs (m + (p - 1) / v) such
 stage-steps (Narayanan et al. 2021, sec. 2.2: bubble fraction (p - 1) / (v m)); the data-parallel
-gradient reduction (or FSDP gathers) adds what compute does not hide; the optimizer step is
+gradient reduction (or FSDP gathers) adds what compute does not hide; the compute that runs beside hidden
+communication is slowed (the collective's kernels take SMs and HBM bandwidth); the optimizer step is
 memory-bound. Every term is an array over configuration rows.
 """
 
@@ -35,6 +36,12 @@ hidden)."""
 MOE_LAYER_OVERHEAD_S = 250e-6
 """Per MoE layer and pass: router softmax / top-k, token histogram with its device-to-host synchronisation
 (Megatron-Core dropless dispatcher), permute and unpermute launches (fmstack default)."""
+OVERLAP_COMPUTE_SLOWDOWN = 0.189
+"""Extra compute time per second of communication hidden under it: compute kernels run beside a collective were
+18.9 % slower on average (max 40 %) than alone, over GPT and Llama layers with NCCL collectives on 4 A100s, H100s,
+MI250s and MI210s (Lee et al., "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep
+Learning: Performance and Power Implications", arXiv:2507.03114, 2025, abstract and sec. 5). The collective's
+kernels hold SMs (NCCL's channels) and share HBM bandwidth."""
 PER_LAYER_OVERHEAD_S = 30e-6
 """Kernel launch and framework time per layer per micro-batch pass that no kernel is busy (fmstack
 default; about 30 kernels of ~1 us launch gap each)."""
@@ -62,6 +69,8 @@ class StepArrays:
     dp_exposed_s: F
     bubble_s: F
     optimizer_s: F
+    overlap_s: F
+    """Compute slowed by the communication hidden under it: OVERLAP_COMPUTE_SLOWDOWN x the hidden link time."""
     model_flops: F
     hardware_flops: F
     tokens: F
@@ -250,7 +259,11 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns) -
     opt_params = nonexpert / opt_shard + expert / exp_shard
     optimizer = opt_params * OPTIMIZER_BYTES_PER_PARAM_STEP / hbm_bps
 
-    step = pipeline + dp_exposed + optimizer
+    # hidden communication (on the link, not exposed) runs beside compute and slows it
+    hidden = m * ((tp_link - tp_exposed) + (cp_link - cp_exposed) + (ep_link - ep_exposed)) + (dp_link - dp_exposed)
+    overlap = OVERLAP_COMPUTE_SLOWDOWN * hidden
+
+    step = pipeline + dp_exposed + optimizer + overlap
 
     tokens = c.gb * c.seq
     model_flops = tokens * (3.0 * (mc.fwd_linear_per_token + mc.fwd_core_per_token_per_ctx * c.seq))
@@ -278,6 +291,7 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns) -
         dp_exposed_s=dp_exposed,
         bubble_s=bubble,
         optimizer_s=optimizer,
+        overlap_s=overlap,
         model_flops=model_flops,
         hardware_flops=model_flops + recompute_model,
         tokens=tokens,

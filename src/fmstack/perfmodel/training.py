@@ -120,6 +120,7 @@ _PART_LABELS = {
     "dp": "exposed data-parallel {op} on {link}",
     "bubble": "pipeline bubble",
     "optimizer": "optimizer step",
+    "overlap": "compute slowed by the communication hidden under it",
 }
 
 
@@ -183,6 +184,7 @@ def from_arrays(
         "dp": comm["dp"].exposed_s,
         "bubble": g(a.bubble_s),
         "optimizer": g(a.optimizer_s),
+        "overlap": g(a.overlap_s),
     }
     top = max(parts, key=lambda k: parts[k])
     links = {
