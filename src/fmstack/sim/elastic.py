@@ -97,6 +97,7 @@ class ElasticResult:
 
 def read_workload(path: Path | None = None) -> list[WorkloadRow]:
     """A Pollux-simulator workload CSV (name,time,application,num_replicas,batch_size); None: workload 6."""
+    where = "workload-6.csv" if path is None else Path(path).name
     if path is None:
         text = files("fmstack.sim").joinpath("data/pollux/workload-6.csv").read_text(encoding="utf-8")
     else:
@@ -109,17 +110,17 @@ def read_workload(path: Path | None = None) -> list[WorkloadRow]:
     reader = csv.DictReader(text.splitlines())
     need = {"name", "time", "application", "num_replicas", "batch_size"}
     if not need <= set(reader.fieldnames or ()):
-        raise InputError("workload", f"header must have {', '.join(sorted(need))}; got {reader.fieldnames}")
+        raise InputError("workload", f"{where}: header must have {', '.join(sorted(need))}; got {reader.fieldnames}")
     for line, r in enumerate(reader, start=2):
         try:
             row = WorkloadRow(name=r["name"], submit_s=float(r["time"]), app=r["application"],
                               num_gpus=int(r["num_replicas"]), batch_size=int(r["batch_size"]))  # fmt: skip
         except (TypeError, ValueError):
-            raise InputError("workload", f"line {line}: bad number in {dict(r)}") from None
+            raise InputError("workload", f"{where} line {line}: bad number in {dict(r)}") from None
         if row.app not in apps:
-            raise InputError("workload", f"line {line}: unknown application {row.app!r}; allowed: {', '.join(apps)}")
+            raise InputError("workload", f"{where} line {line}: unknown application {row.app!r}; allowed: {', '.join(apps)}")
         if row.submit_s < 0 or row.num_gpus < 1 or row.batch_size < 1:
-            raise InputError("workload", f"line {line}: time >= 0, num_replicas >= 1, batch_size >= 1 required")
+            raise InputError("workload", f"{where} line {line}: time >= 0, num_replicas >= 1, batch_size >= 1 required")
         rows.append(row)
     return rows
 
@@ -137,6 +138,8 @@ class ElasticCluster:
     now_s: float = 0.0
     jobs: list[_Job] = field(default_factory=list)
     _curves: dict[tuple[str, float, float], np.ndarray] = field(default_factory=dict)
+    _configs: dict[tuple[str, int, int, float, float], tuple[float, int, int]] = field(default_factory=dict)
+    _steps: dict[tuple[str, int, int], list[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         apps = load_apps()
@@ -162,7 +165,11 @@ class ElasticCluster:
             return
         app = j.app
         if j.adaptive and j.grad is not None:
-            _, j.atomic_bsz, j.accum = app.best_config(len(j.nodes), n, *j.grad)
+            key = (app.name, len(j.nodes), n, *j.grad)
+            best = self._configs.get(key)
+            if best is None:
+                best = self._configs[key] = app.best_config(len(j.nodes), n, *j.grad)
+            _, j.atomic_bsz, j.accum = best
         else:
             bs = j.row.batch_size if not j.adaptive else max(app.init_batch_size, app.min_local_bsz * n)
             j.atomic_bsz, j.accum = app.fixed_config(bs, n)
@@ -217,11 +224,15 @@ class ElasticCluster:
         app, bs = j.app, j.row.batch_size
         last = app.max_epochs - 1
         steps = app.iteration(bs, last) - app.iteration(bs, j.epoch) if j.epoch < last else 1.0
-        out = [math.inf]
-        for n in range(1, j.max_gpus + 1):
-            atomic, accum = app.fixed_config(bs, n)
-            out.append(steps * app.step_s(-(-n // self.gpus_per_node), n, atomic, accum))
-        return out
+        key = (app.name, bs, j.max_gpus)
+        step = self._steps.get(key)
+        if step is None:
+            step = [math.inf]
+            for n in range(1, j.max_gpus + 1):
+                atomic, accum = app.fixed_config(bs, n)
+                step.append(app.step_s(-(-n // self.gpus_per_node), n, atomic, accum))
+            self._steps[key] = step
+        return [steps * s for s in step]
 
     def _view(self, j: _Job) -> ElasticJob:
         name = self.policy.name

@@ -106,39 +106,47 @@ class AppModel:
         atomic = math.ceil(local / (accum + 1) - 1e-8)
         return min(atomic, self.max_batch_size // (replicas * (accum + 1))), accum
 
-    def best_config(self, nodes: int, replicas: int, sqr: float, var: float) -> tuple[float, int, int]:
-        """(goodput, atomic_bsz, accum_steps) maximising goodput over total batch sizes (Pollux's batch-size choice
-        with accumulation), for gradient statistics (sqr, var)."""
-        lo = max(self.init_batch_size, self.min_local_bsz * replicas)
-        if lo > self.max_batch_size:
-            return 0.0, 0, 0
-        total = np.geomspace(lo, self.max_batch_size, BSZ_CANDIDATES)
-        local = total / replicas
+    def _candidates(
+        self, nodes: np.ndarray, replicas: np.ndarray, sqr: float, var: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Goodput, atomic batch and accumulation steps of each candidate total batch size (columns) for each
+        (nodes, replicas) row: ``BSZ_CANDIDATES`` sizes geometric from max(M0, min local x replicas) to the largest;
+        a local batch above the largest atomic one accumulates, and one GPU above M0 accumulates at least once (as
+        Pollux's optimiser); goodput 0 where the configuration is not allowed."""
+        n = replicas[:, None].astype(float)
+        lo = np.maximum(self.init_batch_size, self.min_local_bsz * n)
+        t = np.linspace(0.0, 1.0, BSZ_CANDIDATES)[None, :]
+        total = np.exp(np.log(lo) + t * (math.log(self.max_batch_size) - np.log(lo)))
+        local = total / n
         accum = np.ceil(local / self.max_local_bsz - 1e-8) - 1
-        if replicas == 1:
-            accum = np.where(local > self.init_batch_size + 1e-8, np.maximum(accum, 1), accum)
+        accum = np.where((n == 1) & (local > self.init_batch_size + 1e-8), np.maximum(accum, 1), accum)
         atomic = np.ceil(local / (accum + 1) - 1e-8)
         compute = self.alpha_c + self.beta_c * atomic
-        if nodes > 1:
-            net = self.alpha_n + self.beta_n * max(replicas - 2, 0)
-        elif replicas > 1:
-            net = self.alpha_r + self.beta_r * max(replicas - 2, 0)
-        else:
-            net = 0.0
+        extra = np.maximum(n - 2, 0)
+        net = np.where(
+            nodes[:, None] > 1, self.alpha_n + self.beta_n * extra, np.where(n > 1, self.alpha_r + self.beta_r * extra, 0)
+        )
         g = self.gamma
         step = (compute**g + net**g) ** (1.0 / g) + accum * compute
-        scale = replicas * atomic * (accum + 1) / self.init_batch_size
+        scale = n * atomic * (accum + 1) / self.init_batch_size
         good = (var + sqr) / (var / scale + sqr) / step
-        good = np.where((atomic >= self.min_local_bsz) & (atomic <= self.max_local_bsz), good, 0.0)
-        k = int(np.argmax(good))
-        return float(good[k]), int(atomic[k]), int(accum[k])
+        ok = (atomic >= self.min_local_bsz) & (atomic <= self.max_local_bsz) & (lo <= self.max_batch_size)
+        return np.where(ok, good, 0.0), atomic, accum
+
+    def best_config(self, nodes: int, replicas: int, sqr: float, var: float) -> tuple[float, int, int]:
+        """(goodput, atomic_bsz, accum_steps) maximising goodput over total batch sizes (Pollux's batch-size choice
+        with accumulation), for gradient statistics (sqr, var); goodput 0 if no batch size fits."""
+        good, atomic, accum = self._candidates(np.array([nodes]), np.array([replicas]), sqr, var)
+        k = int(np.argmax(good[0]))
+        if good[0, k] <= 0:
+            return 0.0, 0, 0
+        return float(good[0, k]), int(atomic[0, k]), int(accum[0, k])
 
     def goodput_curve(self, max_replicas: int, gpus_per_node: int, sqr: float, var: float) -> np.ndarray:
         """Best goodput on n = 0..max_replicas GPUs packed on ceil(n / gpus_per_node) nodes (index 0: 0.0)."""
-        out = np.zeros(max_replicas + 1)
-        for n in range(1, max_replicas + 1):
-            out[n] = self.best_config(-(-n // gpus_per_node), n, sqr, var)[0]
-        return out
+        reps = np.arange(1, max_replicas + 1)
+        good, _, _ = self._candidates(-(-reps // gpus_per_node), reps, sqr, var)
+        return np.concatenate(([0.0], good.max(axis=1)))
 
 
 @cache
