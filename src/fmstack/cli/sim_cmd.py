@@ -66,8 +66,9 @@ def _options(func: Any) -> Any:
             "--priority",
             default="fifo",
             show_default=True,
-            help="Pending order: fifo (Slurm's default weights: submit order) or multifactor "
-            "(fair share, age, size; Slurm-like policies only).",
+            help="Pending order: fifo (Slurm's default weights: submit order), multifactor "
+            "(fair share, age, size; Slurm-like policies only) or fairtree (multifactor with Fair Tree fair share, "
+            "accounts = queues).",
         ),
         click.option("--faults", default="llama3", show_default=True, help="Failure model name, or none."),
         click.option("--spares", type=int, default=0, show_default=True, help="Spare nodes on standby."),
