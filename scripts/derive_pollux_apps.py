@@ -43,7 +43,9 @@ def _sig(x: float) -> float:
 def _predict(p: np.ndarray, nodes: np.ndarray, reps: np.ndarray, bsz: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ac, bc, an, bn, ar, br, gamma = p
     compute = ac + bc * bsz
-    net = np.where(nodes > 1, an + bn * np.maximum(reps - 2, 0), np.where(reps > 1, ar + br * np.maximum(reps - 2, 0), 0.0))
+    net = np.where(
+        nodes > 1, an + bn * np.maximum(reps - 2, 0), np.where(reps > 1, ar + br * np.maximum(reps - 2, 0), 0.0)
+    )
     step = (compute**gamma + net**gamma) ** (1.0 / gamma)
     return compute, step
 
@@ -82,7 +84,9 @@ def derive(root: Path) -> dict[str, object]:
         epochs = min(max_epochs, min(len(v) for v in vals.values()))
         local = [int(r["local_bsz"]) for r in place]
         out[app] = {
-            "perf_params": dict(zip(("alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma"), params)),
+            "perf_params": dict(
+                zip(("alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma"), params, strict=True)
+            ),
             "fit_rmsle": round(err, 4),
             "init_batch_size": sizes[0],
             "max_batch_size": sizes[-1],

@@ -111,7 +111,7 @@ def test_bad_inputs(tmp_path: Path) -> None:
         make_elastic_policy("lottery")
     bad = tmp_path / "w.csv"
     bad.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,2,256\nb,x,cifar10,1,128\n")
-    with pytest.raises(InputError, match="w.csv line 3"):
+    with pytest.raises(InputError, match=r"w\.csv line 3"):
         read_workload(bad)
     big = tmp_path / "big.csv"
     big.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,128,4096\n")

@@ -160,7 +160,9 @@ def elastic(policies: str, workload: Path | None, nodes: int, gpus_per_node: int
         t.add_column(col)
     for o in out:
         pub = "-" if o["published_avg_jct_s"] is None else f"{o['published_avg_jct_s']:.0f}"
-        t.add_row(o["policy"], f"{o['avg_jct_s']:.0f}", pub, str(o["completed"]), str(o["restarts"]), f"{o['end_s']:.0f}")
+        t.add_row(
+            o["policy"], f"{o['avg_jct_s']:.0f}", pub, str(o["completed"]), str(o["restarts"]), f"{o['end_s']:.0f}"
+        )
     console().print(t)
 
 

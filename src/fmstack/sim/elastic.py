@@ -32,8 +32,6 @@ from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 
-import numpy as np
-
 from fmstack.errors import InputError
 from fmstack.orchestration.policies.elastic import ElasticJob, ElasticPolicy, make_elastic_policy
 from fmstack.sim.goodput import AppModel, load_apps
@@ -118,7 +116,9 @@ def read_workload(path: Path | None = None) -> list[WorkloadRow]:
         except (TypeError, ValueError):
             raise InputError("workload", f"{where} line {line}: bad number in {dict(r)}") from None
         if row.app not in apps:
-            raise InputError("workload", f"{where} line {line}: unknown application {row.app!r}; allowed: {', '.join(apps)}")
+            raise InputError(
+                "workload", f"{where} line {line}: unknown application {row.app!r}; allowed: {', '.join(apps)}"
+            )
         if row.submit_s < 0 or row.num_gpus < 1 or row.batch_size < 1:
             raise InputError("workload", f"{where} line {line}: time >= 0, num_replicas >= 1, batch_size >= 1 required")
         rows.append(row)
@@ -137,7 +137,7 @@ class ElasticCluster:
     max_s: float = 60 * 86400.0
     now_s: float = 0.0
     jobs: list[_Job] = field(default_factory=list)
-    _curves: dict[tuple[str, float, float], np.ndarray] = field(default_factory=dict)
+    _curves: dict[tuple[str, float, float], list[float]] = field(default_factory=dict)
     _configs: dict[tuple[str, int, int, float, float], tuple[float, int, int]] = field(default_factory=dict)
     _steps: dict[tuple[str, int, int], list[float]] = field(default_factory=dict)
 
@@ -210,14 +210,14 @@ class ElasticCluster:
 
     # decisions
 
-    def _curve(self, j: _Job) -> np.ndarray:
+    def _curve(self, j: _Job) -> list[float]:
         total = self.nodes * self.gpus_per_node
         if j.grad is None:
-            return np.arange(total + 1, dtype=float)  # not yet profiled: linear speedup
+            return [float(n) for n in range(total + 1)]  # not yet profiled: linear speedup
         key = (j.app.name, *j.grad)
         c = self._curves.get(key)
         if c is None:
-            c = self._curves[key] = j.app.goodput_curve(total, self.gpus_per_node, *j.grad)
+            c = self._curves[key] = j.app.goodput_curve(total, self.gpus_per_node, *j.grad).tolist()
         return c
 
     def _remaining(self, j: _Job) -> list[float]:
@@ -243,8 +243,8 @@ class ElasticCluster:
             job_id=j.job_id, submit_s=j.row.submit_s, attained_gpu_s=j.attained_gpu_s, cur_gpus=j.gpus,
             request_gpus=j.row.num_gpus, max_gpus=cap, restarts=max(j.restarts, 0),
             age_s=self.now_s - j.row.submit_s,
-            goodput=self._curve(j) if name == "pollux" else (),
-            remaining_s=self._remaining(j) if name == "optimus" else (),
+            goodput=self._curve(j) if name == "pollux" else [],
+            remaining_s=self._remaining(j) if name == "optimus" else [],
         )  # fmt: skip
 
     def _place(self, active: list[_Job], counts: dict[int, int]) -> None:

@@ -124,7 +124,9 @@ class AppModel:
         compute = self.alpha_c + self.beta_c * atomic
         extra = np.maximum(n - 2, 0)
         net = np.where(
-            nodes[:, None] > 1, self.alpha_n + self.beta_n * extra, np.where(n > 1, self.alpha_r + self.beta_r * extra, 0)
+            nodes[:, None] > 1,
+            self.alpha_n + self.beta_n * extra,
+            np.where(n > 1, self.alpha_r + self.beta_r * extra, 0),
         )
         g = self.gamma
         step = (compute**g + net**g) ** (1.0 / g) + accum * compute
