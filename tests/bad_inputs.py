@@ -188,6 +188,7 @@ BAD_ARGV += [
     (["simulate", "--nodes", "4", "--days", "1", "--recovery", "pray"], "unknown recovery mode"),
     (["simulate", "elastic", "--workload", "@file:bad_elastic.csv"], "bad_elastic.csv line 3: unknown application"),
     (["simulate", "elastic", "--policy", "lottery"], "unknown elastic policy 'lottery'"),
+    (["simulate", "elastic", "--nodes", "0"], "nodes (0), gpus_per_node (4) >= 1"),
     (["simulate", "--nodes", "4", "--days", "1", "--priority", "lottery"], "unknown priority 'lottery'; allowed"),
     (
         ["simulate", "--nodes", "4", "--days", "1", "--policy", "kueue", "--priority", "multifactor"],

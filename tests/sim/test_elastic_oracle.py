@@ -113,6 +113,16 @@ def test_bad_inputs(tmp_path: Path) -> None:
     bad.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,2,256\nb,x,cifar10,1,128\n")
     with pytest.raises(InputError, match=r"w\.csv line 3"):
         read_workload(bad)
+    dup = tmp_path / "dup.csv"
+    dup.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,2,256\na,1,cifar10,1,128\n")
+    with pytest.raises(InputError, match="'a' appears twice"):
+        read_workload(dup)
+    empty = tmp_path / "empty.csv"
+    empty.write_text("name,time,application,num_replicas,batch_size\n")
+    with pytest.raises(InputError, match="no jobs"):
+        read_workload(empty)
+    with pytest.raises(InputError, match="nodes"):
+        replay("pollux", nodes=0)
     big = tmp_path / "big.csv"
     big.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,128,4096\n")
     with pytest.raises(InputError, match="128 GPUs > cluster 64"):

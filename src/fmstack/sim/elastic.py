@@ -105,6 +105,7 @@ def read_workload(path: Path | None = None) -> list[WorkloadRow]:
             raise InputError("workload", f"cannot read {path}: {e.strerror}") from None
     apps = load_apps()
     rows: list[WorkloadRow] = []
+    seen: set[str] = set()
     reader = csv.DictReader(text.splitlines())
     need = {"name", "time", "application", "num_replicas", "batch_size"}
     if not need <= set(reader.fieldnames or ()):
@@ -121,7 +122,12 @@ def read_workload(path: Path | None = None) -> list[WorkloadRow]:
             )
         if row.submit_s < 0 or row.num_gpus < 1 or row.batch_size < 1:
             raise InputError("workload", f"{where} line {line}: time >= 0, num_replicas >= 1, batch_size >= 1 required")
+        if row.name in seen:
+            raise InputError("workload", f"{where} line {line}: job name {row.name!r} appears twice")
+        seen.add(row.name)
         rows.append(row)
+    if not rows:
+        raise InputError("workload", f"{where}: no jobs")
     return rows
 
 
@@ -303,6 +309,6 @@ def replay(policy: str, rows: Sequence[WorkloadRow] | None = None, *, nodes: int
     """Replay ``rows`` (default: workload 6) under ``policy`` (pollux, tiresias or optimus)."""
     if nodes < 1 or gpus_per_node < 1 or interval_s <= 0:
         raise InputError("cluster", f"nodes ({nodes}), gpus_per_node ({gpus_per_node}) >= 1, interval_s > 0 required")
-    cluster = ElasticCluster(policy=make_elastic_policy(policy, gpus_per_node), rows=rows or read_workload(),
+    cluster = ElasticCluster(policy=make_elastic_policy(policy, gpus_per_node), rows=read_workload() if rows is None else rows,
                              nodes=nodes, gpus_per_node=gpus_per_node, interval_s=interval_s)  # fmt: skip
     return cluster.run()
