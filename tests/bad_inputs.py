@@ -9,6 +9,7 @@ from __future__ import annotations
 BAD_FILES: dict[str, str] = {
     "bad_trace.csv": "job_id,submit_s,num_gpus,duration_s\n1,0,8,600\n2,10,eight,600\n",
     "huge_trace.csv": "job_id,submit_s,num_gpus,duration_s\n1,0,4096,600\n",
+    "bad_elastic.csv": "name,time,application,num_replicas,batch_size\na,0,cifar10,2,256\nb,1,mnist,1,64\n",
     "not_profile.json": '{"hello": 1}',
     "not_yaml.yaml": "kind: gpu\nentries: [ {name: X, \n",
     "unknown_field.yaml": "kind: gpu\nentries:\n  - name: X1\n    architecture: x\n    bf16_dense_tflops: 1\n"
@@ -185,6 +186,9 @@ BAD_ARGV += [
     (["simulate", "--nodes", "4", "--days", "1", "--trace", "@file:huge_trace.csv"], "larger than the fleet"),
     (["simulate", "--nodes", "4", "--days", "1", "--policy", "lottery"], "unknown policy 'lottery'; allowed"),
     (["simulate", "--nodes", "4", "--days", "1", "--recovery", "pray"], "unknown recovery mode"),
+    (["simulate", "elastic", "--workload", "@file:bad_elastic.csv"], "bad_elastic.csv line 3: unknown application"),
+    (["simulate", "elastic", "--policy", "lottery"], "unknown elastic policy 'lottery'"),
+    (["simulate", "elastic", "--nodes", "0"], "nodes (0), gpus_per_node (4) >= 1"),
     (["simulate", "--nodes", "4", "--days", "1", "--priority", "lottery"], "unknown priority 'lottery'; allowed"),
     (
         ["simulate", "--nodes", "4", "--days", "1", "--policy", "kueue", "--priority", "multifactor"],

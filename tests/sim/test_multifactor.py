@@ -45,8 +45,22 @@ def test_light_user_overtakes_heavy_user(catalog: Catalog) -> None:
     assert _run(catalog, "multifactor") == {0: 0.0, 2: 3600.0, 1: 4200.0}
 
 
+def test_fair_tree_factors_by_hand() -> None:
+    mf = MultifactorPriority(MultifactorSettings(), ["a", "b", "c"], total_nodes=64,
+                             accounts={"a": "q0", "b": "q0", "c": "q1"})  # fmt: skip
+    # 100 s x 1 GPU for a, 100 s x 3 GPUs for c: accounts q0 (S 0.5, U 0.25, LF 2) before q1 (S 0.5, U 0.75,
+    # LF 0.67); in q0, b (no usage: LF infinite) before a; ranks b, a, c of 3 users -> 1, 2/3, 1/3
+    mf.recalc(100.0, [("a", 1, 0.0), ("c", 3, 0.0)])
+    assert mf.fair == pytest.approx({"b": 1.0, "a": 2 / 3, "c": 1 / 3})
+
+
+def test_fair_tree_in_a_run(catalog: Catalog) -> None:
+    # as multifactor above: u2 (no usage) ranks first once u1 has used the node
+    assert _run(catalog, "fairtree") == {0: 0.0, 2: 3600.0, 1: 4200.0}
+
+
 def test_bad_priority_is_one_line() -> None:
-    with pytest.raises(InputError, match="allowed: fifo, multifactor"):
+    with pytest.raises(InputError, match="allowed: fifo, multifactor, fairtree"):
         SimConfig(priority="lottery")
     with pytest.raises(InputError, match="kueue"):
         SimConfig(priority="multifactor", policy="kueue")

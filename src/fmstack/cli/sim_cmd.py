@@ -16,6 +16,8 @@ EPILOG = """Example:
   fmstack simulate --instance p5.48xlarge --nodes 2048 --days 30 --jobs 50000 --policy slurm-backfill
   --faults llama3 --recovery auto-resume --spares 16 --seed 1 --json --html report.html
 
+  fmstack simulate elastic --policy pollux,tiresias,optimus
+
   fmstack simulate compare --nodes 64 --days 7 --jobs 2000 --policy fifo,slurm-backfill
   --recovery checkpoint-restart,auto-resume
 """
@@ -64,8 +66,9 @@ def _options(func: Any) -> Any:
             "--priority",
             default="fifo",
             show_default=True,
-            help="Pending order: fifo (Slurm's default weights: submit order) or multifactor "
-            "(fair share, age, size; Slurm-like policies only).",
+            help="Pending order: fifo (Slurm's default weights: submit order), multifactor "
+            "(fair share, age, size; Slurm-like policies only) or fairtree (multifactor with Fair Tree fair share, "
+            "accounts = queues).",
         ),
         click.option("--faults", default="llama3", show_default=True, help="Failure model name, or none."),
         click.option("--spares", type=int, default=0, show_default=True, help="Spare nodes on standby."),
@@ -122,6 +125,45 @@ def compare(policies: str, recoveries: str, **opts: Any) -> None:
         print_json(rows)
         return
     _table(rows)
+
+
+@simulate.command("elastic", epilog=EPILOG)
+@click.option("--policy", "policies", default="pollux,tiresias,optimus", show_default=True,
+              help="Comma-separated: pollux (goodput-adaptive), tiresias (2D-LAS), optimus.")  # fmt: skip
+@click.option("--workload", type=click.Path(path_type=Path), default=None,
+              help="Pollux-simulator workload CSV (name,time,application,num_replicas,batch_size); "
+              "default: its workload 6 (scheduling oracle 15).")  # fmt: skip
+@click.option("--nodes", type=int, default=16, show_default=True, help="Nodes.")
+@click.option("--gpus-per-node", type=int, default=4, show_default=True, help="GPUs per node.")
+@click.option("--interval", "interval_s", type=float, default=60.0, show_default=True, help="Scheduling interval, s.")
+@json_option
+def elastic(policies: str, workload: Path | None, nodes: int, gpus_per_node: int, interval_s: float,
+            as_json: bool) -> None:  # fmt: skip
+    """Replay a deep-learning training workload with elastic jobs (Pollux simulator's experiment)."""
+    from rich.table import Table
+
+    from fmstack.sim.elastic import PUBLISHED_AVG_JCT_S, read_workload, replay
+
+    rows = read_workload(workload)
+    out: list[dict[str, Any]] = []
+    for p in (p.strip() for p in policies.split(",")):
+        r = replay(p, rows, nodes=nodes, gpus_per_node=gpus_per_node, interval_s=interval_s)
+        published = PUBLISHED_AVG_JCT_S.get(p) if workload is None and (nodes, gpus_per_node) == (16, 4) else None
+        out.append({"policy": p, "avg_jct_s": r.avg_jct_s, "published_avg_jct_s": published,
+                    "completed": len(r.jct_s), "unfinished": list(r.unfinished), "restarts": r.restarts,
+                    "end_s": r.end_s})  # fmt: skip
+    if as_json:
+        print_json(out)
+        return
+    t = Table(title="elastic twin: average job completion time")
+    for col in ("policy", "avg JCT s", "published s", "completed", "restarts", "last interval s"):
+        t.add_column(col)
+    for o in out:
+        pub = "-" if o["published_avg_jct_s"] is None else f"{o['published_avg_jct_s']:.0f}"
+        t.add_row(
+            o["policy"], f"{o['avg_jct_s']:.0f}", pub, str(o["completed"]), str(o["restarts"]), f"{o['end_s']:.0f}"
+        )
+    console().print(t)
 
 
 def _table(rows: list[dict[str, Any]]) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from fmstack.errors import InputError
 from fmstack.sim.recovery import RecoverySettings
 
-PRIORITIES = ("fifo", "multifactor")
+PRIORITIES = ("fifo", "multifactor", "fairtree")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -28,7 +28,8 @@ class SimConfig:
     priority: str = "fifo"
     """Pending-job order: ``fifo`` (the job's own priority, then submit time: Slurm's priority/multifactor with
     its default weights, all 0) or ``multifactor`` (age, fair share and size with a fair-share site's weights,
-    :data:`fmstack.orchestration.policies.priority.SITE_WEIGHTS`)."""
+    :data:`fmstack.orchestration.policies.priority.SITE_WEIGHTS`) or ``fairtree`` (the same with Slurm's Fair Tree
+    fair-share factor, accounts = the queue of each user's first job)."""
     faults: str | None = "llama3"
     """Failure model name (fmstack.perfmodel.failures), or None for no faults."""
     planned: bool = True
@@ -46,8 +47,8 @@ class SimConfig:
             raise InputError("spares", f"must be >= 0, got {self.spares}")
         if self.priority not in PRIORITIES:
             raise InputError("priority", f"unknown priority {self.priority!r}; allowed: {', '.join(PRIORITIES)}")
-        if self.priority == "multifactor" and self.policy == "kueue":
-            raise InputError("priority", "multifactor is Slurm's priority; kueue orders by workload priority")
+        if self.priority != "fifo" and self.policy == "kueue":
+            raise InputError("priority", f"{self.priority} is Slurm's priority; kueue orders by workload priority")
         if self.sample_s <= 0:
             raise InputError("sample", f"must be > 0 s, got {self.sample_s}")
 

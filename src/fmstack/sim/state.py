@@ -122,9 +122,14 @@ class SimState:
         self.preemptions = 0
         self.no_room: tuple[int, set[int]] = (-1, set())
         self.prio: MultifactorPriority | None = None
-        if config.priority == "multifactor":
+        if config.priority in ("multifactor", "fairtree"):
             users = sorted({j.user for j in self.jobs.values()})
-            self.prio = MultifactorPriority(MultifactorSettings(), users, config.nodes)
+            accounts: dict[str, str] | None = None
+            if config.priority == "fairtree":  # a user's account: the queue of their first job
+                accounts = {}
+                for jid in sorted(self.jobs):
+                    accounts.setdefault(self.jobs[jid].user, self.jobs[jid].queue)
+            self.prio = MultifactorPriority(MultifactorSettings(), users, config.nodes, accounts)
 
     def _admit_job(self, j: Job) -> None:
         if j.job_id in self.jobs:

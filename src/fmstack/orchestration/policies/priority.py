@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from fmstack.errors import InputError
+from fmstack.orchestration.policies.fairtree import Assoc, fair_tree_factors
 
 DAY_S = 86400.0
 
@@ -171,10 +172,21 @@ class MultifactorSettings:
 class MultifactorPriority:
     """Job priorities from age, classic fair share (equal shares per user, usage in GPU-seconds decayed with
     the half-life) and job size; a job's own ``site`` priority (a trace's priority column) is added as Slurm's
-    site factor. One instance per simulation."""
+    site factor. One instance per simulation.
 
-    def __init__(self, settings: MultifactorSettings, users: list[str], total_nodes: int) -> None:
+    ``accounts`` (user -> account) switches the fair-share factor to Fair Tree
+    (:func:`fmstack.orchestration.policies.fairtree.fair_tree_factors`) over root -> accounts -> users, equal shares
+    at each level, on the same decayed usage."""
+
+    def __init__(
+        self,
+        settings: MultifactorSettings,
+        users: list[str],
+        total_nodes: int,
+        accounts: Mapping[str, str] | None = None,
+    ) -> None:
         self.settings = settings
+        self.accounts = dict(accounts) if accounts is not None else None
         self.ledger = FairShareLedger(dict.fromkeys(users, 1.0), settings.half_life_s)
         self.total_nodes = total_nodes
         self.fair: dict[str, float] = dict.fromkeys(users, 1.0)
@@ -192,10 +204,21 @@ class MultifactorPriority:
         for user, gpu_s in acc.items():
             ledger.charge(user, gpu_s)
         self.last_charge_s = now_s
+        if self.accounts is not None:
+            self.fair = fair_tree_factors(self._tree())
+            return
         total = sum(ledger.usage.values())
         for user, share in ledger.shares.items():
             u = ledger.usage.get(user, 0.0) / total if total > 0 else 0.0
             self.fair[user] = fair_share_factor(u, share)
+
+    def _tree(self) -> Assoc:
+        assert self.accounts is not None
+        by_account: dict[str, list[Assoc]] = {}
+        for user in sorted(self.ledger.shares):
+            acct = self.accounts.get(user, "root")
+            by_account.setdefault(acct, []).append(Assoc(name=user, usage=self.ledger.usage.get(user, 0.0)))
+        return Assoc(name="root", children=[Assoc(name=a, children=u) for a, u in sorted(by_account.items())])
 
     def charge(self, user: str, gpu_s: float) -> None:
         """Usage of a job segment that ended between two calls (its part since the last call)."""
