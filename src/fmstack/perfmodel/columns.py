@@ -1,21 +1,26 @@
 """Training configurations as columns of NumPy arrays, so one formula serves one config or millions.
 
-The scalar estimate (:func:`fmstack.perfmodel.training.estimate_training`) builds one-row columns from a
-:class:`TrainConfig`; the planner builds long columns from its enumeration. Both then call the same
-vectorised step model, so the two paths give the same numbers by construction.
+The scalar estimate (:func:`fmstack.perfmodel.training.estimate_training`) builds columns of plain floats
+from one :class:`TrainConfig` (:func:`columns_of`); the planner builds long float64 arrays from its
+enumeration. Both then call the same step model, whose formulas take floats and arrays alike
+(:mod:`fmstack.perfmodel.num`), so the two paths give the same numbers by construction.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from typing import Generic, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from fmstack.perfmodel.config import PRECISION_CHOICES, RECOMPUTE_CHOICES, SHARDING_CHOICES, TrainConfig
+from fmstack.perfmodel.num import Num
 
 F = NDArray[np.float64]
+V = TypeVar("V", bound=Num)
+"""float (one configuration) or a float64 array (one row per configuration)."""
 
 RECOMPUTE_CODE = {name: i for i, name in enumerate(RECOMPUTE_CHOICES)}
 PRECISION_CODE = {name: i for i, name in enumerate(PRECISION_CHOICES)}
@@ -23,36 +28,36 @@ SHARDING_CODE = {name: i for i, name in enumerate(SHARDING_CHOICES)}
 
 
 @dataclass(frozen=True, slots=True)
-class Columns:
-    """One float64 array per configuration field; codes for the categorical ones."""
+class Columns(Generic[V]):
+    """One float64 array (or one float) per configuration field; codes for the categorical ones."""
 
-    tp: F
-    pp: F
-    dp: F
-    cp: F
-    ep: F
-    etp: F
-    sp: F
-    vpp: F
-    mb: F
-    gb: F
-    seq: F
-    precision: F
-    recompute: F
-    sharding: F
-    hsdp: F
-    overlap_dp: F
-    overlap_tp: F
-    flash: F
-    grad_bytes: F
-    reduce_bytes: F
-    overlap_ep: F | None = field(default=None)
+    tp: V
+    pp: V
+    dp: V
+    cp: V
+    ep: V
+    etp: V
+    sp: V
+    vpp: V
+    mb: V
+    gb: V
+    seq: V
+    precision: V
+    recompute: V
+    sharding: V
+    hsdp: V
+    overlap_dp: V
+    overlap_tp: V
+    flash: V
+    grad_bytes: V
+    reduce_bytes: V
+    overlap_ep: V | None = field(default=None)
     """1 where the EP all-to-all overlaps another micro-batch's compute; None (the planner's columns) = all 0."""
 
     def __len__(self) -> int:
-        return int(self.tp.shape[0])
+        return 1 if isinstance(self.tp, float) else int(self.tp.shape[0])
 
-    def row(self, i: int) -> TrainConfig:
+    def row(self: Columns[F], i: int) -> TrainConfig:
         """The configuration of row ``i`` as a TrainConfig."""
         inv_p = {v: k for k, v in PRECISION_CODE.items()}
         inv_r = {v: k for k, v in RECOMPUTE_CODE.items()}
@@ -81,12 +86,39 @@ class Columns:
             overlap_ep=bool(self.overlap_ep[i]) if self.overlap_ep is not None else False,
         )
 
-    def take(self, index: NDArray[np.int64]) -> Columns:
+    def take(self: Columns[F], index: NDArray[np.int64]) -> Columns[F]:
         taken: dict[str, F | None] = {f.name: getattr(self, f.name) for f in fields(self)}
         return Columns(**{k: None if v is None else v[index] for k, v in taken.items()})  # type: ignore[arg-type]
 
 
-def columns_from_configs(configs: Sequence[TrainConfig]) -> Columns:
+def columns_of(c: TrainConfig) -> Columns[float]:
+    """One configuration as columns of plain floats (the scalar estimate's fast path)."""
+    return Columns(
+        tp=float(c.tp),
+        pp=float(c.pp),
+        dp=float(c.dp),
+        cp=float(c.cp),
+        ep=float(c.ep),
+        etp=float(c.etp),
+        sp=float(c.sequence_parallel),
+        vpp=float(c.virtual_stages),
+        mb=float(c.micro_batch),
+        gb=float(c.global_batch),
+        seq=float(c.seq_len),
+        precision=float(PRECISION_CODE[c.precision]),
+        recompute=float(RECOMPUTE_CODE[c.recompute]),
+        sharding=float(SHARDING_CODE[c.sharding]),
+        hsdp=float(c.hsdp_shard_size),
+        overlap_dp=float(c.overlap_dp),
+        overlap_tp=float(c.overlap_tp),
+        flash=float(c.flash_attention),
+        grad_bytes=float(c.grad_bytes),
+        reduce_bytes=float(c.reduce_bytes),
+        overlap_ep=float(c.overlap_ep),
+    )
+
+
+def columns_from_configs(configs: Sequence[TrainConfig]) -> Columns[F]:
     """Columns with one row per configuration."""
 
     def col(values: Sequence[float]) -> F:
