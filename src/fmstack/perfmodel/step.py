@@ -13,7 +13,7 @@ helpers of :mod:`fmstack.perfmodel.num` take both).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generic, cast, overload
+from typing import Any, Generic, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -298,19 +298,17 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
 
 def _gemm_eff(eff: Efficiency, c: Columns[Any], flops_per_call: Num) -> Num:
     fp8 = c.precision == PRECISION_CODE["fp8"]
-    flops = cast(F, flops_per_call)  # gemm_at takes a float as well
     if isinstance(fp8, bool):  # one configuration: read only the curve it uses
-        return eff.gemm_at("fp8" if fp8 else "bf16", flops)
-    return np.where(fp8, eff.gemm_at("fp8", flops), eff.gemm_at("bf16", flops))
+        return eff.gemm_at("fp8" if fp8 else "bf16", flops_per_call)
+    return np.where(fp8, eff.gemm_at("fp8", flops_per_call), eff.gemm_at("bf16", flops_per_call))
 
 
 def _attention_eff(eff: Efficiency, c: Columns[Any], core_flops_per_call: Num) -> Num:
     """Fused attention at the attention efficiency; unfused score / context matmuls on the BF16 GEMM curve."""
     flash = c.flash > 0
-    flops = cast(F, core_flops_per_call)  # gemm_at takes a float as well
     if isinstance(flash, bool):  # one configuration: read only the curve it uses
-        return eff.attention if flash else eff.gemm_at("bf16", flops)
-    return np.where(flash, eff.attention, eff.gemm_at("bf16", flops))
+        return eff.attention if flash else eff.gemm_at("bf16", core_flops_per_call)
+    return np.where(flash, eff.attention, eff.gemm_at("bf16", core_flops_per_call))
 
 
 def _elementwise_bytes_per_token_layer(mc: ModelConsts, c: Columns[Any]) -> Any:
