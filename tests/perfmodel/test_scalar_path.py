@@ -60,3 +60,9 @@ def test_helpers_take_floats_and_arrays() -> None:
     assert minimum([a, 2.0]).tolist() == [1.0, 2.0]
     assert gcd(12.0, 8.0) == 4.0
     assert gcd(np.array([12.0, 9.0]), np.array([8.0, 6.0])).tolist() == [4.0, 3.0]
+
+
+def test_columns_round_trip_to_the_configs() -> None:
+    configs = [cfg for _, _, cfg in CASES]
+    cols = columns_from_configs(configs)
+    assert [cols.row(i) for i in range(len(configs))] == configs
