@@ -156,7 +156,9 @@ def from_arrays(
     uses this for its top rows)."""
 
     def g(x: float | np.ndarray[Any, Any]) -> float:
-        return x if isinstance(x, float) else float(x[i])
+        if isinstance(x, float):
+            return x
+        return float(x) if np.ndim(x) == 0 else float(x[i])  # a 0-d array: a NumPy call in the float path
 
     step = g(a.step_s)
     n = cluster.num_gpus
