@@ -57,6 +57,10 @@ class Curve(BaseModel):
         """y at x: linear in log10(x) between points, clamped at both ends; vectorised over arrays."""
         xs = np.log10(np.asarray(self.x, dtype=np.float64))
         ys = np.asarray(self.y, dtype=np.float64)
+        if isinstance(x, float):  # one value: the same NumPy functions, without the array checks
+            if x <= 0:
+                raise InputError("x", "curve sizes must be > 0")
+            return float(np.interp(np.log10(x), xs, ys))
         arr = np.asarray(x, dtype=np.float64)
         if np.any(arr <= 0):
             raise InputError("x", "curve sizes must be > 0")

@@ -18,7 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from fmstack.errors import InputError
-from fmstack.perfmodel.collectives_algos import BUILDERS, Num, make_tiers, minimum
+from fmstack.perfmodel.collectives_algos import BUILDERS, make_tiers
+from fmstack.perfmodel.num import Num, minimum
 
 if TYPE_CHECKING:
     from fmstack.catalog.topology import Cluster

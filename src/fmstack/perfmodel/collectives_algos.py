@@ -8,53 +8,26 @@ Everything is vectorised over NumPy arrays of sizes and group shapes.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-import numpy.typing as npt
-
 from fmstack.errors import InputError
+from fmstack.perfmodel.num import Num, minimum
+from fmstack.perfmodel.num import all_finite as _all_finite
+from fmstack.perfmodel.num import any_true as _any
+from fmstack.perfmodel.num import ceil_log2 as _ceil_log2
+from fmstack.perfmodel.num import maximum as _maximum
+from fmstack.perfmodel.num import sqrt as _sqrt
+from fmstack.perfmodel.num import where as _where
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from fmstack.catalog.topology import Cluster
 
-FloatArray = npt.NDArray[np.float64]
-Num = float | FloatArray
-"""A Python float when every input is a scalar (fast path: one estimate in microseconds), else an array."""
 _INF = math.inf
 PROTOCOLS = ("simple", "ll")
-
-
-def _where(cond: bool | npt.NDArray[np.bool_], a: Num, b: Num) -> Num:
-    if isinstance(cond, bool | np.bool_):
-        return a if cond else b
-    return np.where(cond, a, b)
-
-
-def _maximum(a: Num, b: Num) -> Num:
-    if isinstance(a, float) and isinstance(b, float):
-        return max(a, b)
-    return np.maximum(a, b)
-
-
-def minimum(values: list[Num]) -> Num:
-    """Element-wise minimum of floats or arrays."""
-    if all(isinstance(v, float) for v in values):
-        return min(values)
-    return np.asarray(functools.reduce(np.minimum, values), dtype=np.float64)
-
-
-def _sqrt(x: Num) -> Num:
-    return math.sqrt(x) if isinstance(x, float) else np.sqrt(x)
-
-
-def _ceil_log2(x: Num) -> Num:
-    return float(math.ceil(math.log2(x))) if isinstance(x, float) else np.ceil(np.log2(x))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -154,14 +127,6 @@ def _tier_bandwidths(up: LinkParams | None, out: LinkParams, g: Num, domains: Nu
         frac = out.ll_bw_fraction if proto == "ll" else 1.0
         bws["out_" + proto] = _where(domains > 1, g * out.bw_gbps * frac * 1e9, _INF)
     return bws
-
-
-def _any(cond: bool | npt.NDArray[np.bool_]) -> bool:
-    return cond if isinstance(cond, bool) else bool(cond.any())
-
-
-def _all_finite(x: Num) -> bool:
-    return math.isfinite(x) if isinstance(x, float) else bool(np.all(np.isfinite(x)))
 
 
 def _show(x: Num) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import yaml
@@ -29,8 +29,14 @@ class Efficiency:
     memory: float
     source: str
 
-    def gemm_at(self, precision: str, flops_per_call: NDArray[np.float64]) -> NDArray[np.float64]:
+    @overload
+    def gemm_at(self, precision: str, flops_per_call: float) -> float: ...
+    @overload
+    def gemm_at(self, precision: str, flops_per_call: NDArray[np.float64]) -> NDArray[np.float64]: ...
+    def gemm_at(self, precision: str, flops_per_call: float | NDArray[np.float64]) -> float | NDArray[np.float64]:
         curve = self.gemm.get(precision) or self.gemm["bf16"]
+        if isinstance(flops_per_call, float):  # one configuration
+            return curve.at(max(flops_per_call, 1.0))
         return curve.at(np.maximum(np.asarray(flops_per_call, dtype=np.float64), 1.0))
 
 

@@ -17,12 +17,14 @@ parallel group.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Generic, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
-from fmstack.perfmodel.columns import SHARDING_CODE, Columns
+from fmstack.perfmodel.columns import SHARDING_CODE, Columns, V
 from fmstack.perfmodel.modelconsts import ModelConsts
+from fmstack.perfmodel.num import Cond, Num, ceil, minimum, where
 
 F = NDArray[np.float64]
 GIB = float(2**30)
@@ -39,88 +41,93 @@ DEFAULT_RESERVE_GIB = 3.0
 
 
 @dataclass(frozen=True, slots=True)
-class MemoryArrays:
-    """Bytes per GPU by part (the most loaded pipeline stage)."""
+class MemoryArrays(Generic[V]):
+    """Bytes per GPU by part (the most loaded pipeline stage); floats for one configuration."""
 
-    weights: F
-    grads: F
-    optimizer: F
-    activations: F
-    temporary: F
+    weights: V
+    grads: V
+    optimizer: V
+    activations: V
+    temporary: V
 
     @property
-    def total(self) -> F:
-        return self.weights + self.grads + self.optimizer + self.activations + self.temporary
+    def total(self) -> V:
+        weights: Any = self.weights  # float or array alike
+        return cast(V, weights + self.grads + self.optimizer + self.activations + self.temporary)
 
 
-def local_params(mc: ModelConsts, c: Columns) -> tuple[F, F]:
+def local_params(mc: ModelConsts, c: Columns[Any]) -> tuple[Any, Any]:
     """(non-expert, expert) parameters held by one GPU of the most loaded stage, before ZeRO sharding."""
-    share = np.ceil(mc.layers / (c.pp * c.vpp)) * c.vpp / mc.layers  # the slowest stage's share of layers
-    nonexpert = mc.params_layers_nonexpert * share / c.tp + mc.params_embedding / np.minimum(c.pp, 2.0) / c.tp
+    share = ceil(mc.layers / (c.pp * c.vpp)) * c.vpp / mc.layers  # the slowest stage's share of layers
+    nonexpert = mc.params_layers_nonexpert * share / c.tp + mc.params_embedding / minimum([c.pp, 2.0]) / c.tp
     expert = mc.params_expert * share / (c.ep * c.etp)
     return nonexpert, expert
 
 
-def activation_bytes_per_token_layer(mc: ModelConsts, c: Columns) -> tuple[F, F]:
+def activation_bytes_per_token_layer(mc: ModelConsts, c: Columns[Any]) -> tuple[Any, Any]:
     """(dense layer, MoE layer) activation bytes per token per layer stored for backward."""
     h = mc.h
     t = c.tp
     replicated_tok = 8.0 * h + (2.0 * h if mc.dropout else 0.0)
-    replicated = np.where(c.sp > 0, replicated_tok / t, replicated_tok)
+    replicated = where(c.sp > 0, replicated_tok / t, replicated_tok)
     attn = 2.0 * mc.q_width + 4.0 * mc.kv_width + 2.0 * mc.v_width
     mlp_dense = (6.0 if mc.swiglu else 4.0) * mc.ffn
     expert_unit = 2.0 * h + (6.0 if mc.swiglu else 4.0) * mc.expert_ffn
     mlp_moe = mc.top_k * expert_unit + mc.shared_experts * expert_unit
     s2_local = c.seq  # keys each query attends to
     s2 = mc.heads * s2_local * (5.0 if mc.dropout else 2.0)
-    s2 = np.where((c.flash > 0) | (c.recompute >= 1), 0.0, s2)
+    s2 = where((c.flash > 0) | (c.recompute >= 1), 0.0, s2)
     dense = replicated + (attn + mlp_dense + s2) / t
     moe = replicated + (attn + s2) / t + mlp_moe / t
-    full = np.where(c.sp > 0, 2.0 * h / t, 2.0 * h)
-    dense = np.where(c.recompute == 2, full, dense)
-    moe = np.where(c.recompute == 2, full, moe)
+    full = where(c.sp > 0, 2.0 * h / t, 2.0 * h)
+    dense = where(c.recompute == 2, full, dense)
+    moe = where(c.recompute == 2, full, moe)
     return dense, moe
 
 
-def memory_per_gpu(mc: ModelConsts, c: Columns) -> MemoryArrays:
+def memory_per_gpu(mc: ModelConsts, c: Columns[Any]) -> MemoryArrays[Any]:
     """Memory of the most loaded GPU for every configuration row."""
     nonexpert, expert = local_params(mc, c)
     params = nonexpert + expert
     dp_group = c.dp * c.cp
     expert_dp = dp_group * c.tp / (c.ep * c.etp)
     hsdp = c.sharding == SHARDING_CODE["hsdp"]
-    shard_group = np.where(hsdp, np.minimum(c.hsdp, dp_group), dp_group)
-    expert_shard = np.where(hsdp, np.minimum(c.hsdp, expert_dp), expert_dp)
+    shard_group = where(hsdp, minimum([c.hsdp, dp_group]), dp_group)
+    expert_shard = where(hsdp, minimum([c.hsdp, expert_dp]), expert_dp)
     shard_opt = c.sharding >= SHARDING_CODE["zero1"]
     shard_grads = c.sharding >= SHARDING_CODE["zero2"]
     shard_weights = c.sharding >= SHARDING_CODE["zero3"]  # zero3, fsdp and hsdp shard the weights
 
-    def sharded(bytes_per_param: float | F, on: NDArray[np.bool_]) -> F:
-        ne = nonexpert * bytes_per_param / np.where(on, shard_group, 1.0)
-        ex = expert * bytes_per_param / np.where(on, expert_shard, 1.0)
-        return np.asarray(ne + ex, dtype=np.float64)
+    def sharded(bytes_per_param: Num, on: Cond) -> Any:
+        ne = nonexpert * bytes_per_param / where(on, shard_group, 1.0)
+        ex = expert * bytes_per_param / where(on, expert_shard, 1.0)
+        return ne + ex
 
-    weight_bytes = WEIGHT_BYTES + np.where(c.precision == 2, FP8_WEIGHT_EXTRA_BYTES, 0.0)
+    weight_bytes = WEIGHT_BYTES + where(c.precision == 2, FP8_WEIGHT_EXTRA_BYTES, 0.0)
     weights = sharded(weight_bytes, shard_weights)
     grads = sharded(c.grad_bytes, shard_grads)
     optimizer = sharded(OPTIMIZER_BYTES_PER_PARAM, shard_opt)
 
     dense_tok, moe_tok = activation_bytes_per_token_layer(mc, c)
     tokens_mb = c.mb * c.seq / c.cp
-    stage_layers = np.ceil(mc.layers / (c.pp * c.vpp)) * c.vpp
+    stage_layers = ceil(mc.layers / (c.pp * c.vpp)) * c.vpp
     layers_per_stage_dense = stage_layers * mc.dense_layers / mc.layers
     layers_per_stage_moe = stage_layers * mc.moe_layers / mc.layers
     per_mb = tokens_mb * (layers_per_stage_dense * dense_tok + layers_per_stage_moe * moe_tok)
     m = c.gb / (c.mb * c.dp)
-    in_flight = np.minimum(c.pp, m)
-    interleave = np.where(c.vpp > 1, 1.0 + (c.pp - 1.0) / (c.pp * c.vpp), 1.0)
+    in_flight = minimum([c.pp, m])
+    interleave = where(c.vpp > 1, 1.0 + (c.pp - 1.0) / (c.pp * c.vpp), 1.0)
     acts = per_mb * in_flight * interleave
-    logits = np.where(c.pp == 1, tokens_mb * mc.vocab * LOGIT_BYTES / c.tp, 0.0)
+    logits = where(c.pp == 1, tokens_mb * mc.vocab * LOGIT_BYTES / c.tp, 0.0)
     activations = acts + logits
 
     layer_params = (mc.params_layers_nonexpert / mc.layers) / c.tp + (mc.params_expert / max(mc.layers, 1.0)) / (
         c.ep * c.etp
     )
-    gather_buffers = np.where(shard_weights, 2.0 * layer_params * WEIGHT_BYTES, 0.0)  # current + prefetched layer
-    temporary = np.broadcast_to(gather_buffers, params.shape).astype(np.float64)
+    gather_buffers = where(shard_weights, 2.0 * layer_params * WEIGHT_BYTES, 0.0)  # current + prefetched layer
+    temporary = (
+        gather_buffers
+        if isinstance(params, float)
+        else np.broadcast_to(gather_buffers, params.shape).astype(np.float64)
+    )
     return MemoryArrays(weights=weights, grads=grads, optimizer=optimizer, activations=activations, temporary=temporary)

@@ -25,6 +25,7 @@ from fmstack.perfmodel.config import TrainConfig, describe_config
 from fmstack.perfmodel.efficiency import Efficiency, default_efficiency
 from fmstack.perfmodel.memory import DEFAULT_RESERVE_GIB, GIB
 from fmstack.perfmodel.modelconsts import model_consts
+from fmstack.perfmodel.num import FloatArray
 from fmstack.perfmodel.step import StepArrays, step_model
 from fmstack.perfmodel.training import TrainingEstimate, from_arrays
 
@@ -84,7 +85,7 @@ def _divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
-def enumerate_space(model: ModelArch, cluster: Cluster, space: SearchSpace) -> tuple[Columns, int]:
+def enumerate_space(model: ModelArch, cluster: Cluster, space: SearchSpace) -> tuple[Columns[FloatArray], int]:
     """All candidate rows (shape-valid) and the number considered before the shape masks."""
     n = cluster.num_gpus
     tps = [t for t in _pow2_upto(cluster.gpus_per_domain) if n % t == 0]
@@ -129,8 +130,12 @@ def enumerate_space(model: ModelArch, cluster: Cluster, space: SearchSpace) -> t
 
 
 def evaluate(
-    model: ModelArch, cluster: Cluster, cols: Columns, efficiency: Efficiency | None = None, chunk: int = 200_000
-) -> StepArrays:
+    model: ModelArch,
+    cluster: Cluster,
+    cols: Columns[FloatArray],
+    efficiency: Efficiency | None = None,
+    chunk: int = 200_000,
+) -> StepArrays[FloatArray]:
     """The step model over every row (in chunks, to bound memory)."""
     eff = efficiency or default_efficiency(cluster.gpu)
     mc = model_consts(model)
@@ -143,7 +148,7 @@ def evaluate(
     return _concat(parts)
 
 
-def _concat(parts: Sequence[StepArrays]) -> StepArrays:
+def _concat(parts: Sequence[StepArrays[FloatArray]]) -> StepArrays[FloatArray]:
     from dataclasses import fields
 
     from fmstack.perfmodel.memory import MemoryArrays
@@ -159,7 +164,7 @@ def _concat(parts: Sequence[StepArrays]) -> StepArrays:
     return StepArrays(**values)  # type: ignore[arg-type]
 
 
-def _score(objective: str, arrays: StepArrays, cluster: Cluster, tokens: float) -> NDArray[np.float64]:
+def _score(objective: str, arrays: StepArrays[FloatArray], cluster: Cluster, tokens: float) -> NDArray[np.float64]:
     """Lower is better: seconds to train, dollars to train, or minus MFU."""
     if objective == "mfu":
         peak = cluster.num_gpus * cluster.gpu.bf16_dense_tflops * 1e12
@@ -198,7 +203,7 @@ def plan_training(
         for c in clusters:
             c.gpu.peak_tflops(p)
     considered = rejected_shape = rejected_memory = 0
-    candidates: list[tuple[float, int, int, Cluster, Columns, StepArrays]] = []
+    candidates: list[tuple[float, int, int, Cluster, Columns[FloatArray], StepArrays[FloatArray]]] = []
     all_scores: list[NDArray[np.float64]] = []
     include_score: float | None = None
     best_misfit: tuple[float, str] | None = None
@@ -276,7 +281,7 @@ def plan_training(
 
 
 def _included_score(
-    model: ModelArch, cluster: Cluster, cols: Columns, score: NDArray[np.float64], cfg: TrainConfig
+    model: ModelArch, cluster: Cluster, cols: Columns[FloatArray], score: NDArray[np.float64], cfg: TrainConfig
 ) -> float | None:
     """The score of the enumerated row equal to ``cfg`` (None when the search space does not contain it)."""
     target = columns_from_configs([cfg])

@@ -7,22 +7,25 @@ exposed tensor / context / expert parallel communication. The pipeline runs (m +
 stage-steps (Narayanan et al. 2021, sec. 2.2: bubble fraction (p - 1) / (v m)); the data-parallel
 gradient reduction (or FSDP gathers) adds what compute does not hide; the compute that runs beside hidden
 communication is slowed (the collective's kernels take SMs and HBM bandwidth); the optimizer step is
-memory-bound. Every term is an array over configuration rows.
+memory-bound. Every term is an array over configuration rows, or a float for one configuration (the
+helpers of :mod:`fmstack.perfmodel.num` take both).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Generic, overload
 
 import numpy as np
 from numpy.typing import NDArray
 
 from fmstack.catalog.topology import Cluster
 from fmstack.perfmodel.collectives import GroupPlacement, collective_time_s
-from fmstack.perfmodel.columns import PRECISION_CODE, SHARDING_CODE, Columns
+from fmstack.perfmodel.columns import PRECISION_CODE, SHARDING_CODE, Columns, V
 from fmstack.perfmodel.efficiency import Efficiency
 from fmstack.perfmodel.memory import MemoryArrays, local_params, memory_per_gpu
 from fmstack.perfmodel.modelconsts import ModelConsts, expert_gemm_flops
+from fmstack.perfmodel.num import Num, any_true, ceil, floor, full_like, gcd, logical_not, maximum, minimum, where
 
 F = NDArray[np.float64]
 
@@ -48,39 +51,42 @@ default; about 30 kernels of ~1 us launch gap each)."""
 
 
 @dataclass(frozen=True, slots=True)
-class StepArrays:
-    """Every time in seconds per optimizer step (``*_s``), per configuration row."""
+class StepArrays(Generic[V]):
+    """Every time in seconds per optimizer step (``*_s``), per configuration row (floats for one configuration)."""
 
-    step_s: F
-    gemm_s: F
-    attention_s: F
-    memory_bound_s: F
-    recompute_s: F
-    overhead_s: F
-    tp_link_s: F
-    tp_exposed_s: F
-    cp_link_s: F
-    cp_exposed_s: F
-    ep_link_s: F
-    ep_exposed_s: F
-    pp_link_s: F
-    pp_exposed_s: F
-    dp_link_s: F
-    dp_exposed_s: F
-    bubble_s: F
-    optimizer_s: F
-    overlap_s: F
+    step_s: V
+    gemm_s: V
+    attention_s: V
+    memory_bound_s: V
+    recompute_s: V
+    overhead_s: V
+    tp_link_s: V
+    tp_exposed_s: V
+    cp_link_s: V
+    cp_exposed_s: V
+    ep_link_s: V
+    ep_exposed_s: V
+    pp_link_s: V
+    pp_exposed_s: V
+    dp_link_s: V
+    dp_exposed_s: V
+    bubble_s: V
+    optimizer_s: V
+    overlap_s: V
     """Compute slowed by the communication hidden under it: OVERLAP_COMPUTE_SLOWDOWN x the hidden link time."""
-    model_flops: F
-    hardware_flops: F
-    tokens: F
-    memory: MemoryArrays
+    model_flops: V
+    hardware_flops: V
+    tokens: V
+    memory: MemoryArrays[V]
 
 
-def _placement_per_domain(size: F, stride: F, gpus_per_domain: float) -> F:
+def _placement_per_domain(size: Num, stride: Num, gpus_per_domain: float) -> Num:
     """Ranks of a group (``stride`` apart in the node-major rank order) that share one NVLink domain: the
     largest divisor of the group size that fits in the domain (computed once per distinct pair)."""
-    cap = np.clip(np.floor(gpus_per_domain / stride), 1.0, None)
+    cap = maximum(floor(gpus_per_domain / stride), 1.0)
+    if isinstance(size, float) and isinstance(cap, float):
+        return float(_largest_divisor_at_most(int(size), int(cap)))
+    size, cap = np.asarray(size, dtype=np.float64), np.asarray(cap, dtype=np.float64)
     if size.shape[0] <= 8:  # one or a few rows: plain Python is faster than np.unique
         return np.array(
             [_largest_divisor_at_most(int(n), int(c)) for n, c in zip(size, cap, strict=True)], dtype=np.float64
@@ -98,23 +104,36 @@ def _largest_divisor_at_most(n: int, cap: int) -> int:
     return 1
 
 
-def _comm(op: str, size_bytes: F, ranks: F, per_domain: F, cluster: Cluster) -> F:
+def _comm(op: str, size_bytes: Num, ranks: Num, per_domain: Num, cluster: Cluster) -> Num:
+    if isinstance(ranks, float) and isinstance(size_bytes, float) and isinstance(per_domain, float):
+        return _comm_one(op, size_bytes, ranks, per_domain, cluster)
     shape = np.broadcast_shapes(np.shape(ranks), np.shape(size_bytes))
     if np.size(ranks) == 1 and np.size(size_bytes) == 1 and np.size(per_domain) == 1:
         # one row: the collectives' plain-float path gives the same numbers without NumPy's per-call overhead
-        n, size = int(np.ravel(ranks)[0]), float(np.ravel(size_bytes)[0])
-        if n <= 1 or size <= 0:
-            return np.zeros(shape)
-        one = GroupPlacement(num_ranks=n, ranks_per_domain=int(np.ravel(per_domain)[0]))
-        return np.full(shape, float(collective_time_s(op, size, one, cluster)))
+        one = _comm_one(
+            op, float(np.ravel(size_bytes)[0]), float(np.ravel(ranks)[0]), float(np.ravel(per_domain)[0]), cluster
+        )
+        return np.full(shape, one)
     if not np.any(ranks > 1) or not np.any(size_bytes > 0):
         return np.zeros(shape)
     out = collective_time_s(op, size_bytes, GroupPlacement(num_ranks=ranks, ranks_per_domain=per_domain), cluster)  # type: ignore[arg-type]
     return np.where(ranks > 1, np.asarray(out, dtype=np.float64), 0.0)
 
 
-def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns) -> StepArrays:
-    """Step time, its breakdown, FLOPs and memory for every configuration row of ``c``."""
+def _comm_one(op: str, size_bytes: float, ranks: float, per_domain: float, cluster: Cluster) -> float:
+    n = int(ranks)
+    if n <= 1 or size_bytes <= 0:
+        return 0.0
+    one = GroupPlacement(num_ranks=n, ranks_per_domain=int(per_domain))
+    return float(collective_time_s(op, size_bytes, one, cluster))
+
+
+@overload
+def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[float]) -> StepArrays[float]: ...
+@overload
+def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[F]) -> StepArrays[F]: ...
+def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[Any]) -> StepArrays[Any]:
+    """Step time, its breakdown, FLOPs and memory for every configuration row of ``c`` (floats for floats)."""
     gpu = cluster.gpu
     gpd = float(cluster.gpus_per_domain)
     h = mc.h
@@ -122,29 +141,27 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns) -
     m = c.gb / (c.mb * c.dp)
     tokens_mb = c.mb * c.seq / cp  # tokens of one micro-batch on one GPU's sequence shard
     fp8 = c.precision == PRECISION_CODE["fp8"]
-    peak_lin = np.where(fp8, gpu.fp8_dense_tflops or gpu.bf16_dense_tflops, gpu.bf16_dense_tflops) * 1e12
+    peak_lin = where(fp8, gpu.fp8_dense_tflops or gpu.bf16_dense_tflops, gpu.bf16_dense_tflops) * 1e12
     peak_attn = gpu.bf16_dense_tflops * 1e12
     hbm_bps = gpu.hbm_bw_gbps * 1e9 * eff.memory
 
     # GEMM FLOPs per micro-batch on one GPU of the last stage (its share of layers + the LM head)
     layer_linear = (mc.fwd_linear_per_token - mc.fwd_head_per_token - mc.fwd_expert_per_token) / mc.layers
     # uneven splits are allowed: the slowest stage holds ceil(L / (p v)) layers in each of its v chunks
-    stage_layers = np.ceil(mc.layers / (p * v)) * v
+    stage_layers = ceil(mc.layers / (p * v)) * v
     dense_lin_tok = stage_layers * layer_linear / t + mc.fwd_head_per_token / t
     expert_lin_tok = (mc.fwd_expert_per_token / mc.layers * stage_layers) / t
     # representative GEMM size: an MLP / projection GEMM of this micro-batch
-    mlp_call = 2.0 * tokens_mb * h * np.maximum(mc.ffn, mc.q_width) / t
+    mlp_call = 2.0 * tokens_mb * h * max(mc.ffn, mc.q_width) / t
     expert_call = expert_gemm_flops(mc, tokens_mb, ep, t)
     eff_dense = _gemm_eff(eff, c, mlp_call)
-    eff_expert = _gemm_eff(eff, c, np.maximum(expert_call, 1.0))
-    gemm_fwd = tokens_mb * dense_lin_tok / (peak_lin * eff_dense) + tokens_mb * expert_lin_tok / (
-        peak_lin * np.where(mc.experts > 0, eff_expert, 1.0)
-    )
+    eff_expert = _gemm_eff(eff, c, maximum(expert_call, 1.0)) if mc.experts > 0 else 1.0
+    gemm_fwd = tokens_mb * dense_lin_tok / (peak_lin * eff_dense) + tokens_mb * expert_lin_tok / (peak_lin * eff_expert)
 
-    causal = np.where(c.flash > 0, 0.5, 1.0)
+    causal = where(c.flash > 0, 0.5, 1.0)
     core_flops = tokens_mb * (mc.fwd_core_per_token_per_ctx / mc.layers * stage_layers) * c.seq / t  # full, non-causal
     core_call = 2.0 * tokens_mb * c.seq * mc.q_width / t
-    attn_eff = np.where(c.flash > 0, eff.attention, _gemm_eff_bf16(eff, core_call))
+    attn_eff = _attention_eff(eff, c, core_call)
     attn_fwd = core_flops * causal / (peak_attn * attn_eff)
 
     mem_fwd = tokens_mb * stage_layers * _elementwise_bytes_per_token_layer(mc, c) / hbm_bps
@@ -152,48 +169,44 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns) -
     overhead_fwd = (
         stage_layers * PER_LAYER_OVERHEAD_S + stage_layers * (mc.moe_layers / mc.layers) * MOE_LAYER_OVERHEAD_S
     )
-    recompute = np.where(c.recompute == 2, fwd_compute, np.where(c.recompute == 1, attn_fwd, 0.0))
+    recompute = where(c.recompute == 2, fwd_compute, where(c.recompute == 1, attn_fwd, 0.0))
 
     # tensor parallel: 2 all-reduces (or all-gather + reduce-scatter with SP) per layer per pass
-    tp_pd = _placement_per_domain(t, np.ones_like(t), gpd)
+    tp_pd = _placement_per_domain(t, full_like(t, 1.0), gpd)
     act_bytes = tokens_mb * h * 2.0
     tp_one = _comm("all_reduce", act_bytes, t, tp_pd, cluster)
-    tp_passes = 2.0 + np.where(c.recompute == 2, 1.0, 0.0)  # forward, backward (input grads), recomputed forward
+    tp_passes = 2.0 + where(c.recompute == 2, 1.0, 0.0)  # forward, backward (input grads), recomputed forward
     tp_link = 2.0 * stage_layers * tp_one * tp_passes
-    tp_exposed = tp_link * np.where(c.overlap_tp > 0, 1.0 - TP_OVERLAP_HIDDEN, 1.0)
+    tp_exposed = tp_link * where(c.overlap_tp > 0, 1.0 - TP_OVERLAP_HIDDEN, 1.0)
 
     # context parallel: ring attention passes K and V chunks, overlapped with the attention core
     cp_pd = _placement_per_domain(cp, t, gpd)
     kv_bytes = tokens_mb * 2.0 * mc.kv_width * 2.0 / t
-    cp_step = _comm(
-        "send_recv", kv_bytes, np.where(cp > 1, 2.0, 1.0), np.where((cp > 1) & (cp_pd >= cp), 2.0, 1.0), cluster
-    )
+    cp_step = _comm("send_recv", kv_bytes, where(cp > 1, 2.0, 1.0), where((cp > 1) & (cp_pd >= cp), 2.0, 1.0), cluster)
     cp_fwd = stage_layers * (cp - 1.0) * cp_step
     cp_link = cp_fwd * 3.0
     attn_core_total = attn_fwd * 3.0
-    cp_exposed = np.maximum(0.0, cp_link - attn_core_total)
+    cp_exposed = maximum(0.0, cp_link - attn_core_total)
 
     # expert parallel: dispatch + combine all-to-all per MoE layer, forward and backward
     ep_pd = _placement_per_domain(ep, t, gpd)
     a2a_bytes = tokens_mb / t * mc.top_k * h * 2.0
     ep_one = _comm("all_to_all", a2a_bytes, ep, ep_pd, cluster)  # nccl-tests size: bytes each rank sends
-    ep_link = (mc.moe_layers / mc.layers * stage_layers) * 2.0 * ep_one * (2.0 + np.where(c.recompute == 2, 1.0, 0.0))
+    ep_link = (mc.moe_layers / mc.layers * stage_layers) * 2.0 * ep_one * (2.0 + where(c.recompute == 2, 1.0, 0.0))
     # with EP overlap one micro-batch's all-to-alls run while another micro-batch computes (forward of
     # micro-batch i + 1 beside the backward of i): only the excess over that compute is exposed. The pairing needs a
     # second micro-batch: of m micro-batches, m - 1 overlap and one (the first forward / last backward) is exposed
     # in full, so the mean per micro-batch is ((m - 1) * excess + link) / m; with m = 1 nothing is hidden
-    overlap_ep = c.overlap_ep if c.overlap_ep is not None else np.zeros_like(ep)
-    ep_excess = np.maximum(0.0, ep_link - (3.0 * fwd_compute + recompute))
-    ep_exposed = np.where((overlap_ep > 0) & (m > 1), ((m - 1.0) * ep_excess + ep_link) / np.maximum(m, 1.0), ep_link)
+    overlap_ep = c.overlap_ep if c.overlap_ep is not None else full_like(ep, 0.0)
+    ep_excess = maximum(0.0, ep_link - (3.0 * fwd_compute + recompute))
+    ep_exposed = where((overlap_ep > 0) & (m > 1), ((m - 1.0) * ep_excess + ep_link) / maximum(m, 1.0), ep_link)
 
     # pipeline point-to-point: activations to the next stage, gradients back
     pp_stride = t * cp * c.dp
     pp_pd = _placement_per_domain(p, pp_stride, gpd)
-    p2p_bytes = tokens_mb * h * 2.0 / np.where(c.sp > 0, t, 1.0)
-    pp_one = _comm(
-        "send_recv", p2p_bytes, np.where(p > 1, 2.0, 1.0), np.where((p > 1) & (pp_pd >= p), 2.0, 1.0), cluster
-    )
-    pp_link_mb = 2.0 * v * pp_one * np.where(p > 1, 1.0, 0.0)
+    p2p_bytes = tokens_mb * h * 2.0 / where(c.sp > 0, t, 1.0)
+    pp_one = _comm("send_recv", p2p_bytes, where(p > 1, 2.0, 1.0), where((p > 1) & (pp_pd >= p), 2.0, 1.0), cluster)
+    pp_link_mb = 2.0 * v * pp_one * where(p > 1, 1.0, 0.0)
 
     t_f = fwd_compute + overhead_fwd
     t_b = 2.0 * fwd_compute + recompute + 2.0 * overhead_fwd
@@ -207,11 +220,11 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns) -
     dp_group = c.dp * cp
     dp_pd = _placement_per_domain(dp_group, t, gpd)
     expert_dp = dp_group * t / (ep * c.etp)
-    exp_pd = _placement_per_domain(expert_dp, ep * c.etp, gpd) if mc.params_expert > 0 else np.ones_like(expert_dp)
+    exp_pd = _placement_per_domain(expert_dp, ep * c.etp, gpd) if mc.params_expert > 0 else full_like(expert_dp, 1.0)
     hsdp = c.sharding == SHARDING_CODE["hsdp"]
-    full_shard = (c.sharding >= SHARDING_CODE["zero3"]) & ~hsdp
-    any_full = bool(np.any(full_shard))
-    none_bytes = np.zeros_like(nonexpert)
+    full_shard = (c.sharding >= SHARDING_CODE["zero3"]) & logical_not(hsdp)
+    any_full = any_true(full_shard)
+    none_bytes = full_like(nonexpert, 0.0)
     grad_ar = _comm("all_reduce", nonexpert * c.reduce_bytes, dp_group, dp_pd, cluster) + _comm(
         "all_reduce", expert * c.reduce_bytes, expert_dp, exp_pd, cluster
     )
@@ -220,9 +233,9 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns) -
     )
     rs = _comm("reduce_scatter", nonexpert * c.reduce_bytes if any_full else none_bytes, dp_group, dp_pd, cluster)
     rs = rs + _comm("reduce_scatter", expert * c.reduce_bytes if any_full else none_bytes, expert_dp, exp_pd, cluster)
-    shard = np.where(hsdp, np.gcd(c.hsdp.astype(np.int64), dp_group.astype(np.int64)), 1.0)
+    shard = where(hsdp, gcd(c.hsdp, dp_group), 1.0)
     replicas = dp_group / shard
-    if np.any(hsdp):
+    if any_true(hsdp):
         hsdp_ag = _comm("all_gather", nonexpert * 2.0, shard, _placement_per_domain(shard, t, gpd), cluster)
         hsdp_ar = _comm(
             "all_reduce",
@@ -232,30 +245,28 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns) -
             cluster,
         )
     else:
-        hsdp_ag = hsdp_ar = np.zeros_like(nonexpert)
+        hsdp_ag = hsdp_ar = full_like(nonexpert, 0.0)
     # zero3 / fsdp: parameters gathered for forward and backward of every micro-batch, grads reduced once
     fsdp_link = m * 2.0 * ag + rs
-    fsdp_exposed = np.where(
+    fsdp_exposed = where(
         c.overlap_dp > 0,
-        m * (np.maximum(0.0, ag - t_f) + np.maximum(0.0, ag - t_b)) + np.maximum(0.0, rs - t_b),
+        m * (maximum(0.0, ag - t_f) + maximum(0.0, ag - t_b)) + maximum(0.0, rs - t_b),
         fsdp_link,
     )
     hsdp_link = m * 2.0 * hsdp_ag + hsdp_ar
-    hsdp_exposed = np.where(
+    hsdp_exposed = where(
         c.overlap_dp > 0,
-        m * (np.maximum(0.0, hsdp_ag - t_f) + np.maximum(0.0, hsdp_ag - t_b)) + np.maximum(0.0, hsdp_ar - t_b),
+        m * (maximum(0.0, hsdp_ag - t_f) + maximum(0.0, hsdp_ag - t_b)) + maximum(0.0, hsdp_ar - t_b),
         hsdp_link,
     )
-    window = t_b + np.where(c.sharding >= SHARDING_CODE["zero1"], t_f, 0.0)
-    ddp_exposed = np.where(c.overlap_dp > 0, np.maximum(0.0, grad_ar - window), grad_ar)
-    dp_link = np.where(hsdp, hsdp_link, np.where(full_shard, fsdp_link, grad_ar))
-    dp_exposed = np.where(hsdp, hsdp_exposed, np.where(full_shard, fsdp_exposed, ddp_exposed))
+    window = t_b + where(c.sharding >= SHARDING_CODE["zero1"], t_f, 0.0)
+    ddp_exposed = where(c.overlap_dp > 0, maximum(0.0, grad_ar - window), grad_ar)
+    dp_link = where(hsdp, hsdp_link, where(full_shard, fsdp_link, grad_ar))
+    dp_exposed = where(hsdp, hsdp_exposed, where(full_shard, fsdp_exposed, ddp_exposed))
 
     # optimizer step on the local (sharded) parameters
-    opt_shard = np.where(c.sharding >= SHARDING_CODE["zero1"], np.where(hsdp, shard, dp_group), 1.0)
-    exp_shard = np.where(
-        c.sharding >= SHARDING_CODE["zero1"], np.where(hsdp, np.minimum(shard, expert_dp), expert_dp), 1.0
-    )
+    opt_shard = where(c.sharding >= SHARDING_CODE["zero1"], where(hsdp, shard, dp_group), 1.0)
+    exp_shard = where(c.sharding >= SHARDING_CODE["zero1"], where(hsdp, minimum([shard, expert_dp]), expert_dp), 1.0)
     opt_params = nonexpert / opt_shard + expert / exp_shard
     optimizer = opt_params * OPTIMIZER_BYTES_PER_PARAM_STEP / hbm_bps
 
@@ -267,10 +278,10 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns) -
 
     tokens = c.gb * c.seq
     model_flops = tokens * (3.0 * (mc.fwd_linear_per_token + mc.fwd_core_per_token_per_ctx * c.seq))
-    recompute_model = np.where(
+    recompute_model = where(
         c.recompute == 2,
         tokens * (mc.fwd_linear_per_token - mc.fwd_head_per_token + mc.fwd_core_per_token_per_ctx * c.seq),
-        np.where(c.recompute == 1, tokens * mc.fwd_core_per_token_per_ctx * c.seq, 0.0),
+        where(c.recompute == 1, tokens * mc.fwd_core_per_token_per_ctx * c.seq, 0.0),
     )
     return StepArrays(
         step_s=step,
@@ -299,21 +310,26 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns) -
     )
 
 
-def _gemm_eff(eff: Efficiency, c: Columns, flops_per_call: F) -> F:
-    bf16 = eff.gemm_at("bf16", flops_per_call)
-    fp8 = eff.gemm_at("fp8", flops_per_call)
-    return np.where(c.precision == PRECISION_CODE["fp8"], fp8, bf16)
+def _gemm_eff(eff: Efficiency, c: Columns[Any], flops_per_call: Num) -> Num:
+    fp8 = c.precision == PRECISION_CODE["fp8"]
+    if isinstance(fp8, bool):  # one configuration: read only the curve it uses
+        return eff.gemm_at("fp8" if fp8 else "bf16", flops_per_call)
+    return np.where(fp8, eff.gemm_at("fp8", flops_per_call), eff.gemm_at("bf16", flops_per_call))
 
 
-def _gemm_eff_bf16(eff: Efficiency, flops_per_call: F) -> F:
-    return eff.gemm_at("bf16", flops_per_call)
+def _attention_eff(eff: Efficiency, c: Columns[Any], core_flops_per_call: Num) -> Num:
+    """Fused attention at the attention efficiency; unfused score / context matmuls on the BF16 GEMM curve."""
+    flash = c.flash > 0
+    if isinstance(flash, bool):  # one configuration: read only the curve it uses
+        return eff.attention if flash else eff.gemm_at("bf16", core_flops_per_call)
+    return np.where(flash, eff.attention, eff.gemm_at("bf16", core_flops_per_call))
 
 
-def _elementwise_bytes_per_token_layer(mc: ModelConsts, c: Columns) -> F:
+def _elementwise_bytes_per_token_layer(mc: ModelConsts, c: Columns[Any]) -> Any:
     """HBM bytes per token per layer (forward, averaged over dense and MoE layers) of norms, residual adds,
     activation function, dropout, FP8 casts and the MoE router, permutations and weighted combine."""
     h = mc.h
-    split = np.where(c.sp > 0, c.tp, 1.0)
+    split = where(c.sp > 0, c.tp, 1.0)
     moe = mc.moe_layers / mc.layers  # fraction of layers that are MoE
     units = mc.top_k + mc.shared_experts  # expert MLPs each token passes through on an MoE layer
     norms = 2.0 * (2.0 * h + 2.0 * h)  # read and write h in 2 B, two norms
@@ -321,16 +337,16 @@ def _elementwise_bytes_per_token_layer(mc: ModelConsts, c: Columns) -> F:
     dropout = (2.0 * (2.0 * h + 2.0 * h + h)) if mc.dropout else 0.0
     glu = 6.0 if mc.swiglu else 4.0
     act = glu * ((1.0 - moe) * mc.ffn + moe * units * mc.expert_ffn) / c.tp
-    softmax = np.where(c.flash > 0, 0.0, mc.heads * c.seq * (6.0 + (5.0 if mc.dropout else 0.0)) / c.tp)
+    softmax = where(c.flash > 0, 0.0, mc.heads * c.seq * (6.0 + (5.0 if mc.dropout else 0.0)) / c.tp)
     # FP8: 3 B per element of every GEMM input (amax, cast): QKV reads h, the output projection q_width (heads x
     # head_dim, not always h: Qwen3-30B-A3B has 4096 vs h 2048), the MLP h (twice: gate and up) and ffn; on MoE
     # layers the inputs of every routed copy
     attn_inputs = h + mc.q_width
     gemm_inputs = (1.0 - moe) * (attn_inputs + 2.0 * h + mc.ffn) + moe * (attn_inputs + units * (h + mc.expert_ffn))
-    fp8_casts = np.where(c.precision == PRECISION_CODE["fp8"], 3.0 * gemm_inputs / c.tp, 0.0)
+    fp8_casts = where(c.precision == PRECISION_CODE["fp8"], 3.0 * gemm_inputs / c.tp, 0.0)
     # MoE (Megatron-Core all-to-all dispatcher): permute into expert order (read + write top_k copies of h in
     # 2 B), sort received chunks by local expert and back (only with several local experts), unpermute with
     # the router weights (read top_k copies, write one); router softmax / top-k over E fp32 logits
-    several_local = np.where(mc.experts / np.maximum(c.ep, 1.0) > 1.0, 1.0, 0.0)
+    several_local = where(mc.experts / maximum(c.ep, 1.0) > 1.0, 1.0, 0.0)
     permute = moe * (mc.top_k * h * 2.0 * (2.0 + 4.0 * several_local + 1.0) + 2.0 * h + 12.0 * mc.experts) / c.tp
-    return np.asarray((norms + residual + dropout) / split + act + softmax + fp8_casts + permute, dtype=np.float64)
+    return (norms + residual + dropout) / split + act + softmax + fp8_casts + permute

@@ -13,7 +13,7 @@ import numpy as np
 
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
-from fmstack.perfmodel.columns import columns_from_configs
+from fmstack.perfmodel.columns import columns_of
 from fmstack.perfmodel.config import TrainConfig, validate_config
 from fmstack.perfmodel.efficiency import Efficiency, default_efficiency
 from fmstack.perfmodel.memory import DEFAULT_RESERVE_GIB, GIB
@@ -146,17 +146,20 @@ def estimate_training(
     """Predict one training step of ``model`` on ``cluster`` with ``config``."""
     validate_config(config, model, cluster.num_gpus)
     eff = efficiency or default_efficiency(cluster.gpu)
-    arrays = step_model(model_consts(model), cluster, eff, columns_from_configs([config]))
+    arrays = step_model(model_consts(model), cluster, eff, columns_of(config))
     return from_arrays(model, cluster, config, arrays, 0, reserve_gib=reserve_gib)
 
 
 def from_arrays(
-    model: ModelArch, cluster: Cluster, config: TrainConfig, a: StepArrays, i: int, *, reserve_gib: float
+    model: ModelArch, cluster: Cluster, config: TrainConfig, a: StepArrays[Any], i: int, *, reserve_gib: float
 ) -> TrainingEstimate:
-    """Row ``i`` of vectorised results as a TrainingEstimate (the planner uses this for its top rows)."""
+    """Row ``i`` of vectorised results (or the floats of one configuration) as a TrainingEstimate (the planner
+    uses this for its top rows)."""
 
-    def g(x: np.ndarray[Any, Any]) -> float:
-        return float(x[i])
+    def g(x: float | np.ndarray[Any, Any]) -> float:
+        if isinstance(x, float):
+            return x
+        return float(x) if np.ndim(x) == 0 else float(x[i])  # a 0-d array: a NumPy call in the float path
 
     step = g(a.step_s)
     n = cluster.num_gpus
