@@ -50,7 +50,9 @@ def _predict(p: np.ndarray, nodes: np.ndarray, reps: np.ndarray, bsz: np.ndarray
     return compute, step
 
 
-def fit(nodes: np.ndarray, reps: np.ndarray, bsz: np.ndarray, compute: np.ndarray, step: np.ndarray) -> list[float]:
+def fit(
+    nodes: np.ndarray, reps: np.ndarray, bsz: np.ndarray, compute: np.ndarray, step: np.ndarray
+) -> tuple[list[float], float]:
     def loss(p: np.ndarray) -> float:
         c, s = _predict(p, nodes, reps, bsz)
         err = np.sqrt(np.mean((np.log(c) - np.log(compute)) ** 2)) + np.sqrt(np.mean((np.log(s) - np.log(step)) ** 2))

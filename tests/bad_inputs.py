@@ -10,6 +10,8 @@ BAD_FILES: dict[str, str] = {
     "bad_trace.csv": "job_id,submit_s,num_gpus,duration_s\n1,0,8,600\n2,10,eight,600\n",
     "huge_trace.csv": "job_id,submit_s,num_gpus,duration_s\n1,0,4096,600\n",
     "bad_elastic.csv": "name,time,application,num_replicas,batch_size\na,0,cifar10,2,256\nb,1,mnist,1,64\n",
+    "elastic_bsz.csv": "name,time,application,num_replicas,batch_size\na,0,cifar10,1,100000000\n",
+    "elastic_nan.csv": "name,time,application,num_replicas,batch_size\na,nan,cifar10,1,128\n",
     "not_profile.json": '{"hello": 1}',
     "not_yaml.yaml": "kind: gpu\nentries: [ {name: X, \n",
     "unknown_field.yaml": "kind: gpu\nentries:\n  - name: X1\n    architecture: x\n    bf16_dense_tflops: 1\n"
@@ -188,7 +190,15 @@ BAD_ARGV += [
     (["simulate", "--nodes", "4", "--days", "1", "--recovery", "pray"], "unknown recovery mode"),
     (["simulate", "elastic", "--workload", "@file:bad_elastic.csv"], "bad_elastic.csv line 3: unknown application"),
     (["simulate", "elastic", "--policy", "lottery"], "unknown elastic policy 'lottery'"),
-    (["simulate", "elastic", "--nodes", "0"], "nodes (0), gpus_per_node (4) >= 1"),
+    (["simulate", "elastic", "--nodes", "0"], "nodes (0) and gpus_per_node (4) must be >= 1"),
+    (
+        ["simulate", "elastic", "--workload", "@file:elastic_bsz.csv"],
+        "line 2: batch_size 100000000 > cifar10's maximum",
+    ),
+    (["simulate", "elastic", "--workload", "@file:elastic_nan.csv"], "line 2: finite time >= 0"),
+    (["simulate", "elastic", "--interval", "nan"], "interval: must be 1 to 86400 s, got nan"),
+    (["simulate", "elastic", "--interval", "1e-6"], "interval: must be 1 to 86400 s"),
+    (["simulate", "elastic", "--policy", "pollux,lottery"], "unknown elastic policy 'lottery'"),
     (["simulate", "--nodes", "4", "--days", "1", "--priority", "lottery"], "unknown priority 'lottery'; allowed"),
     (
         ["simulate", "--nodes", "4", "--days", "1", "--policy", "kueue", "--priority", "multifactor"],

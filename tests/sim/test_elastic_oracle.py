@@ -1,8 +1,8 @@
 """Scheduling-oracle 15 (Pollux simulator, workload 6) and the elastic policies alone.
 
 Band: each average JCT within 25 % of the published one, fixed before the first run from the oracle's nature (a
-calibration target): our twin's ground-truth step time is a fit of Pollux's model to the measurements (RMS log
-error up to 0.32 per application) rather than their interpolation, Pollux's genetic search is replaced by an exact
+calibration target): our twin's ground-truth step time is a fit of Pollux's model to the measurements (fit error,
+the sum of compute and step-time RMS log errors, up to 0.32 per application) rather than their interpolation, Pollux's genetic search is replaced by an exact
 count search, and its agent's online estimates by the fitted model.
 """
 
@@ -106,6 +106,22 @@ def test_pollux_power_mean_is_fair_and_sticky() -> None:
     assert pol.allocate(0.0, [c], 2) == {0: 2}
 
 
+def test_pollux_does_not_starve_an_app_capped_below_the_fair_share() -> None:
+    # deepspeech2's batch-size limit caps it at 64 GPUs; alone on 128 GPUs its fair share is all 128, where its
+    # goodput is 0: the base is its best goodput up to the fair share, so it still gets GPUs and finishes
+    pol = PolluxGoodput(gpus_per_node=4)
+    capped = _job(0, max_gpus=2, age_s=1e9, goodput=[0.0, 1.0, 1.5, 0.0, 0.0])
+    assert pol.allocate(0.0, [capped], 4) == {0: 2}
+    rows = [r for r in read_workload() if r.app == "deepspeech2"][:1]
+    r = replay("pollux", rows, nodes=32)
+    assert len(r.jct_s) == 1 and not r.unfinished
+
+
+def test_pollux_exponent_must_be_negative() -> None:
+    with pytest.raises(InputError, match="exponent must be < 0"):
+        PolluxGoodput(p=1.0)
+
+
 def test_bad_inputs(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="unknown elastic policy"):
         make_elastic_policy("lottery")
@@ -123,6 +139,19 @@ def test_bad_inputs(tmp_path: Path) -> None:
         read_workload(empty)
     with pytest.raises(InputError, match="nodes"):
         replay("pollux", nodes=0)
+    with pytest.raises(InputError, match="interval"):
+        replay("pollux", interval_s=math.nan)
+    binary = tmp_path / "bin.csv"
+    binary.write_bytes(b"\xff\xfe\x00bad")
+    with pytest.raises(InputError, match="not UTF-8"):
+        read_workload(binary)
+    bom = tmp_path / "bom.csv"
+    bom.write_text("\ufeffname,time,application,num_replicas,batch_size\na,0,cifar10,1,128\n", encoding="utf-8")
+    assert read_workload(bom)[0].name == "a"
+    huge = tmp_path / "huge.csv"
+    huge.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,1,100000000\n")
+    with pytest.raises(InputError, match=r"line 2: batch_size 100000000 > cifar10's maximum"):
+        read_workload(huge)
     big = tmp_path / "big.csv"
     big.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,128,4096\n")
     with pytest.raises(InputError, match="128 GPUs > cluster 64"):

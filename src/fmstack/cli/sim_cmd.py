@@ -142,14 +142,20 @@ def elastic(policies: str, workload: Path | None, nodes: int, gpus_per_node: int
     """Replay a deep-learning training workload with elastic jobs (Pollux simulator's experiment)."""
     from rich.table import Table
 
-    from fmstack.sim.elastic import PUBLISHED_AVG_JCT_S, read_workload, replay
+    from fmstack.orchestration.policies.elastic import make_elastic_policy
+    from fmstack.sim.elastic import PUBLISHED_AVG_JCT_S, PUBLISHED_INTERVAL_S, read_workload, replay
 
+    names = [p.strip() for p in policies.split(",")]
+    for p in names:  # every name checked before the first (long) replay
+        make_elastic_policy(p)
     rows = read_workload(workload)
+    as_published = workload is None and (nodes, gpus_per_node, interval_s) == (16, 4, PUBLISHED_INTERVAL_S)
     out: list[dict[str, Any]] = []
-    for p in (p.strip() for p in policies.split(",")):
+    for p in names:
         r = replay(p, rows, nodes=nodes, gpus_per_node=gpus_per_node, interval_s=interval_s)
-        published = PUBLISHED_AVG_JCT_S.get(p) if workload is None and (nodes, gpus_per_node) == (16, 4) else None
-        out.append({"policy": p, "avg_jct_s": r.avg_jct_s, "published_avg_jct_s": published,
+        published = PUBLISHED_AVG_JCT_S.get(p) if as_published else None
+        avg = r.avg_jct_s if r.jct_s else None  # no job finished: null in JSON, not NaN
+        out.append({"policy": p, "avg_jct_s": avg, "published_avg_jct_s": published,
                     "completed": len(r.jct_s), "unfinished": list(r.unfinished), "restarts": r.restarts,
                     "end_s": r.end_s})  # fmt: skip
     if as_json:
@@ -161,7 +167,12 @@ def elastic(policies: str, workload: Path | None, nodes: int, gpus_per_node: int
     for o in out:
         pub = "-" if o["published_avg_jct_s"] is None else f"{o['published_avg_jct_s']:.0f}"
         t.add_row(
-            o["policy"], f"{o['avg_jct_s']:.0f}", pub, str(o["completed"]), str(o["restarts"]), f"{o['end_s']:.0f}"
+            o["policy"],
+            "-" if o["avg_jct_s"] is None else f"{o['avg_jct_s']:.0f}",
+            pub,
+            str(o["completed"]),
+            str(o["restarts"]),
+            f"{o['end_s']:.0f}",
         )
     console().print(t)
 

@@ -17,10 +17,12 @@ time Pollux ~2,446 s, Tiresias ~3,470 s, Optimus ~5,302 s (petuum/adaptdl, branc
   ncf runs at batch 32,768 on one GPU under every policy (as the workload pins it).
 
 Differences from the original, which bound how close this comes (a calibration target, not an exact oracle): the
-ground-truth step time is our fit of Pollux's own step-time model to their measurements (RMS log error 0.13 to 0.32
-per application, ``fit_rmsle`` in the data), not interpolation of the raw tables; Pollux's agent there estimates
-step-time parameters from what it has profiled, here it knows the fitted model; Pollux's genetic search over
-node-level placements is replaced by an exact search over GPU counts, then packing; no interference avoidance.
+ground-truth step time is our fit of Pollux's own step-time model to their measurements (fit error 0.13 to 0.32 per
+application: the sum of the compute and step-time RMS log errors, ``fit_rmsle`` in the data), not interpolation of
+the raw tables; Pollux's agent there estimates step-time parameters from what it has profiled, here it knows the
+fitted model; Pollux's genetic search over node-level placements is replaced by an exact search over GPU counts,
+then packing; no interference avoidance; their Pollux re-picks a job's batch size every interval, ours at each
+re-allocation and epoch end.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ from fmstack.sim.goodput import AppModel, load_apps
 
 RESCALE_S = 30.0
 """Pause after each (re-)allocation: checkpoint and restart (the Pollux simulator's re-scale countdown)."""
+MIN_INTERVAL_S = 1.0
+MAX_INTERVAL_S = 86400.0
+"""Scheduling intervals allowed (the Pollux simulator uses 60 s); below 1 s a 60-day cap is > 5 million steps."""
+PUBLISHED_INTERVAL_S = 60.0
+"""The interval the published oracle-15 numbers were simulated with."""
 PUBLISHED_AVG_JCT_S = {"pollux": 2446.13125, "tiresias": 3469.69375, "optimus": 5301.875}
 """Oracle 15: average JCT on workload 6 (petuum/adaptdl simulator/README.md)."""
 
@@ -100,9 +107,11 @@ def read_workload(path: Path | None = None) -> list[WorkloadRow]:
         text = files("fmstack.sim").joinpath("data/pollux/workload-6.csv").read_text(encoding="utf-8")
     else:
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            text = Path(path).read_text(encoding="utf-8-sig")
         except OSError as e:
             raise InputError("workload", f"cannot read {path}: {e.strerror}") from None
+        except UnicodeDecodeError as e:
+            raise InputError("workload", f"{where}: not UTF-8 text (byte {e.start}); expected a CSV file") from None
     apps = load_apps()
     rows: list[WorkloadRow] = []
     seen: set[str] = set()
@@ -120,8 +129,16 @@ def read_workload(path: Path | None = None) -> list[WorkloadRow]:
             raise InputError(
                 "workload", f"{where} line {line}: unknown application {row.app!r}; allowed: {', '.join(apps)}"
             )
-        if row.submit_s < 0 or row.num_gpus < 1 or row.batch_size < 1:
-            raise InputError("workload", f"{where} line {line}: time >= 0, num_replicas >= 1, batch_size >= 1 required")
+        if not math.isfinite(row.submit_s) or row.submit_s < 0 or row.num_gpus < 1 or row.batch_size < 1:
+            raise InputError(
+                "workload", f"{where} line {line}: finite time >= 0, num_replicas >= 1, batch_size >= 1 required"
+            )
+        if row.batch_size > apps[row.app].max_batch_size:
+            raise InputError(
+                "workload",
+                f"{where} line {line}: batch_size {row.batch_size} > {row.app}'s maximum "
+                f"{apps[row.app].max_batch_size}",
+            )
         if row.name in seen:
             raise InputError("workload", f"{where} line {line}: job name {row.name!r} appears twice")
         seen.add(row.name)
@@ -307,8 +324,10 @@ class ElasticCluster:
 def replay(policy: str, rows: Sequence[WorkloadRow] | None = None, *, nodes: int = 16, gpus_per_node: int = 4,
            interval_s: float = 60.0) -> ElasticResult:  # fmt: skip
     """Replay ``rows`` (default: workload 6) under ``policy`` (pollux, tiresias or optimus)."""
-    if nodes < 1 or gpus_per_node < 1 or interval_s <= 0:
-        raise InputError("cluster", f"nodes ({nodes}), gpus_per_node ({gpus_per_node}) >= 1, interval_s > 0 required")
+    if nodes < 1 or gpus_per_node < 1:
+        raise InputError("cluster", f"nodes ({nodes}) and gpus_per_node ({gpus_per_node}) must be >= 1")
+    if not MIN_INTERVAL_S <= interval_s <= MAX_INTERVAL_S:  # also refuses nan
+        raise InputError("interval", f"must be {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g} s, got {interval_s}")
     cluster = ElasticCluster(policy=make_elastic_policy(policy, gpus_per_node), rows=read_workload() if rows is None else rows,
                              nodes=nodes, gpus_per_node=gpus_per_node, interval_s=interval_s)  # fmt: skip
     return cluster.run()

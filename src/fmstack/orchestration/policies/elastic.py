@@ -7,14 +7,21 @@ the caller's. Three published designs, re-implemented from their papers:
   section 4.1): a job's attained service is GPUs x time; it is demoted to the next queue when that passes the
   queue's threshold; queues are served in order, FIFO (by submission) within a queue; a job runs with exactly the
   GPUs it asked for, and a job that does not fit is skipped (lower ones may still run) and, if running, preempted.
+  Tiresias' starvation promotion (back to the top queue after waiting long) is off, as in the Pollux simulator's
+  Tiresias (``_solve_starvation = 0``).
 * :class:`OptimusGreedy` -- Optimus (Peng et al., EuroSys 2018, section 4): every job gets one GPU, then GPUs go
   one at a time to the job whose remaining time drops most with one more (its predicted remaining work at a fixed
-  batch size times its step time).
+  batch size times its step time). The Pollux simulator's Optimus also adds one gradient-accumulation step to its
+  one-GPU prediction and places the smallest jobs first; neither is done here.
 * :class:`PolluxGoodput` -- Pollux (Qiao et al., OSDI 2021, section 4.2): choose counts that maximise the power
   mean (p = -1) of the jobs' speedups, a job's speedup being its goodput on n GPUs over its goodput on a fair share
   (total GPUs / jobs), times the restart penalty ``max(age - 30 s x restarts, 0) / (age + 30 s)`` when its count
   changes. Pollux searches with a genetic algorithm; the objective is separable in the jobs, so here a dynamic
-  programme over (jobs, GPUs) finds the exact optimum of the same objective for counts.
+  programme over (jobs, GPUs) finds the exact optimum of the same objective for counts. The fair-share goodput is
+  taken at the best count up to the fair share (an app whose batch-size limit caps its GPUs below the fair share
+  would otherwise have a zero base). Differences from the Pollux simulator: there the fair-share goodput is
+  evaluated on one node (ceil(16 / 64) = 1), here on the fair share's GPUs packed on ceil(fair / GPUs per node)
+  nodes.
 """
 
 from __future__ import annotations
@@ -131,6 +138,12 @@ class PolluxGoodput:
     p: float = -1.0
     name: str = "pollux"
 
+    def __post_init__(self) -> None:
+        if not self.p < 0:
+            raise InputError("p", f"the power mean's exponent must be < 0 (Pollux uses -1), got {self.p}")
+        if self.gpus_per_node < 1:
+            raise InputError("gpus_per_node", f"must be >= 1, got {self.gpus_per_node}")
+
     def restart_factor(self, job: ElasticJob) -> float:
         return max(job.age_s - RESTART_DELAY_S * job.restarts, 0.0) / (job.age_s + RESTART_DELAY_S)
 
@@ -146,7 +159,9 @@ class PolluxGoodput:
         for j in order:
             top = min(j.max_gpus, total_gpus)
             good = np.asarray(j.goodput[: top + 1], dtype=float)
-            base = float(j.goodput[fair])
+            # goodput on a fair share; an app that cannot use that many GPUs (batch-size limit) is measured at
+            # the best count up to it, else a zero base would zero its speedups and starve it for ever
+            base = float(max(j.goodput[1 : fair + 1]))
             speedup = good / base if base > 0 else np.zeros_like(good)
             speedup[0] = 0.0
             change = np.arange(top + 1) != j.cur_gpus
