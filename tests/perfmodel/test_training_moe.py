@@ -14,6 +14,7 @@ from fmstack.perfmodel.config import TrainConfig
 from fmstack.perfmodel.efficiency import default_efficiency
 from fmstack.perfmodel.modelconsts import model_consts
 from fmstack.perfmodel.step import _elementwise_bytes_per_token_layer, step_model
+from fmstack.perfmodel.training import estimate_training
 
 
 def test_moe_memory_bound_bytes_per_token_layer(catalog: Catalog) -> None:
@@ -61,3 +62,37 @@ def test_ep_overlap_exposes_only_the_excess_over_compute(catalog: Catalog) -> No
     cols = columns_from_configs([base])
     no_col = step_model(mc, cluster, eff, replace(cols, overlap_ep=None))
     assert np.array_equal(no_col.step_s, plain.step_s)
+
+
+# Megatron-Bridge docs/training/communication-overlap.md (PR #3862, 2026-05-18): Qwen3-30B-A3B on 16 H100 (2 nodes),
+# the H100 BF16 v1 recipe (TP1 PP1 EP16, MBS 1, GBS 1024, seq 4096, grad_reduce_in_fp32=False, force-balanced,
+# dropless) with the plain all-to-all dispatcher forced (`moe_flex_dispatcher_backend None`), no CUDA graphs,
+# moe_permute_fusion off: 41.25 s per step without EP overlap, 31.31 s with it (steady mean, iterations 3-8).
+# docs/training/cuda-graphs.md (PR #3868), the same shape: CUDA graphs of attn + moe_router + moe_preprocess
+# 42.00 s vs 41.36 s eager.
+PLAIN_A2A_EP16_STEP_S = {False: 41.25, True: 31.31}
+
+
+def _plain_a2a_ep16_tokens_error(catalog: Catalog, overlap_ep: bool) -> float:
+    """Predicted over measured tokens/s - 1 (the validation's error) on the run above."""
+    cfg = TrainConfig(tp=1, pp=1, dp=16, ep=16, micro_batch=1, global_batch=1024, seq_len=4096, precision="bf16",
+                      grad_bytes=2, overlap_ep=overlap_ep)  # fmt: skip
+    est = estimate_training(catalog.model("qwen3-30b-a3b"), build_cluster(catalog, "dgx-h100", 2), cfg)
+    return PLAIN_A2A_EP16_STEP_S[overlap_ep] / est.step_time_s - 1.0
+
+
+def test_plain_alltoall_dispatcher_without_cuda_graphs_ep16(catalog: Catalog) -> None:
+    """The plain all-to-all dispatcher on H100 without CUDA graphs, predicted within the issue's 25 % (model 35.9 s
+    vs 41.25 s: +15 %). A host cost per MoE layer and micro-batch of the size T069 / T070 miss by (7-20 ms) would
+    put this run at -30 to -57 % (docs/perfmodel.md, Validation): this test keeps such a term out."""
+    err = _plain_a2a_ep16_tokens_error(catalog, overlap_ep=False)
+    assert 0.0 < err <= 0.25
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="EP overlap gain over-estimated on this run: model 1.51x, measured 1.32x (tokens/s +32 %); "
+    "docs/perfmodel.md, Validation",
+)
+def test_plain_alltoall_dispatcher_with_ep_overlap_ep16(catalog: Catalog) -> None:
+    assert abs(_plain_a2a_ep16_tokens_error(catalog, overlap_ep=True)) <= 0.25

@@ -236,7 +236,9 @@ KNOWN_MISSES = {
         "which stay at 5,810-5,984 tokens/s/GPU (26.02-26.04, GBS 1280; model +58-63 %), so this is no one-release "
         "regression; the sink + sliding-window attention runs fused (TE 2.9 with cuDNN 9.13.1), not unfused; no "
         "sourced term gives the missing ~7 ms per layer per micro-batch; the table's MBS 4 / GA 2 also contradict "
-        "its GBS 512 over dp 16 (the v0.2.0 recipe says MBS 1)"
+        "its GBS 512 over dp 16 (the v0.2.0 recipe says MBS 1); a host cost per MoE layer of that size (7.4 ms per "
+        "micro-batch) would put T071 at -35 % and a measured Qwen3-30B EP16 run on the same dispatcher without CUDA "
+        "graphs (predicted +15 %) at -30 %"
     ),
     "T070": (
         "model too fast: a tracked software regression (Megatron-Bridge issue #1998, open: Qwen3-30B-A3B 2x slower "
@@ -245,7 +247,10 @@ KNOWN_MISSES = {
         "+11 %); on 16 H100 with PP2 VP12 EP8, MBS 1, GBS 1024, 26.02 gave 5,113 (its container lacks DeepEP, release "
         "known issues; model +166 %) and 26.02.01 9,058 with the flex/DeepEP dispatcher set again (PRs #2351, "
         "#2393; model +50 %); the model has no input for the dispatcher and no sourced cost for it (model figures "
-        "for the other releases computed before the overlap slowdown, which lowers them 1-4 %)"
+        "for the other releases computed before the overlap slowdown, which lowers them 1-4 %); on 16 H100 with "
+        "EP16 and the plain dispatcher, CUDA graphs of router, preprocess and attention gave nothing (42.00 vs "
+        "41.36 s, Megatron-Bridge PR #3868) and the model is +15 % there, so no host cost per MoE layer closes this "
+        "gap (19.8 ms per layer and micro-batch would put T071 at -59 %)"
     ),
 }
 """Compared cases left out of the asserted set, each with its reason (docs/perfmodel.md, Validation)."""
