@@ -49,8 +49,9 @@ def test_attention_dp_decode_prices_experts_at_96_tokens_per_expert(catalog: Cat
     eff = 0.15 + (0.32 - 0.15) * math.log10(2 * 96 * 7168 * 2048 / 1e9)
     assert eff == pytest.approx(0.2265, abs=1e-4)
     expert_compute = flops / (9000e12 * eff)
-    expert_weights = 58 * 256 * EXPERT / 8 * (0.5 + 1 / 16) / (8000e9 * 0.8)  # every expert touched
-    assert expert_compute > expert_weights  # 7.7 ms vs 7.2 ms: compute-bound, just
+    # every expert touched; grouped GEMMs read at 0.694 of 8 TB/s (blog 24's B200 module, efficiency.yaml)
+    expert_weights = 58 * 256 * EXPERT / 8 * (0.5 + 1 / 16) / (8000e9 * 0.694)
+    assert expert_weights > expert_compute  # 8.3 ms vs 7.7 ms: weight-read bound (7.2 ms at the dense 0.8)
     # non-expert linear layers (replicated, each GPU runs 384 tokens) and the LM head
     dense_flops = 3072 * (mc.fwd_linear_per_token - mc.fwd_expert_per_token) / 8
     dense_eff = float(d.efficiency.gemm_at("fp4", 2.0 * 384 * 7168 * max(mc.ffn, mc.q_width)))
@@ -107,3 +108,70 @@ def test_moe_permutation_traffic_by_hand(catalog: Catalog) -> None:
     act = (mc.top_k + mc.shared_experts) * mc.expert_ffn
     base = tokens * mc.layers * ((8 + 12) * mc.h / 8 + 6 * act / 8) / (8000e9 * 0.8)
     assert float(step_time(adp, tokens, 2048.0).elementwise_s) == pytest.approx(base + extra, rel=1e-9)
+
+
+BLOG24_TRTLLM_GEN_US = {1: 26.78, 8: 57.68, 16: 86.55, 32: 117.20, 48: 133.54, 64: 141.68, 128: 161.87,
+                        192: 168.23, 208: 169.34, 224: 169.24, 256: 172.17}  # fmt: skip
+"""TensorRT-LLM tech blog 24 ('MoE as Dense GEMM'), 'Per-Rank MoE Module Latency', TRTLLM-Gen column: one B200,
+DeepSeek-V3 routed MoE (256 experts, top-8, hidden 7168, NVFP4) sharded TP8; tokens -> microseconds."""
+
+
+def _blog24_bytes(tokens: int) -> float:
+    """Expert weight bytes one TP8 rank reads: experts touched x 3 x 7168 x (2048 / 8) x 0.5625 B."""
+    return 256 * (1 - (1 - 8 / 256) ** tokens) * 3 * 7168 * 256 * (0.5 + 1 / 16)
+
+
+def test_moe_module_constants_reproduce_the_measured_b200_module(catalog: Catalog) -> None:
+    """24.8 us + bytes / (0.694 x 8 TB/s) is the least-squares line through blog 24's 11 sizes, within 7.2 us."""
+    from fmstack.perfmodel.inference_step import MOE_LAYER_FIXED_S
+
+    eff = default_efficiency(catalog.gpu("B200"))
+    assert eff.expert_memory == 0.694 and eff.memory == 0.8
+    bw = 8000e9 * eff.expert_memory  # 5.55 TB/s
+    for tokens, measured_us in BLOG24_TRTLLM_GEN_US.items():
+        predicted_us = (MOE_LAYER_FIXED_S + _blog24_bytes(tokens) / bw) * 1e6
+        assert abs(predicted_us - measured_us) <= 7.2, tokens
+    # the line itself, by normal equations over the 11 points: intercept 24.8 us, slope 1 / 5.55 TB/s
+    xs = [_blog24_bytes(m) for m in BLOG24_TRTLLM_GEN_US]
+    ys = [t * 1e-6 for t in BLOG24_TRTLLM_GEN_US.values()]
+    n, sx, sy = len(xs), sum(xs), sum(ys)
+    sxx, sxy = sum(x * x for x in xs), sum(x * y for x, y in zip(xs, ys, strict=True))
+    slope = (n * sxy - sx * sy) / (n * sxx - sx * sx)
+    assert (sy - slope * sx) / n == pytest.approx(MOE_LAYER_FIXED_S, abs=0.1e-6)
+    assert 1 / slope / 8000e9 == pytest.approx(eff.expert_memory, abs=0.005)
+    # Hopper has no grouped-GEMM measurement: its experts read at the dense fraction
+    hopper = default_efficiency(catalog.gpu("H100"))
+    assert hopper.grouped_memory is None and hopper.expert_memory == hopper.memory
+
+
+def test_moe_layer_fixed_time_by_hand(catalog: Catalog) -> None:
+    """58 MoE layers x 24.8 us per iteration for DeepSeek-V3 (any batch); none for a dense model."""
+    d = _dsv3(catalog, tp=8, ep=8, precision="fp4", kv_dtype="bf16", attention_dp=True)
+    for seqs in (1.0, 3072.0):
+        assert float(step_time(d, seqs, 2048.0).moe_fixed_s) == pytest.approx(58 * 24.8e-6)
+    assert "moe_layer_fixed" in step_time(d, 1.0, 2048.0).parts()
+    h100 = build_cluster(catalog, "dgx-h100", 1)
+    dense = Deployment(model=catalog.model("llama3.1-8b"), cluster=h100, efficiency=default_efficiency(h100.gpu))
+    assert float(step_time(dense, 64.0, 1024.0).moe_fixed_s) == 0.0
+
+
+BLOG18_EP8_US = {1: 49.9, 2: 49.5, 4: 49.5, 8: 49.0, 16: 51.1, 32: 50.9, 64: 56.4, 128: 69.8, 256: 103.8,
+                 512: 181.2, 1024: 341.9, 2048: 634.4}  # fmt: skip
+"""TensorRT-LLM tech blog 18 (one-sided AlltoAll over NVLink), 'ep_size=8' table: dispatch + combine latency on
+GB200 NVL72, DeepSeek-V3 profile (hidden 7168, top-8), BF16; tokens per rank -> microseconds."""
+
+
+def test_ep_exchange_reproduces_the_measured_nvlink5_dispatch_and_combine(catalog: Catalog) -> None:
+    """Two modelled all-to-alls + 40.3 us per MoE layer: within 18 % of blog 18's EP8 table at every size; the
+    40.3 us is the mean gap over 1..32 tokens, where bandwidth is negligible."""
+    from fmstack.perfmodel.inference_step import EP_EXCHANGE_FIXED_S
+
+    d = _dsv3(catalog, tp=8, ep=8, precision="fp4", kv_dtype="bf16", attention_dp=True)
+    gaps = []
+    for tokens, measured_us in BLOG18_EP8_US.items():
+        # one MoE layer: 58 MoE of 61 layers, so the per-layer exchange is ep_comm / 58 at tokens x 8 in total
+        one_layer_us = float(step_time(d, tokens * 8.0, 0.0).ep_comm_s) / 58 * 1e6
+        assert abs(one_layer_us - measured_us) <= 0.18 * measured_us, tokens
+        if tokens <= 32:
+            gaps.append(measured_us - (one_layer_us - EP_EXCHANGE_FIXED_S * 1e6))
+    assert sum(gaps) / len(gaps) == pytest.approx(EP_EXCHANGE_FIXED_S * 1e6, abs=0.1)

@@ -28,6 +28,14 @@ class Efficiency:
     attention: float
     memory: float
     source: str
+    grouped_memory: float | None = None
+    """Fraction of HBM bandwidth a grouped (routed-expert) GEMM reads its weights at, where a measurement
+    exists for the architecture (``data/efficiency.yaml``); None: the dense ``memory`` fraction."""
+
+    @property
+    def expert_memory(self) -> float:
+        """HBM fraction of the routed experts' weight reads (``grouped_memory``, else ``memory``)."""
+        return self.memory if self.grouped_memory is None else self.grouped_memory
 
     @overload
     def gemm_at(self, precision: str, flops_per_call: float) -> float: ...
@@ -65,8 +73,13 @@ def _default_for(architecture: str) -> Efficiency:
             "pass --calibration with a measured profile",
         )
     curves = {k: Curve(x=v["x"], y=v["y"]) for k, v in entry.items() if isinstance(v, dict)}
+    grouped = entry.get("grouped_memory")
     return Efficiency(
-        gemm=curves, attention=float(entry["attention"]), memory=float(entry["memory"]), source=str(entry["source"])
+        gemm=curves,
+        attention=float(entry["attention"]),
+        memory=float(entry["memory"]),
+        source=str(entry["source"]),
+        grouped_memory=None if grouped is None else float(grouped),
     )
 
 
@@ -74,7 +87,8 @@ def efficiency_from_profile(profile: CalibrationProfile, gpu: GPU) -> Efficiency
     """Measured GEMM efficiency curves (and memory bandwidth fraction) replace the defaults for ``gpu``.
 
     Precisions the profile did not measure keep their defaults; the attention fraction keeps its default
-    scaled by the measured / default GEMM plateau ratio (attention kernels are Tensor-core bound too).
+    scaled by the measured / default GEMM plateau ratio (attention kernels are Tensor-core bound too); the
+    grouped-GEMM weight-read fraction keeps its default (the profile runs no grouped GEMM).
     """
     base = default_efficiency(gpu)
     gemm = dict(base.gemm)
@@ -91,5 +105,6 @@ def efficiency_from_profile(profile: CalibrationProfile, gpu: GPU) -> Efficiency
         gemm=gemm,
         attention=min(1.0, base.attention * ratio),
         memory=memory,
+        grouped_memory=base.grouped_memory,
         source=f"calibration profile of {profile.device.name} measured {profile.measured_at:%Y-%m-%d}",
     )

@@ -40,6 +40,21 @@ LAYER_OVERHEAD_S = 8.0e-6
 """Kernel launch gaps per layer and iteration with CUDA graphs (about 8 kernels of ~1 us; fmstack default)."""
 ACT_BYTES = 2.0
 """Activations on the wire and in HBM are bf16."""
+EP_EXCHANGE_FIXED_S = 40.3e-6
+"""Fixed time of one MoE layer's expert-parallel exchange (dispatch + combine) beyond the collectives model's two
+all-to-alls: TensorRT-LLM tech blog 18 (one-sided AlltoAll over NVLink, GB200 NVL72, DeepSeek-V3 profile, EP8,
+BF16) measures dispatch + combine at 49.0-51.1 us for 1..16 tokens per rank, which the collectives model prices
+at 7.1-11.2 us; the mean gap over 1..32 tokens is 40.3 us, and with it the model is within 18 % of the measured
+table at every size 1..2048 (tested). The kernels' barriers and routing work, not bandwidth; applied to every
+EP exchange (other engines' kernels and Hopper: an assumption, no measurement found)."""
+MOE_LAYER_FIXED_S = 24.8e-6
+"""Fixed time of one MoE layer's module per iteration (router GEMM, top-k, quantisation, the two grouped GEMMs'
+launch and tail), measured: the intercept of TensorRT-LLM's NVFP4 MoE module on one B200 (tech blog 24, 'MoE as
+Dense GEMM', table 'Per-Rank MoE Module Latency', TRTLLM-Gen column; DeepSeek-V3 experts sharded TP8) fitted as
+24.8 us + touched expert bytes / 5.55 TB/s over 1..256 tokens (within 7.2 us; ``efficiency.yaml``
+``grouped_memory``). A latency of a fixed kernel sequence under CUDA graphs, applied to every MoE layer of every
+GPU (Hopper included: no Hopper measurement found). ``LAYER_OVERHEAD_S`` (the layer's other kernels) is kept:
+the two overlap by at most its 8 us."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -120,6 +135,8 @@ class StepParts:
     kv_read_s: F
     """Decode attention where reading the KV cache bounds it."""
     elementwise_s: F
+    moe_fixed_s: F
+    """Fixed time of the MoE layers' modules (``MOE_LAYER_FIXED_S`` each)."""
     tp_comm_s: F
     ep_comm_s: F
     pp_comm_s: F
@@ -133,6 +150,7 @@ class StepParts:
             "attention_compute": self.attention_s,
             "kv_cache_reads": self.kv_read_s,
             "elementwise": self.elementwise_s,
+            "moe_layer_fixed": self.moe_fixed_s,
             "tp_all_reduce": self.tp_comm_s,
             "ep_all_to_all": self.ep_comm_s,
             "pp_send_recv": self.pp_comm_s,
@@ -231,6 +249,7 @@ def step_time(
     p, p_ctx, p_seqs = _f(prefill_tokens), _f(prefill_token_ctx), _f(prefill_seqs)
     tp, pp = float(d.tp), float(d.pp)
     hbm = gpu.hbm_bw_gbps * 1e9 * eff.memory
+    expert_hbm = gpu.hbm_bw_gbps * 1e9 * eff.expert_memory  # grouped GEMMs read weights slower (measured, B200)
     peak = d.peak_linear_flops()
     peak_attn = gpu.bf16_dense_tflops * 1e12 * eff.attention
     layers = mc.layers / pp  # per stage
@@ -267,7 +286,7 @@ def step_time(
         (dense_params_layer - attn_params_layer) * wbytes + attn_params_layer * WEIGHT_BYTES[attn_prec]
     ) / ta + (head_params * 2.0 / ta if d.pp == 1 else head_params * 2.0 / ta / pp)
     dense_weights = dense_bytes / hbm
-    expert_weights = layers * moe_frac * expert_params_layer * touched / tp * wbytes / hbm
+    expert_weights = layers * moe_frac * expert_params_layer * touched / tp * wbytes / expert_hbm
     gemm = np.where(dense_gemm >= dense_weights, dense_gemm, 0.0) + np.where(
         expert_gemm >= expert_weights, expert_gemm, 0.0
     )
@@ -289,6 +308,7 @@ def step_time(
     act_width = mc.ffn if mc.experts == 0 else (mc.top_k + mc.shared_experts) * mc.expert_ffn
     elem_bytes = (8.0 * mc.h + 12.0 * mc.h) / dp + 6.0 * act_width / tp + moe_permute_bytes(d) * moe_frac
     elementwise = tok * layers * elem_bytes / hbm
+    moe_fixed = np.full_like(tok, layers * moe_frac * MOE_LAYER_FIXED_S if mc.experts > 0 else 0.0)
 
     gpd = d.cluster.gpus_per_domain
     act = tok * mc.h * ACT_BYTES
@@ -297,7 +317,7 @@ def step_time(
     ep_comm = np.zeros_like(tok)
     if d.ep > 1:
         a2a = tok / tp * mc.top_k * mc.h * ACT_BYTES
-        ep_comm = 2.0 * layers * moe_frac * _comm_lookup(d, "all_to_all", a2a)
+        ep_comm = layers * moe_frac * (2.0 * _comm_lookup(d, "all_to_all", a2a) + EP_EXCHANGE_FIXED_S)
     pp_comm = np.zeros_like(tok)
     if d.pp > 1:
         cross = d.tp * d.pp > gpd
@@ -310,6 +330,7 @@ def step_time(
         "attention": pre_attn + np.where(dec_compute >= dec_mem, dec_compute, 0.0),
         "kv": np.where(dec_compute >= dec_mem, 0.0, dec_mem),
         "elementwise": elementwise,
+        "moe_fixed": moe_fixed,
         "tp": tp_comm,
         "ep": ep_comm,
         "pp": pp_comm,
@@ -323,6 +344,7 @@ def step_time(
         attention_s=scaled["attention"],
         kv_read_s=scaled["kv"],
         elementwise_s=scaled["elementwise"],
+        moe_fixed_s=scaled["moe_fixed"],
         tp_comm_s=scaled["tp"],
         ep_comm_s=scaled["ep"],
         pp_comm_s=scaled["pp"],
@@ -337,6 +359,7 @@ BOTTLENECK_LABELS = {
     "attention_compute": "attention FLOPs",
     "kv_cache_reads": "HBM bandwidth reading the KV cache",
     "elementwise": "memory-bound elementwise kernels",
+    "moe_layer_fixed": "fixed latency of the MoE layers' router, top-k and grouped-GEMM kernels",
     "tp_all_reduce": "tensor-parallel all-reduce on {link}",
     "ep_all_to_all": "expert-parallel all-to-all on {link}",
     "pp_send_recv": "pipeline send/recv on {link}",
