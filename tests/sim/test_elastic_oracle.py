@@ -122,21 +122,28 @@ def test_pollux_exponent_must_be_negative() -> None:
         PolluxGoodput(p=1.0)
 
 
+HEADER = "name,time,application,num_replicas,batch_size\n"
+
+
+@pytest.mark.parametrize(
+    ("rows", "match"),
+    [
+        ("a,0,cifar10,2,256\nb,x,cifar10,1,128\n", r"w\.csv line 3"),
+        ("a,0,cifar10,2,256\na,1,cifar10,1,128\n", "'a' appears twice"),
+        ("", "no jobs"),
+        ("a,0,cifar10,1,100000000\n", r"line 2: batch_size 100000000 > cifar10's maximum"),
+    ],
+)
+def test_bad_workload_rows(tmp_path: Path, rows: str, match: str) -> None:
+    bad = tmp_path / "w.csv"
+    bad.write_text(HEADER + rows)
+    with pytest.raises(InputError, match=match):
+        read_workload(bad)
+
+
 def test_bad_inputs(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="unknown elastic policy"):
         make_elastic_policy("lottery")
-    bad = tmp_path / "w.csv"
-    bad.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,2,256\nb,x,cifar10,1,128\n")
-    with pytest.raises(InputError, match=r"w\.csv line 3"):
-        read_workload(bad)
-    dup = tmp_path / "dup.csv"
-    dup.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,2,256\na,1,cifar10,1,128\n")
-    with pytest.raises(InputError, match="'a' appears twice"):
-        read_workload(dup)
-    empty = tmp_path / "empty.csv"
-    empty.write_text("name,time,application,num_replicas,batch_size\n")
-    with pytest.raises(InputError, match="no jobs"):
-        read_workload(empty)
     with pytest.raises(InputError, match="nodes"):
         replay("pollux", nodes=0)
     with pytest.raises(InputError, match="interval"):
@@ -146,13 +153,9 @@ def test_bad_inputs(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not UTF-8"):
         read_workload(binary)
     bom = tmp_path / "bom.csv"
-    bom.write_text("\ufeffname,time,application,num_replicas,batch_size\na,0,cifar10,1,128\n", encoding="utf-8")
+    bom.write_text("\ufeff" + HEADER + "a,0,cifar10,1,128\n", encoding="utf-8")
     assert read_workload(bom)[0].name == "a"
-    huge = tmp_path / "huge.csv"
-    huge.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,1,100000000\n")
-    with pytest.raises(InputError, match=r"line 2: batch_size 100000000 > cifar10's maximum"):
-        read_workload(huge)
     big = tmp_path / "big.csv"
-    big.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,128,4096\n")
+    big.write_text(HEADER + "a,0,cifar10,128,4096\n")
     with pytest.raises(InputError, match="128 GPUs > cluster 64"):
         replay("tiresias", read_workload(big))

@@ -26,6 +26,8 @@ from importlib.resources import files
 
 import numpy as np
 
+from fmstack.perfmodel.num import Num, maximum, where
+
 BSZ_CANDIDATES = 50
 """Total batch sizes tried, geometrically spaced, when a job picks its batch size (as Pollux's optimiser)."""
 
@@ -61,17 +63,20 @@ class AppModel:
     def compute_s(self, atomic_bsz: float) -> float:
         return self.alpha_c + self.beta_c * atomic_bsz
 
+    def _step(self, nodes: Num, replicas: Num, atomic_bsz: Num, accum_steps: Num) -> Num:
+        """The step-time model on numbers (a job's step) or broadcast arrays (the batch-size search's candidate grid):
+        one formula for both (:mod:`fmstack.perfmodel.num` keeps numbers out of NumPy in the replay's hot loop)."""
+        compute = self.alpha_c + self.beta_c * atomic_bsz
+        extra = maximum(replicas - 2, 0.0)
+        net = where(
+            nodes > 1, self.alpha_n + self.beta_n * extra, where(replicas > 1, self.alpha_r + self.beta_r * extra, 0.0)
+        )
+        g = self.gamma
+        return (compute**g + net**g) ** (1.0 / g) + accum_steps * compute
+
     def step_s(self, nodes: int, replicas: int, atomic_bsz: float, accum_steps: int = 0) -> float:
         """Wall time of one optimizer step (with ``accum_steps`` extra accumulation passes)."""
-        compute = self.compute_s(atomic_bsz)
-        if nodes > 1:
-            net = self.alpha_n + self.beta_n * max(replicas - 2, 0)
-        elif replicas > 1:
-            net = self.alpha_r + self.beta_r * max(replicas - 2, 0)
-        else:
-            net = 0.0
-        g = self.gamma
-        return float((compute**g + net**g) ** (1.0 / g)) + accum_steps * compute
+        return float(self._step(float(nodes), float(replicas), atomic_bsz, float(accum_steps)))
 
     def _interp(self, table: dict[int, tuple[float, ...]], batch_size: float, epoch: int) -> float:
         sizes = self.batch_sizes
@@ -91,10 +96,13 @@ class AppModel:
         """Steps at ``batch_size`` to complete epochs 0..``epoch`` (Optimus' remaining-work estimate)."""
         return self._interp(self.iterations, batch_size, epoch)
 
-    def gain(self, batch_size: float, sqr: float, var: float) -> float:
+    def gain(self, batch_size: Num, sqr: float, var: float) -> Num:
+        """Initial-batch steps of progress per step at ``batch_size`` (a number, or an array where var + sqr > 0)."""
         scale = batch_size / self.init_batch_size
         denom = var / scale + sqr
-        return (var + sqr) / denom if denom > 0 else 1.0
+        if isinstance(denom, float) and denom <= 0:
+            return 1.0
+        return (var + sqr) / denom
 
     def fixed_config(self, batch_size: int, replicas: int) -> tuple[int, int]:
         """(atomic_bsz, accum_steps) running a fixed total ``batch_size`` on ``replicas`` GPUs (the simulator's rule:
@@ -121,17 +129,7 @@ class AppModel:
         accum = np.ceil(local / self.max_local_bsz - 1e-8) - 1
         accum = np.where((n == 1) & (local > self.init_batch_size + 1e-8), np.maximum(accum, 1), accum)
         atomic = np.ceil(local / (accum + 1) - 1e-8)
-        compute = self.alpha_c + self.beta_c * atomic
-        extra = np.maximum(n - 2, 0)
-        net = np.where(
-            nodes[:, None] > 1,
-            self.alpha_n + self.beta_n * extra,
-            np.where(n > 1, self.alpha_r + self.beta_r * extra, 0),
-        )
-        g = self.gamma
-        step = (compute**g + net**g) ** (1.0 / g) + accum * compute
-        scale = n * atomic * (accum + 1) / self.init_batch_size
-        good = (var + sqr) / (var / scale + sqr) / step
+        good = self.gain(n * atomic * (accum + 1), sqr, var) / self._step(nodes[:, None], n, atomic, accum)
         ok = (atomic >= self.min_local_bsz) & (atomic <= self.max_local_bsz) & (lo <= self.max_batch_size)
         return np.where(ok, good, 0.0), atomic, accum
 
