@@ -96,13 +96,13 @@ class AppModel:
         """Steps at ``batch_size`` to complete epochs 0..``epoch`` (Optimus' remaining-work estimate)."""
         return self._interp(self.iterations, batch_size, epoch)
 
-    def gain(self, batch_size: Num, sqr: float, var: float) -> Num:
-        """Initial-batch steps of progress per step at ``batch_size`` (a number, or an array where var + sqr > 0)."""
-        scale = batch_size / self.init_batch_size
-        denom = var / scale + sqr
-        if isinstance(denom, float) and denom <= 0:
-            return 1.0
-        return (var + sqr) / denom
+    def _gain(self, batch_size: Num, sqr: float, var: float) -> Num:
+        """Statistical efficiency on a number or an array of batch sizes (``gain`` without its zero guard)."""
+        return (var + sqr) / (var / (batch_size / self.init_batch_size) + sqr)
+
+    def gain(self, batch_size: float, sqr: float, var: float) -> float:
+        """Initial-batch steps of progress per step at ``batch_size`` (1 where the statistics are all zero)."""
+        return float(self._gain(batch_size, sqr, var)) if var / (batch_size / self.init_batch_size) + sqr > 0 else 1.0
 
     def fixed_config(self, batch_size: int, replicas: int) -> tuple[int, int]:
         """(atomic_bsz, accum_steps) running a fixed total ``batch_size`` on ``replicas`` GPUs (the simulator's rule:
@@ -129,7 +129,7 @@ class AppModel:
         accum = np.ceil(local / self.max_local_bsz - 1e-8) - 1
         accum = np.where((n == 1) & (local > self.init_batch_size + 1e-8), np.maximum(accum, 1), accum)
         atomic = np.ceil(local / (accum + 1) - 1e-8)
-        good = self.gain(n * atomic * (accum + 1), sqr, var) / self._step(nodes[:, None], n, atomic, accum)
+        good = self._gain(n * atomic * (accum + 1), sqr, var) / self._step(nodes[:, None], n, atomic, accum)
         ok = (atomic >= self.min_local_bsz) & (atomic <= self.max_local_bsz) & (lo <= self.max_batch_size)
         return np.where(ok, good, 0.0), atomic, accum
 
