@@ -37,7 +37,10 @@ class GPU(Entry):
     fp4_dense_tflops: float | None = Field(default=None, gt=0)
     tf32_dense_tflops: float | None = Field(default=None, gt=0)
     fp32_tflops: float | None = Field(default=None, gt=0)
-    hbm_gb: float = Field(gt=0)
+    hbm_gb: float = Field(gt=0, description="marketed HBM capacity in GB")
+    hbm_total_mib: float | None = Field(
+        default=None, gt=0, description="total device memory as NVML / nvidia-smi reports it, MiB"
+    )
     hbm_type: str
     hbm_bw_tbps: float = Field(gt=0, description="HBM bandwidth in TB/s (1e12 bytes/s)")
     nvlink_generation: int | None = None
@@ -46,6 +49,13 @@ class GPU(Entry):
 
     @property
     def hbm_gib(self) -> float:
+        """Device memory in GiB: what NVML reports where known, else the marketed GB converted.
+
+        Marketed sizes are not SI gigabytes: an "80 GB" H100 has 81,559 MiB (79.6 GiB, 85.5 GB), so
+        converting 80 GB would lose 5 GiB of a GPU that training plans fill to the last GiB.
+        """
+        if self.hbm_total_mib is not None:
+            return self.hbm_total_mib / 1024.0
         return self.hbm_gb * GIB_PER_GB
 
     @property

@@ -35,6 +35,14 @@ MODEL_NAMES = {
     "Qwen3 235B-A22B (MoE)": "qwen3-235b-a22b", "DeepSeek-V3 (w/o MTP)": "deepseek-v3",
 }  # fmt: skip
 
+MEGATRON_BRIDGE_25_11 = "25.11 NeMo container"
+"""Rows of the Megatron-Bridge 25.11 table, measured with the performance recipes of Megatron-Bridge 0.2.0
+(docs/releases/software-versions.md of v0.2.0: NeMo Framework 25.11 = Megatron-Bridge 0.2.0)."""
+BF16_GRADS_25_11 = (
+    "gradients kept and reduced in bf16: grad_reduce_in_fp32 = False in every Megatron-Bridge 0.2.0 performance "
+    "recipe (scripts/performance/configs/*/*_llm_pretrain.py)"
+)
+
 DEFAULT_SEQ_LEN_TORCHTITAN = 8192
 """torchtitan's train_configs default sequence length (the rows' notes say the table does not restate it)."""
 
@@ -137,13 +145,16 @@ def case_config(row: dict[str, str], model: ModelArch, assumptions: list[str]) -
     korthikanti_baseline = year == 2022 and recompute == "full"
     sp = tp > 1 and not megatron_2021 and not korthikanti_baseline
     fsdp = "FSDP" in notes and "FSDP=0" not in notes
+    bf16_grads = "grad_reduce_in_fp32=False" in notes or MEGATRON_BRIDGE_25_11 in row["source"]
+    if bf16_grads and "grad_reduce_in_fp32=False" not in notes:
+        assumptions.append(BF16_GRADS_25_11)
     sharding = "fsdp" if fsdp else ("none" if year <= 2022 else "zero1")
     return TrainConfig(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sequence_parallel=sp, virtual_stages=vp if pp > 1 else 1,
         micro_batch=mb, global_batch=gb, seq_len=seq, precision=precision,  # type: ignore[arg-type]
         recompute=recompute,  # type: ignore[arg-type]
         sharding=sharding,  # type: ignore[arg-type]
-        grad_bytes=2 if "grad_reduce_in_fp32=False" in notes else 4,
+        grad_bytes=2 if bf16_grads else 4,
         overlap_dp=year >= 2023, overlap_tp="AsyncTP" in notes, overlap_ep="moe_a2a_overlap=True" in notes,
         flash_attention=year >= 2023,
     )  # fmt: skip
