@@ -246,9 +246,9 @@ def describe_config(c: TrainConfig) -> str:
         parts.append(f"ep{c.ep}")
     if c.virtual_stages > 1:
         parts.append(f"v{c.virtual_stages}")
-    recompute = c.recompute + (f"[{','.join(c.recompute_modules)}]" if c.recompute_modules else "")
+    recompute = c.recompute + (f"({','.join(c.recompute_modules)})" if c.recompute_modules else "")
     if c.recompute_layers:
-        recompute += f" full{c.recompute_layers}"
+        recompute += f"+full{c.recompute_layers}"
     parts += [f"mb{c.micro_batch}", f"gb{c.global_batch}", c.precision, recompute, c.sharding]
     if c.sequence_parallel:
         parts.append("sp")
