@@ -7,7 +7,9 @@ per layer, bytes per token = R + P / t (+ the s^2 attention part / t), with
   P = 2q + 2*2kv + 2v (Q, K, V, projection input) + MLP (GELU 4f, SwiGLU 6f) -> 24h for GPT,
   s^2 part = a s (2 softmax + 1 mask + 2 dropout) -> 5as for GPT; 0 with FlashAttention.
 Sequence parallelism divides R by t too (34h/t for GPT); selective recompute drops the s^2 part; full
-recompute keeps only each layer's input (2h, /t with SP). The first pipeline stage holds min(p, m)
+recompute keeps only each layer's input (2h, /t with SP). Tensor by tensor, FP8's 1 B saved Linear inputs
+and Megatron-Core's selective recompute modules / N fully recomputed layers: :func:`activation_bytes_per_token_layer`
+and :mod:`fmstack.perfmodel.recompute`. The first pipeline stage holds min(p, m)
 micro-batches in flight (1F1B), times (1 + (p-1)/(p v)) with v interleaved chunks (Korthikanti sec. 4.2.3).
 Mixed-precision Adam keeps 2 B weights, ``grad_bytes`` gradients and 12 B of fp32 master weights and
 moments per parameter (Rajbhandari et al. 2020, ZeRO, sec. 3.1), sharded by ZeRO stage over the data-
