@@ -68,6 +68,19 @@ BAD_ARGV += [
      "calibration"),
 ]  # fmt: skip
 
+_EST_RC = ["estimate", "train", "--instance", "p5.48xlarge", "--model"]
+BAD_ARGV += [
+    ([*_EST_RC, "llama3.1-8b", "--recompute-modules", "layernorm,attn"], "'attn' unknown; allowed: core_attn"),
+    ([*_EST_RC, "llama3.1-8b", "--recompute-modules", "moe_act"], "moe_act needs an MoE model"),
+    ([*_EST_RC, "llama3.1-8b", "--recompute-modules", "mla_up_proj"], "mla_up_proj needs multi-head latent"),
+    ([*_EST_RC, "qwen3-30b-a3b", "--ep", "8", "--recompute-modules", "shared_experts"], "has no shared experts"),
+    ([*_EST_RC, "llama3.1-8b", "--recompute", "full", "--recompute-modules", "mlp"], "need recompute=selective"),
+    ([*_EST_RC, "llama3.1-8b", "--recompute", "none", "--recompute-modules", "mlp"], "need recompute=selective"),
+    ([*_EST_RC, "llama3.1-8b", "--recompute-layers", "-1"], "recompute_layers: must be between 0 and"),
+    ([*_EST_RC, "llama3.1-8b", "--recompute-layers", "33"], "= 32; got 33"),
+    ([*_EST_RC, "llama3.1-8b", "--recompute", "full", "--recompute-layers", "4"], "recompute=full already"),
+]  # fmt: skip
+
 BAD_FILES.update(
     {
         "obs_signals_unknown.json": '{"node": "n1", "xids": [79], "colour": "red"}',

@@ -29,7 +29,11 @@ CASES = [
     ("qwen3-30b-a3b", 8, T(ep=8, dp=64, sharding="fsdp", global_batch=512, seq_len=4096, overlap_ep=True)),
     ("deepseek-v3", 256, T(pp=16, ep=64, dp=128, global_batch=4096, seq_len=4096, precision="fp8", virtual_stages=2)),
     ("deepseek-v3", 256, T(tp=2, pp=8, ep=32, etp=2, dp=128, global_batch=4096, seq_len=4096, recompute="full")),
-]
+    ("qwen3-30b-a3b", 8, T(ep=8, dp=64, global_batch=512, seq_len=4096, precision="fp8", recompute="selective",
+                           recompute_modules=("layernorm", "moe_act"))),
+    ("deepseek-v3", 256, T(pp=16, ep=64, dp=128, global_batch=4096, seq_len=4096, recompute="selective",
+                           recompute_modules=("moe_act", "mla_up_proj"), recompute_layers=2)),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("model", "nodes", "cfg"), CASES)

@@ -12,7 +12,13 @@ from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import build_cluster, resolve_instance
 from fmstack.cli.common import catalog_option, console, json_option, parts_table, print_json
 from fmstack.errors import InputError
-from fmstack.perfmodel.config import PRECISION_CHOICES, RECOMPUTE_CHOICES, SHARDING_CHOICES, fill_defaults
+from fmstack.perfmodel.config import (
+    PRECISION_CHOICES,
+    RECOMPUTE_CHOICES,
+    RECOMPUTE_MODULES,
+    SHARDING_CHOICES,
+    fill_defaults,
+)
 from fmstack.perfmodel.training import TrainingEstimate, estimate_training
 
 TRAIN_EXAMPLE = """Example:
@@ -98,6 +104,15 @@ def resolve_nodes(nodes: int | None, gpus: int | None, gpus_per_node: int) -> in
 @click.option("--seq-len", type=int, default=None, help="Sequence length in tokens [2048].")
 @click.option("--precision", type=_choice(PRECISION_CHOICES), default=None, help="Linear-layer precision [bf16].")
 @click.option("--recompute", type=_choice(RECOMPUTE_CHOICES), default=None, help="Activation recomputation [none].")
+@click.option(
+    "--recompute-modules",
+    default=None,
+    help="Megatron-Core selective recompute modules, comma-separated (implies --recompute selective): "
+    f"{', '.join(RECOMPUTE_MODULES)} [core_attn].",
+)
+@click.option(
+    "--recompute-layers", type=int, default=None, help="Fully recompute the first N layers of each pipeline chunk [0]."
+)
 @click.option("--sharding", type=_choice(SHARDING_CHOICES), default=None, help="ZeRO / FSDP sharding [zero1].")
 @click.option("--overlap-dp/--no-overlap-dp", default=None, help="Overlap DP communication [on].")
 @click.option("--overlap-tp/--no-overlap-tp", default=None, help="Overlap TP communication [off].")
@@ -138,6 +153,9 @@ def train_cmd(
     arch = cat.model(model)
     inst_gpus = _gpus_per_node(cat, instance)
     cluster = build_cluster(cat, instance, resolve_nodes(nodes, gpus, inst_gpus))
+    modules = degrees.pop("recompute_modules")
+    if modules is not None:
+        degrees["recompute_modules"] = tuple(m.strip() for m in modules.split(",") if m.strip())
     cfg = fill_defaults(cluster.num_gpus, degrees)
     efficiency = None
     if calibration is not None:
@@ -176,10 +194,13 @@ def _gpus_per_node(cat: Any, instance: str) -> int:
 def render_estimate(est: TrainingEstimate, data: dict[str, Any]) -> None:
     c = est.config
     out = console()
+    recompute = c.recompute + (f" ({', '.join(c.recompute_modules)})" if c.recompute_modules else "")
+    if c.recompute_layers:
+        recompute += f" + full on {c.recompute_layers} layers per chunk"
     out.print(
         f"[bold]{est.model}[/] on {est.num_gpus} x {est.instance} GPUs: tp {c.tp} pp {c.pp}"
         f"{f' (v{c.virtual_stages})' if c.virtual_stages > 1 else ''} dp {c.dp} cp {c.cp} ep {c.ep}, "
-        f"mb {c.micro_batch} x gb {c.global_batch} x seq {c.seq_len}, {c.precision}, recompute {c.recompute}, "
+        f"mb {c.micro_batch} x gb {c.global_batch} x seq {c.seq_len}, {c.precision}, recompute {recompute}, "
         f"{c.sharding}{', sp' if c.sequence_parallel else ''}"
     )
     out.print(parts_table("step breakdown", "part of the step", est.parts_s, est.step_time_s))

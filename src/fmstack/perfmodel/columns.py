@@ -15,7 +15,13 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from fmstack.perfmodel.config import PRECISION_CHOICES, RECOMPUTE_CHOICES, SHARDING_CHOICES, TrainConfig
+from fmstack.perfmodel.config import (
+    PRECISION_CHOICES,
+    RECOMPUTE_CHOICES,
+    RECOMPUTE_MODULES,
+    SHARDING_CHOICES,
+    TrainConfig,
+)
 from fmstack.perfmodel.num import Num
 
 F = NDArray[np.float64]
@@ -30,6 +36,8 @@ _CODES: dict[str, dict[Any, int]] = {
     "recompute": RECOMPUTE_CODE,
     "sharding": SHARDING_CODE,
 }
+RECOMPUTE_MODULE_BIT = {name: float(2**i) for i, name in enumerate(RECOMPUTE_MODULES)}
+"""Bit of each recompute module in the ``rc_modules`` column (a sum of bits)."""
 _FLAGS = frozenset({"sp", "overlap_dp", "overlap_tp", "flash", "overlap_ep"})
 
 CONFIG_FIELDS = {
@@ -37,7 +45,8 @@ CONFIG_FIELDS = {
     "vpp": "virtual_stages", "mb": "micro_batch", "gb": "global_batch", "seq": "seq_len", "precision": "precision",
     "recompute": "recompute", "sharding": "sharding", "hsdp": "hsdp_shard_size", "overlap_dp": "overlap_dp",
     "overlap_tp": "overlap_tp", "flash": "flash_attention", "grad_bytes": "grad_bytes",
-    "reduce_bytes": "reduce_bytes", "overlap_ep": "overlap_ep",
+    "reduce_bytes": "reduce_bytes", "rc_modules": "recompute_modules", "rc_layers": "recompute_layers",
+    "overlap_ep": "overlap_ep",
 }  # fmt: skip
 """Column name -> TrainConfig field (categorical ones as codes, flags as 0 / 1)."""
 
@@ -66,6 +75,10 @@ class Columns(Generic[V]):
     flash: V
     grad_bytes: V
     reduce_bytes: V
+    rc_modules: V
+    """Sum of the RECOMPUTE_MODULE_BIT of the config's recompute_modules (0: none given)."""
+    rc_layers: V
+    """recompute_layers: fully recomputed layers at the start of every pipeline chunk."""
     overlap_ep: V | None = field(default=None)
     """1 where the EP all-to-all overlaps another micro-batch's compute; None (the planner's columns) = all 0."""
 
@@ -80,7 +93,9 @@ class Columns(Generic[V]):
             if column is None:  # overlap_ep of the planner's columns: the default
                 continue
             x = column[i]
-            if col in _CODES:
+            if col == "rc_modules":
+                values[name] = modules_of(float(x))
+            elif col in _CODES:
                 values[name] = {v: k for k, v in _CODES[col].items()}[int(x)]
             else:
                 values[name] = bool(x) if col in _FLAGS else int(x)
@@ -96,8 +111,17 @@ def columns_of(c: TrainConfig) -> Columns[float]:
     values: dict[str, float] = {}
     for col, name in CONFIG_FIELDS.items():
         value = getattr(c, name)
-        values[col] = float(_CODES[col][value]) if col in _CODES else float(value)
+        if col == "rc_modules":
+            values[col] = sum(RECOMPUTE_MODULE_BIT.get(m, 0.0) for m in set(value))
+        else:
+            values[col] = float(_CODES[col][value]) if col in _CODES else float(value)
     return Columns(**values)
+
+
+def modules_of(mask: float) -> tuple[str, ...]:
+    """The recompute module names of an ``rc_modules`` value, in RECOMPUTE_MODULES order."""
+    bits = int(mask)
+    return tuple(name for i, name in enumerate(RECOMPUTE_MODULES) if bits >> i & 1)
 
 
 def columns_from_configs(configs: Sequence[TrainConfig]) -> Columns[F]:

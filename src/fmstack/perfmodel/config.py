@@ -20,6 +20,18 @@ Schedule = Literal["1f1b", "interleaved"]
 RECOMPUTE_CHOICES: tuple[Recompute, ...] = ("none", "selective", "full")
 PRECISION_CHOICES: tuple[Precision, ...] = ("bf16", "fp16", "fp8")
 SHARDING_CHOICES: tuple[Sharding, ...] = ("none", "zero1", "zero2", "zero3", "fsdp", "hsdp")
+RECOMPUTE_MODULES: tuple[str, ...] = (
+    "core_attn",
+    "layernorm",
+    "moe_act",
+    "mla_up_proj",
+    "mlp",
+    "moe",
+    "shared_experts",
+)
+"""Megatron-Core ``recompute_modules`` (``TransformerConfig``, with ``recompute_granularity="selective"``) that
+the memory and time model express; the order gives each its bit in the planner's ``rc_modules`` column."""
+_MOE_MODULES = ("moe_act", "moe", "shared_experts")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -50,6 +62,14 @@ class TrainConfig:
     precision: Precision = "bf16"
     """Compute precision of the linear layers; fp8 keeps attention, norms and optimizer in bf16/fp32."""
     recompute: Recompute = "none"
+    """none; selective (Megatron ``recompute_granularity="selective"``: the modules of ``recompute_modules``, by
+    default the attention core, Korthikanti et al. 2022); full (every layer keeps only its input)."""
+    recompute_modules: tuple[str, ...] = ()
+    """With recompute=selective: Megatron-Core ``recompute_modules`` (:data:`RECOMPUTE_MODULES`); empty = Megatron's
+    default ``["core_attn"]``."""
+    recompute_layers: int = 0
+    """Fully recompute the first N layers of every pipeline chunk (Megatron ``recompute_granularity="full"``,
+    ``recompute_method="block"``, ``recompute_num_layers=N``); the other layers follow ``recompute``."""
     sharding: Sharding = "zero1"
     """Optimizer / gradient / parameter sharding over the data-parallel group (zero1 = distributed optimizer)."""
     hsdp_shard_size: int = 8
@@ -99,6 +119,7 @@ def validate_config(cfg: TrainConfig, model: ModelArch, num_gpus: int) -> None:
         raise InputError("recompute", f"{cfg.recompute!r} unknown; allowed: {', '.join(RECOMPUTE_CHOICES)}")
     if cfg.sharding not in SHARDING_CHOICES:
         raise InputError("sharding", f"{cfg.sharding!r} unknown; allowed: {', '.join(SHARDING_CHOICES)}")
+    _validate_recompute(cfg, model)
     product = cfg.num_gpus
     if product != num_gpus:
         raise InputError(
@@ -154,6 +175,39 @@ def validate_config(cfg: TrainConfig, model: ModelArch, num_gpus: int) -> None:
         )
 
 
+def _validate_recompute(cfg: TrainConfig, model: ModelArch) -> None:
+    """recompute_modules and recompute_layers: known names, the model has what they recompute, in range."""
+    for name in cfg.recompute_modules:
+        if name not in RECOMPUTE_MODULES:
+            raise InputError("recompute_modules", f"{name!r} unknown; allowed: {', '.join(RECOMPUTE_MODULES)}")
+    if cfg.recompute_modules and cfg.recompute != "selective":
+        raise InputError(
+            "recompute_modules",
+            f"{','.join(cfg.recompute_modules)} need recompute=selective (Megatron recompute_granularity"
+            f"='selective'), got recompute={cfg.recompute}",
+        )
+    if "mla_up_proj" in cfg.recompute_modules and model.mla is None:
+        raise InputError("recompute_modules", f"mla_up_proj needs multi-head latent attention; {model.name} has none")
+    for name in _MOE_MODULES:
+        if name in cfg.recompute_modules and model.moe is None:
+            raise InputError("recompute_modules", f"{name} needs an MoE model; {model.name} is dense")
+    if "shared_experts" in cfg.recompute_modules and model.moe is not None and not model.moe.num_shared_experts:
+        raise InputError("recompute_modules", f"shared_experts: {model.name} has no shared experts")
+    per_chunk = -(-model.num_layers // (cfg.pp * cfg.virtual_stages))
+    if cfg.recompute_layers < 0 or cfg.recompute_layers > per_chunk:
+        raise InputError(
+            "recompute_layers",
+            f"must be between 0 and the layers of one pipeline chunk, ceil(num_layers({model.num_layers}) / "
+            f"(pp({cfg.pp}) * virtual_stages({cfg.virtual_stages}))) = {per_chunk}; got {cfg.recompute_layers}",
+        )
+    if cfg.recompute_layers and cfg.recompute == "full":
+        raise InputError(
+            "recompute_layers",
+            f"recompute=full already recomputes every layer; recompute_layers({cfg.recompute_layers}) fully "
+            "recomputes the first N layers of each pipeline chunk, the others follow recompute none or selective",
+        )
+
+
 def fill_defaults(num_gpus: int, given: dict[str, object]) -> TrainConfig:
     """A TrainConfig from the degrees a user gave; what is left out defaults sensibly.
 
@@ -162,6 +216,8 @@ def fill_defaults(num_gpus: int, given: dict[str, object]) -> TrainConfig:
     25 % (m = 4 p), i.e. dp * micro_batch * 4 * pp sequences.
     """
     values = {k: v for k, v in given.items() if v is not None}
+    if values.get("recompute_modules"):
+        values.setdefault("recompute", "selective")  # modules are Megatron's selective granularity
     tp = int(values.get("tp", 1))  # type: ignore[call-overload]
     pp = int(values.get("pp", 1))  # type: ignore[call-overload]
     cp = int(values.get("cp", 1))  # type: ignore[call-overload]
@@ -190,7 +246,10 @@ def describe_config(c: TrainConfig) -> str:
         parts.append(f"ep{c.ep}")
     if c.virtual_stages > 1:
         parts.append(f"v{c.virtual_stages}")
-    parts += [f"mb{c.micro_batch}", f"gb{c.global_batch}", c.precision, c.recompute, c.sharding]
+    recompute = c.recompute + (f"({','.join(c.recompute_modules)})" if c.recompute_modules else "")
+    if c.recompute_layers:
+        recompute += f"+full{c.recompute_layers}"
+    parts += [f"mb{c.micro_batch}", f"gb{c.global_batch}", c.precision, recompute, c.sharding]
     if c.sequence_parallel:
         parts.append("sp")
     if c.overlap_ep:

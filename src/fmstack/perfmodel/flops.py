@@ -63,6 +63,19 @@ def layer_flops(m: ModelArch, *, moe_layer: bool) -> LayerFlops:
     return LayerFlops(qkv=qkv, attn_out=2.0 * out_proj, attn_core_per_seq_token=core, mlp=mlp, router=router)
 
 
+def mla_up_proj_flops(m: ModelArch) -> float:
+    """Forward FLOPs per token of one layer's MLA up-projections: what Megatron-Core's ``mla_up_proj`` recompute
+    runs again (``multi_latent_attention.py``, ``qkv_up_proj_and_rope_apply``: ``linear_q_up_proj`` from the
+    q latent, or ``linear_q_proj`` from the hidden state without one, and ``linear_kv_up_proj``); 0 without MLA."""
+    if m.mla is None:
+        return 0.0
+    a = m.mla
+    q_in = a.q_lora_rank if a.q_lora_rank is not None else m.hidden_size
+    q = q_in * m.num_heads * (a.qk_nope_head_dim + a.qk_rope_head_dim)
+    kv = a.kv_lora_rank * m.num_heads * (a.qk_nope_head_dim + a.v_head_dim)
+    return 2.0 * float(q + kv)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ModelFlops:
     """Forward FLOPs per token of the whole model at a context length."""

@@ -7,7 +7,9 @@ per layer, bytes per token = R + P / t (+ the s^2 attention part / t), with
   P = 2q + 2*2kv + 2v (Q, K, V, projection input) + MLP (GELU 4f, SwiGLU 6f) -> 24h for GPT,
   s^2 part = a s (2 softmax + 1 mask + 2 dropout) -> 5as for GPT; 0 with FlashAttention.
 Sequence parallelism divides R by t too (34h/t for GPT); selective recompute drops the s^2 part; full
-recompute keeps only each layer's input (2h, /t with SP). The first pipeline stage holds min(p, m)
+recompute keeps only each layer's input (2h, /t with SP). Tensor by tensor, FP8's 1 B saved Linear inputs
+and Megatron-Core's selective recompute modules / N fully recomputed layers: :func:`activation_bytes_per_token_layer`
+and :mod:`fmstack.perfmodel.recompute`. The first pipeline stage holds min(p, m)
 micro-batches in flight (1F1B), times (1 + (p-1)/(p v)) with v interleaved chunks (Korthikanti sec. 4.2.3).
 Mixed-precision Adam keeps 2 B weights, ``grad_bytes`` gradients and 12 B of fp32 master weights and
 moments per parameter (Rajbhandari et al. 2020, ZeRO, sec. 3.1), sharded by ZeRO stage over the data-
@@ -22,9 +24,10 @@ from typing import Any, Generic, cast
 import numpy as np
 from numpy.typing import NDArray
 
-from fmstack.perfmodel.columns import SHARDING_CODE, Columns, V
+from fmstack.perfmodel.columns import PRECISION_CODE, SHARDING_CODE, Columns, V
 from fmstack.perfmodel.modelconsts import ModelConsts
 from fmstack.perfmodel.num import Cond, Num, ceil, minimum, where
+from fmstack.perfmodel.recompute import recompute_of
 
 F = NDArray[np.float64]
 GIB = float(2**30)
@@ -65,23 +68,65 @@ def local_params(mc: ModelConsts, c: Columns[Any]) -> tuple[Any, Any]:
 
 
 def activation_bytes_per_token_layer(mc: ModelConsts, c: Columns[Any]) -> tuple[Any, Any]:
-    """(dense layer, MoE layer) activation bytes per token per layer stored for backward."""
+    """(dense layer, MoE layer) activation bytes per token per layer stored for backward.
+
+    Korthikanti's terms, tensor by tensor, as Megatron-Core with Transformer Engine (its TE layer spec,
+    ``megatron/core/models/gpt/gpt_layer_specs.py``) keeps them:
+
+    - replicated (/ t only with SP): the two norm inputs 4h (bf16: the norms' backward reads them); the QKV
+      input h (the input norm's output, saved by TE ``LayerNormLinear`` as ``ln_out``); the MLP input h (dense:
+      TE ``LayerNormMLP``'s ``ln_out``; MoE: the pre-MLP ``TENorm`` output, the router's bf16 input: 2h);
+      dropout masks 2h;
+    - per tensor-parallel rank (/ t): Q, K, V 2q + 4kv and the attention output 2v (bf16, saved by the fused
+      attention; the output projection reuses that output: Megatron-Core ``attention.py`` calls
+      ``set_save_original_input(self.linear_proj)`` for fp8 recipes other than delayed scaling); the MLP's fc1
+      output (bf16, read by the activation's backward: 4f SwiGLU, 2f GELU) and fc2 input f; per routed or shared
+      expert the same with f_e, and its fc1 input h; the s^2 attention part without FlashAttention.
+
+    FP8 (Transformer Engine ``module/linear.py``: the input is quantized and kept for the weight-gradient GEMM,
+    "Discard row-wise data since it is not needed in backward pass", ``saved_inputmat = inputmat``; the same in
+    ``layernorm_linear.py`` (``ln_out``), ``layernorm_mlp.py`` (``ln_out``, ``act_out``) and
+    ``grouped_linear.py``): every Linear input saved for the weight gradient is 1 B per element, not 2: the QKV
+    input, the dense MLP's fc1 and fc2 inputs, every expert's fc1 and fc2 inputs. Norm inputs, Q / K / V / O and
+    fc1 outputs stay bf16.
+
+    Megatron-Core selective recompute modules (``transformer_config.py``, ``recompute_modules``) remove:
+    ``core_attn`` the s^2 part (``attention.py``: ``checkpoint_core_attention``); ``layernorm`` the outputs of
+    the norms that are modules of their own (``transformer_layer.py``: not ``IdentityOp``; TE fuses the input
+    norm into ``linear_qkv`` and a dense layer's pre-MLP norm into ``linear_fc1``, so only the pre-MLP norm of MoE
+    layers (2h, and the shared experts' fc1 input it feeds) and MLA's input norm (the QKV input) are discarded
+    and recomputed); ``moe_act`` the routed experts' fc2 input (``moe/experts.py``: the activation's output is
+    discarded, ``set_save_original_input(self.linear_fc2)`` under fp8); ``mla_up_proj`` MLA's Q, K, V
+    (``multi_latent_attention.py``: ``qkv_up_checkpoint`` discards the up-projection and RoPE outputs);
+    ``mlp`` a dense layer's whole MLP and its input (``transformer_layer.py``: ``recompute_mlp`` only when not an
+    MoE layer; the checkpoint keeps the residual, already counted as a norm input); ``moe`` every expert's saved
+    tensors (``moe/moe_layer.py``: ``moe_layer_recompute``; the router input stays as the checkpoint's input);
+    ``shared_experts`` the shared experts' saved tensors.
+    """
     h = mc.h
     t = c.tp
-    replicated_tok = 8.0 * h + (2.0 * h if mc.dropout else 0.0)
-    replicated = where(c.sp > 0, replicated_tok / t, replicated_tok)
-    attn = 2.0 * mc.q_width + 4.0 * mc.kv_width + 2.0 * mc.v_width
-    mlp_dense = (6.0 if mc.swiglu else 4.0) * mc.ffn
-    expert_unit = 2.0 * h + (6.0 if mc.swiglu else 4.0) * mc.expert_ffn
-    mlp_moe = mc.top_k * expert_unit + mc.shared_experts * expert_unit
+    r = recompute_of(mc, c)
+    lin = where(c.precision == PRECISION_CODE["fp8"], 1.0, 2.0)  # bytes per element of a saved Linear input
+    fc1_out = 4.0 if mc.swiglu else 2.0  # bytes per ffn unit: SwiGLU's 2f gate + up outputs, GELU's f, bf16
+    mla = 1.0 if mc.mla else 0.0
+    qkv_in = lin * h * (1.0 - r.layernorm * mla)
+    norms_and_dropout = 4.0 * h + (2.0 * h if mc.dropout else 0.0)
+    split = where(c.sp > 0, t, 1.0)
+    replicated_dense = (norms_and_dropout + qkv_in + lin * h * (1.0 - r.mlp)) / split
+    replicated_moe = (norms_and_dropout + qkv_in + 2.0 * h * (1.0 - r.layernorm)) / split
+    attn = (2.0 * mc.q_width + 4.0 * mc.kv_width) * (1.0 - r.mla_up_proj) + 2.0 * mc.v_width
+    mlp_dense = (fc1_out + lin) * mc.ffn * (1.0 - r.mlp)
+    routed = lin * h + fc1_out * mc.expert_ffn + lin * mc.expert_ffn * (1.0 - r.moe_act)
+    shared = (lin * h * (1.0 - r.layernorm) + (fc1_out + lin) * mc.expert_ffn) * (1.0 - r.shared_experts)
+    mlp_moe = (mc.top_k * routed + mc.shared_experts * shared) * (1.0 - r.moe)
     s2_local = c.seq  # keys each query attends to
     s2 = mc.heads * s2_local * (5.0 if mc.dropout else 2.0)
-    s2 = where((c.flash > 0) | (c.recompute >= 1), 0.0, s2)
-    dense = replicated + (attn + mlp_dense + s2) / t
-    moe = replicated + (attn + s2) / t + mlp_moe / t
-    full = where(c.sp > 0, 2.0 * h / t, 2.0 * h)
-    dense = where(c.recompute == 2, full, dense)
-    moe = where(c.recompute == 2, full, moe)
+    s2 = where((c.flash > 0) | (r.core_attn > 0), 0.0, s2)
+    dense = replicated_dense + (attn + mlp_dense + s2) / t
+    moe = replicated_moe + (attn + s2) / t + mlp_moe / t
+    full = 2.0 * h / split  # a fully recomputed layer keeps its input
+    dense = r.full * full + (1.0 - r.full) * dense
+    moe = r.full * full + (1.0 - r.full) * moe
     return dense, moe
 
 
@@ -103,7 +148,7 @@ def memory_per_gpu(mc: ModelConsts, c: Columns[Any]) -> MemoryArrays[Any]:
         ex = expert * bytes_per_param / where(on, expert_shard, 1.0)
         return ne + ex
 
-    weight_bytes = WEIGHT_BYTES + where(c.precision == 2, FP8_WEIGHT_EXTRA_BYTES, 0.0)
+    weight_bytes = WEIGHT_BYTES + where(c.precision == PRECISION_CODE["fp8"], FP8_WEIGHT_EXTRA_BYTES, 0.0)
     weights = sharded(weight_bytes, shard_weights)
     grads = sharded(c.grad_bytes, shard_grads)
     optimizer = sharded(OPTIMIZER_BYTES_PER_PARAM, shard_opt)

@@ -9,7 +9,7 @@ import numpy as np
 
 from fmstack.catalog.params import count_params
 from fmstack.catalog.schema import ModelArch
-from fmstack.perfmodel.flops import attn_dims, model_flops
+from fmstack.perfmodel.flops import attn_dims, mla_up_proj_flops, model_flops
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -52,6 +52,16 @@ class ModelConsts:
     """Forward attention-core FLOPs per token per context token, all layers, non-causal."""
     fwd_expert_per_token: float
     """Forward FLOPs per token of the active routed experts, all MoE layers (part of linear)."""
+    mla: bool = False
+    """Multi-head latent attention (its input norm is a module of its own in Megatron-Core's TE spec)."""
+    fwd_mla_up_per_layer: float = 0.0
+    """Forward FLOPs per token of one layer's MLA up-projections (recompute module mla_up_proj)."""
+    fwd_dense_mlp_per_layer: float = 0.0
+    """Forward FLOPs per token of one dense layer's MLP (recompute module mlp)."""
+    fwd_shared_per_moe_layer: float = 0.0
+    """Forward FLOPs per token of one MoE layer's shared experts (recompute modules shared_experts, moe)."""
+    fwd_router_per_moe_layer: float = 0.0
+    """Forward FLOPs per token of one MoE layer's router (recompute module moe)."""
 
 
 def model_consts(m: ModelArch) -> ModelConsts:
@@ -93,6 +103,11 @@ def model_consts(m: ModelArch) -> ModelConsts:
         fwd_head_per_token=flops.lm_head,
         fwd_core_per_token_per_ctx=flops.attn_core_per_token(1.0),
         fwd_expert_per_token=expert_fwd,
+        mla=m.mla is not None,
+        fwd_mla_up_per_layer=mla_up_proj_flops(m),
+        fwd_dense_mlp_per_layer=2.0 * counts.dense_mlp_per_layer,
+        fwd_shared_per_moe_layer=2.0 * (moe.num_shared_experts if moe else 0) * counts.expert_per_expert,
+        fwd_router_per_moe_layer=2.0 * m.hidden_size * moe.num_experts if moe else 0.0,
     )
 
 

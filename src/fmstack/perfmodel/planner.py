@@ -124,7 +124,7 @@ def enumerate_space(model: ModelArch, cluster: Cluster, space: SearchSpace) -> t
         tp=tp[idx], pp=pp[idx], dp=dp[idx], cp=cp[idx], ep=ep[idx], etp=ones.copy(), sp=(tp[idx] > 1).astype(np.float64),
         vpp=vpp[idx], mb=mb[idx], gb=gb[idx], seq=ones * space.seq_len, precision=pr[idx], recompute=rc[idx],
         sharding=sh[idx], hsdp=ones * 8, overlap_dp=ones.copy(), overlap_tp=ones * 0.0, flash=ones * float(space.flash_attention),
-        grad_bytes=ones * 4, reduce_bytes=ones * 2,
+        grad_bytes=ones * 4, reduce_bytes=ones * 2, rc_modules=ones * 0.0, rc_layers=ones * 0.0,
     )  # fmt: skip
     return cols, considered
 

@@ -21,11 +21,12 @@ from numpy.typing import NDArray
 
 from fmstack.catalog.topology import Cluster
 from fmstack.perfmodel.collectives import GroupPlacement, collective_time_s
-from fmstack.perfmodel.columns import PRECISION_CODE, SHARDING_CODE, Columns, V
+from fmstack.perfmodel.columns import PRECISION_CODE, RECOMPUTE_CODE, SHARDING_CODE, Columns, V
 from fmstack.perfmodel.efficiency import Efficiency
 from fmstack.perfmodel.memory import MemoryArrays, local_params, memory_per_gpu
 from fmstack.perfmodel.modelconsts import ModelConsts, expert_gemm_flops
 from fmstack.perfmodel.num import Num, any_true, ceil, floor, full_like, gcd, logical_not, maximum, minimum, where
+from fmstack.perfmodel.recompute import modules_bytes_per_token, modules_flops_per_token, modules_gemm_s, recompute_of
 
 F = NDArray[np.float64]
 
@@ -169,13 +170,21 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
     overhead_fwd = (
         stage_layers * PER_LAYER_OVERHEAD_S + stage_layers * (mc.moe_layers / mc.layers) * MOE_LAYER_OVERHEAD_S
     )
-    recompute = where(c.recompute == 2, fwd_compute, where(c.recompute == 1, attn_fwd, 0.0))
+    rc = recompute_of(mc, c)
+    modules = modules_gemm_s(mc, c, rc, tokens_mb, stage_layers, peak_lin * eff_dense, peak_lin * eff_expert)
+    modules = rc.core_attn * attn_fwd + modules + tokens_mb * modules_bytes_per_token(mc, c, rc, stage_layers) / hbm_bps
+    recompute = rc.full * fwd_compute + (1.0 - rc.full) * modules
+    # collectives of recomputed forwards: a dense MLP or an MoE layer redoes one of a layer's two TP collectives
+    # and (MoE) the dispatch + combine all-to-all
+    moe_frac = mc.moe_layers / mc.layers
+    tp_again = rc.full + (1.0 - rc.full) * 0.5 * ((1.0 - moe_frac) * rc.mlp + moe_frac * rc.moe)
+    ep_again = rc.full + (1.0 - rc.full) * rc.moe
 
     # tensor parallel: 2 all-reduces (or all-gather + reduce-scatter with SP) per layer per pass
     tp_pd = _placement_per_domain(t, full_like(t, 1.0), gpd)
     act_bytes = tokens_mb * h * 2.0
     tp_one = _comm("all_reduce", act_bytes, t, tp_pd, cluster)
-    tp_passes = 2.0 + where(c.recompute == 2, 1.0, 0.0)  # forward, backward (input grads), recomputed forward
+    tp_passes = 2.0 + tp_again  # forward, backward (input grads), recomputed forward
     tp_link = 2.0 * stage_layers * tp_one * tp_passes
     tp_exposed = tp_link * where(c.overlap_tp > 0, 1.0 - TP_OVERLAP_HIDDEN, 1.0)
 
@@ -192,7 +201,7 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
     ep_pd = _placement_per_domain(ep, t, gpd)
     a2a_bytes = tokens_mb / t * mc.top_k * h * 2.0
     ep_one = _comm("all_to_all", a2a_bytes, ep, ep_pd, cluster)  # nccl-tests size: bytes each rank sends
-    ep_link = (mc.moe_layers / mc.layers * stage_layers) * 2.0 * ep_one * (2.0 + where(c.recompute == 2, 1.0, 0.0))
+    ep_link = (mc.moe_layers / mc.layers * stage_layers) * 2.0 * ep_one * (2.0 + ep_again)
     # with EP overlap one micro-batch's all-to-alls run while another micro-batch computes (forward of
     # micro-batch i + 1 beside the backward of i): only the excess over that compute is exposed. The pairing needs a
     # second micro-batch: of m micro-batches, m - 1 overlap and one (the first forward / last backward) is exposed
@@ -278,11 +287,11 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
 
     tokens = c.gb * c.seq
     model_flops = tokens * (3.0 * (mc.fwd_linear_per_token + mc.fwd_core_per_token_per_ctx * c.seq))
-    recompute_model = where(
-        c.recompute == 2,
-        tokens * (mc.fwd_linear_per_token - mc.fwd_head_per_token + mc.fwd_core_per_token_per_ctx * c.seq),
-        where(c.recompute == 1, tokens * mc.fwd_core_per_token_per_ctx * c.seq, 0.0),
-    )
+    # recomputed FLOPs over the whole model: the fully recomputed share of all layers (N of every chunk of p v)
+    full_share = where(c.recompute == RECOMPUTE_CODE["full"], 1.0, minimum([c.rc_layers * p * v / mc.layers, 1.0]))
+    full_flops = mc.fwd_linear_per_token - mc.fwd_head_per_token + mc.fwd_core_per_token_per_ctx * c.seq
+    module_flops = rc.core_attn * mc.fwd_core_per_token_per_ctx * c.seq + modules_flops_per_token(mc, rc)
+    recompute_model = tokens * (full_share * full_flops + (1.0 - full_share) * module_flops)
     return StepArrays(
         step_s=step,
         gemm_s=m * 3.0 * gemm_fwd,
