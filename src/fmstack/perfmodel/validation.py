@@ -43,6 +43,23 @@ BF16_GRADS_25_11 = (
     "recipe (scripts/performance/configs/*/*_llm_pretrain.py)"
 )
 
+RECIPE_RECOMPUTE_25_11: dict[tuple[str, str], tuple[tuple[str, ...], str]] = {
+    ("gpt-oss-120b", "H100"): (
+        ("layernorm", "moe_act"),
+        "GPT_OSS_120B_{H100,B200,GB200}_BF16_BASE_CONFIG, scripts/performance/configs/gpt_oss/workload_base_configs.py",
+    ),
+    ("deepseek-v3", "GB200"): (
+        ("mla_up_proj",),
+        "DEEPSEEK_V3_GB200_BASE_CONFIG (same PP4 VP4 EP64 layout as the row), "
+        "scripts/performance/configs/deepseek/workload_base_configs.py; recompute_granularity='selective' in "
+        "set_deepseek_v3_common_configs",
+    ),
+}
+"""Selective recompute of the Megatron-Bridge 0.2.0 recipe behind a 25.11 row whose table leaves it out, by
+(zoo model, GPU): applied where the recipe's modules are the model family's on every system of that size
+(GPT-OSS) or its parallel layout is the row's (DeepSeek-V3 GB200). Not applied: Llama 3 8B H100 FP8's
+recompute_num_layers=5, whose recipe (CP1, no FSDP) is not the table's FSDP-8 row."""
+
 DEFAULT_SEQ_LEN_TORCHTITAN = 8192
 """torchtitan's train_configs default sequence length (the rows' notes say the table does not restate it)."""
 
@@ -94,6 +111,11 @@ def _system(gpu: str) -> str:
     return "dgx-h100"
 
 
+def _system_gpu(gpu: str) -> str:
+    """The GPU family of a row's gpu column ("H100 (DGX-H100)" -> "H100")."""
+    return gpu.split()[0] if gpu else ""
+
+
 def _note(pattern: str, notes: str) -> int | None:
     match = re.search(pattern, notes)
     return int(match.group(1)) if match else None
@@ -137,7 +159,12 @@ def case_config(row: dict[str, str], model: ModelArch, assumptions: list[str]) -
         vp = model.num_layers // (pp * int(vp_match.group(1)))
     rec_text = row["recompute"].lower()
     recompute = "full" if "full" in rec_text else "selective" if "selective" in rec_text else "none"
-    if not rec_text:
+    modules: tuple[str, ...] = ()
+    recipe = RECIPE_RECOMPUTE_25_11.get((model.name, _system_gpu(row["gpu"])))
+    if not rec_text and recipe is not None and MEGATRON_BRIDGE_25_11 in row["source"]:
+        recompute, modules = "selective", recipe[0]
+        assumptions.append(f"recompute not stated: the recipe's selective {', '.join(modules)} ({recipe[1]})")
+    elif not rec_text:
         assumptions.append("recompute not stated: none")
     precision_text = row["precision"].lower()
     precision = "fp8" if "fp8" in precision_text else "fp16" if "fp16" in precision_text else "bf16"
@@ -153,6 +180,7 @@ def case_config(row: dict[str, str], model: ModelArch, assumptions: list[str]) -
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sequence_parallel=sp, virtual_stages=vp if pp > 1 else 1,
         micro_batch=mb, global_batch=gb, seq_len=seq, precision=precision,  # type: ignore[arg-type]
         recompute=recompute,  # type: ignore[arg-type]
+        recompute_modules=modules,
         sharding=sharding,  # type: ignore[arg-type]
         grad_bytes=2 if bf16_grads else 4,
         overlap_dp=year >= 2023, overlap_tp="AsyncTP" in notes, overlap_ep="moe_a2a_overlap=True" in notes,
@@ -242,7 +270,7 @@ def validate_training(catalog: Catalog) -> list[TrainingCheck]:
 
 KNOWN_MISSES = {
     "T069": (
-        "model too fast (+42 %; +57 % with the recipe's MBS 1): GPT-OSS on H100 runs Megatron-Core's plain all-to-all "
+        "model too fast (+41 %; +55 % with the recipe's MBS 1): GPT-OSS on H100 runs Megatron-Core's plain all-to-all "
         "dispatcher (dropless, force-balanced, 16 local experts, no CUDA graphs) in 25.11 and every later release, "
         "which stay at 5,810-5,984 tokens/s/GPU (26.02-26.04, GBS 1280; model +58-63 %), so this is no one-release "
         "regression; the sink + sliding-window attention runs fused (TE 2.9 with cuDNN 9.13.1), not unfused; no "
