@@ -54,17 +54,22 @@ def recompute_of(mc: ModelConsts, c: Columns[Any]) -> Recompute:
     )  # fmt: skip
 
 
-def modules_flops_per_token(mc: ModelConsts, rc: Recompute) -> Any:
-    """Linear-layer FLOPs per token, all layers, that the selective modules run again in backward: ``mlp`` a
-    dense layer's MLP, ``moe`` the router, the routed and the shared experts, ``shared_experts`` the shared
-    experts, ``mla_up_proj`` MLA's up-projections (``layernorm``, ``moe_act``: no GEMM)."""
+def _nonrouted_flops_per_token(mc: ModelConsts, rc: Recompute) -> Any:
+    """Dense-GEMM FLOPs per token, all layers, that the selective modules run again: ``mlp`` a dense layer's
+    MLP, ``moe`` the router and the shared experts, ``shared_experts`` the shared experts, ``mla_up_proj`` MLA's
+    up-projections (``layernorm``, ``moe_act``: no GEMM)."""
     shared = (rc.moe + (1.0 - rc.moe) * rc.shared_experts) * mc.fwd_shared_per_moe_layer
-    moe = mc.moe_layers * (rc.moe * mc.fwd_router_per_moe_layer + shared) + rc.moe * mc.fwd_expert_per_token
     return (
         mc.dense_layers * rc.mlp * mc.fwd_dense_mlp_per_layer
-        + moe
+        + mc.moe_layers * (rc.moe * mc.fwd_router_per_moe_layer + shared)
         + mc.layers * rc.mla_up_proj * mc.fwd_mla_up_per_layer
     )
+
+
+def modules_flops_per_token(mc: ModelConsts, rc: Recompute) -> Any:
+    """Linear-layer FLOPs per token, all layers, that the selective modules run again in backward: the dense
+    GEMMs above and, with ``moe``, the routed experts."""
+    return _nonrouted_flops_per_token(mc, rc) + rc.moe * mc.fwd_expert_per_token
 
 
 def modules_gemm_s(
@@ -80,16 +85,7 @@ def modules_gemm_s(
     ``expert_flops_s``: achieved FLOP/s of the dense and the expert GEMMs)."""
     per_layer = stage_layers / mc.layers
     routed = rc.moe * mc.fwd_expert_per_token * per_layer / c.tp
-    shared = (rc.moe + (1.0 - rc.moe) * rc.shared_experts) * mc.fwd_shared_per_moe_layer
-    dense = (
-        (
-            mc.dense_layers * rc.mlp * mc.fwd_dense_mlp_per_layer
-            + mc.moe_layers * (rc.moe * mc.fwd_router_per_moe_layer + shared)
-            + mc.layers * rc.mla_up_proj * mc.fwd_mla_up_per_layer
-        )
-        * per_layer
-        / c.tp
-    )
+    dense = _nonrouted_flops_per_token(mc, rc) * per_layer / c.tp
     return tokens * (dense / dense_flops_s + routed / expert_flops_s)
 
 
