@@ -1,7 +1,7 @@
 """How much of the GPU's peak an operation gets: GEMM efficiency by size, attention, memory-bound ops.
 
-Defaults are data (``data/efficiency.yaml``, per GPU architecture and precision, each with its
-justification); a measured calibration profile (``fmstack bench --out``) replaces them.
+Defaults are data (``data/efficiency.yaml``, per GPU architecture and precision, or per GPU where that GPU
+was measured apart from its architecture, each with its justification); a measured calibration profile (``fmstack bench --out``) replaces them.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ def _load_defaults() -> dict[str, Any]:
 
 
 def default_efficiency(gpu: GPU) -> Efficiency:
-    """The documented default curves for ``gpu``'s architecture."""
-    return _default_for(gpu.architecture)
+    """The documented default curves for ``gpu``: its own entry where one is measured (GB200), else its architecture's."""
+    return _default_for(gpu.name if gpu.name in _load_defaults() else gpu.architecture)
 
 
 @lru_cache(maxsize=16)
