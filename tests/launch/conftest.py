@@ -24,7 +24,7 @@ P5_SPEC: dict[str, Any] = {
     "log_dir": "/fsx/logs",
     "checkpoint": {"location": "/fsx/ckpt/gpt-small", "durable": "s3://ckpts/gpt-small", "interval_steps": 50},
     "retry": {"max_restarts": 3, "backoff_s": 10, "requeue_exit_codes": [75]},
-    "plan": {"tp": 8, "pp": 1, "dp": 4},
+    "plan": {"tp": 1, "pp": 1, "dp": 32},
 }
 
 

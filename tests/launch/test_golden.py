@@ -59,3 +59,10 @@ def test_jobset_requests_gpus_efa_and_a_queue(p5_job: ResolvedJob) -> None:
 def test_local_refuses_more_than_one_node(p5_job: ResolvedJob) -> None:
     with pytest.raises(InputError, match="nodes: 4: the local launcher runs on this machine only; allowed: 1"):
         get_launcher("local").render(p5_job)
+
+
+def test_sbatch_runs_the_image_through_pyxis(p5_job: ResolvedJob) -> None:
+    srun = next(line for line in get_launcher("slurm").render(p5_job).splitlines() if line.startswith("srun "))
+    image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/fmstack:0.1"
+    assert f"--container-image={image}" in srun
+    assert "--container-mounts=/fsx/logs:/fsx/logs,/fsx/ckpt/gpt-small:/fsx/ckpt/gpt-small" in srun

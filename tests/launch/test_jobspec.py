@@ -12,10 +12,12 @@ from fmstack.errors import InputError
 from fmstack.orchestration.jobspec import (
     check_checkpoint_location,
     load_jobspec,
+    node_local_warning,
     parse_jobspec,
     resolve,
     workload_argv,
 )
+from fmstack.orchestration.launchers.torchrun import job_env
 from tests.launch.conftest import P5_SPEC
 
 
@@ -101,3 +103,31 @@ def test_unreachable_s3_endpoint(tmp_path: Path) -> None:
     )  # fmt: skip
     with pytest.raises(InputError, match=r"checkpoint.durable: 's3://bucket/run' is unreachable"):
         check_checkpoint_location(spec)
+
+
+def test_reference_workload_refuses_tensor_or_pipeline_parallel_plans(catalog: Catalog) -> None:
+    spec = {**P5_SPEC, "plan": {"tp": 8, "pp": 1, "dp": 4}}
+    with pytest.raises(InputError, match=r"plan: tp\(8\) pp\(1\): the reference workload trains data parallel only"):
+        resolve(parse_jobspec(spec), catalog)
+
+
+def test_plan_degrees_reach_a_user_program_as_environment(catalog: Catalog) -> None:
+    spec = {k: v for k, v in P5_SPEC.items() if k != "workload"}
+    job = resolve(
+        parse_jobspec({**spec, "command": ["python3", "train.py"], "plan": {"tp": 8, "pp": 2, "dp": 2}}), catalog
+    )
+    env = job_env(job)
+    assert (env["FMSTACK_TP"], env["FMSTACK_PP"], env["FMSTACK_DP"]) == ("8", "2", "2")
+
+
+def test_node_local_checkpoint_of_a_multi_node_job_is_warned_about() -> None:
+    base = {**P5_SPEC, "checkpoint": {"location": "/tmp/ck"}}
+    warning = node_local_warning(parse_jobspec(base))
+    assert warning is not None and "node-local" in warning and "4 nodes" in warning
+    assert node_local_warning(parse_jobspec({**base, "nodes": 1})) is None
+    assert node_local_warning(parse_jobspec({**base, "checkpoint": {"location": "/fsx/ck"}})) is None
+    assert (
+        node_local_warning(parse_jobspec({**base, "checkpoint": {"location": "/tmp/ck", "durable": "s3://b/k"}}))
+        is None
+    )
+    assert node_local_warning(parse_jobspec({**base, "checkpoint": {"location": "/tmpfs-not/ck"}})) is None

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
+from fmstack.catalog import Catalog
 from fmstack.errors import InputError
-from fmstack.orchestration.jobspec import ResolvedJob
+from fmstack.orchestration.jobspec import ResolvedJob, parse_jobspec, resolve
 from fmstack.orchestration.launchers.k8s_manifests import render_jobset, render_pytorchjob, validate_manifest
 from tests.launch.conftest import P5_SPEC
 
@@ -108,7 +109,7 @@ def test_submit_status_cancel_through_the_official_client(
 ) -> None:
     kubeconfig, log = api_server
     spec = tmp_path / "job.yaml"
-    spec.write_text(yaml.safe_dump({**P5_SPEC, "checkpoint": {"location": str(tmp_path / "ck")}}))
+    spec.write_text(yaml.safe_dump({**P5_SPEC, "checkpoint": {"location": str(tmp_path / "ck"), "pvc": "fsx-claim"}}))
     env = {"KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin"}
 
     def fm(*args: str) -> str:
@@ -146,3 +147,18 @@ def render_jobset_from_file(spec: Path) -> dict[str, Any]:
     from fmstack.orchestration.jobspec import load_jobspec, resolve
 
     return render_jobset(resolve(load_jobspec(spec), load_catalog()))
+
+
+def test_checkpoint_claim_is_mounted_at_the_location(catalog: Catalog) -> None:
+    spec = {**P5_SPEC, "checkpoint": {"location": "/ckpt/run", "pvc": "fsx-claim"}}
+    pod = render_jobset(resolve(parse_jobspec(spec), catalog))["spec"]["replicatedJobs"][0]["template"]["spec"][
+        "template"
+    ]["spec"]
+    assert {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "fsx-claim"}} in pod["volumes"]
+    assert {"name": "checkpoints", "mountPath": "/ckpt/run"} in pod["containers"][0]["volumeMounts"]
+
+
+def test_checkpoint_without_claim_or_durable_tier_is_refused(catalog: Catalog) -> None:
+    spec = {**P5_SPEC, "checkpoint": {"location": "/ckpt/run"}}
+    with pytest.raises(InputError, match=r"checkpoint.pvc: '/ckpt/run' would live in the pod's own file system"):
+        render_jobset(resolve(parse_jobspec(spec), catalog))

@@ -9,7 +9,7 @@ import click
 
 from fmstack.catalog import load_catalog
 from fmstack.cli.common import catalog_option, json_option, print_json
-from fmstack.orchestration.jobspec import check_checkpoint_location, load_jobspec, resolve
+from fmstack.orchestration.jobspec import check_checkpoint_location, load_jobspec, node_local_warning, resolve
 from fmstack.orchestration.launchers.base import LAUNCHERS, get_launcher, split_job_id
 
 
@@ -26,7 +26,11 @@ def launch(spec: Path, on: str, dry_run: bool, catalog_dir: Path | None, as_json
     job = resolve(load_jobspec(spec), load_catalog(catalog_dir))
     launcher = get_launcher(on)
     launcher.render(job)  # render errors surface before any location probe or submission
-    check_checkpoint_location(job.spec)
+    ck = job.spec.checkpoint
+    in_pods = on in ("kubernetes", "pytorchjob") and ck is not None and ck.pvc is not None
+    check_checkpoint_location(job.spec, fast_tier_on_this_host=not in_pods)
+    if on != "local" and (warning := node_local_warning(job.spec)):
+        click.echo(warning, err=True)
     sub = launcher.submit(job, dry_run=dry_run)
     if as_json:
         print_json({"job_id": sub.job_id, "dry_run": sub.dry_run, "rendered": sub.rendered})

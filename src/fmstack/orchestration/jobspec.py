@@ -51,6 +51,10 @@ class Checkpoint(_Strict):
     keep_last: int = Field(default=3, gt=0)
     storage_options: dict[str, Any] = Field(default_factory=dict)
     sync: bool = Field(default=False, description="commit each save before training on (lose <= 1 interval)")
+    pvc: str | None = Field(
+        default=None,
+        description="Kubernetes: PersistentVolumeClaim (e.g. FSx for Lustre) mounted at ``location`` in every pod",
+    )
 
 
 class Retry(_Strict):
@@ -202,6 +206,12 @@ def resolve(spec: JobSpec, catalog: Catalog) -> ResolvedJob:
                 f"tp({p.tp}) * pp({p.pp}) * dp({p.dp}) = {p.tp * p.pp * p.dp} != "
                 f"nodes({spec.nodes}) * procs_per_node({procs}) = {world}",
             )
+        if spec.workload is not None and (p.tp > 1 or p.pp > 1):
+            raise InputError(
+                "plan",
+                f"tp({p.tp}) pp({p.pp}): the reference workload trains data parallel only ({spec.workload.parallel}); "
+                "run your own program with `command:` (it reads FMSTACK_TP, FMSTACK_PP, FMSTACK_DP) or use tp 1, pp 1",
+            )
     return ResolvedJob(
         spec=spec,
         gpus_per_node=gpus,
@@ -212,12 +222,34 @@ def resolve(spec: JobSpec, catalog: Catalog) -> ResolvedJob:
     )
 
 
-def check_checkpoint_location(spec: JobSpec) -> None:
-    """Fail before submission if a checkpoint tier cannot be written. Creates nothing."""
+NODE_LOCAL_PREFIXES = ("/tmp", "/var/tmp", "/dev/shm", "/run")
+"""Paths that are node-local on any cluster (FHS: /tmp, /var/tmp; tmpfs: /dev/shm, /run)."""
+
+
+def node_local_warning(spec: JobSpec) -> str | None:
+    """A warning when a multi-node job's only checkpoint tier is a node-local path: each node then keeps its own
+    shards, and a restart on other nodes finds nothing to resume from (a test cluster of virtual nodes on one
+    host is the exception, hence a warning and not an error)."""
+    ck = spec.checkpoint
+    if ck is None or spec.nodes < 2 or ck.durable is not None or ck.pvc is not None:
+        return None
+    path = os.path.abspath(ck.location)
+    if not any(path == p or path.startswith(p + "/") for p in NODE_LOCAL_PREFIXES):
+        return None
+    return (
+        f"warning: checkpoint.location {ck.location!r} is node-local and the job has {spec.nodes} nodes; a restart on "
+        "other nodes will not find it: use a shared file system (FSx for Lustre, NFS) or set checkpoint.durable"
+    )
+
+
+def check_checkpoint_location(spec: JobSpec, *, fast_tier_on_this_host: bool = True) -> None:
+    """Fail before submission if a checkpoint tier cannot be written. Creates nothing. ``fast_tier_on_this_host``
+    False: the fast tier is a volume mounted in the pods (Kubernetes ``checkpoint.pvc``), not checked here."""
     if spec.checkpoint is None:
         return
     ck = spec.checkpoint
-    _check_local("checkpoint.location", ck.location)
+    if fast_tier_on_this_host:
+        _check_local("checkpoint.location", ck.location)
     if ck.durable is None:
         return
     if "://" not in ck.durable or ck.durable.startswith("file://"):

@@ -14,6 +14,9 @@ set -uo pipefail
 export FI_EFA_FORK_SAFE=1
 export FI_EFA_USE_DEVICE_RDMA=1
 export FI_PROVIDER=efa
+export FMSTACK_DP=32
+export FMSTACK_PP=1
+export FMSTACK_TP=1
 export HF_HOME=/fsx/hf
 export NCCL_DEBUG=WARN
 export NCCL_SOCKET_IFNAME='^lo,docker'
@@ -23,7 +26,7 @@ MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 export MASTER_ADDR MASTER_PORT
 echo "fmstack: job $SLURM_JOB_ID restart ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB_NODELIST head $MASTER_ADDR"
 # node rank comes from each srun task's own SLURM_NODEID, hence bash -c
-srun --kill-on-bad-exit=1 --nodes=4 --ntasks-per-node=1 bash -c 'exec python3 -m torch.distributed.run --nnodes=4 --nproc-per-node=8 --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" -m fmstack.workloads.train --model small --parallel fsdp --precision bf16 --steps 1000 --batch-size 4 --seed 0 --ckpt-dir /fsx/ckpt/gpt-small --ckpt-interval 50 --ckpt-keep 3 --ckpt-durable s3://ckpts/gpt-small'
+srun --kill-on-bad-exit=1 --nodes=4 --ntasks-per-node=1 --container-image=123456789012.dkr.ecr.us-east-1.amazonaws.com/fmstack:0.1 --container-mounts=/fsx/logs:/fsx/logs,/fsx/ckpt/gpt-small:/fsx/ckpt/gpt-small bash -c 'exec python3 -m torch.distributed.run --nnodes=4 --nproc-per-node=8 --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" -m fmstack.workloads.train --model small --parallel fsdp --precision bf16 --steps 1000 --batch-size 4 --seed 0 --ckpt-dir /fsx/ckpt/gpt-small --ckpt-interval 50 --ckpt-keep 3 --ckpt-durable s3://ckpts/gpt-small'
 rc=$?
 for code in 75; do
   if [ "$rc" -eq "$code" ] && [ "${SLURM_RESTART_COUNT:-0}" -lt 3 ]; then

@@ -57,19 +57,40 @@ def _container(job: ResolvedJob, rdzv: list[str], indexed: bool) -> dict[str, An
         "args": args[1:],
         "env": env,
         "ports": [{"containerPort": RDZV_PORT, "name": "rdzv"}],
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, *_checkpoint_mount(job)],
     }
     if limits:
         container["resources"] = {"limits": limits, "requests": dict(limits)}
     return container
 
 
+def _checkpoint_mount(job: ResolvedJob) -> list[dict[str, Any]]:
+    """The checkpoint claim mounted at ``checkpoint.location``. A restarted pod starts from an empty file system, so a
+    checkpoint with neither a claim nor a durable tier could never be resumed from: refused."""
+    ck = job.spec.checkpoint
+    if ck is None:
+        return []
+    if ck.pvc is None:
+        if ck.durable is None:
+            raise InputError(
+                "checkpoint.pvc",
+                f"{ck.location!r} would live in the pod's own file system, lost when a pod restarts: set "
+                "checkpoint.pvc to a PersistentVolumeClaim (e.g. FSx for Lustre) or checkpoint.durable to an s3:// URL",
+            )
+        return []
+    return [{"name": "checkpoints", "mountPath": ck.location}]
+
+
 def _pod_spec(job: ResolvedJob, rdzv: list[str], indexed: bool) -> dict[str, Any]:
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    ck = job.spec.checkpoint
+    if ck is not None and ck.pvc is not None:
+        volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": ck.pvc}})
     return {
         "restartPolicy": "Never",
         "containers": [_container(job, rdzv, indexed)],
         # NCCL and DataLoader workers need more shared memory than the container default (64 MiB)
-        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+        "volumes": volumes,
     }
 
 

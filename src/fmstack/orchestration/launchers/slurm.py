@@ -9,6 +9,7 @@ The rendezvous host is the first node's NodeAddr (``scontrol show node``), which
 
 from __future__ import annotations
 
+import os
 import shlex
 
 from fmstack.errors import InputError
@@ -25,6 +26,28 @@ _STATES = {
     "FAILED": "FAILED", "TIMEOUT": "FAILED", "NODE_FAIL": "FAILED", "OUT_OF_MEMORY": "FAILED", "PREEMPTED": "FAILED",
     "BOOT_FAIL": "FAILED", "DEADLINE": "FAILED",
 }  # fmt: skip
+
+
+def _container_flags(job: ResolvedJob) -> str:
+    """With ``image``, srun runs each task in that container through NVIDIA's pyxis/enroot plugin
+    (``--container-image``; github.com/NVIDIA/pyxis, the container runtime of AWS ParallelCluster and SageMaker
+    HyperPod Slurm images), with the log directory and the checkpoint location mounted at the same paths."""
+    spec = job.spec
+    if not spec.image:
+        return ""
+    mounts = [job.log_dir]
+    if spec.checkpoint is not None:
+        mounts.append(os.path.abspath(spec.checkpoint.location))
+        durable = spec.checkpoint.durable
+        if durable and ("://" not in durable or durable.startswith("file://")):
+            mounts.append(os.path.abspath(durable.removeprefix("file://")))
+    for m in mounts:
+        if "," in m or ":" in m:
+            raise InputError(
+                "log_dir/checkpoint", f"{m!r}: a path mounted into the container must not contain ',' or ':'"
+            )
+    joined = ",".join(f"{m}:{m}" for m in dict.fromkeys(mounts))
+    return f" --container-image={shlex.quote(spec.image)} --container-mounts={shlex.quote(joined)}"
 
 
 def render_sbatch(job: ResolvedJob) -> str:
@@ -61,7 +84,7 @@ def render_sbatch(job: ResolvedJob) -> str:
         "export MASTER_ADDR MASTER_PORT",
         'echo "fmstack: job $SLURM_JOB_ID restart ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB_NODELIST head $MASTER_ADDR"',
         "# node rank comes from each srun task's own SLURM_NODEID, hence bash -c",
-        f"srun --kill-on-bad-exit=1 --nodes={spec.nodes} --ntasks-per-node=1 bash -c {q(inner)}",
+        f"srun --kill-on-bad-exit=1 --nodes={spec.nodes} --ntasks-per-node=1{_container_flags(job)} bash -c {q(inner)}",
         "rc=$?",
         f"for code in {requeue_codes}; do",
         f'  if [ "$rc" -eq "$code" ] && [ "${{SLURM_RESTART_COUNT:-0}}" -lt {spec.retry.max_restarts} ]; then',

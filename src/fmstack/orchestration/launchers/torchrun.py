@@ -22,8 +22,12 @@ EFA_ENV: dict[str, str] = {
 
 
 def job_env(job: ResolvedJob) -> dict[str, str]:
-    """Environment for every task: EFA settings when the instance has EFA, then the user's env (which wins)."""
+    """Environment for every task: EFA settings when the instance has EFA, the plan's parallel degrees
+    (``FMSTACK_TP``, ``FMSTACK_PP``, ``FMSTACK_DP``), then the user's env (which wins)."""
     env = dict(EFA_ENV) if job.efa_devices else {}
+    plan = job.spec.plan
+    if plan is not None:
+        env.update({"FMSTACK_TP": str(plan.tp), "FMSTACK_PP": str(plan.pp), "FMSTACK_DP": str(plan.dp)})
     env.update(job.spec.env)
     return env
 
