@@ -21,6 +21,9 @@ BAD_FILES: dict[str, str] = {
     "missing.yaml": "kind: instance\nentries:\n  - name: i1\n    gpu: H100\n",
     "bad_ref.yaml": "kind: instance\nentries:\n  - name: i2\n    gpu: H100\n    num_gpus: 8\n    gpu_memory_gb: 640\n"
     "    vcpus: 1\n    host_memory_gib: 1\n    nvlink_domain_gpus: 8\n    network: efa-v9\n    network_bw_gbps: 1\n",
+    "both_bw.yaml": "kind: instance\nentries:\n  - name: i3\n    gpu: H100\n    num_gpus: 8\n    gpu_memory_gb: 640\n"
+    "    vcpus: 1\n    host_memory_gib: 1\n    nvlink_domain_gpus: 8\n    network: efa-v2\n    network_bw_gbps: 400\n"
+    "    network_gbit_per_s: 3200\n",
     "model_heads.yaml": "kind: model\nname: m1\nfamily: x\nnum_layers: 2\nhidden_size: 100\nffn_hidden_size: 400\n"
     "num_heads: 3\nnum_kv_heads: 3\nvocab_size: 10\nmax_seq_len: 8\n",
     "job_unknown.yaml": "name: a\ncommand: ['true']\ncolour: red\n",
@@ -45,6 +48,7 @@ BAD_ARGV: list[tuple[list[str], str]] = [
     (["catalog", "list", "--catalog", "@dir:negative.yaml"], "field 'bf16_dense_tflops'"),
     (["catalog", "list", "--catalog", "@dir:missing.yaml"], "missing required field"),
     (["catalog", "list", "--catalog", "@dir:bad_ref.yaml"], "field 'network': unknown fabric 'efa-v9'"),
+    (["catalog", "list", "--catalog", "@dir:both_bw.yaml"], "network_bw_gbps (GB/s) or network_gbit_per_s (Gb/s)"),
     (["catalog", "show"], "Missing argument"),
     (["no-such-command"], "No such command"),
 ]

@@ -111,3 +111,14 @@ def test_cluster_rejects_bad_shapes(catalog: Catalog) -> None:
         build_cluster(catalog, "p5.48xlarge", 0)
     with pytest.raises(InputError, match="unknown instance"):
         build_cluster(catalog, "p5.96xlarge", 2)
+
+
+def test_network_bandwidth_may_be_given_in_gbit_per_s() -> None:
+    """AWS quotes p5's EFA as 3,200 Gbps: the same node written either way is one node (400 GB/s)."""
+    from fmstack.catalog.schema import Instance
+
+    base = {
+        "name": "n", "gpu": "H100", "num_gpus": 8, "gpu_memory_gb": 640, "vcpus": 192, "host_memory_gib": 2048,
+        "nvlink_domain_gpus": 8, "network": "efa-v2",
+    }  # fmt: skip
+    assert Instance(**base, network_gbit_per_s=3200) == Instance(**base, network_bw_gbps=400)

@@ -25,6 +25,20 @@ class Entry(BaseModel):
     sources: dict[str, str] = Field(default_factory=dict)
 
 
+def _network_from_gbit(data: object) -> object:
+    """``network_gbit_per_s`` (Gb/s, as AWS and NIC vendors quote links: p5 "3,200 Gbps") is accepted in place of
+    ``network_bw_gbps`` (GB/s) and converted (/ 8); giving both is an error."""
+    if isinstance(data, dict) and "network_gbit_per_s" in data:
+        data = dict(data)
+        gbit = data.pop("network_gbit_per_s")
+        if "network_bw_gbps" in data:
+            raise ValueError("give network_bw_gbps (GB/s) or network_gbit_per_s (Gb/s), not both")
+        if not isinstance(gbit, (int, float)) or isinstance(gbit, bool) or gbit <= 0:
+            raise ValueError(f"network_gbit_per_s must be a number > 0, got {gbit!r}")
+        data["network_bw_gbps"] = gbit / 8.0
+    return data
+
+
 class GPU(Entry):
     """One accelerator: dense peak throughput by precision, HBM and NVLink."""
 
@@ -98,13 +112,17 @@ class Instance(Entry):
     nvlink_bw_aggregate_tbps: float | None = Field(default=None, gt=0)
     nvlink_domain_gpus: int = Field(gt=0, description="GPUs that share one NVLink domain")
     network: str = Field(description="fabric name from the catalog (e.g. efa-v2)")
-    network_bw_gbps: float = Field(gt=0, description="aggregate scale-out bandwidth per node, GB/s")
+    network_bw_gbps: float = Field(
+        gt=0, description="aggregate scale-out bandwidth per node, GB/s (or give network_gbit_per_s in Gb/s)"
+    )
     network_interfaces: int = Field(default=1, gt=0)
     local_nvme_tb: float = Field(default=0.0, ge=0)
     local_nvme_devices: int = Field(default=0, ge=0)
     price_per_hour_usd: float | None = Field(default=None, gt=0)
     price_as_of: str | None = None
     ultraserver: str | None = None
+
+    _gbit = model_validator(mode="before")(_network_from_gbit)
 
     @model_validator(mode="after")
     def _domain_holds_node(self) -> Instance:
@@ -128,9 +146,11 @@ class UltraServer(Entry):
     num_gpus: int = Field(gt=0)
     hbm_aggregate_tb: float = Field(gt=0)
     network: str
-    network_bw_gbps: float = Field(gt=0)
+    network_bw_gbps: float = Field(gt=0, description="GB/s (or give network_gbit_per_s in Gb/s)")
     price_per_hour_usd: float | None = Field(default=None, gt=0)
     price_as_of: str | None = None
+
+    _gbit = model_validator(mode="before")(_network_from_gbit)
 
 
 class Fabric(Entry):
