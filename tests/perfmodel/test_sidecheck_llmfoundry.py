@@ -9,6 +9,10 @@ the errors, not a tolerance chosen after seeing them.
 
 from __future__ import annotations
 
+import itertools
+import json
+import subprocess
+import sys
 from collections import defaultdict
 
 import pytest
@@ -94,7 +98,7 @@ def _seq_pairs(checks: list[SideCheck]) -> list[tuple[SideCheck, SideCheck]]:
     pairs = []
     for group in groups.values():
         group.sort(key=lambda c: c.seq_len)
-        pairs += [(a, b) for a, b in zip(group, group[1:], strict=False) if b.seq_len > a.seq_len]
+        pairs += [(a, b) for a, b in itertools.pairwise(group) if b.seq_len > a.seq_len]
     return pairs
 
 
@@ -144,3 +148,16 @@ def test_model_is_faster_than_these_runs_most_on_h100(checks: list[SideCheck]) -
 def test_a100_median_error_within_15_pct(checks: list[SideCheck]) -> None:
     for table in ("a100-80gb-roce", "a100-40gb-roce"):
         assert summarize(checks, table).median_abs_error_pct <= 15.0
+
+
+def test_validate_cli_side_check_section(checks: list[SideCheck]) -> None:
+    proc = subprocess.run([sys.executable, "-m", "fmstack", "validate", "--only", "sidecheck", "--json"],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert set(data) == {"side_check_llmfoundry"}
+    side = data["side_check_llmfoundry"]
+    assert "061f2c7ce64e655100286584a7629e2a09f827ba" in side["source"]
+    assert len(side["cases"]) == len(checks) == 191
+    for key in TABLES:
+        assert side["tables"][key]["median_abs_error_pct"] == summarize(checks, key).median_abs_error_pct

@@ -140,13 +140,10 @@ def check_llmfoundry(catalog: Catalog) -> list[SideCheck]:
         if not est.fits:
             assumptions.append(f"model memory {est.memory.total_gib:.0f} GiB does not fit; the run did")
         predicted = est.tokens_per_s_per_gpu
-        checks.append(
-            replace(
-                base, predicted_tokens_per_s_per_gpu=predicted,
-                error_pct=(predicted / base.measured_tokens_per_s_per_gpu - 1.0) * 100.0, fits=est.fits,
-                bottleneck=est.bottleneck, config=describe_config(est.config), assumptions=assumptions,
-            )  # fmt: skip
-        )
+        error = (predicted / base.measured_tokens_per_s_per_gpu - 1.0) * 100.0
+        done = replace(base, predicted_tokens_per_s_per_gpu=predicted, error_pct=error, fits=est.fits,
+                       bottleneck=est.bottleneck, config=describe_config(est.config), assumptions=assumptions)  # fmt: skip
+        checks.append(done)
     return checks
 
 
