@@ -13,6 +13,7 @@ from rich.table import Table
 from fmstack.catalog import load_catalog
 from fmstack.cli.common import catalog_option, console, json_option, print_json
 from fmstack.perfmodel.validation import TrainingCheck, summary, validate_training
+from fmstack.perfmodel.validation_llmfoundry import SOURCE, TABLES, SideCheck, check_llmfoundry, summarize
 
 
 def _collective_checks(cat: Any) -> list[Any]:
@@ -20,12 +21,21 @@ def _collective_checks(cat: Any) -> list[Any]:
     return list(module.validate_collectives(cat))
 
 
-@click.command(epilog="Example:\n\n  fmstack validate\n\n  fmstack validate --only training --json")
-@click.option("--only", type=click.Choice(["training", "collectives", "inference"]), default=None, help="One set only.")
+@click.command(
+    epilog="Example:\n\n  fmstack validate\n\n  fmstack validate --only training --json\n\n"
+    "  fmstack validate --only sidecheck"
+)
+@click.option(
+    "--only",
+    type=click.Choice(["training", "collectives", "inference", "sidecheck"]),
+    default=None,
+    help="One set only (sidecheck: PyTorch FSDP BF16 runs of llm-foundry, not calibration data).",
+)
 @catalog_option
 @json_option
 def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
-    """Run the model on every published case (training runs, nccl-tests) and print predicted vs measured."""
+    """Run the model on every published case (training runs, nccl-tests, inference) and print predicted vs measured;
+    then a side check against PyTorch FSDP BF16 runs (MosaicML llm-foundry), reported apart."""
     cat = load_catalog(catalog_dir)
     result: dict[str, Any] = {}
     training: list[TrainingCheck] = []
@@ -53,6 +63,14 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
         from fmstack.cli.serve_cmd import inference_validation
 
         inference, result["inference"] = inference_validation(cat)
+    side: list[SideCheck] = []
+    if only in (None, "sidecheck"):
+        side = check_llmfoundry(cat)
+        result["side_check_llmfoundry"] = {
+            "source": SOURCE,
+            "tables": {k: {"heading": TABLES[k], **asdict(summarize(side, k))} for k in TABLES},
+            "cases": [{**asdict(c), "params_error_pct": c.params_error_pct} for c in side],
+        }
     if as_json:
         print_json(result)
         return
@@ -96,3 +114,26 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
         from fmstack.cli.serve_cmd import render_inference_validation
 
         render_inference_validation(inference)
+    if side:
+        _render_side_check(side)
+
+
+def _render_side_check(side: list[SideCheck]) -> None:
+    out = console()
+    table = Table("table", "model", "seq", "GPUs", "mb", "gb", "AC", "measured", "predicted", "error", "note",
+                  title=f"side check (not calibration data): tokens/s/GPU, PyTorch FSDP BF16, {SOURCE}",
+                  title_justify="left")  # fmt: skip
+    for c in side:
+        pred = "-" if c.predicted_tokens_per_s_per_gpu is None else f"{c.predicted_tokens_per_s_per_gpu:,.0f}"
+        err = "-" if c.error_pct is None else f"{c.error_pct:+.1f} %"
+        note = c.not_expressible or "; ".join(c.assumptions)
+        table.add_row(c.table, c.model, str(c.seq_len), str(c.num_gpus), str(c.micro_batch), str(c.global_batch),
+                      "yes" if c.activation_checkpointing else "no", f"{c.measured_tokens_per_s_per_gpu:,.0f}", pred,
+                      err, note)  # fmt: skip
+    out.print(table)
+    for key, heading in TABLES.items():
+        s = summarize(side, key)
+        out.print(
+            f"side check {heading}: {s.compared} rows, median error {s.median_error_pct:+.1f} %, "
+            f"median |error| {s.median_abs_error_pct:.1f} %, worst {s.worst_abs_error_pct:.1f} %"
+        )
