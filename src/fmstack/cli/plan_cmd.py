@@ -87,7 +87,9 @@ def build_clusters(cat: Catalog, instances: str, gpus: str) -> tuple[list[Cluste
     return clusters, skipped
 
 
-def _space(seq_len: int, global_batch: int | None, precisions: str, recompute: str | None) -> SearchSpace:
+def _space(
+    seq_len: int, global_batch: int | None, precisions: str, recompute: str | None, overlap_ep: bool = True
+) -> SearchSpace:
     precs = tuple(p.strip().lower() for p in precisions.split(","))
     for p in precs:
         if p not in PRECISION_CHOICES:
@@ -100,7 +102,9 @@ def _space(seq_len: int, global_batch: int | None, precisions: str, recompute: s
         raise InputError("global_batch", f"must be > 0, got {global_batch}")
     if seq_len <= 0:
         raise InputError("seq_len", f"must be > 0, got {seq_len}")
-    return SearchSpace(seq_len=seq_len, global_batch=global_batch, precisions=precs, recompute=rec)
+    return SearchSpace(
+        seq_len=seq_len, global_batch=global_batch, precisions=precs, recompute=rec, overlap_ep=overlap_ep
+    )
 
 
 def _efficiency_for(calibration: Path | None, clusters: list[Cluster], force: bool) -> Any:
@@ -146,6 +150,12 @@ def search_options(func: Any) -> Any:
             ),
             click.option("--recompute", default=None, help="Recompute choices allowed [none,selective,full]."),
             click.option(
+                "--overlap-ep/--no-overlap-ep",
+                default=True,
+                show_default=True,
+                help="MoE: allow overlapping the expert all-to-all with another micro-batch (Megatron-Core >= 0.14).",
+            ),
+            click.option(
                 "--calibration",
                 type=click.Path(path_type=Path),
                 default=None,
@@ -174,14 +184,14 @@ def plan() -> None:
 @json_option
 def plan_train(
     model: str, instance: str, gpus: str, tokens: float, objective: str, seq_len: int, global_batch: int | None,
-    precisions: str, recompute: str | None, calibration: Path | None, calibration_force: bool,
+    precisions: str, recompute: str | None, overlap_ep: bool, calibration: Path | None, calibration_force: bool,
     catalog_dir: Path | None, top: int, html_path: Path | None, as_json: bool,
 ) -> None:  # fmt: skip
     """Find the best way to train MODEL on these instances: parallelism, time, cost and bottleneck."""
     cat = load_catalog(catalog_dir)
     arch = cat.model(model)
     clusters, skipped = build_clusters(cat, instance, gpus)
-    space = _space(seq_len, global_batch, precisions, recompute)
+    space = _space(seq_len, global_batch, precisions, recompute, overlap_ep)
     efficiency_for = _efficiency_for(calibration, clusters, calibration_force)
     with_failures = objective == "time-with-failures"
     if with_failures:
@@ -303,7 +313,7 @@ SCALE_EXAMPLE = """Examples:
 @json_option
 def scale(
     model: str, instance: str, gpus: str, tokens: float, objective: str, seq_len: int, global_batch: int | None,
-    precisions: str, recompute: str | None, calibration: Path | None, calibration_force: bool,
+    precisions: str, recompute: str | None, overlap_ep: bool, calibration: Path | None, calibration_force: bool,
     catalog_dir: Path | None, axis: str, values: str | None, weak: bool, html_path: Path | None, as_json: bool,
 ) -> None:  # fmt: skip
     """Sweep one axis (nodes, GPU generation, EFA generation, NVLink domain, sequence length) and re-plan."""
@@ -318,7 +328,7 @@ def scale(
     counts = parse_gpus(gpus)
     if len(counts) != 1:
         raise InputError("gpus", "scale takes one GPU count (the sweep's starting point)")
-    space = _space(seq_len, global_batch, precisions, recompute)
+    space = _space(seq_len, global_batch, precisions, recompute, overlap_ep)
     defaults = {
         "nodes": ",".join(str(max(1, counts[0] // resolve_instance(cat, instance).num_gpus * f)) for f in (1, 2, 4, 8)),
         "gpu": ",".join(GPU_GENERATIONS), "efa": ",".join(EFA_GENERATIONS), "nvlink": "8,16,32,72",
