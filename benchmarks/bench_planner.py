@@ -3,7 +3,8 @@
     python benchmarks/bench_planner.py
 
 Prints (1) the time of one `estimate_training` call (goal <= 1 ms), (2) the whole search space of
-Llama 3.1 405B on 16,384 H100 and of GPT-3 175B on 1,024 H100 (goal <= 1 s each, one core), and
+Llama 3.1 405B on 16,384 H100 and of GPT-3 175B on 1,024 H100 (goal <= 1 s each, one core), and of the MoE
+DeepSeek-V3 on 2,048 H100 (FP8, with expert all-to-all overlap and selective module sets), and
 (3) configurations per second of the vectorised path against the scalar model evaluating the same
 configurations in this process, with the ratio.
 """
@@ -50,6 +51,7 @@ def main() -> None:
     for name, instance, nodes, space in (
         ("llama3.1-405b", "p5.48xlarge", 2048, SearchSpace(seq_len=8192, global_batch=2048)),
         ("gpt3-175b", "p5.48xlarge", 128, SearchSpace(seq_len=2048, global_batch=1536)),
+        ("deepseek-v3", "p5.48xlarge", 256, SearchSpace(seq_len=4096, global_batch=15360, precisions=("fp8",))),
     ):
         model = cat.model(name)
         cluster = build_cluster(cat, instance, nodes)

@@ -222,3 +222,28 @@ BAD_ARGV += [
         "multifactor is Slurm's priority",
     ),
 ]
+
+# planning / calibration / catalog UX: a profile of another device, only invalid instances, a model file of another kind
+BAD_FILES.update(
+    {
+        "cpu_profile.json": '{"device": {"name": "AMD EPYC 7B13", "kind": "cpu", "catalog_gpu": null}, '
+        '"measured_at": "2026-11-23T00:00:00", "gemm_efficiency": {"fp32": {"x": [1e6, 1e9], "y": [0.3, 0.6]}}}',
+        "gpu_as_model.yaml": "kind: gpu\nname: X3\narchitecture: x\nbf16_dense_tflops: 1\nfp16_dense_tflops: 1\n"
+        "hbm_gb: 1\nhbm_type: x\nhbm_bw_tbps: 1\ntdp_w: 1\n",
+    }
+)
+_PLAN8 = ["plan", "train", "--model", "llama3.1-8b", "--tokens", "1e12"]
+BAD_ARGV += [
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--calibration",
+      "@file:cpu_profile.json"], "calibration: profile measured on 'AMD EPYC 7B13' (cpu, no catalog GPU) but the "
+     "cluster's GPU is H100"),
+    ([*_PLAN8, "--instance", "p5.48xlarge", "--gpus", "8", "--calibration", "@file:cpu_profile.json"],
+     "pass --calibration-force to apply it anyway"),
+    (["scale", "--model", "llama3.1-8b", "--tokens", "1e12", "--instance", "p5.48xlarge", "--gpus", "8", "--axis",
+      "nodes", "--calibration", "@file:cpu_profile.json"], "calibration: fmstack scale does not apply"),
+    ([*_PLAN8, "--instance", "u-p6e-gb200x72", "--gpus", "2048"], "must be a multiple of 18 p6e-gb200.36xlarge"),
+    ([*_PLAN8, "--instance", "p5.48xlarge,u-p6e-gb200x72", "--gpus", "12"], "12 is not a multiple of 8 GPUs"),
+    (["estimate", "train", "--model", "@file:gpu_as_model.yaml", "--instance", "p5.48xlarge"],
+     "holds an entry of kind 'gpu', not a model"),
+    (["catalog", "show", "instance", "u-p6e-gb200x99"], "unknown instance or ultraserver 'u-p6e-gb200x99'"),
+]  # fmt: skip

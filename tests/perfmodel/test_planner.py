@@ -106,3 +106,47 @@ def test_bad_objective_and_tokens(catalog: Catalog) -> None:
         plan_training(arch, [cluster], tokens=1e12, objective="speed")
     with pytest.raises(InputError, match="tokens"):
         plan_training(arch, [cluster], tokens=0)
+
+
+def test_moe_space_overlaps_the_all_to_all_where_it_can_and_both_paths_agree(catalog: Catalog) -> None:
+    model = catalog.model("qwen3-30b-a3b")
+    cluster = build_cluster(catalog, "p5.48xlarge", 4)
+    cols, considered = enumerate_space(model, cluster, SearchSpace(seq_len=4096, global_batch=256))
+    assert cols.overlap_ep is not None
+    overlapped = cols.overlap_ep == 1.0
+    m = cols.gb / (cols.dp * cols.mb)
+    # the overlap is used exactly where it can hide something: ep > 1 and more than one micro-batch (it never costs
+    # memory nor time, so the row without it is dominated); SearchSpace(overlap_ep=False) turns it off
+    assert overlapped.any() and np.array_equal(overlapped, (cols.ep > 1) & (m > 1))
+    off, _ = enumerate_space(model, cluster, SearchSpace(seq_len=4096, global_batch=256, overlap_ep=False))
+    assert off.overlap_ep is not None and not off.overlap_ep.any() and len(off) == len(cols)
+    # selective module sets beyond Megatron's default (layernorm + moe_act; qwen3 has no MLA), only with selective
+    assert set(np.unique(cols.rc_modules[cols.recompute == 1]).tolist()) == {0.0, 1.0 * 2 + 1.0 * 4}
+    assert np.all(cols.rc_modules[cols.recompute != 1] == 0)
+    arrays = evaluate(model, cluster, cols)
+    rng = np.random.default_rng(3)
+    picks = np.concatenate([rng.choice(np.nonzero(overlapped)[0], 10, replace=False),
+                            rng.choice(np.nonzero(cols.rc_modules > 0)[0], 10, replace=False)])  # fmt: skip
+    for i in picks:
+        row = cols.row(int(i))
+        est = estimate_training(model, cluster, row)
+        assert est.step_time_s == float(arrays.step_s[i])  # same formulas: same bits (test_scalar_path)
+        assert est.memory.total_gib * 2**30 == float(arrays.memory.total[i])
+    assert considered >= len(cols)
+    no_overlap = evaluate(model, cluster, off)
+    assert np.all(arrays.step_s <= no_overlap.step_s) and np.any(arrays.step_s < no_overlap.step_s)
+    assert np.array_equal(arrays.memory.total, no_overlap.memory.total)
+
+
+def test_deepseek_v3_plan_finds_the_hand_config_with_ep_overlap_and_beats_it(catalog: Catalog) -> None:
+    # the review's hand configuration on 2,048 H100 (DeepSeek-V3 report: 4k sequences, 15,360 per step, FP8)
+    arch = catalog.model("deepseek-v3")
+    cluster = build_cluster(catalog, "p5.48xlarge", 256)
+    hand = TrainConfig(pp=16, ep=64, dp=128, global_batch=15360, seq_len=4096, precision="fp8", recompute="selective",
+                       recompute_modules=("layernorm", "mla_up_proj", "moe_act"), overlap_ep=True)  # fmt: skip
+    space = SearchSpace(seq_len=4096, global_batch=15360, precisions=("fp8",))
+    result = plan_training(arch, [cluster], tokens=1e12, space=space, include=hand, top=3)
+    hand_est = estimate_training(arch, cluster, hand)
+    assert hand_est.fits and result.included_rank is not None
+    assert result.best.step_time_s <= hand_est.step_time_s
+    assert result.best.config.overlap_ep  # the all-to-all overlap is part of the winner

@@ -37,11 +37,16 @@ def _describe_validation(exc: ValidationError) -> str:
     return f"field '{loc}': {msg}"
 
 
-def parse_entry(raw: Any, kind: str | None, where: str) -> Entry:
-    """Validate one raw mapping into its typed entry; errors name ``where`` and the field."""
+def parse_entry(raw: Any, kind: str | None, where: str, *, require: str | None = None) -> Entry:
+    """Validate one raw mapping into its typed entry; errors name ``where`` and the field.
+
+    ``require``: the kind the caller expects (a file given as ``--model``); another kind is refused by name.
+    """
     if not isinstance(raw, dict):
         raise InputError(where, f"an entry must be a mapping, got {type(raw).__name__}")
     entry_kind = raw.get("kind", kind)
+    if require is not None and entry_kind != require:
+        raise InputError(where, f"holds an entry of kind {entry_kind!r}, not a {require}; use kind: {require}")
     if entry_kind not in KINDS:
         raise InputError(where, f"kind {entry_kind!r} unknown; allowed: {', '.join(KINDS)}")
     name = raw.get("name", "?")
@@ -51,8 +56,8 @@ def parse_entry(raw: Any, kind: str | None, where: str) -> Entry:
         raise InputError(f"{where} entry '{name}'", _describe_validation(exc)) from None
 
 
-def read_file(path: Path) -> list[Entry]:
-    """Parse one catalog YAML file into entries."""
+def read_file(path: Path, kind: str | None = None) -> list[Entry]:
+    """Parse one catalog YAML file into entries; with ``kind``, entries default to it and must all be of it."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -62,13 +67,12 @@ def read_file(path: Path) -> list[Entry]:
         line = f" at line {mark.line + 1}" if mark is not None else ""
         raise InputError(str(path), f"not valid YAML{line}") from None
     if isinstance(data, dict) and "entries" in data:
-        kind = data.get("kind")
         entries = data["entries"]
         if not isinstance(entries, list):
             raise InputError(str(path), "'entries' must be a list")
-        return [parse_entry(raw, kind, str(path)) for raw in entries]
+        return [parse_entry(raw, data.get("kind", kind), str(path), require=kind) for raw in entries]
     if isinstance(data, dict):
-        return [parse_entry(data, None, str(path))]
+        return [parse_entry(data, kind, str(path), require=kind)]
     raise InputError(str(path), "expected a mapping with 'kind' and 'entries', or one entry")
 
 
@@ -135,10 +139,10 @@ class Catalog:
         if path.suffix in (".yaml", ".yml") or path.is_file():
             if not path.is_file():
                 raise InputError("model", f"model file {name_or_path!r} does not exist")
-            entries = read_file(path)
-            if len(entries) != 1 or not isinstance(entries[0], ModelArch):
-                raise InputError("model", f"{name_or_path} must hold exactly one entry of kind 'model'")
-            return entries[0]
+            entries = read_file(path, kind="model")  # a file given as a model needs no `kind:`
+            if len(entries) != 1:
+                raise InputError("model", f"{name_or_path} must hold exactly one model entry, found {len(entries)}")
+            return _typed(entries[0], ModelArch)
         return _typed(self.get("model", name_or_path), ModelArch)
 
 

@@ -9,6 +9,7 @@ import click
 from rich.table import Table
 
 from fmstack.catalog import load_catalog
+from fmstack.catalog.loader import Catalog
 from fmstack.catalog.params import count_params
 from fmstack.catalog.schema import GPU, Entry, Instance, ModelArch
 from fmstack.cli.common import catalog_option, console, json_option, print_json
@@ -99,21 +100,37 @@ def list_cmd(kind: str | None, catalog_dir: Path | None, as_json: bool) -> None:
         out.print(table)
 
 
+def _lookup(cat: Catalog, kind: str, name: str) -> Entry:
+    """``cat.get``; for kind instance also the UltraServers, which every command taking --instance accepts."""
+    try:
+        return cat.get(kind, name)
+    except InputError:
+        if kind != "instance":
+            raise
+    try:
+        return cat.get("ultraserver", name)
+    except InputError:
+        known = sorted(cat.names("instance") + cat.names("ultraserver"))
+        raise InputError("instance", f"unknown instance or ultraserver {name!r}; known: {', '.join(known)}") from None
+
+
 @catalog.command("show", epilog="Example:\n\n  fmstack catalog show instance p5.48xlarge")
 @click.argument("kind")
 @click.argument("name")
 @catalog_option
 @json_option
 def show_cmd(kind: str, name: str, catalog_dir: Path | None, as_json: bool) -> None:
-    """Show one entry with every value and its source."""
+    """Show one entry with every value and its source (an UltraServer is found as an instance too)."""
     cat = load_catalog(catalog_dir)
-    entry = cat.get(_kind(kind), name)
+    kind = _kind(kind)
+    entry = _lookup(cat, kind, name)
+    kind = str(getattr(entry, "kind"))  # noqa: B009 - every concrete entry has a kind literal
     data = entry_dict(entry)
     if as_json:
         print_json(data)
         return
     sources = data.pop("sources", {})
-    table = Table("field", "value", "source", title=f"{_kind(kind)} {entry.name}", title_justify="left")
+    table = Table("field", "value", "source", title=f"{kind} {entry.name}", title_justify="left")
     for key, value in data.items():
         table.add_row(key, str(value), sources.get(key, ""))
     console().print(table)

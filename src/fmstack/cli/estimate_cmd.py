@@ -17,6 +17,7 @@ from fmstack.perfmodel.config import (
     RECOMPUTE_CHOICES,
     RECOMPUTE_MODULES,
     SHARDING_CHOICES,
+    TrainConfig,
     fill_defaults,
 )
 from fmstack.perfmodel.training import TrainingEstimate, estimate_training
@@ -100,7 +101,13 @@ def resolve_nodes(nodes: int | None, gpus: int | None, gpus_per_node: int) -> in
 @click.option("--vpp", "virtual_stages", type=int, default=None, help="Virtual stages per pipeline rank [1].")
 @click.option("--sp/--no-sp", "sequence_parallel", default=None, help="Sequence parallelism [on when tp > 1].")
 @click.option("--micro-batch", type=int, default=None, help="Sequences per micro-batch [1].")
-@click.option("--global-batch", type=int, default=None, help="Sequences per step [dp * mb * 4 pp].")
+@click.option(
+    "--global-batch",
+    type=int,
+    default=None,
+    help="Sequences per step [dp * mb, one micro-batch per replica as Megatron's default; with pp > 1, "
+    "dp * mb * 4 * pp, so the 1F1B bubble (pp - 1) / micro-batches stays <= 25 %].",
+)
 @click.option("--seq-len", type=int, default=None, help="Sequence length in tokens [2048].")
 @click.option("--precision", type=_choice(PRECISION_CHOICES), default=None, help="Linear-layer precision [bf16].")
 @click.option("--recompute", type=_choice(RECOMPUTE_CHOICES), default=None, help="Activation recomputation [none].")
@@ -123,7 +130,17 @@ def resolve_nodes(nodes: int | None, gpus: int | None, gpus_per_node: int) -> in
 @click.option(
     "--tokens", type=float, default=None, help="Token budget: time to train it with checkpoints and failures."
 )
-@click.option("--calibration", type=click.Path(path_type=Path), default=None, help="Calibration profile JSON.")
+@click.option(
+    "--calibration",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Calibration profile JSON (fmstack bench --out).",
+)
+@click.option(
+    "--calibration-force",
+    is_flag=True,
+    help="Apply --calibration even if it was measured on a GPU other than the cluster's.",
+)
 @resilience_options
 @json_option
 def train_cmd(
@@ -134,6 +151,7 @@ def train_cmd(
     catalog_dir: Path | None,
     tokens: float | None,
     calibration: Path | None,
+    calibration_force: bool,
     as_json: bool,
     checkpoint_tier: str,
     fsx_capacity_tib: float | None,
@@ -162,7 +180,7 @@ def train_cmd(
         from fmstack.perfmodel.calibration import load_profile
         from fmstack.perfmodel.efficiency import efficiency_from_profile
 
-        efficiency = efficiency_from_profile(load_profile(calibration), cluster.gpu)
+        efficiency = efficiency_from_profile(load_profile(calibration), cluster.gpu, force=calibration_force)
     if tokens is not None and tokens <= 0:
         raise InputError("tokens", f"must be > 0, got {tokens:g}")
     est = estimate_training(arch, cluster, cfg, efficiency=efficiency)
@@ -185,6 +203,50 @@ def train_cmd(
         print_json(data)
         return
     render_estimate(est, data)
+
+
+def estimate_argv(
+    model: str,
+    instance: str,
+    num_gpus: int,
+    cfg: TrainConfig,
+    *,
+    catalog_dir: Path | None = None,
+    calibration: Path | None = None,
+    calibration_force: bool = False,
+) -> list[str]:
+    """The ``fmstack estimate train`` arguments that rebuild ``cfg`` exactly on this cluster.
+
+    Degrees, batch, sequence length, precision, recomputation and sharding are always written (so the line does not
+    depend on estimate's defaults); on/off switches only where they differ from estimate's default. ``cfg``'s
+    hsdp_shard_size, grad_bytes and reduce_bytes have no flag: they must be TrainConfig's defaults (the planner's are).
+    """
+    argv = ["fmstack", "estimate", "train", "--model", model, "--instance", instance, "--gpus", str(num_gpus)]
+    argv += ["--tp", str(cfg.tp), "--pp", str(cfg.pp), "--dp", str(cfg.dp), "--cp", str(cfg.cp)]
+    if cfg.ep > 1 or cfg.etp > 1:
+        argv += ["--ep", str(cfg.ep), "--etp", str(cfg.etp)]
+    if cfg.virtual_stages > 1:
+        argv += ["--vpp", str(cfg.virtual_stages)]
+    argv += ["--micro-batch", str(cfg.micro_batch), "--global-batch", str(cfg.global_batch)]
+    argv += ["--seq-len", str(cfg.seq_len), "--precision", cfg.precision, "--recompute", cfg.recompute]
+    if cfg.recompute_modules:
+        argv += ["--recompute-modules", ",".join(cfg.recompute_modules)]
+    if cfg.recompute_layers:
+        argv += ["--recompute-layers", str(cfg.recompute_layers)]
+    argv += ["--sharding", cfg.sharding]
+    switches = (
+        ("sp", cfg.sequence_parallel, cfg.tp > 1), ("overlap-dp", cfg.overlap_dp, True),
+        ("overlap-tp", cfg.overlap_tp, False), ("overlap-ep", cfg.overlap_ep, False),
+        ("flash", cfg.flash_attention, True),
+    )  # fmt: skip
+    for flag, value, default in switches:
+        if value != default:
+            argv.append(f"--{flag}" if value else f"--no-{flag}")
+    if catalog_dir is not None:
+        argv += ["--catalog", str(catalog_dir)]
+    if calibration is not None:
+        argv += ["--calibration", str(calibration)] + (["--calibration-force"] if calibration_force else [])
+    return argv
 
 
 def _gpus_per_node(cat: Any, instance: str) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,10 @@ from fmstack.catalog import load_catalog
 from fmstack.catalog.loader import Catalog
 from fmstack.catalog.topology import Cluster, build_cluster, resolve_instance
 from fmstack.cli.common import catalog_option, console, json_option, print_json
+from fmstack.cli.estimate_cmd import estimate_argv
 from fmstack.errors import InputError
 from fmstack.perfmodel.config import PRECISION_CHOICES, RECOMPUTE_CHOICES, describe_config
-from fmstack.perfmodel.efficiency import Efficiency, default_efficiency
+from fmstack.perfmodel.efficiency import Efficiency
 from fmstack.perfmodel.planner import OBJECTIVES, PlanResult, SearchSpace, plan_training
 from fmstack.perfmodel.scaling import AXES, EFA_GENERATIONS, GPU_GENERATIONS, ScalePoint, sweep
 from fmstack.reports.plan_report import RANKED_HEADER, ranked_rows
@@ -55,18 +57,39 @@ def parse_gpus(text: str) -> list[int]:
     return out
 
 
-def build_clusters(cat: Catalog, instances: str, gpus: str) -> list[Cluster]:
-    clusters = []
-    for name in [n.strip() for n in instances.split(",") if n.strip()]:
+def build_clusters(cat: Catalog, instances: str, gpus: str) -> tuple[list[Cluster], list[str]]:
+    """Every valid (instance, GPU count) cluster, and a one-line note for each pair skipped for its shape.
+
+    A pair is skipped when the count is not whole nodes or whole UltraServers of that instance (2048 GPUs of a
+    72-GPU UltraServer), so a comparison of several instances still plans the others; InputError (the first
+    pair's) only when no pair is valid. An unknown instance name is an error at once.
+    """
+    names = [n.strip() for n in instances.split(",") if n.strip()]
+    if not names:
+        raise InputError("instance", f"give at least one instance name, got {instances!r}")
+    counts = parse_gpus(gpus)
+    clusters: list[Cluster] = []
+    skipped: list[str] = []
+    first: InputError | None = None
+    for name in names:
         per_node = resolve_instance(cat, name).num_gpus
-        for count in parse_gpus(gpus):
-            if count % per_node:
-                raise InputError("gpus", f"{count} is not a multiple of {per_node} GPUs per {name} node")
-            clusters.append(build_cluster(cat, name, count // per_node))
-    return clusters
+        for count in counts:
+            try:
+                if count % per_node:
+                    raise InputError("gpus", f"{count} is not a multiple of {per_node} GPUs per {name} node")
+                clusters.append(build_cluster(cat, name, count // per_node))
+            except InputError as exc:
+                first = first or exc
+                skipped.append(f"{name} at {count} GPUs skipped: {exc}")
+    if not clusters:
+        assert first is not None
+        raise first
+    return clusters, skipped
 
 
-def _space(seq_len: int, global_batch: int | None, precisions: str, recompute: str | None) -> SearchSpace:
+def _space(
+    seq_len: int, global_batch: int | None, precisions: str, recompute: str | None, overlap_ep: bool = True
+) -> SearchSpace:
     precs = tuple(p.strip().lower() for p in precisions.split(","))
     for p in precs:
         if p not in PRECISION_CHOICES:
@@ -79,19 +102,25 @@ def _space(seq_len: int, global_batch: int | None, precisions: str, recompute: s
         raise InputError("global_batch", f"must be > 0, got {global_batch}")
     if seq_len <= 0:
         raise InputError("seq_len", f"must be > 0, got {seq_len}")
-    return SearchSpace(seq_len=seq_len, global_batch=global_batch, precisions=precs, recompute=rec)
+    return SearchSpace(
+        seq_len=seq_len, global_batch=global_batch, precisions=precs, recompute=rec, overlap_ep=overlap_ep
+    )
 
 
-def _efficiency_for(calibration: Path | None) -> Any:
+def _efficiency_for(calibration: Path | None, clusters: list[Cluster], force: bool) -> Any:
+    """Each cluster's efficiency from the profile; refused (before searching) where a cluster has another GPU."""
     if calibration is None:
         return None
     from fmstack.perfmodel.calibration import load_profile
-    from fmstack.perfmodel.efficiency import efficiency_from_profile
+    from fmstack.perfmodel.efficiency import check_profile_gpu, efficiency_from_profile
 
     profile = load_profile(calibration)
+    if not force:
+        for cluster in clusters:
+            check_profile_gpu(profile, cluster.gpu)
 
     def eff(cluster: Cluster) -> Efficiency:
-        return efficiency_from_profile(profile, cluster.gpu) if profile else default_efficiency(cluster.gpu)
+        return efficiency_from_profile(profile, cluster.gpu, force=force)
 
     return eff
 
@@ -121,10 +150,21 @@ def search_options(func: Any) -> Any:
             ),
             click.option("--recompute", default=None, help="Recompute choices allowed [none,selective,full]."),
             click.option(
+                "--overlap-ep/--no-overlap-ep",
+                default=True,
+                show_default=True,
+                help="MoE: allow overlapping the expert all-to-all with another micro-batch (Megatron-Core >= 0.14).",
+            ),
+            click.option(
                 "--calibration",
                 type=click.Path(path_type=Path),
                 default=None,
                 help="Calibration profile JSON (fmstack bench --out).",
+            ),
+            click.option(
+                "--calibration-force",
+                is_flag=True,
+                help="Apply --calibration even if it was measured on a GPU other than the cluster's.",
             ),
         ]
     ):
@@ -144,20 +184,21 @@ def plan() -> None:
 @json_option
 def plan_train(
     model: str, instance: str, gpus: str, tokens: float, objective: str, seq_len: int, global_batch: int | None,
-    precisions: str, recompute: str | None, calibration: Path | None, catalog_dir: Path | None, top: int,
-    html_path: Path | None, as_json: bool,
+    precisions: str, recompute: str | None, overlap_ep: bool, calibration: Path | None, calibration_force: bool,
+    catalog_dir: Path | None, top: int, html_path: Path | None, as_json: bool,
 ) -> None:  # fmt: skip
     """Find the best way to train MODEL on these instances: parallelism, time, cost and bottleneck."""
     cat = load_catalog(catalog_dir)
     arch = cat.model(model)
-    clusters = build_clusters(cat, instance, gpus)
-    space = _space(seq_len, global_batch, precisions, recompute)
+    clusters, skipped = build_clusters(cat, instance, gpus)
+    space = _space(seq_len, global_batch, precisions, recompute, overlap_ep)
+    efficiency_for = _efficiency_for(calibration, clusters, calibration_force)
     with_failures = objective == "time-with-failures"
     if with_failures:
         objective = "time"
     with _progress(as_json, len(clusters)) as tick:
         result = plan_training(arch, clusters, tokens=tokens, objective=objective, top=top * 5 if with_failures else top,
-                               space=space, efficiency_for=_efficiency_for(calibration), progress=tick)  # fmt: skip
+                               space=space, efficiency_for=efficiency_for, progress=tick)  # fmt: skip
     if with_failures:
         from fmstack.perfmodel.plan_failures import rerank_with_failures
 
@@ -176,30 +217,42 @@ def plan_train(
         except InputError:
             scaling = []  # a smaller point may not fit in memory; the report shows what exists
         write_html(html_path, plan_html(result, scaling))
+    commands = [
+        shlex.join(estimate_argv(model, est.instance, est.num_gpus, est.config, catalog_dir=catalog_dir,
+                                 calibration=calibration, calibration_force=calibration_force))
+        for est in result.ranked
+    ]  # fmt: skip
     if as_json:
-        print_json(plan_json(result))
+        print_json(plan_json(result, skipped=skipped, commands=commands))
         return
-    render_plan(result)
+    render_plan(result, skipped=skipped, command=commands[0])
     if html_path is not None:
         console().print(f"report written to {html_path}")
 
 
-def plan_json(result: PlanResult) -> dict[str, Any]:
+def plan_json(
+    result: PlanResult, *, skipped: list[str] | None = None, commands: list[str] | None = None
+) -> dict[str, Any]:
+    """The plan as JSON; ``estimate_command`` (top level: the best; per row: that row) reproduces a configuration."""
     resilience = result.resilience or [{} for _ in result.ranked]
+    cmds: list[str | None] = list(commands) if commands is not None else [None for _ in result.ranked]
+    rows = zip(result.ranked, result.time_to_train_s, result.cost_usd, resilience, cmds, strict=True)
     return {
         "model": result.model,
         "objective": result.objective,
         "considered": result.considered,
         "rejected_shape": result.rejected_shape,
         "rejected_memory": result.rejected_memory,
+        "skipped": list(skipped or []),
+        "estimate_command": cmds[0],
         "ranked": [
-            {**est.to_json(), **res, "time_to_train_s": t, "cost_usd": c}
-            for est, t, c, res in zip(result.ranked, result.time_to_train_s, result.cost_usd, resilience, strict=True)
+            {**est.to_json(), **res, "time_to_train_s": t, "cost_usd": c, "estimate_command": cmd}
+            for est, t, c, res, cmd in rows
         ],
     }
 
 
-def render_plan(result: PlanResult) -> None:
+def render_plan(result: PlanResult, *, skipped: list[str] | None = None, command: str | None = None) -> None:
     out = console()
     table = Table(*RANKED_HEADER, title=f"best ways to train {result.model} (by {result.objective})",
                   title_justify="left")  # fmt: skip
@@ -213,6 +266,11 @@ def render_plan(result: PlanResult) -> None:
     best = result.best
     out.print(f"best: [bold]{describe_config(best.config)}[/] on {best.num_gpus} x {best.instance} GPUs")
     out.print(f"bottleneck: [bold]{best.bottleneck}[/]")
+    if command is not None:
+        out.print("reproduce the best with:", markup=False)
+        out.print(command, markup=False, soft_wrap=True)
+    for note in skipped or []:
+        out.print(f"note: {note}", markup=False, soft_wrap=True)
 
 
 class _progress:
@@ -255,16 +313,22 @@ SCALE_EXAMPLE = """Examples:
 @json_option
 def scale(
     model: str, instance: str, gpus: str, tokens: float, objective: str, seq_len: int, global_batch: int | None,
-    precisions: str, recompute: str | None, calibration: Path | None, catalog_dir: Path | None, axis: str,
-    values: str | None, weak: bool, html_path: Path | None, as_json: bool,
+    precisions: str, recompute: str | None, overlap_ep: bool, calibration: Path | None, calibration_force: bool,
+    catalog_dir: Path | None, axis: str, values: str | None, weak: bool, html_path: Path | None, as_json: bool,
 ) -> None:  # fmt: skip
     """Sweep one axis (nodes, GPU generation, EFA generation, NVLink domain, sequence length) and re-plan."""
+    if calibration is not None:
+        # each point re-plans with the default curves (and the gpu axis changes the GPU the profile was measured on)
+        raise InputError(
+            "calibration",
+            "fmstack scale does not apply a calibration profile; run fmstack plan train --calibration at each point",
+        )
     cat = load_catalog(catalog_dir)
     arch = cat.model(model)
     counts = parse_gpus(gpus)
     if len(counts) != 1:
         raise InputError("gpus", "scale takes one GPU count (the sweep's starting point)")
-    space = _space(seq_len, global_batch, precisions, recompute)
+    space = _space(seq_len, global_batch, precisions, recompute, overlap_ep)
     defaults = {
         "nodes": ",".join(str(max(1, counts[0] // resolve_instance(cat, instance).num_gpus * f)) for f in (1, 2, 4, 8)),
         "gpu": ",".join(GPU_GENERATIONS), "efa": ",".join(EFA_GENERATIONS), "nvlink": "8,16,32,72",

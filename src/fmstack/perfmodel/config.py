@@ -211,9 +211,10 @@ def _validate_recompute(cfg: TrainConfig, model: ModelArch) -> None:
 def fill_defaults(num_gpus: int, given: dict[str, object]) -> TrainConfig:
     """A TrainConfig from the degrees a user gave; what is left out defaults sensibly.
 
-    tp, pp, cp, ep default to 1 and the remaining GPUs go to dp; sequence parallelism is on when tp > 1;
-    the global batch defaults to enough micro-batches to keep the 1F1B bubble (p - 1) / m at or below
-    25 % (m = 4 p), i.e. dp * micro_batch * 4 * pp sequences.
+    tp, pp, cp, ep default to 1 and the remaining GPUs go to dp; sequence parallelism is on when tp > 1.
+    The global batch defaults to dp * micro_batch (one micro-batch per replica, no gradient accumulation: Megatron-LM's
+    default ``--global-batch-size``); with pp > 1 to enough micro-batches to keep the 1F1B bubble (p - 1) / m at or
+    below 25 % (m = 4 p), i.e. dp * micro_batch * 4 * pp sequences (Megatron's default would leave m = 1).
     """
     values = {k: v for k, v in given.items() if v is not None}
     if values.get("recompute_modules"):
@@ -238,7 +239,7 @@ def fill_defaults(num_gpus: int, given: dict[str, object]) -> TrainConfig:
 
 
 def describe_config(c: TrainConfig) -> str:
-    """A short one-line description: tp8 pp4 v2 dp16 mb1 gb1024 bf16 selective zero1 sp."""
+    """A short one-line description: tp8 pp4 dp16 v2 mb1 gb1024 seq8192 bf16 selective zero1 sp."""
     parts = [f"tp{c.tp}", f"pp{c.pp}", f"dp{c.dp}"]
     if c.cp > 1:
         parts.append(f"cp{c.cp}")
@@ -249,7 +250,7 @@ def describe_config(c: TrainConfig) -> str:
     recompute = c.recompute + (f"({','.join(c.recompute_modules)})" if c.recompute_modules else "")
     if c.recompute_layers:
         recompute += f"+full{c.recompute_layers}"
-    parts += [f"mb{c.micro_batch}", f"gb{c.global_batch}", c.precision, recompute, c.sharding]
+    parts += [f"mb{c.micro_batch}", f"gb{c.global_batch}", f"seq{c.seq_len}", c.precision, recompute, c.sharding]
     if c.sequence_parallel:
         parts.append("sp")
     if c.overlap_ep:

@@ -83,13 +83,34 @@ def _default_for(architecture: str) -> Efficiency:
     )
 
 
-def efficiency_from_profile(profile: CalibrationProfile, gpu: GPU) -> Efficiency:
+def check_profile_gpu(profile: CalibrationProfile, gpu: GPU) -> None:
+    """InputError unless ``profile`` was measured on ``gpu`` (its ``device.catalog_gpu`` names that catalog GPU).
+
+    A profile measured on another GPU, or on a device the catalog does not know (a CPU: ``catalog_gpu`` null), says
+    nothing about ``gpu``'s efficiency: its fractions of another device's peak would be applied to this one's.
+    """
+    measured = profile.device.catalog_gpu
+    if measured is not None and measured.strip().lower() == gpu.name.strip().lower():
+        return
+    on = f"catalog GPU {measured}" if measured else "no catalog GPU"
+    raise InputError(
+        "calibration",
+        f"profile measured on {profile.device.name!r} ({profile.device.kind}, {on}) but the cluster's GPU is "
+        f"{gpu.name}; a profile calibrates only the GPU it was measured on: measure on {gpu.name} "
+        "(fmstack bench all --device cuda --out profile.json) or pass --calibration-force to apply it anyway",
+    )
+
+
+def efficiency_from_profile(profile: CalibrationProfile, gpu: GPU, *, force: bool = False) -> Efficiency:
     """Measured GEMM efficiency curves (and memory bandwidth fraction) replace the defaults for ``gpu``.
 
+    The profile must have been measured on ``gpu`` (:func:`check_profile_gpu`) unless ``force``.
     Precisions the profile did not measure keep their defaults; the attention fraction keeps its default
     scaled by the measured / default GEMM plateau ratio (attention kernels are Tensor-core bound too); the
     grouped-GEMM weight-read fraction keeps its default (the profile runs no grouped GEMM).
     """
+    if not force:
+        check_profile_gpu(profile, gpu)
     base = default_efficiency(gpu)
     gemm = dict(base.gemm)
     for dtype, curve in profile.gemm_efficiency.items():

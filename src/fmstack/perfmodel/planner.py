@@ -1,14 +1,14 @@
 """The planner: enumerate every training configuration, prune, evaluate vectorised, rank.
 
 The space per cluster: tp (powers of two within the NVLink domain, dividing the heads), pp, virtual stages,
-cp, dp (the rest), ep (MoE), micro-batch, recomputation, sharding, precision. Shape rules are applied as
+cp, dp (the rest), ep (MoE), micro-batch, recomputation (for MoE models also selective module sets), sharding,
+precision, and for MoE models the expert all-to-all overlap. Shape rules are applied as
 NumPy masks; survivors run through the same vectorised step model the single estimate uses
 (:func:`fmstack.perfmodel.step.step_model`), so both paths give identical numbers.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +20,14 @@ from numpy.typing import NDArray
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
-from fmstack.perfmodel.columns import PRECISION_CODE, RECOMPUTE_CODE, SHARDING_CODE, Columns, columns_from_configs
+from fmstack.perfmodel.columns import (
+    PRECISION_CODE,
+    RECOMPUTE_CODE,
+    RECOMPUTE_MODULE_BIT,
+    SHARDING_CODE,
+    Columns,
+    columns_from_configs,
+)
 from fmstack.perfmodel.config import TrainConfig, describe_config
 from fmstack.perfmodel.efficiency import Efficiency, default_efficiency
 from fmstack.perfmodel.memory import DEFAULT_RESERVE_GIB, GIB
@@ -50,6 +57,9 @@ class SearchSpace:
     cp: tuple[int, ...] = (1, 2, 4, 8)
     max_pp: int = MAX_PP
     flash_attention: bool = True
+    overlap_ep: bool = True
+    """MoE: overlap the expert all-to-all with another micro-batch's compute where ep > 1 and there are several
+    micro-batches (Megatron-Core >= 0.14 ``--overlap-moe-expert-parallel-comm --delay-wgrad-compute``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -85,21 +95,43 @@ def _divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
+def _recompute_choices(model: ModelArch, space: SearchSpace) -> list[tuple[float, float]]:
+    """(recompute code, rc_modules mask) pairs: none, selective (Megatron's default core_attn), full, and for MoE
+    models the cheap selective sets Megatron-Core's MoE recipes use (``layernorm``, ``moe_act``, and with MLA
+    ``mla_up_proj``: no extra GEMM, or MLA's small up-projections, for most of an MoE layer's activations)."""
+    sets: list[tuple[str, ...]] = [()]
+    if model.moe is not None:
+        sets.append(("layernorm", "moe_act"))
+        if model.mla is not None:
+            sets.append(("layernorm", "mla_up_proj", "moe_act"))
+    out: list[tuple[float, float]] = []
+    for name in space.recompute:
+        code = float(RECOMPUTE_CODE[name])  # type: ignore[index]
+        for modules in sets if name == "selective" else [()]:
+            out.append((code, sum(RECOMPUTE_MODULE_BIT[m] for m in modules)))
+    return out
+
+
 def enumerate_space(model: ModelArch, cluster: Cluster, space: SearchSpace) -> tuple[Columns[FloatArray], int]:
-    """All candidate rows (shape-valid) and the number considered before the shape masks."""
+    """All candidate rows (shape-valid) and the number considered before the shape masks.
+
+    MoE rows with ep > 1 and more than one micro-batch overlap the expert all-to-all (``overlap_ep``) when
+    ``space.overlap_ep``; with ep = 1 or one micro-batch the overlap changes nothing (step.py).
+    """
     n = cluster.num_gpus
     tps = [t for t in _pow2_upto(cluster.gpus_per_domain) if n % t == 0]
     pps = _divisors(n, min(space.max_pp, model.num_layers))
     eps = [1] if model.moe is None else _divisors(model.moe.num_experts, n)
     prec = [PRECISION_CODE[p] for p in space.precisions]  # type: ignore[index]
-    rec = [RECOMPUTE_CODE[r] for r in space.recompute]  # type: ignore[index]
+    rec_pairs = _recompute_choices(model, space)
     shard = [SHARDING_CODE[s] for s in space.sharding]  # type: ignore[index]
-    grid = np.array(
-        list(itertools.product(tps, pps, space.cp, eps, space.virtual_stages, space.micro_batches, prec, rec, shard)),
-        dtype=np.float64,
-    )
-    considered = int(grid.shape[0])
-    tp, pp, cp, ep, vpp, mb, pr, rc, sh = grid.T
+    axes = (tps, pps, space.cp, eps, space.virtual_stages, space.micro_batches, prec, range(len(rec_pairs)), shard)
+    # the Cartesian product in itertools.product's order (last axis fastest), built by NumPy
+    grid = [g.ravel() for g in np.meshgrid(*(np.asarray(a, dtype=np.float64) for a in axes), indexing="ij")]
+    considered = int(grid[0].shape[0])
+    tp, pp, cp, ep, vpp, mb, pr, ri, sh = grid
+    pairs = np.asarray(rec_pairs, dtype=np.float64)
+    rc, rcm = pairs[ri.astype(np.int64)].T
     mp = tp * pp * cp
     dp = np.floor(n / mp)
     ok = (n % mp == 0) & (dp >= 1)
@@ -119,12 +151,17 @@ def enumerate_space(model: ModelArch, cluster: Cluster, space: SearchSpace) -> t
     m = gb / np.maximum(dp * mb, 1)
     ok &= (vpp == 1) | (m % pp == 0)
     idx = np.nonzero(ok)[0]
+    # the expert all-to-all overlap never costs memory and never slows a step (step.py: exposed time
+    # ((m - 1) * excess + link) / m <= link), so where it is allowed and can hide anything (ep > 1, m > 1) the row is
+    # evaluated with it: the row without it is dominated, and would only repeat in the ranking
+    can_overlap = space.overlap_ep and model.moe is not None
+    overlap = ((ep[idx] > 1) & (m[idx] > 1) & can_overlap).astype(np.float64)
     ones = np.ones(idx.shape[0])
     cols = Columns(
         tp=tp[idx], pp=pp[idx], dp=dp[idx], cp=cp[idx], ep=ep[idx], etp=ones.copy(), sp=(tp[idx] > 1).astype(np.float64),
         vpp=vpp[idx], mb=mb[idx], gb=gb[idx], seq=ones * space.seq_len, precision=pr[idx], recompute=rc[idx],
         sharding=sh[idx], hsdp=ones * 8, overlap_dp=ones.copy(), overlap_tp=ones * 0.0, flash=ones * float(space.flash_attention),
-        grad_bytes=ones * 4, reduce_bytes=ones * 2, rc_modules=ones * 0.0, rc_layers=ones * 0.0,
+        grad_bytes=ones * 4, reduce_bytes=ones * 2, rc_modules=rcm[idx], rc_layers=ones * 0.0, overlap_ep=overlap,
     )  # fmt: skip
     return cols, considered
 
@@ -285,9 +322,14 @@ def _included_score(
 ) -> float | None:
     """The score of the enumerated row equal to ``cfg`` (None when the search space does not contain it)."""
     target = columns_from_configs([cfg])
-    keys = ("tp", "pp", "dp", "cp", "ep", "vpp", "mb", "gb", "precision", "recompute", "sharding", "sp")
+    keys = ("tp", "pp", "dp", "cp", "ep", "vpp", "mb", "gb", "precision", "recompute", "sharding", "sp", "rc_modules")
     match = np.ones(len(cols), dtype=bool)
     for key in keys:
-        match &= getattr(cols, key) == getattr(target, key)[0]
+        want = getattr(target, key)[0]
+        if key == "rc_modules" and want == RECOMPUTE_MODULE_BIT["core_attn"]:
+            want = 0.0  # the planner writes Megatron's default selective set (core_attn) as "none given"
+        match &= getattr(cols, key) == want
+    overlap = cols.overlap_ep if cols.overlap_ep is not None else np.zeros(len(cols))
+    match &= overlap == float(cfg.overlap_ep)
     hits = np.nonzero(match)[0]
     return float(score[hits[0]]) if hits.size else None
