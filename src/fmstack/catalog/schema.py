@@ -141,7 +141,9 @@ class Fabric(Entry):
     generation: str
     bw_per_gpu_gbps: float | None = Field(default=None, gt=0, description="per GPU, one direction, GB/s")
     node_bw_gbps: float | None = Field(
-        default=None, gt=0, description="scale-out: aggregate bandwidth per node of this generation's reference node, GB/s"
+        default=None,
+        gt=0,
+        description="scale-out: aggregate bandwidth per node of this generation's reference node, GB/s",
     )
     node_gpus: int | None = Field(default=None, gt=0, description="scale-out: GPUs of that reference node")
     latency_us: float = Field(

@@ -75,13 +75,17 @@ class SweepResult:
     """The global batch (sequences) every point was asked to run at (weak scaling: at the first point)."""
 
 
-def round_to_valid_nodes(inst: Instance, num_gpus: int) -> tuple[int, str]:
+def round_to_valid_nodes(inst: Instance, num_gpus: int, *, whole_domains: bool = True) -> tuple[int, str]:
     """The node count nearest to ``num_gpus`` GPUs that ``inst`` can form, and a note when it had to round.
 
-    Nodes are whole instances; an UltraServer (``inst.ultraserver`` set) comes in whole NVLink domains
-    (18 p6e-gb200.36xlarge per u-p6e-gb200x72). Ties round down (no more GPUs than asked).
+    Nodes are whole instances; UltraServer nodes (``inst.ultraserver`` set) come in whole NVLink domains
+    (18 p6e-gb200.36xlarge per u-p6e-gb200x72), except that a job named by the instance rather than the
+    UltraServer (``whole_domains`` False) may use part of one domain (the rule of ``Cluster``). Ties round
+    down (no more GPUs than asked).
     """
     per_domain = max(1, inst.nvlink_domain_gpus // inst.num_gpus) if inst.ultraserver else 1
+    if not whole_domains and num_gpus < per_domain * inst.num_gpus:
+        per_domain = 1
     step_gpus = per_domain * inst.num_gpus
     lo = num_gpus // step_gpus * step_gpus
     hi = lo + step_gpus
@@ -89,7 +93,7 @@ def round_to_valid_nodes(inst: Instance, num_gpus: int) -> tuple[int, str]:
     nodes = chosen // inst.num_gpus
     if chosen == num_gpus:
         return nodes, ""
-    unit = f"whole {per_domain}-node UltraServers" if per_domain > 1 else f"whole {inst.num_gpus}-GPU nodes"
+    unit = f"whole {per_domain}-node NVLink domains" if per_domain > 1 else f"whole {inst.num_gpus}-GPU nodes"
     return nodes, f"{num_gpus} GPUs rounded to {chosen} ({nodes} nodes): {inst.ultraserver or inst.name} needs {unit}"
 
 
@@ -135,7 +139,8 @@ def _point_cluster(
         return _cluster(catalog, instance, nodes * resolve_instance(catalog, instance).num_gpus), "", None
     if axis == "gpu":
         inst = resolve_instance(catalog, value)
-        nodes, note = round_to_valid_nodes(inst, gpus)
+        whole = inst.ultraserver is not None and inst.ultraserver.lower() == value.lower()
+        nodes, note = round_to_valid_nodes(inst, gpus, whole_domains=whole)
         return build_cluster(catalog, value, nodes), note, None
     base = _cluster(catalog, instance, gpus)
     if axis == "efa":
@@ -227,7 +232,7 @@ def run_sweep(
         except InputError as e:
             if e.field not in ("model", "objective"):
                 raise
-            skipped.append(f"{value}: skipped ({e.message})")
+            skipped.append(f"{value}: skipped: {e.message.split('; try ')[0]}")
             if progress:
                 progress(i + 1, len(values))
             continue
@@ -269,7 +274,8 @@ def run_sweep(
         if progress:
             progress(i + 1, len(values))
     if not points:
-        raise InputError("values", f"no value of --axis {axis} could be planned: {'; '.join(skipped)}")
+        more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+        raise InputError("values", f"no value of --axis {axis} could be planned; {skipped[0]}{more}")
     reference = ref_batch if axis != "seq-len" else None
     return SweepResult(points=points, skipped=skipped, reference_global_batch=reference)
 
