@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,56 @@ def test_scale_over_nodes_json() -> None:
     assert points[0]["scaling_efficiency"] == 1.0
     assert all(0 < p["scaling_efficiency"] <= 1.05 for p in points)
     assert points[2]["tokens_per_s"] > points[0]["tokens_per_s"]
+    assert [p["global_batch"] for p in points] == [512] * 3
+    assert [p["efficiency_kind"] for p in points] == ["strong"] * 3
+
+
+def _commands(text: str, prefix: str) -> list[list[str]]:
+    """The command lines in ``text`` that start with ``prefix`` (backslash continuations joined)."""
+    out, current = [], ""
+    for line in text.splitlines():
+        line = line.strip()
+        if current or line.startswith(prefix):
+            current += " " + line.removesuffix("\\").strip()
+            if not line.endswith("\\"):
+                out.append(shlex.split(current)[1:])  # drop "fmstack"
+                current = ""
+    return out
+
+
+def test_readme_scale_command_runs_as_written() -> None:
+    # the README line sweeps GPU kinds including u-p6e-gb200x72, whose 512 GPUs must round to 7 whole racks
+    commands = _commands((Path(__file__).parents[2] / "README.md").read_text(), "fmstack scale ")
+    assert commands
+    for argv in commands:
+        proc = _run(*argv)
+        assert proc.returncode == 0, (argv, proc.stderr)
+        assert "512 GPUs rounded to 504 (126 nodes)" in " ".join(proc.stdout.split())
+
+
+def test_scale_help_examples_run_as_written() -> None:
+    help_text = _run("scale", "--help").stdout
+    commands = _commands(help_text, "fmstack scale ")
+    assert len(commands) == 2
+    for argv in commands:
+        proc = _run(*argv, "--json")
+        assert proc.returncode == 0, (argv, proc.stderr)
+        data = json.loads(proc.stdout)
+        assert data["points"] and data["skipped"] == []
+        assert all(not p["global_batch_changed"] for p in data["points"])
+
+
+def test_scale_json_says_what_each_point_used() -> None:
+    proc = _run("scale", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "64", "--tokens", "1e12",
+                "--axis", "efa", "--values", "efa-v1,efa-v2", "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["reference_global_batch"] == 512
+    v1, v2 = data["points"]
+    assert (v1["network_bw_gbps_per_node"], v2["network_bw_gbps_per_node"]) == (50, 400)
+    for key in ("value", "num_gpus", "tokens_per_s", "scaling_efficiency", "global_batch", "global_batch_changed",
+                "efficiency_kind", "scale_out_fabric", "network_latency_us", "note"):  # fmt: skip
+        assert key in v1
 
 
 @pytest.mark.browser

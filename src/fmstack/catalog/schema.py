@@ -160,6 +160,12 @@ class Fabric(Entry):
     scope: Literal["scale-up", "scale-out"]
     generation: str
     bw_per_gpu_gbps: float | None = Field(default=None, gt=0, description="per GPU, one direction, GB/s")
+    node_bw_gbps: float | None = Field(
+        default=None,
+        gt=0,
+        description="scale-out: aggregate bandwidth per node of this generation's reference node, GB/s",
+    )
+    node_gpus: int | None = Field(default=None, gt=0, description="scale-out: GPUs of that reference node")
     latency_us: float = Field(
         gt=0, description="alpha: per-step latency of a collective on this fabric (NCCL Simple protocol)"
     )
@@ -178,6 +184,13 @@ class Fabric(Entry):
     pipeline_stage_us: float | None = Field(
         default=None, ge=0, description="per-stage chunk overhead of pipelined (tree, NVLS) algorithms"
     )
+
+    @property
+    def node_bw_gbps_per_gpu(self) -> float | None:
+        """Scale-out bandwidth per GPU on this generation's reference node (None: not given)."""
+        if self.node_bw_gbps is None or self.node_gpus is None:
+            return None
+        return self.node_bw_gbps / self.node_gpus
 
 
 class StorageTier(Entry):

@@ -1,17 +1,24 @@
 """`fmstack scale`: sweep one axis, re-plan at every point, and show where scaling bends and why.
 
 Axes: nodes (strong scaling: fixed global batch; weak scaling: batch grows with the GPUs), gpu (instance
-generations), efa (scale-out fabric generation), nvlink (NVLink domain size), seq-len. Each point is the
-planner's best configuration for the objective, so the curve reflects what a user would actually run.
+generations), efa (scale-out fabric generation, with that generation's per-node bandwidth and latency),
+nvlink (NVLink domain size), seq-len. Each point is the planner's best configuration for the objective, so
+the curve reflects what a user would actually run.
+
+The global batch is held at the reference (``--global-batch``, or the first point's default of about 4M
+tokens) on every hardware axis, so the ratio between points is like for like. A point that cannot run at
+that batch (fewer sequences than dp x micro-batch for every shape that fits) is re-planned at the planner's
+default batch and says so (``global_batch_changed``, ``efficiency_kind`` "batch-changed"): its ratio is a
+per-GPU throughput ratio, not a strong-scaling efficiency.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from fmstack.catalog.loader import Catalog
-from fmstack.catalog.schema import ModelArch
+from fmstack.catalog.schema import Instance, ModelArch
 from fmstack.catalog.topology import Cluster, build_cluster, resolve_instance
 from fmstack.errors import InputError
 from fmstack.perfmodel.config import describe_config
@@ -20,6 +27,10 @@ from fmstack.perfmodel.planner import PlanResult, SearchSpace, plan_training
 AXES = ("nodes", "gpu", "efa", "nvlink", "seq-len")
 GPU_GENERATIONS = ("p5.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge", "p6-b300.48xlarge", "u-p6e-gb200x72")
 EFA_GENERATIONS = ("efa-v1", "efa-v2", "efa-v3", "efa-v4")
+EFFICIENCY_KINDS = ("strong", "weak", "relative", "batch-changed")
+"""strong: nodes axis at the reference global batch; weak: nodes axis with the batch grown with the GPUs;
+relative: other axes, tokens/s per GPU vs the first point at the same batch; batch-changed: the point ran at
+another global batch, so its ratio is a per-GPU throughput ratio only."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -37,22 +48,236 @@ class ScalePoint:
     bottleneck: str
     config: str
     scaling_efficiency: float
-    """tokens/s per GPU relative to the first point (1.0 = linear)."""
+    """tokens/s per GPU relative to the first point (1.0 = linear); what it means: ``efficiency_kind``."""
+    efficiency_kind: str
+    num_nodes: int
+    global_batch: int
+    """Sequences per step of the best configuration at this point."""
+    global_batch_tokens: int
+    global_batch_changed: bool
+    """True when this point ran at another global batch than the sweep's reference (the first point's)."""
+    scale_out_fabric: str
+    network_bw_gbps_per_node: float
+    """Scale-out bandwidth per node this point was modelled with, GB/s."""
+    network_latency_us: float
+    """Per-step scale-out latency (NCCL Simple protocol) this point was modelled with."""
+    note: str = ""
+    """What was adjusted at this point (node count rounded, batch changed, bandwidth kept), or ""."""
 
 
-def _cluster_with(catalog: Catalog, instance: str, num_gpus: int, **changes: object) -> Cluster:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SweepResult:
+    """The points that were planned, and one line per value that could not be (skipped, not fatal)."""
+
+    points: list[ScalePoint]
+    skipped: list[str] = field(default_factory=list)
+    reference_global_batch: int | None = None
+    """The global batch (sequences) every point was asked to run at (weak scaling: at the first point)."""
+
+
+def round_to_valid_nodes(inst: Instance, num_gpus: int, *, whole_domains: bool = True) -> tuple[int, str]:
+    """The node count nearest to ``num_gpus`` GPUs that ``inst`` can form, and a note when it had to round.
+
+    Nodes are whole instances; UltraServer nodes (``inst.ultraserver`` set) come in whole NVLink domains
+    (18 p6e-gb200.36xlarge per u-p6e-gb200x72), except that a job named by the instance rather than the
+    UltraServer (``whole_domains`` False) may use part of one domain (the rule of ``Cluster``). Ties round
+    down (no more GPUs than asked).
+    """
+    per_domain = max(1, inst.nvlink_domain_gpus // inst.num_gpus) if inst.ultraserver else 1
+    if not whole_domains and num_gpus < per_domain * inst.num_gpus:
+        per_domain = 1
+    step_gpus = per_domain * inst.num_gpus
+    lo = num_gpus // step_gpus * step_gpus
+    hi = lo + step_gpus
+    chosen = hi if lo == 0 or hi - num_gpus < num_gpus - lo else lo
+    nodes = chosen // inst.num_gpus
+    if chosen == num_gpus:
+        return nodes, ""
+    unit = f"whole {per_domain}-node NVLink domains" if per_domain > 1 else f"whole {inst.num_gpus}-GPU nodes"
+    return nodes, f"{num_gpus} GPUs rounded to {chosen} ({nodes} nodes): {inst.ultraserver or inst.name} needs {unit}"
+
+
+def _cluster(catalog: Catalog, instance: str, num_gpus: int) -> Cluster:
     inst = resolve_instance(catalog, instance)
     if num_gpus % inst.num_gpus:
         raise InputError("gpus", f"{num_gpus} is not a multiple of {inst.num_gpus} GPUs per {inst.name} node")
-    cluster = build_cluster(catalog, instance, num_gpus // inst.num_gpus)
-    if not changes:
-        return cluster
+    return build_cluster(catalog, instance, num_gpus // inst.num_gpus)
+
+
+def _modified(cluster: Cluster, catalog: Catalog, **changes: object) -> Cluster:
     new_inst = cluster.instance.model_copy(update=changes)
     scale_out = catalog.fabric(str(changes["network"])) if "network" in changes else cluster.scale_out
-    return Cluster(
-        instance=new_inst, gpu=cluster.gpu, scale_up=cluster.scale_up, scale_out=scale_out,
-        num_nodes=cluster.num_nodes, name=f"{instance} ({', '.join(f'{k}={v}' for k, v in changes.items())})",
-    )  # fmt: skip
+    label = ", ".join(f"{k}={v}" for k, v in changes.items())
+    return replace(cluster, instance=new_inst, scale_out=scale_out, name=f"{cluster.name} ({label})")
+
+
+def _with_fabric(catalog: Catalog, cluster: Cluster, fabric_name: str) -> tuple[Cluster, str]:
+    """The cluster with its scale-out fabric swapped, at that generation's per-node bandwidth."""
+    fabric = catalog.fabric(fabric_name)
+    if fabric.scope != "scale-out":
+        raise InputError("values", f"{fabric.name} is a {fabric.scope} fabric; --axis efa takes scale-out fabrics")
+    inst = cluster.instance
+    if fabric.name == inst.network:
+        return _modified(cluster, catalog, network=fabric.name), ""
+    per_gpu = fabric.node_bw_gbps_per_gpu
+    if per_gpu is None:
+        note = f"{fabric.name} gives no per-node bandwidth: kept {inst.name}'s {inst.network_bw_gbps:g} GB/s"
+        return _modified(cluster, catalog, network=fabric.name), note
+    bw = per_gpu * inst.num_gpus
+    return _modified(cluster, catalog, network=fabric.name, network_bw_gbps=bw), ""
+
+
+def _point_cluster(
+    catalog: Catalog, axis: str, value: str, instance: str, gpus: int
+) -> tuple[Cluster, str, int | None]:
+    """The cluster of one sweep value, a note on what was adjusted, and the sequence length (seq-len axis)."""
+    if axis == "nodes":
+        try:
+            nodes = int(value)
+        except ValueError:
+            raise InputError("values", f"{value!r} is not a node count") from None
+        return _cluster(catalog, instance, nodes * resolve_instance(catalog, instance).num_gpus), "", None
+    if axis == "gpu":
+        inst = resolve_instance(catalog, value)
+        whole = inst.ultraserver is not None and inst.ultraserver.lower() == value.lower()
+        nodes, note = round_to_valid_nodes(inst, gpus, whole_domains=whole)
+        return build_cluster(catalog, value, nodes), note, None
+    base = _cluster(catalog, instance, gpus)
+    if axis == "efa":
+        cluster, note = _with_fabric(catalog, base, value)
+        return cluster, note, None
+    if axis == "nvlink":
+        try:
+            domain = int(value)
+        except ValueError:
+            raise InputError("values", f"{value!r} is not an NVLink domain size (GPUs)") from None
+        per_node = base.instance.num_gpus
+        if domain % per_node:
+            raise InputError("values", f"NVLink domain {domain} must be a multiple of {per_node} GPUs per node")
+        return _modified(base, catalog, nvlink_domain_gpus=domain), "", None
+    try:
+        return base, "", int(value)
+    except ValueError:
+        raise InputError("values", f"{value!r} is not a sequence length") from None
+
+
+def _plan(
+    model: ModelArch, cluster: Cluster, tokens: float, objective: str, space: SearchSpace, batch: int | None
+) -> tuple[PlanResult, bool]:
+    """The best plan at ``batch`` sequences; if none fits there, at the planner's default (True = fell back)."""
+    if batch is None:
+        return plan_training(model, [cluster], tokens=tokens, objective=objective, top=1, space=space), False
+    try:
+        at_batch = replace(space, global_batch=batch)
+        return plan_training(model, [cluster], tokens=tokens, objective=objective, top=1, space=at_batch), False
+    except InputError as e:
+        if e.field != "model":
+            raise
+    default = replace(space, global_batch=None)
+    return plan_training(model, [cluster], tokens=tokens, objective=objective, top=1, space=default), True
+
+
+def _target_batch(axis: str, weak: bool, ref_batch: int, ref_gpus: int, num_gpus: int) -> int:
+    """The global batch a point is asked to run at.
+
+    Strong scaling (nodes axis): the reference batch. Weak scaling: grown with the GPUs. Other axes compare
+    tokens/s per GPU at the same GPU count; where a kind's count had to be rounded (a GB200 UltraServer holds
+    72 GPUs) the batch keeps the reference's sequences per GPU, so the per-GPU comparison stays like for like.
+    """
+    if num_gpus == ref_gpus or (axis == "nodes" and not weak):
+        return ref_batch
+    if axis == "nodes":
+        return max(1, ref_batch * num_gpus // ref_gpus)
+    return max(1, round(ref_batch * num_gpus / ref_gpus))
+
+
+def run_sweep(
+    catalog: Catalog,
+    model: ModelArch,
+    *,
+    axis: str,
+    values: Sequence[str],
+    instance: str,
+    gpus: int,
+    tokens: float,
+    objective: str = "time",
+    space: SearchSpace,
+    weak: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> SweepResult:
+    """Re-plan at each value of ``axis``; everything else, the global batch included, stays as given.
+
+    A value whose cluster cannot be planned (no configuration fits, no price for a cost objective) is
+    skipped with a one-line reason; the sweep fails only when no value can be planned. Bad values
+    (unknown instance or fabric, a malformed number) are input errors.
+    """
+    if axis not in AXES:
+        raise InputError("axis", f"unknown axis {axis!r}; allowed: {', '.join(AXES)}")
+    if not values:
+        raise InputError("values", "give at least one value")
+    points: list[ScalePoint] = []
+    skipped: list[str] = []
+    ref_batch = space.global_batch  # sequences at ref_gpus
+    ref_gpus = gpus
+    ref_tokens: int | None = None  # tokens per step of the first point (seq-len axis compares these)
+    base_per_gpu: float | None = None
+    for i, value in enumerate(values):
+        cluster, note, seq_len = _point_cluster(catalog, axis, value, instance, gpus)
+        point_space = space if seq_len is None else replace(space, seq_len=seq_len)
+        target: int | None = None
+        if axis != "seq-len" and ref_batch is not None:
+            target = _target_batch(axis, weak, ref_batch, ref_gpus, cluster.num_gpus)
+        try:
+            result, fell_back = _plan(model, cluster, tokens, objective, point_space, target)
+        except InputError as e:
+            if e.field not in ("model", "objective"):
+                raise
+            skipped.append(f"{value}: skipped: {e.message.split('; try ')[0]}")
+            if progress:
+                progress(i + 1, len(values))
+            continue
+        best = result.best
+        gb = best.config.global_batch
+        gb_tokens = gb * best.config.seq_len
+        if ref_batch is None and axis != "seq-len":
+            ref_batch, ref_gpus = gb, cluster.num_gpus  # the first point's default batch is the reference
+            target = gb
+        if ref_tokens is None:
+            ref_tokens = gb_tokens
+        if axis == "seq-len":
+            changed = gb_tokens != ref_tokens
+            text = f"global batch {gb_tokens:,} tokens per step instead of {ref_tokens:,}" if changed else ""
+        else:
+            changed = fell_back
+            if fell_back:
+                text = f"global batch gb{gb} instead of gb{target} (no configuration fits at gb{target})"
+            elif gb != ref_batch and not weak:
+                text = f"gb{gb}: the sequences per GPU of gb{ref_batch} on {ref_gpus} GPUs"
+            else:
+                text = ""
+        note = "; ".join(n for n in (note, text) if n)
+        kind = "batch-changed" if changed else (("weak" if weak else "strong") if axis == "nodes" else "relative")
+        per_gpu = best.tokens_per_s_per_gpu
+        base_per_gpu = base_per_gpu or per_gpu
+        points.append(
+            ScalePoint(
+                value=str(value), num_gpus=cluster.num_gpus, step_time_s=best.step_time_s, mfu=best.mfu,
+                tokens_per_s=best.tokens_per_s, tokens_per_s_per_gpu=per_gpu,
+                time_to_train_s=result.time_to_train_s[0] or 0.0, cost_usd=result.cost_usd[0],
+                bottleneck=best.bottleneck, config=describe_config(best.config), scaling_efficiency=per_gpu / base_per_gpu,
+                efficiency_kind=kind, num_nodes=cluster.num_nodes, global_batch=gb, global_batch_tokens=gb_tokens,
+                global_batch_changed=changed, scale_out_fabric=cluster.scale_out.name,
+                network_bw_gbps_per_node=cluster.instance.network_bw_gbps,
+                network_latency_us=cluster.scale_out.latency_us, note=note,
+            )
+        )  # fmt: skip
+        if progress:
+            progress(i + 1, len(values))
+    if not points:
+        more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+        raise InputError("values", f"no value of --axis {axis} could be planned; {skipped[0]}{more}")
+    reference = ref_batch if axis != "seq-len" else None
+    return SweepResult(points=points, skipped=skipped, reference_global_batch=reference)
 
 
 def sweep(
@@ -69,57 +294,6 @@ def sweep(
     weak: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[ScalePoint]:
-    """Re-plan at each value of ``axis``; everything else stays as given."""
-    if axis not in AXES:
-        raise InputError("axis", f"unknown axis {axis!r}; allowed: {', '.join(AXES)}")
-    if not values:
-        raise InputError("values", "give at least one value")
-    points: list[ScalePoint] = []
-    base_per_gpu: float | None = None
-    for i, value in enumerate(values):
-        point_space = space
-        n = gpus
-        if axis == "nodes":
-            inst = resolve_instance(catalog, instance)
-            n = int(value) * inst.num_gpus
-            if weak and space.global_batch is not None:
-                point_space = _with(space, global_batch=max(1, space.global_batch * n // gpus))
-            cluster = _cluster_with(catalog, instance, n)
-        elif axis == "gpu":
-            cluster = _cluster_with(catalog, value, gpus)
-        elif axis == "efa":
-            cluster = _cluster_with(catalog, instance, gpus, network=value)
-        elif axis == "nvlink":
-            domain = int(value)
-            inst = resolve_instance(catalog, instance)
-            if domain % inst.num_gpus:
-                raise InputError(
-                    "values", f"NVLink domain {domain} must be a multiple of {inst.num_gpus} GPUs per node"
-                )
-            cluster = _cluster_with(catalog, instance, gpus, nvlink_domain_gpus=domain)
-        else:
-            point_space = _with(space, seq_len=int(value))
-            cluster = _cluster_with(catalog, instance, gpus)
-        result: PlanResult = plan_training(
-            model, [cluster], tokens=tokens, objective=objective, top=1, space=point_space
-        )
-        best = result.best
-        per_gpu = best.tokens_per_s_per_gpu
-        base_per_gpu = base_per_gpu or per_gpu
-        points.append(
-            ScalePoint(
-                value=str(value), num_gpus=cluster.num_gpus, step_time_s=best.step_time_s, mfu=best.mfu,
-                tokens_per_s=best.tokens_per_s, tokens_per_s_per_gpu=per_gpu,
-                time_to_train_s=result.time_to_train_s[0] or 0.0, cost_usd=result.cost_usd[0],
-                bottleneck=best.bottleneck, config=describe_config(best.config), scaling_efficiency=per_gpu / base_per_gpu,
-            )
-        )  # fmt: skip
-        if progress:
-            progress(i + 1, len(values))
-    return points
-
-
-def _with(space: SearchSpace, **changes: object) -> SearchSpace:
-    from dataclasses import replace
-
-    return replace(space, **changes)  # type: ignore[arg-type]
+    """The planned points of :func:`run_sweep` (values that could not be planned are left out)."""
+    return run_sweep(catalog, model, axis=axis, values=values, instance=instance, gpus=gpus, tokens=tokens,
+                     objective=objective, space=space, weak=weak, progress=progress).points  # fmt: skip
