@@ -55,6 +55,17 @@ def test_estimate_rl_json() -> None:
     assert "of the step" in data["bottleneck"]
     assert set(data["placements"]) == {"colocated", "split", "split_async"}
     assert data["placements"]["colocated"]["step_time_s"] == pytest.approx(data["step_time_s"])
+    assert data["fits"] is True and data["memory"]["usable_gib"] > 0
+    assert set(data["memory"]["parts_gib"]) >= {"actor_state", "critic_state", "reference_weights", "rollout_engine"}
+
+
+def test_estimate_rl_names_the_part_that_does_not_fit() -> None:
+    proc = _run("estimate", "rl", "--model", "qwen3-8b", "--instance", "p5.48xlarge", "--algorithm", "ppo",
+                "--critic", "llama3.1-70b", "--rollout-tp", "1", "--train-tp", "1")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "(fits)" not in out
+    assert "does NOT fit" in out and "GiB over" in out and "largest part: critic training state" in out
 
 
 def test_plan_serve_json() -> None:

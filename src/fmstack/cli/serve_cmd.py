@@ -13,6 +13,7 @@ from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import build_cluster
 from fmstack.cli.common import catalog_option, console, json_option, parts_table, print_json
 from fmstack.errors import InputError
+from fmstack.perfmodel.config import SHARDING_CHOICES
 from fmstack.perfmodel.inference import ServeConfig, ServeEstimate, deployment, estimate_serve
 from fmstack.perfmodel.inference_kv import KV_DTYPES, PRECISIONS
 
@@ -170,6 +171,8 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
 @click.option("--rollout-precision", type=_choice(PRECISIONS), default="bf16", show_default=True)
 @click.option("--train-tp", type=int, default=8, show_default=True)
 @click.option("--train-pp", type=int, default=1, show_default=True)
+@click.option("--train-sharding", type=_choice(SHARDING_CHOICES), default=None,
+              help="ZeRO / FSDP stage of the trained models [fsdp at train tp = pp = 1, else zero1].")  # fmt: skip
 @click.option("--epochs", type=int, default=1, show_default=True, help="PPO epochs over the batch.")
 @click.option("--minibatches", type=int, default=1, show_default=True, help="Optimizer steps per epoch.")
 @click.option("--reward-model/--rule-reward", default=False, show_default=True, help="Learned reward model.")
@@ -195,8 +198,8 @@ def rl_cmd(
     if as_json:
         data = est.to_json()
         if others:
-            data["placements"] = {k: {"step_time_s": v.step_time_s, "parts_s": v.parts_s, "bottleneck": v.bottleneck}
-                                  for k, v in others.items()}  # fmt: skip
+            data["placements"] = {k: {"step_time_s": v.step_time_s, "parts_s": v.parts_s, "bottleneck": v.bottleneck,
+                                      "fits": v.fits, "memory": v.memory} for k, v in others.items()}  # fmt: skip
         print_json(data)
         return
     out = console()
@@ -207,19 +210,34 @@ def rl_cmd(
         f"{est.rollout_concurrency} sequences per replica), training on {est.train_gpus} GPUs (tp {cfg.train_tp})"
     )
     out.print(parts_table("RL step", "phase", est.parts_s, est.step_time_s, digits=2))
-    fits = "fits" if est.train_step["fits"] else "[red]does NOT fit[/]"
+    _render_rl_memory(est.memory)
     out.print(
-        f"rollout {est.rollout_tokens_per_s:,.0f} tokens/s; training step MFU {est.train_step['mfu'] * 100:.1f} % ({fits})"
+        f"rollout {est.rollout_tokens_per_s:,.0f} tokens/s; training step MFU {est.train_step['mfu'] * 100:.1f} %"
     )
+    out.print(f"memory: {est.memory['verdict'] if est.fits else '[red]' + est.memory['verdict'] + '[/]'}")
     out.print(f"bottleneck: [bold]{est.bottleneck}[/]")
     if others:
-        cmp = Table("placement", "step (s)", "rollout (s)", "train (s)", "sync (s)", "bottleneck",
+        cmp = Table("placement", "step (s)", "rollout (s)", "train (s)", "sync (s)", "peak GiB/GPU", "bottleneck",
                     title="placements on the same nodes", title_justify="left")  # fmt: skip
         for name, e in others.items():
             p = e.parts_s
+            peak = f"{max(e.memory['phases_gib'].values()):.1f}" + ("" if e.fits else " [red]over[/]")
             cmp.add_row(name, f"{e.step_time_s:.2f}", f"{p['rollout']:.2f}", f"{p['actor_train'] + p['critic_train']:.2f}",
-                        f"{p['weight_sync']:.2f}", e.bottleneck)  # fmt: skip
+                        f"{p['weight_sync']:.2f}", peak, e.bottleneck)  # fmt: skip
         out.print(cmp)
+
+
+def _render_rl_memory(mem: dict[str, Any]) -> None:
+    from fmstack.perfmodel.rl_memory import PART_LABELS
+
+    phases = list(mem["phases_gib"])
+    table = Table("GiB per GPU", *phases, title="memory by phase (usable "
+                  f"{mem['usable_gib']:.1f} GiB per GPU)", title_justify="left")  # fmt: skip
+    for part, gib in mem["parts_gib"].items():
+        if gib > 0:
+            table.add_row(PART_LABELS[part], *(f"{gib:.1f}" if part in mem["phase_parts"][p] else "-" for p in phases))
+    table.add_row("total", *(f"{mem['phases_gib'][p]:.1f}" for p in phases))
+    console().print(table)
 
 
 @click.command(epilog=PLAN_SERVE_EXAMPLE)
