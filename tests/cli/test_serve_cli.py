@@ -29,6 +29,9 @@ def test_estimate_serve_json_contract() -> None:
     for name in ("ttft", "itl", "latency"):
         p50, p90, p99 = (data[f"{name}_p{q}_s"] for q in (50, 90, 99))
         assert 0 < p50 <= p90 <= p99
+        assert 0 < data[f"{name}_mean_s_sim"] <= p99  # the simulation's own mean, same requests as its percentiles
+    # analytic TTFT: the iteration in progress + this prompt's iteration (was one iteration, 0.0996 s)
+    assert data["ttft_s"] > 0.15
     # 64 running sequences of 2304 tokens x 327,680 B of bf16 KV each = 45 GiB exactly
     assert data["kv_cache_gib"] == 64 * 2304 * 327_680 / 2**30 == 45.0
     assert data["requests_per_s"] * data["latency_s"] == pytest.approx(64)

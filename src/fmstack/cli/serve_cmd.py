@@ -111,11 +111,11 @@ def _with_percentiles(
     if cfg.request_rate_per_s is not None:
         sim = SimConfig(request_rate_per_s=cfg.request_rate_per_s, num_requests=n, warmup_requests=n // 5,
                         length_spread=spread, seed=seed)  # fmt: skip
-    else:
-        sim = SimConfig(concurrency=clients, ramp_s=est.latency_s, num_requests=n, warmup_requests=n // 5,
-                        length_spread=spread, seed=seed)  # fmt: skip
+    else:  # closed loop: the last `clients` requests see the clients drain away; simulate them, do not count them
+        sim = SimConfig(concurrency=clients, ramp_s=est.latency_s, num_requests=n + clients, warmup_requests=n // 5,
+                        cooldown_requests=clients, length_spread=spread, seed=seed)  # fmt: skip
     result = simulate(deployment(arch, cluster, cfg), cfg, sim)
-    return replace(est, percentiles=result.percentiles())
+    return replace(est, percentiles=result.percentiles(), simulated=result.means())
 
 
 def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
@@ -126,12 +126,19 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
         f"weights, {c.kv} KV, {c.input_len}/{c.output_len} tokens, {est.concurrency:.4g} clients ({est.running} running, "
         f"max {est.max_concurrency}), {c.scheduler} batching"
     )
-    table = Table("metric", "mean (model)", "p50", "p90", "p99", title="latency and throughput", title_justify="left")
-    p = est.percentiles or {}
+    p, sim = est.percentiles or {}, est.simulated or {}
+    title = "latency (s): simulation, and the analytic model's mean" if sim else "latency (s): analytic model"
+    cols = ("metric", "mean (sim)", "p50 (sim)", "p90 (sim)", "p99 (sim)", "mean (analytic)") if sim else (
+        "metric", "mean (analytic)")  # fmt: skip
+    table = Table(*cols, title=title, title_justify="left")
     for name, mean in (("ttft", est.ttft_s), ("itl", est.itl_s), ("latency", est.latency_s)):
-        cells = [f"{p[f'{name}_p{q}_s']:.4f}" if p else "-" for q in (50, 90, 99)]
-        table.add_row(f"{name} (s)", f"{mean:.4f}", *cells)
+        cells = (
+            [f"{sim[f'{name}_mean_s_sim']:.4f}", *(f"{p[f'{name}_p{q}_s']:.4f}" for q in (50, 90, 99))] if sim else []
+        )
+        table.add_row(name, *cells, f"{mean:.4f}")
     out.print(table)
+    if sim:
+        out.print(f"simulated: {sim['requests_measured_sim']:.0f} requests measured; analytic throughput and memory:")
     out.print(
         f"{est.output_tokens_per_s:,.0f} output tokens/s ({est.output_tokens_per_s_per_gpu:,.0f} per GPU), "
         f"{est.requests_per_s:.2f} requests/s; weights {est.weights_gib_per_gpu:.1f} GiB/GPU, KV cache "
