@@ -29,6 +29,9 @@ def test_estimate_serve_json_contract() -> None:
     for name in ("ttft", "itl", "latency"):
         p50, p90, p99 = (data[f"{name}_p{q}_s"] for q in (50, 90, 99))
         assert 0 < p50 <= p90 <= p99
+        assert 0 < data[f"{name}_mean_s_sim"] <= p99  # the simulation's own mean, same requests as its percentiles
+    # analytic TTFT: the iteration in progress + this prompt's iteration (was one iteration, 0.0996 s)
+    assert data["ttft_s"] > 0.15
     # 64 running sequences of 2304 tokens x 327,680 B of bf16 KV each = 45 GiB exactly
     assert data["kv_cache_gib"] == 64 * 2304 * 327_680 / 2**30 == 45.0
     assert data["requests_per_s"] * data["latency_s"] == pytest.approx(64)
@@ -55,6 +58,17 @@ def test_estimate_rl_json() -> None:
     assert "of the step" in data["bottleneck"]
     assert set(data["placements"]) == {"colocated", "split", "split_async"}
     assert data["placements"]["colocated"]["step_time_s"] == pytest.approx(data["step_time_s"])
+    assert data["fits"] is True and data["memory"]["usable_gib"] > 0
+    assert set(data["memory"]["parts_gib"]) >= {"actor_state", "critic_state", "reference_weights", "rollout_engine"}
+
+
+def test_estimate_rl_names_the_part_that_does_not_fit() -> None:
+    proc = _run("estimate", "rl", "--model", "qwen3-8b", "--instance", "p5.48xlarge", "--algorithm", "ppo",
+                "--critic", "llama3.1-70b", "--rollout-tp", "1", "--train-tp", "1")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "(fits)" not in out
+    assert "does NOT fit" in out and "GiB over" in out and "largest part: critic training state" in out
 
 
 def test_plan_serve_json() -> None:

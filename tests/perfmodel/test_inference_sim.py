@@ -70,3 +70,44 @@ def test_bad_sim_config() -> None:
         SimConfig()
     with pytest.raises(InputError, match="qps"):
         SimConfig(request_rate_per_s=0.0)
+
+
+def test_closed_loop_cooldown_drops_the_draining_requests(setup: tuple[Deployment, ServeConfig]) -> None:
+    """The last `concurrency` requests run while clients stop: counting them pulls the means below the p50."""
+    d, cfg = setup
+    base: dict[str, Any] = {"concurrency": 32, "num_requests": 160, "warmup_requests": 32, "ramp_s": 2.0}
+    kept = simulate(d, cfg, SimConfig(**base))
+    cut = simulate(d, cfg, SimConfig(**base, cooldown_requests=32))
+    assert kept.completed == 128 and cut.completed == 96
+    assert cut.mean_latency_s > kept.mean_latency_s  # the drained ones are faster (fewer running)
+    assert cut.mean_latency_s <= cut.latency_s[99]
+    means = cut.means()
+    assert means["latency_mean_s_sim"] == cut.mean_latency_s and means["ttft_mean_s_sim"] == cut.mean_ttft_s
+    with pytest.raises(InputError, match="cooldown_requests"):
+        SimConfig(**{**base, "num_requests": 64}, cooldown_requests=32)
+
+
+def test_analytic_ttft_waits_for_the_iteration_in_progress(setup: tuple[Deployment, ServeConfig]) -> None:
+    """Closed loop: TTFT = one iteration of the c - 1 others + the iteration holding this prompt and the
+    (c - 1) / output_len prompts that arrived with it (hand-built from step_time)."""
+    from dataclasses import replace
+
+    from fmstack.perfmodel.inference import serve_curve
+
+    d, cfg = setup
+    c, new, osl = 32.0, 512.0, 64.0
+    ctx, pctx, others = new + osl / 2, new * (new + 1) / 2, c - 1
+    wait = float(step_time(d, others, ctx, others * new / osl, others * pctx / osl, others / osl).total_s)
+    p = 1 + others / osl
+    own = float(step_time(d, others, ctx, p * new, p * pctx, p).total_s)
+    assert float(serve_curve(d, cfg, [c]).ttft_s[0]) == pytest.approx(wait + own, rel=1e-12)
+    # one client: nothing in progress, nothing else batched: the prompt's own iteration
+    one = float(step_time(d, 0.0, ctx, new, pctx, 1.0).total_s)
+    assert float(serve_curve(d, cfg, [1.0]).ttft_s[0]) == pytest.approx(one, rel=1e-12)
+    # Poisson arrivals find the iteration half done on average
+    rate = replace(cfg, request_rate_per_s=1.0)
+    assert float(serve_curve(d, rate, [c]).ttft_s[0]) == pytest.approx(wait / 2 + own, rel=1e-12)
+    # the simulation agrees within 10 % once varied lengths break the fixed-length waves
+    sim = simulate(d, cfg, SimConfig(concurrency=32, num_requests=352, warmup_requests=64, cooldown_requests=32,
+                                     ramp_s=2.0, length_spread=0.3))  # fmt: skip
+    assert sim.mean_ttft_s == pytest.approx(wait + own, rel=0.10)

@@ -63,6 +63,8 @@ def test_bad_rl_input(catalog: Catalog) -> None:
                     RLConfig(placement="split", rollout_tp=1, train_tp=1))  # fmt: skip
     with pytest.raises(InputError, match="samples-per-prompt"):
         _est(catalog, samples_per_prompt=0)
+    with pytest.raises(InputError, match="train-sharding"):
+        _est(catalog, train_sharding="zero9")
 
 
 def test_compare_placements(catalog: Catalog) -> None:
@@ -72,3 +74,66 @@ def test_compare_placements(catalog: Catalog) -> None:
     assert both["split_async"].step_time_s <= both["split"].step_time_s
     one_node = compare_placements(catalog.model("llama3.1-8b"), build_cluster(catalog, "p5.48xlarge", 1), cfg)
     assert set(one_node) == {"colocated"}
+
+
+GIB = 2**30
+
+
+def test_70b_critic_does_not_fit_on_one_node(catalog: Catalog) -> None:
+    """The user's case: qwen3-8b actor, llama3.1-70b critic, PPO, colocated on 8 H100s, tp 1 (FSDP over 8)."""
+    from fmstack.catalog.params import count_params
+
+    cluster = build_cluster(catalog, "p5.48xlarge", 1)
+    e = estimate_rl(catalog.model("qwen3-8b"), cluster, RLConfig(algorithm="ppo", rollout_tp=1, train_tp=1),
+                    critic=catalog.model("llama3.1-70b"))  # fmt: skip
+    actor_p, critic_p = count_params(catalog.model("qwen3-8b")).total, count_params(catalog.model("llama3.1-70b")).total
+    assert critic_p == 70_553_706_496 and actor_p == 8_190_735_360
+    parts = e.memory["parts_gib"]
+    # FSDP (ZeRO-3) over 8 GPUs: bf16 weights 2 + fp32 grads 4 + Adam master/m/v 12 = 18 B per parameter, / 8
+    assert parts["critic_state"] == pytest.approx(critic_p * 18 / 8 / GIB)  # 147.8 GiB: ~2x the GPU on its own
+    assert parts["actor_state"] == pytest.approx(actor_p * 18 / 8 / GIB)  # 17.2 GiB
+    assert parts["reference_weights"] == pytest.approx(actor_p * 2 / 8 / GIB)  # 1.9 GiB
+    assert parts["reward_weights"] == 0.0  # rule-based reward
+    hbm = cluster.gpu.hbm_gib
+    assert parts["rollout_engine"] == pytest.approx(0.5 * hbm)  # veRL gpu_memory_utilization 0.5 of total HBM
+    rollout = parts["critic_state"] + parts["actor_state"] + parts["reference_weights"] + parts["rollout_engine"]
+    assert e.memory["phases_gib"]["rollout"] == pytest.approx(rollout)  # 206.7 GiB
+    assert e.memory["usable_gib"] == pytest.approx(hbm - 3.0)  # 76.6 GiB
+    assert e.fits is False and e.memory["fits"] is False
+    verdict = e.memory["verdict"]
+    assert "does NOT fit" in verdict and "largest part: critic training state" in verdict
+    assert f"{rollout - (hbm - 3.0):.1f} GiB over" in verdict  # 130.1 GiB over
+    assert e.train_step["fits"] is True  # the actor alone fits: what was reported before
+
+
+def test_same_size_critic_fits_and_phases_add_up(catalog: Catalog) -> None:
+    e = _est(catalog, algorithm="ppo", samples_per_prompt=1)
+    m = e.memory
+    assert e.fits and m["verdict"].startswith("fits: peak")
+    assert m["parts_gib"]["critic_state"] == pytest.approx(m["parts_gib"]["actor_state"])
+    for phase, names in m["phase_parts"].items():
+        assert m["phases_gib"][phase] == pytest.approx(sum(m["parts_gib"][k] for k in names))
+    assert "rollout_engine" not in m["phase_parts"]["actor_train"]  # freed after generation (free_cache_engine)
+
+
+def test_split_keeps_the_rollout_engine_on_its_own_gpus(catalog: Catalog) -> None:
+    e = _est(catalog, placement="split", reward_model=True)
+    m = e.memory
+    assert m["phase_parts"]["rollout"] == ["rollout_engine"]
+    assert m["phase_parts"]["actor_train"] == [
+        "actor_state",
+        "reference_weights",
+        "reward_weights",
+        "actor_activations",
+    ]
+    # training on 8 GPUs with FSDP: the reward model (the actor's architecture) holds 2 B of 18 per parameter
+    assert m["parts_gib"]["reward_weights"] == pytest.approx(m["parts_gib"]["actor_state"] * 2 / 18)
+
+
+def test_reward_forward_uses_the_reward_models_size(catalog: Catalog) -> None:
+    cluster = build_cluster(catalog, "p5.48xlarge", 2)
+    cfg = RLConfig(rollout_tp=1, train_tp=1, prompts_per_step=64, prompt_len=512, response_len=512, reward_model=True)
+    small = estimate_rl(catalog.model("llama3.1-8b"), cluster, cfg)
+    big = estimate_rl(catalog.model("llama3.1-8b"), cluster, cfg, critic=catalog.model("llama3.1-70b"))
+    assert small.parts_s["reward_forward"] == pytest.approx(small.parts_s["reference_forward"])
+    assert big.parts_s["reward_forward"] > 5 * big.parts_s["reference_forward"]  # 70.6 B vs 8.0 B parameters

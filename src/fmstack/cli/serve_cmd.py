@@ -13,6 +13,7 @@ from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import build_cluster
 from fmstack.cli.common import catalog_option, console, json_option, parts_table, print_json
 from fmstack.errors import InputError
+from fmstack.perfmodel.config import SHARDING_CHOICES
 from fmstack.perfmodel.inference import ServeConfig, ServeEstimate, deployment, estimate_serve
 from fmstack.perfmodel.inference_kv import KV_DTYPES, PRECISIONS
 
@@ -110,11 +111,11 @@ def _with_percentiles(
     if cfg.request_rate_per_s is not None:
         sim = SimConfig(request_rate_per_s=cfg.request_rate_per_s, num_requests=n, warmup_requests=n // 5,
                         length_spread=spread, seed=seed)  # fmt: skip
-    else:
-        sim = SimConfig(concurrency=clients, ramp_s=est.latency_s, num_requests=n, warmup_requests=n // 5,
-                        length_spread=spread, seed=seed)  # fmt: skip
+    else:  # closed loop: the last `clients` requests see the clients drain away; simulate them, do not count them
+        sim = SimConfig(concurrency=clients, ramp_s=est.latency_s, num_requests=n + clients, warmup_requests=n // 5,
+                        cooldown_requests=clients, length_spread=spread, seed=seed)  # fmt: skip
     result = simulate(deployment(arch, cluster, cfg), cfg, sim)
-    return replace(est, percentiles=result.percentiles())
+    return replace(est, percentiles=result.percentiles(), simulated=result.means())
 
 
 def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
@@ -125,12 +126,19 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
         f"weights, {c.kv} KV, {c.input_len}/{c.output_len} tokens, {est.concurrency:.4g} clients ({est.running} running, "
         f"max {est.max_concurrency}), {c.scheduler} batching"
     )
-    table = Table("metric", "mean (model)", "p50", "p90", "p99", title="latency and throughput", title_justify="left")
-    p = est.percentiles or {}
+    p, sim = est.percentiles or {}, est.simulated or {}
+    title = "latency (s): simulation, and the analytic model's mean" if sim else "latency (s): analytic model"
+    cols = ("metric", "mean (sim)", "p50 (sim)", "p90 (sim)", "p99 (sim)", "mean (analytic)") if sim else (
+        "metric", "mean (analytic)")  # fmt: skip
+    table = Table(*cols, title=title, title_justify="left")
     for name, mean in (("ttft", est.ttft_s), ("itl", est.itl_s), ("latency", est.latency_s)):
-        cells = [f"{p[f'{name}_p{q}_s']:.4f}" if p else "-" for q in (50, 90, 99)]
-        table.add_row(f"{name} (s)", f"{mean:.4f}", *cells)
+        cells = (
+            [f"{sim[f'{name}_mean_s_sim']:.4f}", *(f"{p[f'{name}_p{q}_s']:.4f}" for q in (50, 90, 99))] if sim else []
+        )
+        table.add_row(name, *cells, f"{mean:.4f}")
     out.print(table)
+    if sim:
+        out.print(f"simulated: {sim['requests_measured_sim']:.0f} requests measured; analytic throughput and memory:")
     out.print(
         f"{est.output_tokens_per_s:,.0f} output tokens/s ({est.output_tokens_per_s_per_gpu:,.0f} per GPU), "
         f"{est.requests_per_s:.2f} requests/s; weights {est.weights_gib_per_gpu:.1f} GiB/GPU, KV cache "
@@ -170,6 +178,8 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
 @click.option("--rollout-precision", type=_choice(PRECISIONS), default="bf16", show_default=True)
 @click.option("--train-tp", type=int, default=8, show_default=True)
 @click.option("--train-pp", type=int, default=1, show_default=True)
+@click.option("--train-sharding", type=_choice(SHARDING_CHOICES), default=None,
+              help="ZeRO / FSDP stage of the trained models [fsdp at train tp = pp = 1, else zero1].")  # fmt: skip
 @click.option("--epochs", type=int, default=1, show_default=True, help="PPO epochs over the batch.")
 @click.option("--minibatches", type=int, default=1, show_default=True, help="Optimizer steps per epoch.")
 @click.option("--reward-model/--rule-reward", default=False, show_default=True, help="Learned reward model.")
@@ -195,8 +205,8 @@ def rl_cmd(
     if as_json:
         data = est.to_json()
         if others:
-            data["placements"] = {k: {"step_time_s": v.step_time_s, "parts_s": v.parts_s, "bottleneck": v.bottleneck}
-                                  for k, v in others.items()}  # fmt: skip
+            data["placements"] = {k: {"step_time_s": v.step_time_s, "parts_s": v.parts_s, "bottleneck": v.bottleneck,
+                                      "fits": v.fits, "memory": v.memory} for k, v in others.items()}  # fmt: skip
         print_json(data)
         return
     out = console()
@@ -207,19 +217,34 @@ def rl_cmd(
         f"{est.rollout_concurrency} sequences per replica), training on {est.train_gpus} GPUs (tp {cfg.train_tp})"
     )
     out.print(parts_table("RL step", "phase", est.parts_s, est.step_time_s, digits=2))
-    fits = "fits" if est.train_step["fits"] else "[red]does NOT fit[/]"
+    _render_rl_memory(est.memory)
     out.print(
-        f"rollout {est.rollout_tokens_per_s:,.0f} tokens/s; training step MFU {est.train_step['mfu'] * 100:.1f} % ({fits})"
+        f"rollout {est.rollout_tokens_per_s:,.0f} tokens/s; training step MFU {est.train_step['mfu'] * 100:.1f} %"
     )
+    out.print(f"memory: {est.memory['verdict'] if est.fits else '[red]' + est.memory['verdict'] + '[/]'}")
     out.print(f"bottleneck: [bold]{est.bottleneck}[/]")
     if others:
-        cmp = Table("placement", "step (s)", "rollout (s)", "train (s)", "sync (s)", "bottleneck",
+        cmp = Table("placement", "step (s)", "rollout (s)", "train (s)", "sync (s)", "peak GiB/GPU", "bottleneck",
                     title="placements on the same nodes", title_justify="left")  # fmt: skip
         for name, e in others.items():
             p = e.parts_s
+            peak = f"{max(e.memory['phases_gib'].values()):.1f}" + ("" if e.fits else " [red]over[/]")
             cmp.add_row(name, f"{e.step_time_s:.2f}", f"{p['rollout']:.2f}", f"{p['actor_train'] + p['critic_train']:.2f}",
-                        f"{p['weight_sync']:.2f}", e.bottleneck)  # fmt: skip
+                        f"{p['weight_sync']:.2f}", peak, e.bottleneck)  # fmt: skip
         out.print(cmp)
+
+
+def _render_rl_memory(mem: dict[str, Any]) -> None:
+    from fmstack.perfmodel.rl_memory import PART_LABELS
+
+    phases = list(mem["phases_gib"])
+    table = Table("GiB per GPU", *phases, title="memory by phase (usable "
+                  f"{mem['usable_gib']:.1f} GiB per GPU)", title_justify="left")  # fmt: skip
+    for part, gib in mem["parts_gib"].items():
+        if gib > 0:
+            table.add_row(PART_LABELS[part], *(f"{gib:.1f}" if part in mem["phase_parts"][p] else "-" for p in phases))
+    table.add_row("total", *(f"{mem['phases_gib'][p]:.1f}" for p in phases))
+    console().print(table)
 
 
 @click.command(epilog=PLAN_SERVE_EXAMPLE)

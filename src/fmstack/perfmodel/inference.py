@@ -6,8 +6,10 @@ batching (Yu et al. 2022, Orca, sec. 3) every iteration advances each running se
 average, admits ``C / output_len`` new prompts (chunked prefill mixes them into decode iterations: Agrawal et al.
 2024, Sarathi-Serve, sec. 4). So the mean iteration ``T`` carries ``C`` decode tokens plus ``C * input_len /
 output_len`` prompt tokens, a request lives ``output_len`` iterations, and by Little's law (Little 1961)
-``requests/s = C / (output_len * T)``. TTFT is the iteration that holds the request's own prompt (and the others'
-decode tokens); the inter-token latency (TPOT) is ``(latency - TTFT) / (output_len - 1)``. Static batching
+``requests/s = C / (output_len * T)``. TTFT is the iteration in progress when the request arrives (vLLM's
+scheduler takes new requests at the next step: closed loop, the request arrives as its predecessor finishes, so it
+waits a whole iteration of the ``C - 1`` others; Poisson arrivals wait half one on average) plus the iteration(s)
+holding its prompt, the others' decode tokens and the ``(C - 1) / output_len`` prompts that arrived with it; the inter-token latency (TPOT) is ``(latency - TTFT) / (output_len - 1)``. Static batching
 (TensorRT-LLM before in-flight batching) prefills the whole batch, then decodes it. Prefix caching removes
 ``prefix_hit_rate`` of each prompt's prefill FLOPs (SGLang RadixAttention, Zheng et al. 2024, sec. 3), not its
 KV reads. Above the memory limit ``max_concurrency`` the extra clients queue. The discrete-event simulation in
@@ -174,7 +176,6 @@ def serve_curve(d: Deployment, cfg: ServeConfig, concurrency: ArrayLike) -> Curv
     new = isl - math.floor(hit * isl)
     pctx = prefill_ctx(isl, hit)
     ctx = isl + osl / 2.0
-    chunks = max(1.0, math.ceil(new / cfg.max_num_tokens))
     if cfg.scheduler == "static":
         prefill = step_time(d, 0.0, 0.0, c * new, c * pctx, c).total_s
         decode = step_time(d, c, ctx, 0.0, 0.0, 0.0).total_s
@@ -183,9 +184,16 @@ def serve_curve(d: Deployment, cfg: ServeConfig, concurrency: ArrayLike) -> Curv
         itl = decode
     else:
         mean_iter = step_time(d, c, ctx, c * new / osl, c * pctx / osl, c / osl).total_s
-        first = chunks * step_time(d, np.maximum(c - 1.0, 0.0), ctx, new / chunks, pctx / chunks, 1.0 / chunks).total_s
-        latency = np.maximum(osl * mean_iter, first)
-        ttft = first
+        others = np.maximum(c - 1.0, 0.0)
+        # TTFT = the iteration in progress when the request arrives (vLLM schedules a new request at the next step)
+        # + the iteration(s) holding its prompt, which also hold the prompts that arrived with it (others / osl)
+        in_progress = step_time(d, others, ctx, others * new / osl, others * pctx / osl, others / osl).total_s
+        wait = np.where(c > 1.0, in_progress, 0.0) * (0.5 if cfg.request_rate_per_s is not None else 1.0)
+        prompts = 1.0 + others / osl
+        n_it = np.maximum(1.0, np.ceil(prompts * new / cfg.max_num_tokens))
+        own = n_it * step_time(d, others, ctx, prompts * new / n_it, prompts * pctx / n_it, prompts / n_it).total_s
+        ttft = wait + own
+        latency = np.maximum(osl * mean_iter, ttft)
         itl = (latency - ttft) / (osl - 1.0) if osl > 1 else np.zeros_like(c)
     rps = c / latency
     # closed loop beyond the limit: each client waits for a free slot, throughput stays at the limit's
@@ -239,11 +247,15 @@ class ServeEstimate:
     iteration_parts_s: dict[str, float]
     percentiles: dict[str, float] | None = None
     """p50/p90/p99 of TTFT, ITL and latency from the batching simulation (None when not simulated)."""
+    simulated: dict[str, float] | None = None
+    """The same simulation's means and throughput (``ttft_mean_s_sim``, ...; None when not simulated): the
+    analytic ``ttft_s`` etc. are a mean-field model, the percentiles come from the simulation."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["config"] = asdict(self.config) | {"kv_dtype": self.config.kv}
         data.update(data.pop("percentiles") or {})
+        data.update(data.pop("simulated") or {})
         return data
 
 

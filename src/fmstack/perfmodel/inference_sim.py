@@ -40,6 +40,10 @@ class SimConfig:
     num_requests: int = 300
     warmup_requests: int = 30
     """Requests excluded from the statistics while the system fills."""
+    cooldown_requests: int = 0
+    """The last requests excluded from the statistics while the system drains. Closed loop: the last
+    ``concurrency`` requests are exactly those still running when the last one is sent, so they alone see fewer
+    than ``concurrency`` clients (shorter iterations, fewer prompts to wait behind)."""
     length_spread: float = 0.0
     """Input and output lengths uniform in [1 - spread, 1 + spread] x the mean (bench_serving --random-range-ratio)."""
     chunked_prefill: bool = True
@@ -56,8 +60,13 @@ class SimConfig:
             raise InputError("ramp", f"must be >= 0, got {self.ramp_s}")
         if not 0 <= self.length_spread < 1:
             raise InputError("length-spread", f"must be in [0, 1), got {self.length_spread}")
-        if self.num_requests <= self.warmup_requests:
-            raise InputError("num-requests", f"must exceed warmup_requests({self.warmup_requests})")
+        if self.cooldown_requests < 0:
+            raise InputError("cooldown", f"must be >= 0, got {self.cooldown_requests}")
+        if self.num_requests <= self.warmup_requests + self.cooldown_requests:
+            raise InputError(
+                "num-requests", f"must exceed warmup_requests({self.warmup_requests}) + "
+                f"cooldown_requests({self.cooldown_requests})",
+            )  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -86,6 +95,7 @@ class SimResult:
     latency_s: dict[int, float]
     mean_ttft_s: float
     mean_itl_s: float
+    mean_latency_s: float
     iterations: int
 
     def percentiles(self) -> dict[str, float]:
@@ -95,6 +105,12 @@ class SimResult:
             for p, v in values.items():
                 out[f"{name}_p{p}_s"] = v
         return out
+
+    def means(self) -> dict[str, float]:
+        """The simulation's own means, keyed apart from the analytic model's (``*_sim``)."""
+        return {"ttft_mean_s_sim": self.mean_ttft_s, "itl_mean_s_sim": self.mean_itl_s,
+                "latency_mean_s_sim": self.mean_latency_s,
+                "requests_measured_sim": float(self.completed)}  # fmt: skip
 
 
 class BatchingSim:
@@ -220,7 +236,8 @@ class BatchingSim:
             self._new_request(self.clock_s)
 
     def _result(self) -> SimResult:
-        done = [r for r in self._requests[self.sim.warmup_requests :] if r.generated >= r.output_len]
+        measured = self._requests[self.sim.warmup_requests : self.sim.num_requests - self.sim.cooldown_requests]
+        done = [r for r in measured if r.generated >= r.output_len]
         if not done:
             raise InputError("load", "no request completed in the simulation")
         ttft = np.array([r.first_token_s - r.arrival_s for r in done])
@@ -237,7 +254,7 @@ class BatchingSim:
             completed=len(done), duration_s=duration, requests_per_s=len(done) / duration,
             output_tokens_per_s=sum(r.output_len for r in done) / duration, ttft_s=pct(ttft), itl_s=pct(gaps),
             latency_s=pct(lat), mean_ttft_s=float(ttft.mean()), mean_itl_s=float(gaps.mean()),
-            iterations=self.iterations,
+            mean_latency_s=float(lat.mean()), iterations=self.iterations,
         )  # fmt: skip
 
 

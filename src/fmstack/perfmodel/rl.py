@@ -28,15 +28,21 @@ from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.collectives import GroupPlacement, collective_time_s
-from fmstack.perfmodel.config import TrainConfig, fill_defaults
+from fmstack.perfmodel.config import SHARDING_CHOICES, TrainConfig, fill_defaults
 from fmstack.perfmodel.inference import ServeConfig, estimate_serve
+from fmstack.perfmodel.inference_kv import DEFAULT_RESERVE_GIB as SERVE_RESERVE_GIB
 from fmstack.perfmodel.modelconsts import model_consts
+from fmstack.perfmodel.rl_memory import rl_memory
 from fmstack.perfmodel.training import TrainingEstimate, estimate_training
 
 Algorithm = Literal["ppo", "grpo"]
 Placement = Literal["colocated", "split"]
-COLOCATED_KV_FRACTION = 0.5
-"""KV pool share when the trainer's state shares the GPUs (veRL examples: rollout gpu_memory_utilization 0.5)."""
+COLOCATED_GPU_MEMORY_UTILIZATION = 0.5
+"""Colocated: the rollout engine's weights + KV pool take this share of *total* HBM, the rest stays for the
+trainer's state (veRL examples: rollout gpu_memory_utilization 0.5; veRL docs/faq/resolving_oom.rst: a fraction of
+total GPU memory for vLLM >= 0.7, 0.5-0.7 without offload)."""
+SPLIT_KV_FRACTION = 0.9
+"""Split: the rollout GPUs serve only; the KV pool is this share of what the weights leave (serving default)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -57,6 +63,9 @@ class RLConfig:
     rollout_precision: str = "bf16"
     train_tp: int = 8
     train_pp: int = 1
+    train_sharding: str | None = None
+    """ZeRO / FSDP stage of the trained models; None = ``fsdp`` when train_tp * train_pp = 1 (veRL's FSDP
+    backend, ZeRO-3), else ``zero1`` (veRL's Megatron backend, distributed optimizer)."""
     epochs: int = 1
     minibatches: int = 1
     reward_model: bool = False
@@ -81,6 +90,10 @@ class RLEstimate:
     rollout_tokens_per_s: float
     train_step: dict[str, Any]
     bottleneck: str
+    fits: bool
+    """Every phase of the step fits in GPU memory (see :mod:`fmstack.perfmodel.rl_memory`)."""
+    memory: dict[str, Any]
+    """GiB per GPU by part (``parts_gib``) and by phase (``phases_gib``), ``usable_gib`` and the ``verdict``."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -92,6 +105,8 @@ def _check(cfg: RLConfig, cluster: Cluster) -> None:
             raise InputError(name.replace("_", "-"), f"must be >= 1, got {getattr(cfg, name)}")
     if cfg.algorithm not in ("ppo", "grpo"):
         raise InputError("algorithm", f"{cfg.algorithm!r} unknown; allowed: ppo, grpo")
+    if cfg.train_sharding is not None and cfg.train_sharding not in SHARDING_CHOICES:
+        raise InputError("train-sharding", f"{cfg.train_sharding!r} unknown; allowed: {', '.join(SHARDING_CHOICES)}")
     if cfg.placement == "split":
         if cluster.num_nodes < 2:
             raise InputError("placement", f"split placement needs >= 2 nodes, got {cluster.num_nodes}")
@@ -109,10 +124,12 @@ def _train(model: ModelArch, cluster: Cluster, cfg: RLConfig, seqs: int) -> Trai
         )  # fmt: skip
     dp = cluster.num_gpus // mp
     per_mb = max(1, math.ceil(seqs / cfg.minibatches / dp)) * dp
+    sharding = cfg.train_sharding or ("fsdp" if mp == 1 else "zero1")
     tc: TrainConfig = fill_defaults(
         cluster.num_gpus,
-        {"tp": cfg.train_tp, "pp": cfg.train_pp, "global_batch": per_mb, "seq_len": seq_len, "recompute": "full"},
-    )
+        {"tp": cfg.train_tp, "pp": cfg.train_pp, "global_batch": per_mb, "seq_len": seq_len, "recompute": "full",
+         "sharding": sharding},
+    )  # fmt: skip
     return estimate_training(model, cluster, tc)
 
 
@@ -163,20 +180,30 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
     hit = (cfg.samples_per_prompt - 1) / cfg.samples_per_prompt
     serve = ServeConfig(
         tp=cfg.rollout_tp, precision=cfg.rollout_precision, input_len=cfg.prompt_len, output_len=cfg.response_len,
-        prefix_hit_rate=hit, kv_memory_fraction=COLOCATED_KV_FRACTION if cfg.placement == "colocated" else 0.9,
+        prefix_hit_rate=hit, kv_memory_fraction=SPLIT_KV_FRACTION,
     )  # fmt: skip
     first = estimate_serve(actor, rollout_cl, serve)
+    if cfg.placement == "colocated":  # pool = utilization x HBM - weights, as a share of what weights + reserve leave
+        hbm, w = rollout_cl.gpu.hbm_gib, first.weights_gib_per_gpu
+        free = hbm - w - SERVE_RESERVE_GIB
+        share = (COLOCATED_GPU_MEMORY_UTILIZATION * hbm - w) / free if free > 0 else 0.0
+        serve = replace(serve, kv_memory_fraction=min(1.0, max(share, 1e-9)))
+        first = estimate_serve(actor, rollout_cl, serve)
     conc = max(1, min(per_replica, first.max_concurrency))
     gen = estimate_serve(actor, rollout_cl, replace(serve, concurrency=conc))
     rollout = max(gen.latency_s, per_replica / gen.requests_per_s)
 
     actor_step = _train(actor, train_cl, cfg, seqs)
-    critic_step = _train(critic_arch, train_cl, cfg, seqs) if cfg.algorithm == "ppo" else None
+    ppo = cfg.algorithm == "ppo"
+    # the critic's architecture in the training layout: the critic (PPO) and the learned reward model
+    value_step = _train(critic_arch, train_cl, cfg, seqs) if ppo or cfg.reward_model else None
+    critic_step = value_step if ppo else None
+    reward_step = value_step if cfg.reward_model else None
     mb = cfg.minibatches
     parts = {
         "rollout": rollout,
         "reference_forward": forward_s(actor_step) * mb if cfg.reference else 0.0,
-        "reward_forward": forward_s(critic_step or actor_step) * mb if cfg.reward_model else 0.0,
+        "reward_forward": forward_s(reward_step) * mb if reward_step else 0.0,
         "critic_forward": forward_s(critic_step) * mb if critic_step else 0.0,
         "actor_train": cfg.epochs * mb * actor_step.step_time_s,
         "critic_train": cfg.epochs * mb * critic_step.step_time_s if critic_step else 0.0,
@@ -191,13 +218,15 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
     bottleneck = f"{top.replace('_', ' ')}: {100 * parts[top] / step:.0f} % of the step"
     if top == "rollout":
         bottleneck += f" (decode {gen.bottleneck})"
+    mem = rl_memory(actor=actor_step, critic=critic_step, reward=reward_step, reference=cfg.reference, rollout=gen,
+                    rollout_max_sequences=first.max_concurrency, colocated=cfg.placement == "colocated")  # fmt: skip
     return RLEstimate(
         model=actor.name, instance=cluster.name or cluster.instance.name, num_gpus=cluster.num_gpus, config=cfg,
         step_time_s=step, parts_s=parts, rollout_gpus=rollout_cl.num_gpus, train_gpus=train_cl.num_gpus,
         rollout_concurrency=conc, rollout_tokens_per_s=seqs * cfg.response_len / rollout,
         train_step={"step_time_s": actor_step.step_time_s, "mfu": actor_step.mfu, "fits": actor_step.fits,
                     "config": asdict(actor_step.config)},
-        bottleneck=bottleneck,
+        bottleneck=bottleneck, fits=mem.fits, memory=mem.to_json(),
     )  # fmt: skip
 
 
