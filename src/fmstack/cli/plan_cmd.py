@@ -263,6 +263,11 @@ def render_plan(result: PlanResult, *, skipped: list[str] | None = None, command
         f"{result.considered:,} configurations considered, {result.rejected_shape:,} rejected for shape, "
         f"{result.rejected_memory:,} rejected for memory"
     )
+    if result.resilience:
+        out.print("days and cost include the expected time lost to failures, restarts and checkpoints", markup=False)
+    else:
+        out.print("days and cost assume no failures; --objective time-with-failures adds failures, restarts and "
+                  "checkpoints", markup=False)  # fmt: skip
     best = result.best
     out.print(f"best: [bold]{describe_config(best.config)}[/] on {best.num_gpus} x {best.instance} GPUs")
     out.print(f"bottleneck: [bold]{best.bottleneck}[/]")
