@@ -19,7 +19,7 @@ from fmstack.errors import InputError
 from fmstack.perfmodel.config import PRECISION_CHOICES, RECOMPUTE_CHOICES, describe_config
 from fmstack.perfmodel.efficiency import Efficiency
 from fmstack.perfmodel.planner import OBJECTIVES, PlanResult, SearchSpace, plan_training
-from fmstack.perfmodel.scaling import AXES, EFA_GENERATIONS, GPU_GENERATIONS, ScalePoint, SweepResult, run_sweep, sweep
+from fmstack.perfmodel.scaling import AXES, EFA_GENERATIONS, GPU_GENERATIONS, ScalePoint, SweepResult, run_sweep
 from fmstack.reports.plan_report import RANKED_HEADER, ranked_rows
 
 PLAN_EXAMPLE = """Examples:
@@ -212,8 +212,8 @@ def plan_train(
         base_nodes = best.num_gpus // resolve_instance(cat, best.instance).num_gpus
         node_values = sorted({max(1, base_nodes // 4), max(1, base_nodes // 2), base_nodes, base_nodes * 2})
         try:
-            scaling = sweep(cat, arch, axis="nodes", values=[str(v) for v in node_values], instance=best.instance,
-                            gpus=best.num_gpus, tokens=tokens, objective=objective, space=space)  # fmt: skip
+            scaling = run_sweep(cat, arch, axis="nodes", values=[str(v) for v in node_values], instance=best.instance,
+                                gpus=best.num_gpus, tokens=tokens, objective=objective, space=space).points  # fmt: skip
         except InputError:
             scaling = []  # a smaller point may not fit in memory; the report shows what exists
         write_html(html_path, plan_html(result, scaling))

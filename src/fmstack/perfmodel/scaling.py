@@ -278,22 +278,3 @@ def run_sweep(
         raise InputError("values", f"no value of --axis {axis} could be planned; {skipped[0]}{more}")
     reference = ref_batch if axis != "seq-len" else None
     return SweepResult(points=points, skipped=skipped, reference_global_batch=reference)
-
-
-def sweep(
-    catalog: Catalog,
-    model: ModelArch,
-    *,
-    axis: str,
-    values: Sequence[str],
-    instance: str,
-    gpus: int,
-    tokens: float,
-    objective: str = "time",
-    space: SearchSpace,
-    weak: bool = False,
-    progress: Callable[[int, int], None] | None = None,
-) -> list[ScalePoint]:
-    """The planned points of :func:`run_sweep` (values that could not be planned are left out)."""
-    return run_sweep(catalog, model, axis=axis, values=values, instance=instance, gpus=gpus, tokens=tokens,
-                     objective=objective, space=space, weak=weak, progress=progress).points  # fmt: skip
