@@ -189,6 +189,7 @@ BAD_ARGV += [
       "--ttft-p99", "0.5", "--itl-p99", "0.05", "--html", "/nonexistent/dir/serve.html"], "html"),
     (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--placement", "split"],
      "split placement needs >= 2 nodes"),
+    (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--prompts", "0"], "prompts: must be >= 1"),
 ]  # fmt: skip
 
 BAD_ARGV += [

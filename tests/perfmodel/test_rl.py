@@ -61,7 +61,7 @@ def test_bad_rl_input(catalog: Catalog) -> None:
     with pytest.raises(InputError, match="split placement needs >= 2 nodes"):
         estimate_rl(catalog.model("llama3.1-8b"), build_cluster(catalog, "p5.48xlarge", 1),
                     RLConfig(placement="split", rollout_tp=1, train_tp=1))  # fmt: skip
-    with pytest.raises(InputError, match="samples-per-prompt"):
+    with pytest.raises(InputError, match=r"^samples: must be >= 1"):
         _est(catalog, samples_per_prompt=0)
     with pytest.raises(InputError, match="train-sharding"):
         _est(catalog, train_sharding="zero9")

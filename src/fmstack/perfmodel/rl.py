@@ -100,9 +100,12 @@ class RLEstimate:
 
 
 def _check(cfg: RLConfig, cluster: Cluster) -> None:
-    for name in ("prompts_per_step", "samples_per_prompt", "prompt_len", "response_len", "epochs", "minibatches"):
+    # field -> the CLI flag that sets it (fmstack estimate rl)
+    flags = {"prompts_per_step": "prompts", "samples_per_prompt": "samples", "prompt_len": "prompt-len",
+             "response_len": "response-len", "epochs": "epochs", "minibatches": "minibatches"}  # fmt: skip
+    for name, flag in flags.items():
         if getattr(cfg, name) < 1:
-            raise InputError(name.replace("_", "-"), f"must be >= 1, got {getattr(cfg, name)}")
+            raise InputError(flag, f"must be >= 1, got {getattr(cfg, name)}")
     if cfg.algorithm not in ("ppo", "grpo"):
         raise InputError("algorithm", f"{cfg.algorithm!r} unknown; allowed: ppo, grpo")
     if cfg.train_sharding is not None and cfg.train_sharding not in SHARDING_CHOICES:
