@@ -214,7 +214,7 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
         ep_excess = (mc.moe_layers / mc.layers * stage_layers) * _ep_pair_excess(
             mc, c, ep_one, ep_again, tokens_mb, peak_lin * eff_dense, peak_lin * eff_expert, peak_attn * attn_eff,
             hbm_bps, causal, recompute / maximum(3.0 * fwd_compute, 1e-30),
-        )
+        )  # fmt: skip
     else:
         ep_excess = full_like(ep_link, 0.0)
     ep_exposed = where(paired, ((m - 1.0) * ep_excess + ep_link) / maximum(m, 1.0), ep_link)
@@ -331,7 +331,7 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
 def _ep_pair_excess(
     mc: ModelConsts, c: Columns[Any], a2a: Num, again: Num, tokens: Num, dense_fps: Num, expert_fps: Num,
     attn_fps: Num, hbm_bps: float, causal: Num, rc_share: Num,
-) -> Any:
+) -> Any:  # fmt: skip
     """Time one MoE layer of a forward / backward pair under EP overlap adds to its compute (Megatron-Core's
     combined 1F1B, ``docs/user-guide/features/moe_a2a_overlap.md``). The layer is cut into nodes on two streams:
     ``attn`` (attention, pre-MLP norm, router, shared experts, permute) and ``mlp`` (chunk sort, routed experts,
