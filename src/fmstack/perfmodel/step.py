@@ -206,8 +206,8 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
     # micro-batch i, layer by layer, and each all-to-all hides only behind the node of the other micro-batch it is
     # paired with (_ep_pair_excess). The first forward and the last backward have no partner: of m micro-batches,
     # m - 1 pair and one micro-batch's link is exposed in full, so the mean is ((m - 1) * excess + link) / m; with
-    # m = 1 nothing is hidden. With pp > 1 the schedule needs virtual stages (Megatron-Core asserts it): without
-    # them nothing is hidden either
+    # m = 1 nothing is hidden. With pp > 1 the schedule needs virtual stages (Megatron-Core's transformer_config.py
+    # asserts it): without them nothing is hidden either
     overlap_ep = c.overlap_ep if c.overlap_ep is not None else full_like(ep, 0.0)
     paired = (overlap_ep > 0) & (m > 1) & ((p == 1) | (v > 1))
     if mc.moe_layers > 0 and any_true(paired & (ep > 1)):
