@@ -13,7 +13,7 @@ from fmstack.perfmodel.columns import columns_from_configs
 from fmstack.perfmodel.config import TrainConfig
 from fmstack.perfmodel.efficiency import default_efficiency
 from fmstack.perfmodel.modelconsts import model_consts
-from fmstack.perfmodel.step import _elementwise_bytes_per_token_layer, step_model
+from fmstack.perfmodel.step import _elementwise_bytes_per_token_layer, _ep_pair_excess, step_model
 from fmstack.perfmodel.training import estimate_training
 
 
@@ -36,7 +36,34 @@ def test_moe_memory_bound_bytes_per_token_layer(catalog: Catalog) -> None:
     assert _elementwise_bytes_per_token_layer(mc, fp8)[0] == pytest.approx(common + 14 * k * h + 2 * h + 12 * e + extra)
 
 
-def test_ep_overlap_exposes_only_the_excess_over_compute(catalog: Catalog) -> None:
+def test_ep_overlap_pairs_each_all_to_all_with_one_node(catalog: Catalog) -> None:
+    """Megatron-Core's combined 1F1B, one MoE layer of a forward (F) / backward (B) pair: F.attn | B.combine,
+    B.expert | F.dispatch, F.expert | B.dispatch, B.attn | F.combine, each phase as long as its longer node; the
+    unpermute and the MLP residual add run in the combine node, on the communication stream."""
+    mc = model_consts(catalog.model("qwen3-30b-a3b"))
+    c = columns_from_configs([TrainConfig(dp=16, ep=16, seq_len=4096)])
+    h, k, f, e = 2048.0, 8.0, 768.0, 128.0
+    tokens, fps, hbm, a2a = 4096.0, 1e15, 1e12, 1.5e-3
+    # attention node: QKV (32 x 128 query, 2 x 4 x 128 key/value) + output projection + router (the q/k norms'
+    # 2 x 128 weights count as attention parameters), causal core 4 x 4096 x seq / 2; norms 8h, the attention
+    # residual 6h, permute 4kh, router 12E bytes
+    attn_flops = 2 * (h * (4096 + 1024) + 4096 * h + 2 * 128) + 2 * h * e + 4 * 4096 * 4096 / 2
+    attn = tokens * (attn_flops / fps + (8 * h + 6 * h + 4 * k * h + 12 * e) / hbm)
+    # expert node: 8 routed SwiGLU experts (3 GEMMs of h x f), SwiGLU 6kf, chunk sort + unsort 8kh bytes
+    expert = tokens * (k * 3 * 2 * h * f / fps + (6 * k * f + 8 * k * h) / hbm)
+    # combine node's compute: unpermute 2kh + 2h, the MLP residual add 6h bytes
+    unperm = tokens * (2 * k * h + 2 * h + 6 * h) / hbm
+    phases = max(attn, a2a + 2 * unperm) + max(2 * expert, a2a) + max(expert, a2a) + max(2 * attn, a2a + unperm)
+    want = phases - 3 * (attn + expert + unperm)
+    got = _ep_pair_excess(mc, c, a2a, 0.0, tokens, fps, fps, fps, hbm, 0.5, 0.0)
+    assert got[0] == pytest.approx(want)
+    # the pairing hides no more than the layer's whole compute would (the bound the model used before)
+    assert want > max(0.0, 4 * a2a - 3 * (attn + expert + unperm)) > 0
+    # an all-to-all far shorter than every node hides entirely
+    assert _ep_pair_excess(mc, c, 1e-6, 0.0, tokens, fps, fps, fps, hbm, 0.5, 0.0)[0] == 0.0
+
+
+def test_ep_overlap_exposes_the_pairs_excess(catalog: Catalog) -> None:
     mc = model_consts(catalog.model("qwen3-235b-a22b"))
     cluster = build_cluster(catalog, "dgx-h100", 32)
     eff = default_efficiency(cluster.gpu)
@@ -45,11 +72,12 @@ def test_ep_overlap_exposes_only_the_excess_over_compute(catalog: Catalog) -> No
     plain, ovl = (step_model(mc, cluster, eff, columns_from_configs([base.with_(overlap_ep=o)])) for o in (False, True))
     assert plain.ep_exposed_s[0] == plain.ep_link_s[0] > 0
     assert ovl.ep_link_s[0] == plain.ep_link_s[0]
-    compute = plain.gemm_s[0] + plain.attention_s[0] + plain.memory_bound_s[0] + plain.recompute_s[0]
-    # 2048 / (1 x 16) = 128 micro-batches: 127 overlap with the next one's compute, the last one's link is exposed
+    # 2048 / (1 x 16) = 128 micro-batches: 127 pairs, the first forward and last backward expose one link
     m = 128
-    excess = max(0.0, plain.ep_link_s[0] - compute)
-    assert ovl.ep_exposed_s[0] == pytest.approx((m - 1) / m * excess + plain.ep_link_s[0] / m)
+    exposed_pair = (ovl.ep_exposed_s[0] - plain.ep_link_s[0] / m) / (m - 1)  # all MoE layers of a stage
+    assert 0 < exposed_pair < plain.ep_link_s[0] / m
+    compute = plain.gemm_s[0] + plain.attention_s[0] + plain.memory_bound_s[0] + plain.recompute_s[0]
+    assert exposed_pair >= max(0.0, plain.ep_link_s[0] - compute) / m
     assert ovl.step_s[0] < plain.step_s[0]
     # one micro-batch per step: nothing to overlap with, the link is exposed in full
     one = base.with_(dp=16, global_batch=16)
@@ -58,6 +86,12 @@ def test_ep_overlap_exposes_only_the_excess_over_compute(catalog: Catalog) -> No
     )
     assert alone_ovl.ep_exposed_s[0] == alone.ep_exposed_s[0] == alone.ep_link_s[0] > 0
     assert alone_ovl.step_s[0] == alone.step_s[0]
+    # pp > 1 without virtual stages: Megatron-Core has no combined schedule for it, nothing is hidden
+    flat = base.with_(virtual_stages=1)
+    flat_plain, flat_ovl = (
+        step_model(mc, cluster, eff, columns_from_configs([flat.with_(overlap_ep=o)])) for o in (False, True)
+    )
+    assert flat_ovl.step_s[0] == flat_plain.step_s[0]
     # the planner's columns have no overlap_ep column: the same as all False
     cols = columns_from_configs([base])
     no_col = step_model(mc, cluster, eff, replace(cols, overlap_ep=None))
@@ -89,10 +123,8 @@ def test_plain_alltoall_dispatcher_without_cuda_graphs_ep16(catalog: Catalog) ->
     assert 0.0 < err <= 0.25
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="EP overlap gain over-estimated on this run: model 1.51x, measured 1.32x (tokens/s +32 %); "
-    "docs/perfmodel.md, Validation",
-)
 def test_plain_alltoall_dispatcher_with_ep_overlap_ep16(catalog: Catalog) -> None:
+    """The same run with EP overlap, within the issue's 25 % (model 25.12 s vs 31.31 s: +24.7 %; the overlap gains
+    1.43x in the model, 1.32x measured). Before each all-to-all was paired with its one node of the other
+    micro-batch (step._ep_pair_excess) the model hid it behind the whole layer's compute: 23.80 s, +31.5 %, 1.51x."""
     assert abs(_plain_a2a_ep16_tokens_error(catalog, overlap_ep=True)) <= 0.25

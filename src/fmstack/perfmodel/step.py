@@ -202,13 +202,22 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
     a2a_bytes = tokens_mb / t * mc.top_k * h * 2.0
     ep_one = _comm("all_to_all", a2a_bytes, ep, ep_pd, cluster)  # nccl-tests size: bytes each rank sends
     ep_link = (mc.moe_layers / mc.layers * stage_layers) * 2.0 * ep_one * (2.0 + ep_again)
-    # with EP overlap one micro-batch's all-to-alls run while another micro-batch computes (forward of
-    # micro-batch i + 1 beside the backward of i): only the excess over that compute is exposed. The pairing needs a
-    # second micro-batch: of m micro-batches, m - 1 overlap and one (the first forward / last backward) is exposed
-    # in full, so the mean per micro-batch is ((m - 1) * excess + link) / m; with m = 1 nothing is hidden
+    # with EP overlap (Megatron-Core's combined 1F1B) the forward of micro-batch i + 1 runs beside the backward of
+    # micro-batch i, layer by layer, and each all-to-all hides only behind the node of the other micro-batch it is
+    # paired with (_ep_pair_excess). The first forward and the last backward have no partner: of m micro-batches,
+    # m - 1 pair and one micro-batch's link is exposed in full, so the mean is ((m - 1) * excess + link) / m; with
+    # m = 1 nothing is hidden. With pp > 1 the schedule needs virtual stages (Megatron-Core's transformer_config.py
+    # asserts it): without them nothing is hidden either
     overlap_ep = c.overlap_ep if c.overlap_ep is not None else full_like(ep, 0.0)
-    ep_excess = maximum(0.0, ep_link - (3.0 * fwd_compute + recompute))
-    ep_exposed = where((overlap_ep > 0) & (m > 1), ((m - 1.0) * ep_excess + ep_link) / maximum(m, 1.0), ep_link)
+    paired = (overlap_ep > 0) & (m > 1) & ((p == 1) | (v > 1))
+    if mc.moe_layers > 0 and any_true(paired & (ep > 1)):
+        ep_excess = (mc.moe_layers / mc.layers * stage_layers) * _ep_pair_excess(
+            mc, c, ep_one, ep_again, tokens_mb, peak_lin * eff_dense, peak_lin * eff_expert, peak_attn * attn_eff,
+            hbm_bps, causal, recompute / maximum(3.0 * fwd_compute, 1e-30),
+        )  # fmt: skip
+    else:
+        ep_excess = full_like(ep_link, 0.0)
+    ep_exposed = where(paired, ((m - 1.0) * ep_excess + ep_link) / maximum(m, 1.0), ep_link)
 
     # pipeline point-to-point: activations to the next stage, gradients back
     pp_stride = t * cp * c.dp
@@ -319,6 +328,45 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
     )
 
 
+def _ep_pair_excess(
+    mc: ModelConsts, c: Columns[Any], a2a: Num, again: Num, tokens: Num, dense_fps: Num, expert_fps: Num,
+    attn_fps: Num, hbm_bps: float, causal: Num, rc_share: Num,
+) -> Any:  # fmt: skip
+    """Time one MoE layer of a forward / backward pair under EP overlap adds to its compute (Megatron-Core's
+    combined 1F1B, ``docs/user-guide/features/moe_a2a_overlap.md``). The layer is cut into nodes on two streams:
+    ``attn`` (attention, pre-MLP norm, router, shared experts, permute) and ``mlp`` (chunk sort, routed experts,
+    unsort) on the compute stream; ``moe_dispatch`` (all-to-all) and ``moe_combine`` (all-to-all, unpermute and the
+    MLP residual add, ``fine_grained_callables.py``) on the communication stream. The pair issues F.attn | B.combine,
+    then B.expert | F.dispatch, F.expert | B.dispatch, B.attn | F.combine, each waiting on the other stream's
+    previous node, so each phase lasts as long as the longer of its two nodes: an all-to-all hides only behind the
+    node it is paired with, not behind the layer's whole compute."""
+    h, k, tp = mc.h, mc.top_k, c.tp
+    moe_mem = _elementwise_bytes_per_token_layer(mc, c, moe=1.0)
+    several_local = where(mc.experts / maximum(c.ep, 1.0) > 1.0, 1.0, 0.0)
+    glu = 6.0 if mc.swiglu else 4.0
+    fp8 = where(c.precision == PRECISION_CODE["fp8"], 3.0 * k * (h + mc.expert_ffn), 0.0)
+    x_bytes = (glu * k * mc.expert_ffn + fp8 + 8.0 * k * h * several_local) / tp
+    # unpermute (read top_k copies, write one) and the MLP's bias-dropout-add (read two, write one)
+    split = where(c.sp > 0, tp, 1.0)
+    u_bytes = (2.0 * k * h + 2.0 * h) / tp + (6.0 * h + ((5.0 * h) if mc.dropout else 0.0)) / split
+    nonexpert = mc.fwd_linear_per_token - mc.fwd_head_per_token - mc.fwd_expert_per_token
+    moe_side = mc.fwd_router_per_moe_layer + mc.fwd_shared_per_moe_layer
+    attn_lin = (nonexpert - mc.dense_layers * mc.fwd_dense_mlp_per_layer - mc.moe_layers * moe_side) / mc.layers
+    core = mc.fwd_core_per_token_per_ctx / mc.layers * c.seq / tp * causal
+    attn = tokens * ((attn_lin + moe_side) / tp / dense_fps + core / attn_fps + (moe_mem - x_bytes - u_bytes) / hbm_bps)
+    expert = tokens * (mc.fwd_expert_per_token / mc.moe_layers / tp / expert_fps + x_bytes / hbm_bps)
+    unperm = tokens * u_bytes / hbm_bps
+    back = 2.0 + 3.0 * rc_share  # backward compute per forward: dgrad + wgrad, plus its share of recompute
+    a_back = a2a * (1.0 + again)  # a recomputed forward (full, or the moe module) repeats dispatch and combine
+    phases = (
+        maximum(attn, a_back + 2.0 * unperm)  # F.attn | B.combine
+        + maximum(back * expert, a2a)  # B.expert | F.dispatch
+        + maximum(expert, a_back)  # F.expert | B.dispatch
+        + maximum(back * attn, a2a + unperm)  # B.attn | F.combine
+    )
+    return maximum(0.0, phases - (1.0 + back) * (attn + expert) - 3.0 * unperm)
+
+
 def _gemm_eff(eff: Efficiency, c: Columns[Any], flops_per_call: Num) -> Num:
     fp8 = c.precision == PRECISION_CODE["fp8"]
     if isinstance(fp8, bool):  # one configuration: read only the curve it uses
@@ -334,12 +382,12 @@ def _attention_eff(eff: Efficiency, c: Columns[Any], core_flops_per_call: Num) -
     return np.where(flash, eff.attention, eff.gemm_at("bf16", core_flops_per_call))
 
 
-def _elementwise_bytes_per_token_layer(mc: ModelConsts, c: Columns[Any]) -> Any:
+def _elementwise_bytes_per_token_layer(mc: ModelConsts, c: Columns[Any], moe: float | None = None) -> Any:
     """HBM bytes per token per layer (forward, averaged over dense and MoE layers) of norms, residual adds,
     activation function, dropout, FP8 casts and the MoE router, permutations and weighted combine."""
     h = mc.h
     split = where(c.sp > 0, c.tp, 1.0)
-    moe = mc.moe_layers / mc.layers  # fraction of layers that are MoE
+    moe = mc.moe_layers / mc.layers if moe is None else moe  # fraction of layers that are MoE
     units = mc.top_k + mc.shared_experts  # expert MLPs each token passes through on an MoE layer
     norms = 2.0 * (2.0 * h + 2.0 * h)  # read and write h in 2 B, two norms
     residual = 2.0 * 3.0 * 2.0 * h  # read two, write one
