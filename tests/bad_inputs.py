@@ -190,6 +190,8 @@ BAD_ARGV += [
     (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--placement", "split"],
      "split placement needs >= 2 nodes"),
     (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--prompts", "0"], "prompts: must be >= 1"),
+    (["estimate", "train", "--model", "qwen3-30b-a3b", "--instance", "p5.48xlarge", "--nodes", "2", "--pp", "2",
+      "--ep", "8", "--overlap-ep", "--global-batch", "64"], "overlap-ep: the expert all-to-all overlap with pp(2)"),
 ]  # fmt: skip
 
 BAD_ARGV += [

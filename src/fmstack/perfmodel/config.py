@@ -162,6 +162,13 @@ def validate_config(cfg: TrainConfig, model: ModelArch, num_gpus: int) -> None:
     else:
         if model.moe.num_experts % cfg.ep:
             raise InputError("ep", f"ep({cfg.ep}) does not divide num_experts({model.moe.num_experts}) of {model.name}")
+        if cfg.overlap_ep and cfg.pp > 1 and cfg.virtual_stages == 1:
+            # Megatron-Core (transformer_config.py) asserts this: the overlap pairs one micro-batch's forward with
+            # another's backward inside one model chunk, which a non-interleaved pipeline stage never has
+            raise InputError(
+                "overlap-ep",
+                f"the expert all-to-all overlap with pp({cfg.pp}) > 1 needs virtual stages (--vpp > 1), got 1",
+            )
         group = cfg.dp * cfg.cp * cfg.tp
         if group % (cfg.ep * cfg.etp):
             raise InputError(

@@ -155,7 +155,8 @@ def enumerate_space(model: ModelArch, cluster: Cluster, space: SearchSpace) -> t
     # ((m - 1) * excess + link) / m <= link), so where it is allowed and can hide anything (ep > 1, m > 1) the row is
     # evaluated with it: the row without it is dominated, and would only repeat in the ranking
     can_overlap = space.overlap_ep and model.moe is not None
-    overlap = ((ep[idx] > 1) & (m[idx] > 1) & can_overlap).astype(np.float64)
+    # with pp > 1 Megatron-Core allows it only on an interleaved schedule (config.validate_config)
+    overlap = ((ep[idx] > 1) & (m[idx] > 1) & ((pp[idx] == 1) | (vpp[idx] > 1)) & can_overlap).astype(np.float64)
     ones = np.ones(idx.shape[0])
     cols = Columns(
         tp=tp[idx], pp=pp[idx], dp=dp[idx], cp=cp[idx], ep=ep[idx], etp=ones.copy(), sp=(tp[idx] > 1).astype(np.float64),
