@@ -110,8 +110,10 @@ def test_open_loop_busiest_rank_mixture_matches_the_simulation(catalog: Catalog)
     est = estimate_serve(d.model, d.cluster, cfg)
     sim = BatchingSim(d, cfg, SimConfig(request_rate_per_s=40.0, num_requests=6000, warmup_requests=1500,
                                         cooldown_requests=1500, chunked_prefill=False, seed=1)).run()  # fmt: skip
-    assert est.itl_s == pytest.approx(sim.mean_itl_s, rel=0.05)  # 53.6 vs 53.9 ms
-    assert est.latency_s == pytest.approx(sim.mean_latency_s, rel=0.05)
+    assert est.itl_s == pytest.approx(sim.mean_itl_s, rel=0.05)  # 54.0 vs 53.9 ms
+    assert est.latency_s == pytest.approx(sim.mean_latency_s, rel=0.05)  # 13.85 vs 13.83 s
+    # TTFT: half an iteration in progress + the own prompt whole on its rank (max_num_tokens is per rank)
+    assert est.ttft_s == pytest.approx(sim.mean_ttft_s, rel=0.10)  # 86 vs 92 ms
     # the mean-rank pricing at the same concurrency is far off (29 ms): the barrier is what costs
     _, closed = _small(catalog, concurrency=round(est.concurrency))
     mean_rank = serve_curve(d, closed, np.array([est.concurrency]))

@@ -179,7 +179,7 @@ def adp_mean_iteration_s(d: Deployment, c: F, ctx: float, new: float, pctx: floa
     total, mass = np.zeros_like(c), np.zeros_like(c)
     with np.errstate(divide="ignore"):
         log_lam = np.log(lam)
-    for k in range(int(math.ceil(top + 10.0 * math.sqrt(top) + 10.0)) + 1):
+    for k in range(math.ceil(top + 10.0 * math.sqrt(top) + 10.0) + 1):
         pk = np.exp(k * log_lam - lam - math.lgamma(k + 1.0)) if k else np.exp(-lam)
         r = float(math.ceil(k / dp))
         busy = RankLoad(decode_seqs=c / dp, decode_ctx=ctx, prefill_tokens=r * chunk, prefill_token_ctx=r * chunk_ctx,
@@ -230,18 +230,20 @@ def serve_curve(d: Deployment, cfg: ServeConfig, concurrency: ArrayLike) -> Curv
         wait = np.where(c > 1.0, in_progress, 0.0) * (0.5 if open_loop else 1.0)
         prompts = 1.0 + others / osl
         n_it = np.maximum(1.0, np.ceil(prompts * new / cfg.max_num_tokens))
-        # attention DP: the request's own rank carries its whole prompt (in n_it chunks), not 1/tp of the prompts
         busy = None
         if d.attention_dp:
-            n_own = np.maximum(1.0, np.ceil(new / cfg.max_num_tokens))
-            mean_share = prompts / n_it / d.tp  # prompts per rank if they were spread evenly (many per iteration)
-            share = np.maximum(1.0 / n_own, mean_share)
+            # the request's own rank carries its whole prompt (in max_num_tokens chunks, a per-rank budget); the
+            # prompts that arrived with it go to other ranks (the heap), ceil(prompts / tp) per rank at most
+            n_own = max(1.0, math.ceil(new / cfg.max_num_tokens))
+            per_rank = np.ceil(prompts / d.tp)
+            n_it = np.maximum(n_own, np.ceil(per_rank * new / cfg.max_num_tokens))
+            share = per_rank / n_it
             busy = RankLoad(decode_seqs=others / d.tp, decode_ctx=ctx, prefill_tokens=share * new,
                             prefill_token_ctx=share * pctx, prefill_seqs=share)  # fmt: skip
-            n_it = np.maximum(n_it, n_own)
-        own = n_it * step_time(
+        own_iter = step_time(
             d, others, ctx, prompts * new / n_it, prompts * pctx / n_it, prompts / n_it, busiest=busy
         ).total_s
+        own = n_it * own_iter
         ttft = wait + own
         latency = np.maximum(osl * mean_iter, ttft)
         itl = (latency - ttft) / (osl - 1.0) if osl > 1 else np.zeros_like(c)

@@ -256,7 +256,11 @@ class BatchingSim:
         decode_all: list[int] = []
         chunks: dict[int, int] = {}
         for k, reqs in enumerate(self._rank_reqs):
-            decode = [r for r in reqs if self._requests[r].admitted and self._requests[r].prefilled >= self._requests[r].input_len]
+            decode = [
+                r
+                for r in reqs
+                if self._requests[r].admitted and self._requests[r].prefilled >= self._requests[r].input_len
+            ]
             budget = budget_all - len(decode)  # TensorRT-LLM counts decode tokens in max_num_tokens
             rank_chunks: dict[int, int] = {}
             for r in reqs:
@@ -280,8 +284,14 @@ class BatchingSim:
                     budget -= take
             tokens = float(sum(rank_chunks.values()))
             ctx_sum = sum(n * self._requests[r].prefilled + n * (n + 1) / 2 for r, n in rank_chunks.items())
-            done = sum(1 for r, n in rank_chunks.items() if self._requests[r].prefilled + n >= self._requests[r].input_len)
-            ctx = float(np.mean([self._requests[r].input_len + self._requests[r].generated for r in decode])) if decode else 0.0
+            done = sum(
+                1 for r, n in rank_chunks.items() if self._requests[r].prefilled + n >= self._requests[r].input_len
+            )
+            ctx = (
+                float(np.mean([self._requests[r].input_len + self._requests[r].generated for r in decode]))
+                if decode
+                else 0.0
+            )
             loads.append((float(len(decode)), ctx, tokens, float(ctx_sum), float(done)))
             decode_all.extend(decode)
             chunks.update(rank_chunks)
