@@ -143,6 +143,11 @@ class BatchingSim:
         self._rank_reqs: list[list[int]] = [[] for _ in range(self.ranks)]
         """Requests assigned to each rank (running or waiting there), in arrival order."""
         self._rank_kv_free = [self._kv_tokens_free / self.ranks] * self.ranks
+        if self.ranks > 1 and self._rank_kv_free[0] < cfg.input_len + cfg.output_len:
+            raise InputError(
+                "attention-dp", f"each of the {self.ranks} ranks' KV pools holds {self._rank_kv_free[0]:.0f} tokens, "
+                f"less than one {cfg.input_len + cfg.output_len}-token sequence; use fewer ranks or more memory",
+            )  # fmt: skip
         self.prompt_ranks: list[int] = []
         """Attention DP: ranks that carried prompt tokens, per iteration (how far the ranks are in step)."""
 
