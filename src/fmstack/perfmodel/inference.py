@@ -37,7 +37,7 @@ from fmstack.perfmodel.inference_kv import (
     kv_bytes_per_token,
     serve_memory,
 )
-from fmstack.perfmodel.inference_step import Deployment, bottleneck, step_time
+from fmstack.perfmodel.inference_step import Deployment, RankLoad, bottleneck, step_time
 
 F = NDArray[np.float64]
 Scheduler = Literal["continuous", "static"]
@@ -161,6 +161,35 @@ def prefill_ctx(n: float, hit: float) -> float:
     return (n * (n + 1.0) - cached * (cached + 1.0)) / 2.0
 
 
+def adp_mean_iteration_s(d: Deployment, c: F, ctx: float, new: float, pctx: float, osl: float, mnt: int) -> F:
+    """Mean iteration of ``c`` running sequences under attention DP when prompts arrive unsynchronised (Poisson
+    arrivals), priced at the busiest rank. An iteration admits ``k`` prompts, Poisson with mean ``c / osl``
+    (Little's law); TensorRT-LLM gives each new request to the rank with the fewest active prompt tokens among
+    those below the mean request count (``_balance_requests_across_ranks``, a heap), so ``k`` prompts land on
+    ``k`` different ranks and the busiest carries ``ceil(k / tp)`` whole prompts (a prompt longer than
+    ``max_num_tokens`` in chunks over as many iterations) next to its ``c / tp`` decodes, while the routed experts
+    take all ranks' tokens (:func:`step_time` with ``busiest``). Without attention DP it is the mean iteration."""
+    if not d.attention_dp:
+        return step_time(d, c, ctx, c * new / osl, c * pctx / osl, c / osl).total_s
+    dp = float(d.tp)
+    n_chunks = max(1.0, math.ceil(new / mnt))
+    chunk, chunk_ctx = new / n_chunks, pctx / n_chunks  # mean attended context of a chunk
+    lam = c * n_chunks / osl  # chunks admitted per iteration
+    top = float(np.max(lam)) if lam.size else 0.0
+    total, mass = np.zeros_like(c), np.zeros_like(c)
+    with np.errstate(divide="ignore"):
+        log_lam = np.log(lam)
+    for k in range(math.ceil(top + 10.0 * math.sqrt(top) + 10.0) + 1):
+        pk = np.exp(k * log_lam - lam - math.lgamma(k + 1.0)) if k else np.exp(-lam)
+        r = float(math.ceil(k / dp))
+        busy = RankLoad(decode_seqs=c / dp, decode_ctx=ctx, prefill_tokens=r * chunk, prefill_token_ctx=r * chunk_ctx,
+                        prefill_seqs=r / n_chunks)  # fmt: skip
+        t = step_time(d, c, ctx, k * chunk, k * chunk_ctx, k / n_chunks, busiest=busy).total_s
+        total += pk * t
+        mass += pk
+    return np.asarray(total / mass, dtype=np.float64)
+
+
 def serve_curve(d: Deployment, cfg: ServeConfig, concurrency: ArrayLike) -> Curve:
     """The analytic model at every concurrency of ``concurrency`` (vectorised)."""
     clients = np.asarray(concurrency, dtype=np.float64)
@@ -183,15 +212,38 @@ def serve_curve(d: Deployment, cfg: ServeConfig, concurrency: ArrayLike) -> Curv
         latency = prefill + (osl - 1.0) * decode
         itl = decode
     else:
-        mean_iter = step_time(d, c, ctx, c * new / osl, c * pctx / osl, c / osl).total_s
+        # attention DP: a closed loop of same-length requests started together (trtllm-bench, bench_serving) keeps
+        # the ranks in step, every rank admits a prompt in the same iterations, so the busiest rank is the mean
+        # one; open-loop (Poisson) arrivals are unsynchronised: price the busiest rank (docs/inference.md)
+        open_loop = cfg.request_rate_per_s is not None
+        if d.attention_dp and open_loop:
+            mean_iter = adp_mean_iteration_s(d, c, ctx, new, pctx, osl, cfg.max_num_tokens)
+        else:
+            mean_iter = step_time(d, c, ctx, c * new / osl, c * pctx / osl, c / osl).total_s
         others = np.maximum(c - 1.0, 0.0)
         # TTFT = the iteration in progress when the request arrives (vLLM schedules a new request at the next step)
         # + the iteration(s) holding its prompt, which also hold the prompts that arrived with it (others / osl)
-        in_progress = step_time(d, others, ctx, others * new / osl, others * pctx / osl, others / osl).total_s
-        wait = np.where(c > 1.0, in_progress, 0.0) * (0.5 if cfg.request_rate_per_s is not None else 1.0)
+        if d.attention_dp and open_loop:
+            in_progress = adp_mean_iteration_s(d, others, ctx, new, pctx, osl, cfg.max_num_tokens)
+        else:
+            in_progress = step_time(d, others, ctx, others * new / osl, others * pctx / osl, others / osl).total_s
+        wait = np.where(c > 1.0, in_progress, 0.0) * (0.5 if open_loop else 1.0)
         prompts = 1.0 + others / osl
         n_it = np.maximum(1.0, np.ceil(prompts * new / cfg.max_num_tokens))
-        own = n_it * step_time(d, others, ctx, prompts * new / n_it, prompts * pctx / n_it, prompts / n_it).total_s
+        busy = None
+        if d.attention_dp:
+            # the request's own rank carries its whole prompt (in max_num_tokens chunks, a per-rank budget); the
+            # prompts that arrived with it go to other ranks (the heap), ceil(prompts / tp) per rank at most
+            n_own = max(1.0, math.ceil(new / cfg.max_num_tokens))
+            per_rank = np.ceil(prompts / d.tp)
+            n_it = np.maximum(n_own, np.ceil(per_rank * new / cfg.max_num_tokens))
+            share = per_rank / n_it
+            busy = RankLoad(decode_seqs=others / d.tp, decode_ctx=ctx, prefill_tokens=share * new,
+                            prefill_token_ctx=share * pctx, prefill_seqs=share)  # fmt: skip
+        own_iter = step_time(
+            d, others, ctx, prompts * new / n_it, prompts * pctx / n_it, prompts / n_it, busiest=busy
+        ).total_s
+        own = n_it * own_iter
         ttft = wait + own
         latency = np.maximum(osl * mean_iter, ttft)
         itl = (latency - ttft) / (osl - 1.0) if osl > 1 else np.zeros_like(c)

@@ -8,7 +8,12 @@ allow (vLLM's scheduler, Kwon et al. 2023, sec. 4.5; a request reserves the KV b
 never preempted). With chunked prefill a prompt may be split over iterations that also carry decode tokens
 (Sarathi-Serve, Agrawal et al. 2024); without it, an iteration with prompts carries no decode tokens (vLLM V0's
 default, which lengthens the other requests' inter-token gaps). Iteration time comes from the roofline in
-:mod:`fmstack.perfmodel.inference_step`. The clock, event heap, tie-break counter and random generator live on the
+:mod:`fmstack.perfmodel.inference_step`. Under attention DP each request lives on one of the ``tp`` ranks:
+TensorRT-LLM's PyTorch executor gives new requests to the rank with the fewest active prompt tokens among those
+below the mean request count (``_balance_requests_across_ranks``, a heap; no waiting for balance unless
+``attention_dp_config.enable_balance`` is set), each rank schedules its own sequences within its own
+``max_num_tokens`` and ``max_batch_size`` (whole prompts next to its decodes when prefill is not chunked), and the
+iteration, which ends at the MoE exchange, takes the busiest rank's time. The clock, event heap, tie-break counter and random generator live on the
 simulation instance (simpy's Environment): the same seed gives the same result.
 """
 
@@ -22,7 +27,7 @@ import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
-from fmstack.perfmodel.inference_step import Deployment, step_time
+from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
 
 PERCENTILES = (50, 90, 99)
 
@@ -76,6 +81,8 @@ class _Request:
     input_len: int
     output_len: int
     prefilled: int = 0
+    admitted: bool = False
+    """Attention DP: running on its rank (holds its KV reservation)."""
     generated: int = 0
     first_token_s: float = math.nan
     last_token_s: float = math.nan
@@ -130,6 +137,19 @@ class BatchingSim:
         self._max_seqs = cfg.max_batch or 1_000_000
         self._batch: tuple[list[int], dict[int, int]] = ([], {})
         self.iterations = 0
+        self.ranks = d.tp if d.attention_dp else 1
+        """Attention DP: ranks that each hold their own requests (1 otherwise)."""
+        self._rank_of: dict[int, int] = {}
+        self._rank_reqs: list[list[int]] = [[] for _ in range(self.ranks)]
+        """Requests assigned to each rank (running or waiting there), in arrival order."""
+        self._rank_kv_free = [self._kv_tokens_free / self.ranks] * self.ranks
+        if self.ranks > 1 and self._rank_kv_free[0] < cfg.input_len + cfg.output_len:
+            raise InputError(
+                "attention-dp", f"each of the {self.ranks} ranks' KV pools holds {self._rank_kv_free[0]:.0f} tokens, "
+                f"less than one {cfg.input_len + cfg.output_len}-token sequence; use fewer ranks or more memory",
+            )  # fmt: skip
+        self.prompt_ranks: list[int] = []
+        """Attention DP: ranks that carried prompt tokens, per iteration (how far the ranks are in step)."""
 
     def _push(self, time_s: float, kind: str, rid: int = -1) -> None:
         heapq.heappush(self._events, (time_s, self._counter, kind, rid))
@@ -169,6 +189,9 @@ class BatchingSim:
         return self._result()
 
     def _start_iteration(self) -> None:
+        if self.ranks > 1:
+            self._start_iteration_adp()
+            return
         decode = [r for r in self._running if self._requests[r].prefilled >= self._requests[r].input_len]
         budget = self.cfg.max_num_tokens - (len(decode) if self.sim.chunked_prefill else 0)
         partial = [r for r in self._running if self._requests[r].prefilled < self._requests[r].input_len]
@@ -210,6 +233,88 @@ class BatchingSim:
         self.iterations += 1
         self._push(self.clock_s + t, "done")
 
+    def _assign_ranks(self) -> None:
+        """TensorRT-LLM's attention-DP assignment of the queued requests (``_schedule_attention_dp_requests``)."""
+        n = self.ranks
+        cap = max(1, (self.cfg.max_batch or max_concurrency(self.d, self.cfg)) // n)
+        active = [len(r) for r in self._rank_reqs]
+        room = n * cap - sum(active)
+        new = self._waiting[: max(room, 0)]
+        if not new:
+            return
+        del self._waiting[: len(new)]
+        expected = max(-(-(sum(active) + len(new)) // n), max(active))
+        tokens = [sum(self._requests[q].input_len for q in r) for r in self._rank_reqs]
+        heap = [(tokens[k], active[k], k) for k in range(n) if active[k] < expected]
+        heapq.heapify(heap)
+        for rid in sorted(new, key=lambda q: -self._requests[q].input_len):  # longest first (stable)
+            tok, cnt, k = heapq.heappop(heap)
+            self._rank_of[rid] = k
+            self._rank_reqs[k].append(rid)
+            if cnt + 1 < expected:
+                heapq.heappush(heap, (tok + self._requests[rid].input_len, cnt + 1, k))
+
+    def _start_iteration_adp(self) -> None:
+        self._assign_ranks()
+        budget_all = self.cfg.max_num_tokens
+        loads: list[tuple[float, float, float, float, float]] = []
+        decode_all: list[int] = []
+        chunks: dict[int, int] = {}
+        for k, reqs in enumerate(self._rank_reqs):
+            decode = [
+                r
+                for r in reqs
+                if self._requests[r].admitted and self._requests[r].prefilled >= self._requests[r].input_len
+            ]
+            budget = budget_all - len(decode)  # TensorRT-LLM counts decode tokens in max_num_tokens
+            rank_chunks: dict[int, int] = {}
+            for r in reqs:
+                req = self._requests[r]
+                if req.prefilled >= req.input_len or budget <= 0:
+                    continue
+                if not req.admitted:
+                    need = req.input_len + req.output_len
+                    if need > self._rank_kv_free[k]:
+                        break
+                    left = req.input_len
+                    if not self.sim.chunked_prefill and left > budget:
+                        break  # whole prompts in arrival order
+                    self._rank_kv_free[k] -= need
+                    self._running.append(r)
+                    req.admitted = True
+                left = req.input_len - req.prefilled
+                take = min(left, budget) if self.sim.chunked_prefill else (left if left <= budget else 0)
+                if take > 0:
+                    rank_chunks[r] = take
+                    budget -= take
+            tokens = float(sum(rank_chunks.values()))
+            ctx_sum = sum(n * self._requests[r].prefilled + n * (n + 1) / 2 for r, n in rank_chunks.items())
+            done = sum(
+                1 for r, n in rank_chunks.items() if self._requests[r].prefilled + n >= self._requests[r].input_len
+            )
+            ctx = (
+                float(np.mean([self._requests[r].input_len + self._requests[r].generated for r in decode]))
+                if decode
+                else 0.0
+            )
+            loads.append((float(len(decode)), ctx, tokens, float(ctx_sum), float(done)))
+            decode_all.extend(decode)
+            chunks.update(rank_chunks)
+        if not decode_all and not chunks:
+            return
+        arr = np.array(loads)
+        b_all = float(arr[:, 0].sum())
+        ctx_all = float((arr[:, 0] * arr[:, 1]).sum() / b_all) if b_all else 0.0
+        busy = RankLoad(decode_seqs=arr[:, 0], decode_ctx=arr[:, 1], prefill_tokens=arr[:, 2],
+                        prefill_token_ctx=arr[:, 3], prefill_seqs=arr[:, 4])  # fmt: skip
+        per_rank = step_time(self.d, b_all, ctx_all, float(arr[:, 2].sum()), float(arr[:, 3].sum()),
+                             float(arr[:, 4].sum()), busiest=busy).total_s  # fmt: skip
+        self.prompt_ranks.append(int((arr[:, 2] > 0).sum()))
+        self._batch = (decode_all, chunks)
+        self._busy = True
+        self.iterations += 1
+        self._push(self.clock_s + float(np.max(per_rank)), "done")
+
     def _finish_iteration(self) -> None:
         decode, chunks = self._batch
         now = self.clock_s
@@ -232,6 +337,10 @@ class BatchingSim:
             return
         self._running.remove(req.rid)
         self._kv_tokens_free += req.input_len + req.output_len
+        if self.ranks > 1:
+            k = self._rank_of.pop(req.rid)
+            self._rank_reqs[k].remove(req.rid)
+            self._rank_kv_free[k] += req.input_len + req.output_len
         if self.sim.concurrency is not None:
             self._new_request(self.clock_s)
 

@@ -123,6 +123,18 @@ class Deployment:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class RankLoad:
+    """One attention-DP rank's share of an iteration (scalars or arrays): its decode sequences and their mean
+    context, its prompt tokens, their attended-context sum and the prompts they complete."""
+
+    decode_seqs: ArrayLike = 0.0
+    decode_ctx: ArrayLike = 0.0
+    prefill_tokens: ArrayLike = 0.0
+    prefill_token_ctx: ArrayLike = 0.0
+    prefill_seqs: ArrayLike = 0.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class StepParts:
     """Seconds of one iteration by part (arrays); the parts add up to ``total_s``."""
 
@@ -190,12 +202,16 @@ def moe_permute_bytes(d: Deployment) -> float:
     router's fp32 logits over the experts (12 B each: write, softmax read and write). The copies are split over
     the ``ep`` ranks (with experts split by TP every rank expands every copy at full ``h``); the per-token part
     over the ranks that hold a token (``tp / attn_split``: all TP ranks repeat it, attention-DP ranks split it)."""
+    copies, per_token = _moe_permute_parts(d)
+    return copies + per_token / (d.tp / d.attn_split)
+
+
+def _moe_permute_parts(d: Deployment) -> tuple[float, float]:
+    """(bytes per token of all ranks: the routed copies on this GPU; bytes per token this GPU holds)."""
     mc = d.mc
     if mc.experts <= 0:
-        return 0.0
-    copies = mc.top_k * mc.h * 2.0 * 3.0 / d.ep
-    per_token = (2.0 * mc.h + 12.0 * mc.experts) / (d.tp / d.attn_split)
-    return float(copies + per_token)
+        return 0.0, 0.0
+    return float(mc.top_k * mc.h * 2.0 * 3.0 / d.ep), float(2.0 * mc.h + 12.0 * mc.experts)
 
 
 def _f(x: ArrayLike) -> F:
@@ -240,25 +256,39 @@ def step_time(
     prefill_tokens: ArrayLike = 0.0,
     prefill_token_ctx: ArrayLike = 0.0,
     prefill_seqs: ArrayLike = 0.0,
+    busiest: RankLoad | None = None,
 ) -> StepParts:
     """Time of one iteration: ``decode_seqs`` decode tokens of mean context ``decode_ctx`` plus ``prefill_tokens``
     prompt tokens whose attended-context sum is ``prefill_token_ctx`` (a whole causal prompt of n tokens:
-    n (n + 1) / 2), from ``prefill_seqs`` prompts (their last token goes through the LM head)."""
+    n (n + 1) / 2), from ``prefill_seqs`` prompts (their last token goes through the LM head).
+
+    Under attention DP the arguments are the totals over the ``tp`` ranks and ``busiest`` is the load of the
+    busiest rank (None: every rank carries ``1/tp`` of each total). The iteration ends at the MoE exchange,
+    a barrier, so it takes the busiest rank's time: the non-expert layers, attention, the KV cache and the
+    exchange run that rank's own tokens, the routed experts the tokens of all ranks (TensorRT-LLM tech blog 10,
+    'ADP Balance Strategy': "the iteration time is dominated by the slowest rank")."""
     mc, gpu, eff = d.mc, d.cluster.gpu, d.efficiency
     b, ctx = _f(decode_seqs), _f(decode_ctx)
     p, p_ctx, p_seqs = _f(prefill_tokens), _f(prefill_token_ctx), _f(prefill_seqs)
     tp, pp = float(d.tp), float(d.pp)
+    ta = float(d.attn_split)
+    dp = tp / ta  # ranks that hold distinct sequences (attention DP); 1 otherwise
+    if busiest is None or not d.attention_dp:
+        rb, rctx, rp, rp_ctx, rp_seqs = b / dp, ctx, p / dp, p_ctx / dp, p_seqs / dp
+    else:
+        rb, rctx = _f(busiest.decode_seqs), _f(busiest.decode_ctx)
+        rp, rp_ctx, rp_seqs = _f(busiest.prefill_tokens), _f(busiest.prefill_token_ctx), _f(busiest.prefill_seqs)
     hbm = gpu.hbm_bw_gbps * 1e9 * eff.memory
     expert_hbm = gpu.hbm_bw_gbps * 1e9 * eff.expert_memory  # grouped GEMMs read weights slower (measured, B200)
     peak = d.peak_linear_flops()
     peak_attn = gpu.bf16_dense_tflops * 1e12 * eff.attention
     layers = mc.layers / pp  # per stage
     moe_frac = mc.moe_layers / mc.layers
-    tok = (b + p) / pp  # tokens of one micro-batch
-    head_tok = (b + p_seqs) / pp
-    # attention DP: each GPU runs 1/tp of the tokens through full non-expert layers (same FLOPs per GPU as TP)
-    ta = float(d.attn_split)
-    dp = tp / ta
+    tok = (b + p) / pp  # tokens of one micro-batch (all ranks)
+    # the busiest rank's tokens; attention DP: each GPU runs its own tokens through full non-expert layers (the
+    # mean rank the same FLOPs per GPU as TP); otherwise every rank holds all tokens and TP splits the layers
+    rtok = (rb + rp) / pp
+    head_tok = (rb + rp_seqs) / pp
 
     # linear layers, per operator group (roofline each): the non-expert layers (attention projections in
     # ``attention_precision``, the rest and the LM head in ``precision``) and the routed experts, whose grouped
@@ -266,12 +296,12 @@ def step_time(
     attn_lin = d.attention_linear_params / mc.layers * 2.0  # FLOPs per token per layer (2 per weight)
     dense_lin = (mc.fwd_linear_per_token - mc.fwd_head_per_token - mc.fwd_expert_per_token) / mc.layers - attn_lin
     expert_lin = mc.fwd_expert_per_token / mc.layers
-    call = 2.0 * np.maximum(tok / dp, 1.0) * mc.h * max(mc.ffn, mc.q_width) / ta
+    call = 2.0 * np.maximum(rtok, 1.0) * mc.h * max(mc.ffn, mc.q_width) / ta
     attn_prec = d.attention_precision or d.precision
     peak_attn_lin = d.cluster.gpu.peak_tflops(attn_prec) * 1e12
-    dense_gemm = (tok * layers * dense_lin + head_tok * mc.fwd_head_per_token) / tp / (
+    dense_gemm = (rtok * layers * dense_lin + head_tok * mc.fwd_head_per_token) / ta / (
         peak * eff.gemm_at(d.precision, call)
-    ) + tok * layers * attn_lin / tp / (peak_attn_lin * eff.gemm_at(attn_prec, call))
+    ) + rtok * layers * attn_lin / ta / (peak_attn_lin * eff.gemm_at(attn_prec, call))
     expert_call = expert_gemm_flops(mc, tok / d.ep, d.ep, tp / d.ep)
     expert_gemm = tok * layers * expert_lin / tp / (peak * eff.gemm_at(d.precision, expert_call))
     wbytes = WEIGHT_BYTES[d.precision]
@@ -298,16 +328,22 @@ def step_time(
     core = mc.fwd_core_per_token_per_ctx / mc.layers * layers / tp
     kv_tok = kv_bytes_per_token(d.model, KV_BYTES[d.kv_dtype]) / mc.layers * layers / kv_split(d.model, d.attn_split)
     kv_read = kv_tok * kv_read_factor(d)
-    dec_flops = (b / pp) * ctx * decode_core_per_ctx(d) * layers
-    dec_bytes = (b / pp / dp) * ctx * kv_read + tok / dp * kv_tok  # read the cache, write the new tokens' K and V
+    dec_flops = (rb * dp / pp) * rctx * decode_core_per_ctx(d) * layers
+    dec_bytes = (rb / pp) * rctx * kv_read + rtok * kv_tok  # read the cache, write the new tokens' K and V
     dec_compute = dec_flops / peak_attn
     dec_mem = dec_bytes / hbm
-    pre_attn = (p_ctx / pp) * core / peak_attn
+    pre_attn = (rp_ctx * dp / pp) * core / peak_attn
 
-    # norms, residual adds, activation function: replicated over TP except the MLP activation
-    act_width = mc.ffn if mc.experts == 0 else (mc.top_k + mc.shared_experts) * mc.expert_ffn
-    elem_bytes = (8.0 * mc.h + 12.0 * mc.h) / dp + 6.0 * act_width / tp + moe_permute_bytes(d) * moe_frac
-    elementwise = tok * layers * elem_bytes / hbm
+    # norms, residual adds, activation function: replicated over TP except the MLP activation; the routed
+    # experts' activations and permuted copies are spread over all ranks, the rest is the rank's own tokens
+    if mc.experts == 0:
+        rank_act, routed_act = float(mc.ffn), 0.0
+    else:
+        rank_act, routed_act = float(mc.shared_experts * mc.expert_ffn), float(mc.top_k * mc.expert_ffn)
+    copies, per_token = _moe_permute_parts(d)
+    elem_rank = 8.0 * mc.h + 12.0 * mc.h + 6.0 * rank_act / ta + per_token * moe_frac
+    elem_all = 6.0 * routed_act / tp + copies * moe_frac
+    elementwise = (rtok * elem_rank + tok * elem_all) * layers / hbm
     moe_fixed = np.full_like(tok, layers * moe_frac * MOE_LAYER_FIXED_S if mc.experts > 0 else 0.0)
 
     gpd = d.cluster.gpus_per_domain
@@ -316,7 +352,7 @@ def step_time(
     tp_comm = n_ar * _comm_lookup(d, "all_reduce", act)
     ep_comm = np.zeros_like(tok)
     if d.ep > 1:
-        a2a = tok / tp * mc.top_k * mc.h * ACT_BYTES
+        a2a = rtok / ta * mc.top_k * mc.h * ACT_BYTES  # the busiest rank's dispatch ends the barrier
         ep_comm = layers * moe_frac * (2.0 * _comm_lookup(d, "all_to_all", a2a) + EP_EXCHANGE_FIXED_S)
     pp_comm = np.zeros_like(tok)
     if d.pp > 1:
