@@ -48,7 +48,10 @@ BAD_ARGV: list[tuple[list[str], str]] = [
     (["catalog", "list", "--catalog", "@dir:negative.yaml"], "field 'bf16_dense_tflops'"),
     (["catalog", "list", "--catalog", "@dir:missing.yaml"], "missing required field"),
     (["catalog", "list", "--catalog", "@dir:bad_ref.yaml"], "field 'network': unknown fabric 'efa-v9'"),
-    (["catalog", "list", "--catalog", "@dir:both_bw.yaml"], "network_bw_gbps (GB/s) or network_gbit_per_s (Gb/s)"),
+    (
+        ["catalog", "list", "--catalog", "@dir:both_bw.yaml"],
+        "field 'network_gbit_per_s': give network_bw_gbps (GB/s) or network_gbit_per_s (Gb/s)",
+    ),
     (["catalog", "show"], "Missing argument"),
     (["no-such-command"], "No such command"),
 ]
@@ -131,7 +134,7 @@ BAD_ARGV += [
     (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "1e12",
       "--html", "/nonexistent-dir/plan.html"], "does not exist"),
     (["scale", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "1e12", "--axis",
-      "nvlink", "--values", "12"], "must be a multiple of 8 GPUs per node"),
+      "nvlink", "--values", "12"], "must be a positive multiple of 8 GPUs per node"),
     (["scale", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "1e12", "--axis",
       "efa", "--values", "efa-v9"], "unknown fabric 'efa-v9'"),
     (["scale", "--model", "llama3.1-405b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "1e12", "--axis",
@@ -255,4 +258,32 @@ BAD_ARGV += [
     (["estimate", "train", "--model", "@file:gpu_as_model.yaml", "--instance", "p5.48xlarge"],
      "holds an entry of kind 'gpu', not a model"),
     (["catalog", "show", "instance", "u-p6e-gb200x99"], "unknown instance or ultraserver 'u-p6e-gb200x99'"),
+]  # fmt: skip
+
+# review of 2026-11-23 (second round): impossible sweep values, flags that would be ignored, names and paths
+BAD_FILES.update(
+    {
+        "two_models.yaml": "kind: model\nentries:\n  - name: a\n  - name: b\n",
+        "job_pvc_name.yaml": "name: a\nimage: x:1\ncommand: ['true']\ncheckpoint: {location: /ckpt, pvc: Bad_Name}\n",
+        "job_pvc_rel.yaml": "name: a\nimage: x:1\ncommand: ['true']\ncheckpoint: {location: ckpt, pvc: fsx}\n",
+    }
+)
+_SCALE70 = ["scale", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--gpus", "512", "--tokens", "2e12"]
+BAD_ARGV += [
+    ([*_SCALE70, "--axis", "nvlink", "--values", "0"], "values: NVLink domain 0 must be a positive multiple of 8"),
+    ([*_SCALE70, "--axis", "nvlink", "--values", "-8"], "values: NVLink domain -8 must be a positive multiple of 8"),
+    ([*_SCALE70, "--axis", "gpu", "--weak"], "weak: weak scaling grows the batch with the nodes; it needs --axis nodes"),
+    ([*_SCALE70, "--axis", "nodes", "--calibration-force"], "calibration: fmstack scale does not apply"),
+    ([*_PLAN8, "--instance", "p5.48xlarge", "--gpus", "8", "--calibration-force"],
+     "calibration-force: applies a --calibration profile; none was given"),
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--calibration-force"],
+     "calibration-force: applies a --calibration profile; none was given"),
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--overlap-ep"],
+     "overlap-ep: llama3.1-8b is dense: it has no expert all-to-all to overlap"),
+    (["estimate", "train", "--model", "@file:two_models.yaml", "--instance", "p5.48xlarge"],
+     "must hold exactly one model entry, found 2"),
+    (["launch", "@file:job_pvc_name.yaml", "--on", "kubernetes", "--dry-run"],
+     "field 'checkpoint.pvc': Value error, must be a PersistentVolumeClaim name"),
+    (["launch", "@file:job_pvc_rel.yaml", "--on", "kubernetes", "--dry-run"],
+     "location 'ckpt' must be an absolute path: the claim is mounted there"),
 ]  # fmt: skip

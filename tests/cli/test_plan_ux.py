@@ -149,6 +149,7 @@ def test_plan_prints_the_estimate_command_that_reproduces_its_best(args: list[st
     est = json.loads(out)
     assert est["config"] == best["config"]
     assert est["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-12)
+    assert argv[argv.index("--tokens") + 1] == "1e12"  # the plan's token budget, so checkpoints and goodput follow
     code, text = _invoke("plan", "train", *args, "--top", "1")
     assert code == 0
     lines = text.splitlines()

@@ -118,3 +118,32 @@ def test_sweep_fails_when_no_value_can_run(catalog: Catalog) -> None:
     with pytest.raises(InputError, match="no value of --axis efa could be planned"):
         run_sweep(catalog, catalog.model("llama3.1-405b"), axis="efa", values=["efa-v1", "efa-v2"],
                   instance="p5.48xlarge", gpus=8, tokens=1e12, space=SearchSpace())  # fmt: skip
+
+
+def test_nodes_axis_skips_a_count_that_is_not_whole_ultraservers(catalog: Catalog) -> None:
+    # u-p6e-gb200x72: 18 nodes of 4 GPUs per rack; 150 nodes is 8 racks and 6 nodes, which an UltraServer job cannot use
+    result = run_sweep(catalog, catalog.model("llama3.1-8b"), axis="nodes", values=["144", "150", "288"],
+                       instance="u-p6e-gb200x72", gpus=576, tokens=1e12, space=SearchSpace(global_batch=1152))  # fmt: skip
+    assert [p.value for p in result.points] == ["144", "288"]
+    assert len(result.skipped) == 1 and result.skipped[0].startswith("150: skipped: num_nodes(150) must be a multiple")
+
+
+def test_a_skipped_point_gives_the_reason_at_the_batch_it_was_asked_for(catalog: Catalog) -> None:
+    # one p5 node cannot hold Llama 3.1 70B training at any configuration: the reason quotes the asked gb64,
+    # not the planner's default batch it also tried
+    result = run_sweep(catalog, catalog.model("llama3.1-70b"), axis="nodes", values=["64", "1"],
+                       instance="p5.48xlarge", gpus=512, tokens=2e12, space=SearchSpace(global_batch=64))  # fmt: skip
+    assert [p.value for p in result.points] == ["64"]
+    assert result.skipped[0].startswith("1: skipped: no configuration of llama3.1-70b fits")
+    assert "gb64" in result.skipped[0]
+
+
+def test_weak_scaling_and_impossible_nvlink_domains_are_refused(catalog: Catalog) -> None:
+    model = catalog.model("llama3.1-8b")
+    with pytest.raises(InputError, match=r"^weak: "):
+        run_sweep(catalog, model, axis="gpu", values=["p5.48xlarge"], instance="p5.48xlarge", gpus=64, tokens=1e12,
+                  space=SearchSpace(), weak=True)  # fmt: skip
+    for bad in ("0", "-8", "12"):
+        with pytest.raises(InputError, match="positive multiple of 8 GPUs per node"):
+            run_sweep(catalog, model, axis="nvlink", values=[bad], instance="p5.48xlarge", gpus=64, tokens=1e12,
+                      space=SearchSpace())  # fmt: skip

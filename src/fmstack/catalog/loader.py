@@ -28,7 +28,7 @@ def _norm(name: str) -> str:
 
 def _describe_validation(exc: ValidationError) -> str:
     err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or "(entry)"
+    loc = ".".join(str(p) for p in err["loc"]) or str((err.get("ctx") or {}).get("field", "(entry)"))
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
         msg = "unknown field"
@@ -56,8 +56,10 @@ def parse_entry(raw: Any, kind: str | None, where: str, *, require: str | None =
         raise InputError(f"{where} entry '{name}'", _describe_validation(exc)) from None
 
 
-def read_file(path: Path, kind: str | None = None) -> list[Entry]:
-    """Parse one catalog YAML file into entries; with ``kind``, entries default to it and must all be of it."""
+def read_file(path: Path, kind: str | None = None, *, single: bool = False) -> list[Entry]:
+    """Parse one catalog YAML file into entries; with ``kind``, entries default to it and must all be of it.
+
+    ``single``: the file must hold exactly one entry (a file given as ``--model``), checked before parsing them."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -70,6 +72,8 @@ def read_file(path: Path, kind: str | None = None) -> list[Entry]:
         entries = data["entries"]
         if not isinstance(entries, list):
             raise InputError(str(path), "'entries' must be a list")
+        if single and len(entries) != 1:
+            raise InputError(str(path), f"must hold exactly one {kind or 'catalog'} entry, found {len(entries)}")
         return [parse_entry(raw, data.get("kind", kind), str(path), require=kind) for raw in entries]
     if isinstance(data, dict):
         return [parse_entry(data, kind, str(path), require=kind)]
@@ -139,9 +143,7 @@ class Catalog:
         if path.suffix in (".yaml", ".yml") or path.is_file():
             if not path.is_file():
                 raise InputError("model", f"model file {name_or_path!r} does not exist")
-            entries = read_file(path, kind="model")  # a file given as a model needs no `kind:`
-            if len(entries) != 1:
-                raise InputError("model", f"{name_or_path} must hold exactly one model entry, found {len(entries)}")
+            entries = read_file(path, kind="model", single=True)  # a file given as a model needs no `kind:`
             return _typed(entries[0], ModelArch)
         return _typed(self.get("model", name_or_path), ModelArch)
 

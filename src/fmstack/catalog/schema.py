@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 GIB_PER_GB = 1e9 / 2**30
 
@@ -31,10 +32,13 @@ def _network_from_gbit(data: object) -> object:
     if isinstance(data, dict) and "network_gbit_per_s" in data:
         data = dict(data)
         gbit = data.pop("network_gbit_per_s")
+        field = {"field": "network_gbit_per_s"}  # named by the loader's message (the error has no location)
         if "network_bw_gbps" in data:
-            raise ValueError("give network_bw_gbps (GB/s) or network_gbit_per_s (Gb/s), not both")
+            raise PydanticCustomError(
+                "value_error", "give network_bw_gbps (GB/s) or network_gbit_per_s (Gb/s), not both", field
+            )
         if not isinstance(gbit, (int, float)) or isinstance(gbit, bool) or gbit <= 0:
-            raise ValueError(f"network_gbit_per_s must be a number > 0, got {gbit!r}")
+            raise PydanticCustomError("value_error", f"must be a number > 0, got {gbit!r}", field)
         data["network_bw_gbps"] = gbit / 8.0
     return data
 

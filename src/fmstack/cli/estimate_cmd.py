@@ -176,6 +176,8 @@ def train_cmd(
         degrees["recompute_modules"] = tuple(m.strip() for m in modules.split(",") if m.strip())
     cfg = fill_defaults(cluster.num_gpus, degrees)
     efficiency = None
+    if calibration_force and calibration is None:
+        raise InputError("calibration-force", "applies a --calibration profile; none was given")
     if calibration is not None:
         from fmstack.perfmodel.calibration import load_profile
         from fmstack.perfmodel.efficiency import efficiency_from_profile
@@ -214,8 +216,10 @@ def estimate_argv(
     catalog_dir: Path | None = None,
     calibration: Path | None = None,
     calibration_force: bool = False,
+    tokens: float | None = None,
 ) -> list[str]:
-    """The ``fmstack estimate train`` arguments that rebuild ``cfg`` exactly on this cluster.
+    """The ``fmstack estimate train`` arguments that rebuild ``cfg`` exactly on this cluster (with ``tokens``, also
+    the time to train, checkpoints and goodput).
 
     Degrees, batch, sequence length, precision, recomputation and sharding are always written (so the line does not
     depend on estimate's defaults); on/off switches only where they differ from estimate's default. ``cfg``'s
@@ -246,6 +250,9 @@ def estimate_argv(
         argv += ["--catalog", str(catalog_dir)]
     if calibration is not None:
         argv += ["--calibration", str(calibration)] + (["--calibration-force"] if calibration_force else [])
+    if tokens is not None:
+        short = f"{tokens:g}".replace("e+", "e")
+        argv += ["--tokens", short if float(short) == tokens else repr(tokens)]
     return argv
 
 

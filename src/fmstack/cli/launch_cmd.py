@@ -29,7 +29,7 @@ def launch(spec: Path, on: str, dry_run: bool, catalog_dir: Path | None, as_json
     ck = job.spec.checkpoint
     in_pods = on in ("kubernetes", "pytorchjob") and ck is not None and ck.pvc is not None
     check_checkpoint_location(job.spec, fast_tier_on_this_host=not in_pods)
-    if on != "local" and (warning := node_local_warning(job.spec)):
+    if on != "local" and (warning := node_local_warning(job.spec, target=on)):
         click.echo(warning, err=True)
     sub = launcher.submit(job, dry_run=dry_run)
     if as_json:

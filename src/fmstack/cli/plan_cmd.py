@@ -110,6 +110,8 @@ def _space(
 def _efficiency_for(calibration: Path | None, clusters: list[Cluster], force: bool) -> Any:
     """Each cluster's efficiency from the profile; refused (before searching) where a cluster has another GPU."""
     if calibration is None:
+        if force:
+            raise InputError("calibration-force", "applies a --calibration profile; none was given")
         return None
     from fmstack.perfmodel.calibration import load_profile
     from fmstack.perfmodel.efficiency import check_profile_gpu, efficiency_from_profile
@@ -219,7 +221,7 @@ def plan_train(
         write_html(html_path, plan_html(result, scaling))
     commands = [
         shlex.join(estimate_argv(model, est.instance, est.num_gpus, est.config, catalog_dir=catalog_dir,
-                                 calibration=calibration, calibration_force=calibration_force))
+                                 calibration=calibration, calibration_force=calibration_force, tokens=tokens))
         for est in result.ranked
     ]  # fmt: skip
     if as_json:
@@ -337,7 +339,7 @@ def scale(
 
     --gpus is the sweep's starting point (one count); every point is the planner's best configuration.
     """
-    if calibration is not None:
+    if calibration is not None or calibration_force:
         # each point re-plans with the default curves (and the gpu axis changes the GPU the profile was measured on)
         raise InputError(
             "calibration",

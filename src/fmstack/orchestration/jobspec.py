@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fmstack.catalog import Catalog
 from fmstack.errors import InputError
@@ -42,6 +42,9 @@ class Workload(_Strict):
     extra_args: list[str] = Field(default_factory=list, description="more arguments, passed through quoted")
 
 
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
 class Checkpoint(_Strict):
     """Two tiers: ``location`` (fast, local or shared FS) and optional ``durable`` (path or fsspec URL)."""
 
@@ -55,6 +58,30 @@ class Checkpoint(_Strict):
         default=None,
         description="Kubernetes: PersistentVolumeClaim (e.g. FSx for Lustre) mounted at ``location`` in every pod",
     )
+
+    @field_validator("location")
+    @classmethod
+    def _location_not_empty(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must be a path")
+        return v
+
+    @field_validator("pvc")
+    @classmethod
+    def _pvc_is_an_object_name(cls, v: str | None) -> str | None:
+        # a claim's name is a DNS-1123 subdomain (Kubernetes docs, "Object Names and IDs")
+        if v is not None and (len(v) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(v)):
+            raise ValueError(
+                "must be a PersistentVolumeClaim name: lowercase letters, digits, '-' and '.', starting and ending "
+                "with a letter or digit, at most 253 characters"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _pvc_mounts_at_an_absolute_path(self) -> Checkpoint:
+        if self.pvc is not None and not self.location.startswith("/"):
+            raise ValueError(f"location {self.location!r} must be an absolute path: the claim is mounted there")
+        return self
 
 
 class Retry(_Strict):
@@ -226,12 +253,13 @@ NODE_LOCAL_PREFIXES = ("/tmp", "/var/tmp", "/dev/shm", "/run")
 """Paths that are node-local on any cluster (FHS: /tmp, /var/tmp; tmpfs: /dev/shm, /run)."""
 
 
-def node_local_warning(spec: JobSpec) -> str | None:
+def node_local_warning(spec: JobSpec, *, target: str = "slurm") -> str | None:
     """A warning when a multi-node job's only checkpoint tier is a node-local path: each node then keeps its own
     shards, and a restart on other nodes finds nothing to resume from (a test cluster of virtual nodes on one
     host is the exception, hence a warning and not an error)."""
     ck = spec.checkpoint
-    if ck is None or spec.nodes < 2 or ck.durable is not None or ck.pvc is not None:
+    # on Kubernetes a claim (checkpoint.pvc) is shared storage mounted at the location; Slurm ignores pvc
+    if ck is None or spec.nodes < 2 or ck.durable is not None or (ck.pvc is not None and target == "kubernetes"):
         return None
     path = os.path.abspath(ck.location)
     if not any(path == p or path.startswith(p + "/") for p in NODE_LOCAL_PREFIXES):

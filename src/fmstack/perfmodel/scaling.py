@@ -152,8 +152,10 @@ def _point_cluster(
         except ValueError:
             raise InputError("values", f"{value!r} is not an NVLink domain size (GPUs)") from None
         per_node = base.instance.num_gpus
-        if domain % per_node:
-            raise InputError("values", f"NVLink domain {domain} must be a multiple of {per_node} GPUs per node")
+        if domain < per_node or domain % per_node:
+            raise InputError(
+                "values", f"NVLink domain {domain} must be a positive multiple of {per_node} GPUs per node"
+            )
         return _modified(base, catalog, nvlink_domain_gpus=domain), "", None
     try:
         return base, "", int(value)
@@ -173,8 +175,14 @@ def _plan(
     except InputError as e:
         if e.field != "model":
             raise
-    default = replace(space, global_batch=None)
-    return plan_training(model, [cluster], tokens=tokens, objective=objective, top=1, space=default), True
+        at_batch_error = e
+    try:
+        default = replace(space, global_batch=None)
+        return plan_training(model, [cluster], tokens=tokens, objective=objective, top=1, space=default), True
+    except InputError as e:
+        if e.field != "model":
+            raise
+        raise at_batch_error from None  # the reason at the batch asked for, not at the fallback's
 
 
 def _target_batch(axis: str, weak: bool, ref_batch: int, ref_gpus: int, num_gpus: int) -> int:
@@ -215,6 +223,8 @@ def run_sweep(
         raise InputError("axis", f"unknown axis {axis!r}; allowed: {', '.join(AXES)}")
     if not values:
         raise InputError("values", "give at least one value")
+    if weak and axis != "nodes":
+        raise InputError("weak", f"weak scaling grows the batch with the nodes; it needs --axis nodes, not {axis}")
     points: list[ScalePoint] = []
     skipped: list[str] = []
     ref_batch = space.global_batch  # sequences at ref_gpus
@@ -222,7 +232,15 @@ def run_sweep(
     ref_tokens: int | None = None  # tokens per step of the first point (seq-len axis compares these)
     base_per_gpu: float | None = None
     for i, value in enumerate(values):
-        cluster, note, seq_len = _point_cluster(catalog, axis, value, instance, gpus)
+        try:
+            cluster, note, seq_len = _point_cluster(catalog, axis, value, instance, gpus)
+        except InputError as e:
+            if not (axis == "nodes" and e.field == "nodes" and "must be a multiple" in e.message):
+                raise
+            skipped.append(f"{value}: skipped: {e.message}")  # not whole UltraServers; other values may be
+            if progress:
+                progress(i + 1, len(values))
+            continue
         point_space = space if seq_len is None else replace(space, seq_len=seq_len)
         target: int | None = None
         if axis != "seq-len" and ref_batch is not None:
