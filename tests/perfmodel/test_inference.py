@@ -132,6 +132,36 @@ def test_bad_input_names_the_field(catalog: Catalog) -> None:
         estimate_serve(catalog.model("llama3.1-405b"), cl, ServeConfig(tp=1))
 
 
+def test_max_batch_below_one_is_refused_by_name(catalog: Catalog) -> None:
+    cl = build_cluster(catalog, "p5.48xlarge", 1)
+    with pytest.raises(InputError, match=r"^max-batch: must be >= 1, got 0$"):  # was "tp: ... does not fit"
+        estimate_serve(catalog.model("llama3.1-70b"), cl, ServeConfig(tp=8, concurrency=64, max_batch=0))
+
+
+def test_does_not_fit_says_what_is_compared(catalog: Catalog) -> None:
+    """70B at tp 2 on H100: the weights fit, one 61,000-token sequence's KV does not fit the pool."""
+    cl = build_cluster(catalog, "p5.48xlarge", 1)
+    hbm = cl.gpu.hbm_gib
+    with pytest.raises(InputError, match=r"^tp: llama3.1-70b does not fit at tp\(2\) \* pp\(1\)") as err:
+        estimate_serve(catalog.model("llama3.1-70b"), cl, ServeConfig(tp=2, input_len=60_000, output_len=1000))
+    weights = 70_553_706_496 * 2 / 2 / 2**30  # bf16 over 2 GPUs: 65.7 GiB
+    left = hbm - weights - 4.0  # the serving reserve
+    pool = 0.9 * left
+    # KV per token per GPU: 2 (K, V) x 80 layers x 8 kv heads x 128 x 2 B / 2 GPUs = 160 KiB; 61,008 tokens in blocks
+    need = 61_008 * 2 * 80 * 8 * 128 * 2 / 2 / 2**30
+    assert pool < need
+    msg = err.value.message
+    for text in (
+        f"of {hbm:.1f} GiB per GPU",
+        f"weights take {weights:.1f} GiB",
+        "reserve 4.0 GiB",
+        f"leaving {left:.1f} GiB",
+        f"90%: {pool:.2f} GiB",
+        f"the {need:.2f} GiB of one 61000-token sequence",
+    ):
+        assert text in msg, (text, msg)
+
+
 def test_request_rate_mode_is_littles_law(catalog: Catalog) -> None:
     m = catalog.model("llama3.1-70b")
     cl = build_cluster(catalog, "p5.48xlarge", 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -111,3 +112,51 @@ def test_analytic_ttft_waits_for_the_iteration_in_progress(setup: tuple[Deployme
     sim = simulate(d, cfg, SimConfig(concurrency=32, num_requests=352, warmup_requests=64, cooldown_requests=32,
                                      ramp_s=2.0, length_spread=0.3))  # fmt: skip
     assert sim.mean_ttft_s == pytest.approx(wait + own, rel=0.10)
+
+
+def test_closed_loop_rule_counts_the_warm_up_and_the_clients(catalog: Catalog) -> None:
+    """closed_loop_config by hand: Llama 3.1 70B, tp 8, 2048/256 on 8 H100s runs 606 sequences at most."""
+    from fmstack.perfmodel.inference_sim import closed_loop_config, running_bound
+
+    cfg = ServeConfig(tp=8, input_len=2048, output_len=256)
+    d = deployment(catalog.model("llama3.1-70b"), build_cluster(catalog, "p5.48xlarge", 1), cfg)
+    assert running_bound(d, cfg) == 606
+    # 64 clients, all simulated: warm-up = their first requests, 3 x 64 measured, the last 64 left out
+    small = closed_loop_config(d, cfg, 64, latency_s=9.6)
+    assert (small.concurrency, small.warmup_requests, small.num_requests, small.cooldown_requests) == (
+        64, 64, 64 + 192 + 64, 64)  # fmt: skip
+    assert small.ramp_s == 9.6
+    # above 2 x 606 clients, 1212 are simulated whatever the load: the requests simulated do not grow with it;
+    # warm-up 1212 first requests + the 606 sent before the last client started; 1212 measured; 1212 cool-down
+    for clients in (2000, 100_000, 10**7):
+        big = closed_loop_config(d, cfg, clients, latency_s=clients / 9.47)
+        assert (big.concurrency, big.warmup_requests, big.num_requests) == (1212, 1818, 1818 + 1212 + 1212)
+        assert big.ramp_s == pytest.approx(1212 / 9.47)  # one latency of the clients simulated
+    # length spread: shorter sequences let more run at once; the bound follows the shortest one drawn
+    assert running_bound(d, cfg, 0.5) == 606 * 2304 // (1024 + 128)
+    assert running_bound(d, replace(cfg, max_batch=32), 0.5) == 32
+
+
+def test_clients_beyond_the_engine_only_queue(catalog: Catalog) -> None:
+    """100,000 clients on an engine that runs 606: the simulation runs 1212 of them (4242 requests, as for 2000
+    clients) and adds the rest's queue wait; its mean TTFT matches the analytic one.
+
+    Both TTFTs are ``(C - 606) / X`` (each request waits behind the C - 606 queued clients, the engine finishing X
+    requests/s) plus an engine TTFT under 2 s, i.e. under 0.02 % of ~10,500 s; so their ratio is the ratio of the
+    throughputs. Both price 606 running sequences with the same iteration model; the simulation's iterations carry
+    0 to 4 whole prompts (8192-token budget) around the analytic mean of 606 / 256 = 2.37, and the iteration time is
+    close to affine in the prompt tokens at this load (every iteration carries 606 decodes): 5 % allowed."""
+    from fmstack.perfmodel.inference import estimate_serve
+    from fmstack.perfmodel.inference_sim import simulate_closed_loop
+
+    arch, cl = catalog.model("llama3.1-70b"), build_cluster(catalog, "p5.48xlarge", 1)
+    cfg = ServeConfig(tp=8, input_len=2048, output_len=256, concurrency=100_000)
+    est = estimate_serve(arch, cl, cfg)
+    assert est.max_concurrency == 606 and est.ttft_s > 10_000
+    r = simulate_closed_loop(deployment(arch, cl, cfg), cfg, 100_000, est.latency_s)
+    assert r.clients_simulated == 1212 and r.requests_simulated == 4242
+    assert r.queue_wait_s == pytest.approx((100_000 - 1212) / r.completion_rate_per_s)
+    assert r.completion_rate_per_s == pytest.approx(est.requests_per_s, rel=0.05)
+    assert r.mean_ttft_s == pytest.approx(est.ttft_s, rel=0.05)
+    assert r.mean_latency_s == pytest.approx(est.latency_s, rel=0.05)
+    assert r.ttft_s[50] <= r.ttft_s[99] < r.ttft_s[50] * 1.01  # the same queue for every request

@@ -67,6 +67,48 @@ def test_bad_rl_input(catalog: Catalog) -> None:
         _est(catalog, train_sharding="zero9")
 
 
+@pytest.mark.parametrize(
+    ("field", "flag"),
+    [("train_tp", "train-tp"), ("train_pp", "train-pp"), ("rollout_tp", "rollout-tp"), ("epochs", "epochs"),
+     ("minibatches", "minibatches")],
+)  # fmt: skip
+@pytest.mark.parametrize("value", [0, -1])
+def test_parallel_degrees_and_counts_below_one_are_refused(catalog: Catalog, field: str, flag: str, value: int) -> None:
+    # a degree of 0 used to reach `num_gpus % 0` (ZeroDivisionError); it is refused up front, by its CLI flag
+    with pytest.raises(InputError, match=rf"^{flag}: must be >= 1, got {value}$"):
+        _est(catalog, **{field: value})
+
+
+def test_split_only_options_are_refused_colocated(catalog: Catalog) -> None:
+    with pytest.raises(InputError, match=r"^async: needs --placement split"):
+        _est(catalog, async_split=True)
+    with pytest.raises(InputError, match=r"^rollout-nodes: needs --placement split"):
+        _est(catalog, rollout_nodes=1)
+    with pytest.raises(InputError, match=r"^rollout-nodes: must be >= 1, got 0"):
+        _est(catalog, placement="split", rollout_nodes=0)
+    # --compare from a split configuration: its colocated row drops the split-only options instead of refusing
+    cfg = RLConfig(rollout_tp=1, train_tp=1, prompts_per_step=128, prompt_len=512, response_len=512,
+                   placement="split", rollout_nodes=1, async_split=True)  # fmt: skip
+    rows = compare_placements(catalog.model("llama3.1-8b"), build_cluster(catalog, "p5.48xlarge", 2), cfg)
+    assert rows["colocated"].config.rollout_nodes is None and not rows["colocated"].config.async_split
+
+
+def test_rollout_engine_errors_name_the_rl_flags(catalog: Catalog) -> None:
+    cluster = build_cluster(catalog, "p5.48xlarge", 1)
+    hbm = cluster.gpu.hbm_gib
+    w = catalog.model("llama3.1-70b")
+    # colocated: the engine may take half of the HBM (39.8 GiB); 70.6e9 bf16 params / 2 GPUs = 65.7 GiB of weights
+    with pytest.raises(InputError, match=r"^rollout-tp: colocated") as err:
+        estimate_rl(w, cluster, RLConfig(rollout_tp=2))
+    assert f"{hbm:.1f} GiB per GPU ({0.5 * hbm:.1f} GiB" in err.value.message
+    assert "weights take 65.7 GiB per GPU at rollout_tp(2)" in err.value.message
+    # the serving model's own refusals come back under the RL flags
+    with pytest.raises(InputError, match=r"^rollout-tp: rollout_tp\(3\) must divide"):
+        estimate_rl(catalog.model("llama3.1-8b"), cluster, RLConfig(rollout_tp=3, train_tp=1))
+    with pytest.raises(InputError, match=r"^prompt-len: "):
+        _est(catalog, prompt_len=200_000)
+
+
 def test_compare_placements(catalog: Catalog) -> None:
     cfg = RLConfig(rollout_tp=1, train_tp=1, prompts_per_step=128, prompt_len=512, response_len=512)
     both = compare_placements(catalog.model("llama3.1-8b"), build_cluster(catalog, "p5.48xlarge", 2), cfg)

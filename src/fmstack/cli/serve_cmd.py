@@ -103,18 +103,18 @@ def _with_percentiles(
 ) -> ServeEstimate:
     from dataclasses import replace
 
-    from fmstack.perfmodel.inference_sim import SimConfig, simulate
+    from fmstack.perfmodel.inference_sim import SimConfig, simulate, simulate_closed_loop
 
+    d = deployment(arch, cluster, cfg)
     clients = max(1, round(est.concurrency))
-    # enough requests for stable percentiles, at most ~20k iterations (each ~0.5 ms of Python)
-    n = max(10, min(1000, max(100, 3 * clients), 20_000 * clients // est.config.output_len))
     if cfg.request_rate_per_s is not None:
+        # enough requests for stable percentiles, at most ~20k iterations (each ~0.5 ms of Python)
+        n = max(10, min(1000, max(100, 3 * clients), 20_000 * clients // est.config.output_len))
         sim = SimConfig(request_rate_per_s=cfg.request_rate_per_s, num_requests=n, warmup_requests=n // 5,
                         length_spread=spread, seed=seed)  # fmt: skip
-    else:  # closed loop: the last `clients` requests see the clients drain away; simulate them, do not count them
-        sim = SimConfig(concurrency=clients, ramp_s=est.latency_s, num_requests=n + clients, warmup_requests=n // 5,
-                        cooldown_requests=clients, length_spread=spread, seed=seed)  # fmt: skip
-    result = simulate(deployment(arch, cluster, cfg), cfg, sim)
+        result = simulate(d, cfg, sim)
+    else:  # closed loop: warm-up, measured window, cool-down and the clients simulated as closed_loop_config says
+        result = simulate_closed_loop(d, cfg, clients, est.latency_s, length_spread=spread, seed=seed)
     return replace(est, percentiles=result.percentiles(), simulated=result.means())
 
 

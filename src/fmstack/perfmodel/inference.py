@@ -92,8 +92,10 @@ def validate_serve(cfg: ServeConfig, model: ModelArch, cluster: Cluster) -> None
     for name in ("input_len", "output_len", "pp", "ep", "max_num_tokens"):
         if getattr(cfg, name) < 1:
             raise InputError(name.replace("_", "-"), f"must be >= 1, got {getattr(cfg, name)}")
-    if cfg.concurrency is not None and cfg.concurrency < 1:
-        raise InputError("concurrency", f"must be >= 1, got {cfg.concurrency}")
+    for name in ("concurrency", "max_batch"):
+        value = getattr(cfg, name)
+        if value is not None and value < 1:
+            raise InputError(name.replace("_", "-"), f"must be >= 1, got {value}")
     if cfg.request_rate_per_s is not None:
         if cfg.concurrency is not None:
             raise InputError("qps", "give a concurrency or a request rate, not both")
@@ -190,15 +192,26 @@ def adp_mean_iteration_s(d: Deployment, c: F, ctx: float, new: float, pctx: floa
     return np.asarray(total / mass, dtype=np.float64)
 
 
+def _no_fit(d: Deployment, cfg: ServeConfig) -> str:
+    """Why not one sequence fits: the figures the KV pool is computed from (:func:`serve_memory`)."""
+    mem = memory_of(d, cfg.kv_memory_fraction)
+    seq = cfg.input_len + cfg.output_len
+    need = math.ceil(seq / mem.block_tokens) * mem.block_tokens * mem.kv_bytes_per_token_gpu / 2**30
+    left = max(0.0, mem.capacity_gib - mem.weights_gib - mem.reserve_gib)
+    return (
+        f"{d.model.name} does not fit at tp({d.tp}) * pp({d.pp}): of {mem.capacity_gib:.1f} GiB per GPU the "
+        f"{d.precision} weights take {mem.weights_gib:.1f} GiB and the reserve {mem.reserve_gib:.1f} GiB, leaving "
+        f"{left:.1f} GiB, of which the KV pool gets {cfg.kv_memory_fraction:.0%}: {mem.kv_pool_gib:.2f} GiB, less "
+        f"than the {need:.2f} GiB of one {seq}-token sequence; use more GPUs or a lower precision"
+    )
+
+
 def serve_curve(d: Deployment, cfg: ServeConfig, concurrency: ArrayLike) -> Curve:
     """The analytic model at every concurrency of ``concurrency`` (vectorised)."""
     clients = np.asarray(concurrency, dtype=np.float64)
     limit = float(max_concurrency(d, cfg))
     if limit < 1:
-        raise InputError(
-            "tp", f"{d.model.name} does not fit: weights and one sequence need more than {d.cluster.gpu.hbm_gib:.0f} "
-            f"GiB per GPU at tp({d.tp}) * pp({d.pp}); use more GPUs or a lower precision",
-        )  # fmt: skip
+        raise InputError("tp", _no_fit(d, cfg))
     c = np.minimum(clients, limit)
     isl, osl = float(cfg.input_len), float(cfg.output_len)
     hit = cfg.prefix_hit_rate

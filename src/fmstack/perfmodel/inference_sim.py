@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -104,6 +104,13 @@ class SimResult:
     mean_itl_s: float
     mean_latency_s: float
     iterations: int
+    completion_rate_per_s: float = math.nan
+    """Completions per second while the measured requests finish (the gaps between their completion times)."""
+    clients_simulated: int = 0
+    """Closed loop: the clients simulated; the rest of the loop's clients were only queued (:func:`simulate_closed_loop`)."""
+    queue_wait_s: float = 0.0
+    """Closed loop: the wait added to every TTFT and latency for the clients queued but not simulated."""
+    requests_simulated: int = 0
 
     def percentiles(self) -> dict[str, float]:
         """Flat JSON keys: ttft_p50_s, itl_p99_s, latency_p90_s, ..."""
@@ -116,8 +123,24 @@ class SimResult:
     def means(self) -> dict[str, float]:
         """The simulation's own means, keyed apart from the analytic model's (``*_sim``)."""
         return {"ttft_mean_s_sim": self.mean_ttft_s, "itl_mean_s_sim": self.mean_itl_s,
-                "latency_mean_s_sim": self.mean_latency_s,
-                "requests_measured_sim": float(self.completed)}  # fmt: skip
+                "latency_mean_s_sim": self.mean_latency_s, "requests_measured_sim": float(self.completed),
+                "requests_simulated_sim": float(self.requests_simulated),
+                "clients_simulated_sim": float(self.clients_simulated),
+                "queue_wait_s_sim": self.queue_wait_s}  # fmt: skip
+
+    def queued(self, clients: int) -> SimResult:
+        """The same engine with ``clients`` more closed-loop clients that only queue: each request waits for
+        ``clients`` more admissions, at the engine's completion rate, before its own (FIFO; see
+        :func:`simulate_closed_loop`)."""
+        wait = clients / self.completion_rate_per_s
+
+        def shift(d: dict[int, float]) -> dict[int, float]:
+            return {p: v + wait for p, v in d.items()}
+
+        return replace(
+            self, ttft_s=shift(self.ttft_s), latency_s=shift(self.latency_s), mean_ttft_s=self.mean_ttft_s + wait,
+            mean_latency_s=self.mean_latency_s + wait, queue_wait_s=self.queue_wait_s + wait,
+        )  # fmt: skip
 
 
 class BatchingSim:
@@ -355,6 +378,11 @@ class BatchingSim:
         start = min(r.arrival_s for r in done)
         end = max(r.last_token_s for r in done)
         duration = max(end - start, 1e-12)
+        # the engine's completion rate while the measured requests finish: every request completed in that span
+        # counts (warm-up and cool-down requests finish between the measured ones)
+        first, last = min(r.last_token_s for r in done), end
+        inside = sum(1 for r in self._requests if r.generated >= r.output_len and first <= r.last_token_s <= last)
+        rate = (inside - 1) / (last - first) if inside > 1 and last > first else len(done) / duration
 
         def pct(x: np.ndarray[tuple[int], np.dtype[np.float64]]) -> dict[int, float]:
             return {p: float(np.percentile(x, p)) for p in PERCENTILES}
@@ -363,10 +391,72 @@ class BatchingSim:
             completed=len(done), duration_s=duration, requests_per_s=len(done) / duration,
             output_tokens_per_s=sum(r.output_len for r in done) / duration, ttft_s=pct(ttft), itl_s=pct(gaps),
             latency_s=pct(lat), mean_ttft_s=float(ttft.mean()), mean_itl_s=float(gaps.mean()),
-            mean_latency_s=float(lat.mean()), iterations=self.iterations,
+            mean_latency_s=float(lat.mean()), iterations=self.iterations, completion_rate_per_s=rate,
+            clients_simulated=self.sim.concurrency or 0, requests_simulated=len(self._requests),
         )  # fmt: skip
 
 
 def simulate(d: Deployment, cfg: ServeConfig, sim: SimConfig) -> SimResult:
     """Run one simulation (a fresh instance: nothing carries over between runs)."""
     return BatchingSim(d, cfg, sim).run()
+
+
+MEASURED_REQUESTS = 1000
+"""Closed loop: measured requests (at least 3 per client up to this, and one per client beyond it)."""
+ITERATION_BUDGET = 20_000
+"""Closed loop: about this many engine iterations for the measured requests at most (each costs Python time)."""
+
+
+def running_bound(d: Deployment, cfg: ServeConfig, length_spread: float = 0.0) -> int:
+    """The most requests the simulated engine takes off its waiting queue at once: ``max_batch``, or the KV pool
+    (``max_concurrency`` full-length sequences) over the shortest sequence the length spread draws; under attention
+    DP, the ranks' share of the sequence limit (``_assign_ranks``)."""
+    limit = max(1, max_concurrency(d, cfg))
+    lo = 1.0 - length_spread
+    shortest = max(1, round(cfg.input_len * lo)) + max(1, round(cfg.output_len * lo))
+    n = limit * (cfg.input_len + cfg.output_len) // shortest
+    if cfg.max_batch is not None:
+        n = min(n, cfg.max_batch)
+    if d.attention_dp:
+        n = d.tp * max(1, (cfg.max_batch or limit) // d.tp)
+    return max(1, n)
+
+
+def closed_loop_config(
+    d: Deployment, cfg: ServeConfig, clients: int, latency_s: float, *, length_spread: float = 0.0, seed: int = 0
+) -> SimConfig:
+    """The simulation of ``clients`` closed-loop clients whose mean request latency is about ``latency_s``.
+
+    - Clients simulated: at most ``2 x running_bound``. Beyond the engine's limit the extra clients only wait in
+      the FIFO queue; with ``2 x running_bound`` clients the queue never empties (even when every running request
+      finishes in the same iteration, as many are waiting), so the engine runs exactly as under more clients, and
+      :func:`simulate_closed_loop` adds the others' wait.
+    - Warm-up: the first request of every simulated client (they start uniformly over one latency, which scales
+      with the clients once the engine is full), so each measured request comes from a client that has completed
+      one; and when the clients exceed the ``max_concurrency`` the engine runs, the ``clients - max_concurrency``
+      requests sent before the last client has started too: those clients started on an engine with free slots and
+      sent their next request while the queue was shorter than ``clients - running``; after the ramp every client is
+      running or queued, so the queue holds that many from then on.
+    - Measured: ``max(100, 3 x clients)`` requests, at most ``max(MEASURED_REQUESTS, clients)``, and at most
+      ``ITERATION_BUDGET`` iterations' worth (``n x output_len / running``), never fewer than 10.
+    - Cool-down: the last ``clients`` requests (they run while the clients stop).
+    """
+    sim_clients = max(1, min(clients, 2 * running_bound(d, cfg, length_spread)))
+    running = min(sim_clients, max(1, max_concurrency(d, cfg)))
+    n = max(10, min(max(MEASURED_REQUESTS, sim_clients), max(100, 3 * sim_clients),
+                    ITERATION_BUDGET * running // cfg.output_len))  # fmt: skip
+    warmup = sim_clients + (sim_clients - running)
+    return SimConfig(concurrency=sim_clients, ramp_s=latency_s * sim_clients / clients,
+                     num_requests=warmup + n + sim_clients, warmup_requests=warmup,
+                     cooldown_requests=sim_clients, length_spread=length_spread, seed=seed)  # fmt: skip
+
+
+def simulate_closed_loop(
+    d: Deployment, cfg: ServeConfig, clients: int, latency_s: float, *, length_spread: float = 0.0, seed: int = 0
+) -> SimResult:
+    """``clients`` closed-loop clients (see :func:`closed_loop_config`): the clients beyond those simulated add
+    ``extra / completion rate`` to every TTFT and latency (each request waits for ``extra`` more admissions)."""
+    sim = closed_loop_config(d, cfg, clients, latency_s, length_spread=length_spread, seed=seed)
+    result = simulate(d, cfg, sim)
+    extra = clients - (sim.concurrency or clients)
+    return result.queued(extra) if extra > 0 else result

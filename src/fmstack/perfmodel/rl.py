@@ -21,6 +21,9 @@ phases one after another (on-policy) or overlapped one step apart (``async_split
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
@@ -29,7 +32,7 @@ from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.collectives import GroupPlacement, collective_time_s
 from fmstack.perfmodel.config import SHARDING_CHOICES, TrainConfig, fill_defaults
-from fmstack.perfmodel.inference import ServeConfig, estimate_serve
+from fmstack.perfmodel.inference import ServeConfig, deployment, estimate_serve, memory_of, validate_serve
 from fmstack.perfmodel.inference_kv import DEFAULT_RESERVE_GIB as SERVE_RESERVE_GIB
 from fmstack.perfmodel.modelconsts import model_consts
 from fmstack.perfmodel.rl_memory import rl_memory
@@ -102,10 +105,20 @@ class RLEstimate:
 def _check(cfg: RLConfig, cluster: Cluster) -> None:
     # field -> the CLI flag that sets it (fmstack estimate rl)
     flags = {"prompts_per_step": "prompts", "samples_per_prompt": "samples", "prompt_len": "prompt-len",
-             "response_len": "response-len", "epochs": "epochs", "minibatches": "minibatches"}  # fmt: skip
+             "response_len": "response-len", "epochs": "epochs", "minibatches": "minibatches",
+             "rollout_tp": "rollout-tp", "train_tp": "train-tp", "train_pp": "train-pp"}  # fmt: skip
     for name, flag in flags.items():
         if getattr(cfg, name) < 1:
             raise InputError(flag, f"must be >= 1, got {getattr(cfg, name)}")
+    if cfg.rollout_nodes is not None and cfg.rollout_nodes < 1:
+        raise InputError("rollout-nodes", f"must be >= 1, got {cfg.rollout_nodes}")
+    if cfg.placement not in ("colocated", "split"):
+        raise InputError("placement", f"{cfg.placement!r} unknown; allowed: colocated, split")
+    if cfg.placement == "colocated":
+        if cfg.async_split:
+            raise InputError("async", "needs --placement split (rollout and training on their own nodes)")
+        if cfg.rollout_nodes is not None:
+            raise InputError("rollout-nodes", "needs --placement split (colocated generates on every node)")
     if cfg.algorithm not in ("ppo", "grpo"):
         raise InputError("algorithm", f"{cfg.algorithm!r} unknown; allowed: ppo, grpo")
     if cfg.train_sharding is not None and cfg.train_sharding not in SHARDING_CHOICES:
@@ -116,6 +129,21 @@ def _check(cfg: RLConfig, cluster: Cluster) -> None:
         r = cfg.rollout_nodes if cfg.rollout_nodes is not None else cluster.num_nodes // 2
         if not 1 <= r < cluster.num_nodes:
             raise InputError("rollout-nodes", f"must be between 1 and {cluster.num_nodes - 1}, got {r}")
+
+
+_SERVE_FLAGS = {"tp": "rollout-tp", "precision": "rollout-precision", "input-len": "prompt-len",
+                "output-len": "response-len"}  # fmt: skip
+"""estimate_serve's field names -> this command's flags, so a rollout engine's error names what the user set."""
+
+
+@contextmanager
+def _as_rollout(tp: int) -> Iterator[None]:
+    """Re-raise the rollout engine's InputError under this command's flag names."""
+    try:
+        yield
+    except InputError as err:
+        flag = _SERVE_FLAGS.get(err.field, err.field)
+        raise InputError(flag, re.sub(rf"\btp\({tp}\)", f"rollout_tp({tp})", err.message)) from err
 
 
 def _train(model: ModelArch, cluster: Cluster, cfg: RLConfig, seqs: int) -> TrainingEstimate:
@@ -185,15 +213,26 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
         tp=cfg.rollout_tp, precision=cfg.rollout_precision, input_len=cfg.prompt_len, output_len=cfg.response_len,
         prefix_hit_rate=hit, kv_memory_fraction=SPLIT_KV_FRACTION,
     )  # fmt: skip
-    first = estimate_serve(actor, rollout_cl, serve)
-    if cfg.placement == "colocated":  # pool = utilization x HBM - weights, as a share of what weights + reserve leave
-        hbm, w = rollout_cl.gpu.hbm_gib, first.weights_gib_per_gpu
-        free = hbm - w - SERVE_RESERVE_GIB
-        share = (COLOCATED_GPU_MEMORY_UTILIZATION * hbm - w) / free if free > 0 else 0.0
-        serve = replace(serve, kv_memory_fraction=min(1.0, max(share, 1e-9)))
+    with _as_rollout(cfg.rollout_tp):
+        if (
+            cfg.placement == "colocated"
+        ):  # pool = utilization x HBM - weights, as a share of what weights + reserve leave
+            validate_serve(serve, actor, rollout_cl)
+            hbm, w = rollout_cl.gpu.hbm_gib, memory_of(deployment(actor, rollout_cl, serve)).weights_gib
+            budget = COLOCATED_GPU_MEMORY_UTILIZATION * hbm
+            if w >= budget:
+                raise InputError(
+                    "rollout-tp", f"colocated, the rollout engine may take {COLOCATED_GPU_MEMORY_UTILIZATION:.0%} of "
+                    f"the {hbm:.1f} GiB per GPU ({budget:.1f} GiB; the rest stays for training) but {actor.name}'s "
+                    f"{cfg.rollout_precision} weights take {w:.1f} GiB per GPU at rollout_tp({cfg.rollout_tp}); raise "
+                    "--rollout-tp, lower --rollout-precision or use --placement split",
+                )  # fmt: skip
+            free = hbm - w - SERVE_RESERVE_GIB
+            share = (budget - w) / free if free > 0 else 0.0
+            serve = replace(serve, kv_memory_fraction=min(1.0, max(share, 1e-9)))
         first = estimate_serve(actor, rollout_cl, serve)
-    conc = max(1, min(per_replica, first.max_concurrency))
-    gen = estimate_serve(actor, rollout_cl, replace(serve, concurrency=conc))
+        conc = max(1, min(per_replica, first.max_concurrency))
+        gen = estimate_serve(actor, rollout_cl, replace(serve, concurrency=conc))
     rollout = max(gen.latency_s, per_replica / gen.requests_per_s)
 
     actor_step = _train(actor, train_cl, cfg, seqs)
@@ -239,7 +278,9 @@ def compare_placements(
     """The same step colocated (HybridFlow time sharing), split in sequence and split overlapped one step apart
     (split needs two nodes or more)."""
     out = {
-        "colocated": estimate_rl(actor, cluster, replace(cfg, placement="colocated", async_split=False), critic=critic)
+        "colocated": estimate_rl(
+            actor, cluster, replace(cfg, placement="colocated", async_split=False, rollout_nodes=None), critic=critic
+        )
     }
     if cluster.num_nodes >= 2:
         split = replace(cfg, placement="split", async_split=False)
