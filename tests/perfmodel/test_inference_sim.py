@@ -116,7 +116,7 @@ def test_analytic_ttft_waits_for_the_iteration_in_progress(setup: tuple[Deployme
 
 def test_closed_loop_rule_counts_the_warm_up_and_the_clients(catalog: Catalog) -> None:
     """closed_loop_config by hand: Llama 3.1 70B, tp 8, 2048/256 on 8 H100s runs 606 sequences at most."""
-    from fmstack.perfmodel.inference_sim import closed_loop_config, running_bound
+    from fmstack.perfmodel.inference_closed_loop import closed_loop_config, running_bound
 
     cfg = ServeConfig(tp=8, input_len=2048, output_len=256)
     d = deployment(catalog.model("llama3.1-70b"), build_cluster(catalog, "p5.48xlarge", 1), cfg)
@@ -147,7 +147,7 @@ def test_clients_beyond_the_engine_only_queue(catalog: Catalog) -> None:
     0 to 4 whole prompts (8192-token budget) around the analytic mean of 606 / 256 = 2.37, and the iteration time is
     close to affine in the prompt tokens at this load (every iteration carries 606 decodes): 5 % allowed."""
     from fmstack.perfmodel.inference import estimate_serve
-    from fmstack.perfmodel.inference_sim import simulate_closed_loop
+    from fmstack.perfmodel.inference_closed_loop import simulate_closed_loop
 
     arch, cl = catalog.model("llama3.1-70b"), build_cluster(catalog, "p5.48xlarge", 1)
     cfg = ServeConfig(tp=8, input_len=2048, output_len=256, concurrency=100_000)

@@ -103,7 +103,8 @@ def _with_percentiles(
 ) -> ServeEstimate:
     from dataclasses import replace
 
-    from fmstack.perfmodel.inference_sim import SimConfig, simulate, simulate_closed_loop
+    from fmstack.perfmodel.inference_closed_loop import simulate_closed_loop
+    from fmstack.perfmodel.inference_sim import SimConfig, simulate
 
     d = deployment(arch, cluster, cfg)
     clients = max(1, round(est.concurrency))
