@@ -214,9 +214,8 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
         prefix_hit_rate=hit, kv_memory_fraction=SPLIT_KV_FRACTION,
     )  # fmt: skip
     with _as_rollout(cfg.rollout_tp):
-        if (
-            cfg.placement == "colocated"
-        ):  # pool = utilization x HBM - weights, as a share of what weights + reserve leave
+        if cfg.placement == "colocated":
+            # pool = utilization x HBM - weights, as a share of what weights + reserve leave
             validate_serve(serve, actor, rollout_cl)
             hbm, w = rollout_cl.gpu.hbm_gib, memory_of(deployment(actor, rollout_cl, serve)).weights_gib
             budget = COLOCATED_GPU_MEMORY_UTILIZATION * hbm
