@@ -169,20 +169,17 @@ def _plan(
     """The best plan at ``batch`` sequences; if none fits there, at the planner's default (True = fell back)."""
     if batch is None:
         return plan_training(model, [cluster], tokens=tokens, objective=objective, top=1, space=space), False
-    try:
-        at_batch = replace(space, global_batch=batch)
-        return plan_training(model, [cluster], tokens=tokens, objective=objective, top=1, space=at_batch), False
-    except InputError as e:
-        if e.field != "model":
-            raise
-        at_batch_error = e
-    try:
-        default = replace(space, global_batch=None)
-        return plan_training(model, [cluster], tokens=tokens, objective=objective, top=1, space=default), True
-    except InputError as e:
-        if e.field != "model":
-            raise
-        raise at_batch_error from None  # the reason at the batch asked for, not at the fallback's
+    first_error: InputError | None = None
+    for global_batch, fell_back in ((batch, False), (None, True)):
+        try:
+            point = replace(space, global_batch=global_batch)
+            return plan_training(model, [cluster], tokens=tokens, objective=objective, top=1, space=point), fell_back
+        except InputError as e:
+            if e.field != "model":
+                raise
+            first_error = first_error or e
+    assert first_error is not None
+    raise first_error  # the reason at the batch asked for, not at the fallback's
 
 
 def _target_batch(axis: str, weak: bool, ref_batch: int, ref_gpus: int, num_gpus: int) -> int:
