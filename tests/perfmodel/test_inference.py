@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from fmstack.catalog import Catalog
 from fmstack.catalog.topology import build_cluster
 from fmstack.errors import InputError
-from fmstack.perfmodel.inference import ServeConfig, deployment, estimate_serve, serve_curve
+from fmstack.perfmodel.inference import ServeConfig, deployment, estimate_serve, mean_iteration, serve_curve
 from fmstack.perfmodel.inference_kv import kv_bytes_per_token, serve_memory
 from fmstack.perfmodel.inference_step import _comm, _comm_lookup, step_time
 from fmstack.perfmodel.modelconsts import model_consts
@@ -80,6 +82,38 @@ def test_curve_vectorised_equals_one_point_at_a_time(catalog: Catalog) -> None:
         assert one.ttft_s == pytest.approx(curve.ttft_s[i], rel=1e-12)
         assert one.itl_s == pytest.approx(curve.itl_s[i], rel=1e-12)
         assert one.output_tokens_per_s == pytest.approx(curve.output_tokens_per_s[i], rel=1e-12)
+
+
+def test_mean_iteration_is_the_mixture_of_whole_prompt_iterations(catalog: Catalog) -> None:
+    """16 running clients, 512/64 tokens: 16 / 64 = 0.25 prompts per iteration. The engine runs whole prompts,
+    so an iteration carries k = 0, 1, 2 ... of them, k Poisson(0.25): the mean iteration is
+    0.7788 T(0) + 0.1947 T(1) + 0.0243 T(2) + 0.0020 T(3) + ..., not T(0.25 of a prompt); the roofline is
+    convex in the prompt tokens (decode-only reads weights, a prompt computes), so the mixture is longer."""
+    m = catalog.model("llama3.1-8b")
+    cfg = ServeConfig(tp=1, input_len=512, output_len=64)
+    d = deployment(m, build_cluster(catalog, "p5.48xlarge", 1), cfg)
+    c, new, osl = 16.0, 512.0, 64.0
+    ctx, pctx = new + osl / 2, new * (new + 1) / 2
+
+    def t(k: float) -> float:
+        return float(step_time(d, c, ctx, k * new, k * pctx, k).total_s)
+
+    pk = [math.exp(-0.25) * 0.25**k / math.factorial(k) for k in range(12)]
+    assert pk[:4] == pytest.approx([0.7788, 0.1947, 0.0243, 0.0020], abs=1e-4)
+    by_hand = sum(p * t(k) for k, p in enumerate(pk))
+    mixture = float(mean_iteration(d, np.array([c]), ctx, new, pctx, osl, 8192, open_loop=False).total_s[0])
+    assert mixture == pytest.approx(by_hand, rel=1e-12)
+    assert mixture > t(0.25)  # Jensen: the mean prompt share in every iteration is cheaper
+    # the curve's throughput is Little's law on that mixture: 16 requests per 64 mixture iterations
+    curve = serve_curve(d, cfg, [c])
+    assert float(curve.requests_per_s[0]) == pytest.approx(c / (osl * by_hand), rel=1e-12)
+    # the parts add up to the mixture's total; a prompt longer than max_num_tokens comes in equal chunks
+    parts = mean_iteration(d, np.array([c]), ctx, new, pctx, osl, 8192, open_loop=True)
+    assert sum(float(v[0]) for v in parts.parts().values()) == pytest.approx(mixture, rel=1e-12)
+    halves = float(mean_iteration(d, np.array([c]), ctx, new, pctx, osl, 256, open_loop=False).total_s[0])
+    pk2 = [math.exp(-0.5) * 0.5**k / math.factorial(k) for k in range(14)]  # 2 chunks per prompt: 0.5 per iteration
+    chunks = sum(p * float(step_time(d, c, ctx, k * 256, k * pctx / 2, k / 2).total_s) for k, p in enumerate(pk2))
+    assert halves == pytest.approx(chunks, rel=1e-12)
 
 
 def test_littles_law_and_monotone_throughput(catalog: Catalog) -> None:

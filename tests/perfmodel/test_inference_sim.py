@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -89,8 +90,9 @@ def test_closed_loop_cooldown_drops_the_draining_requests(setup: tuple[Deploymen
 
 
 def test_analytic_ttft_waits_for_the_iteration_in_progress(setup: tuple[Deployment, ServeConfig]) -> None:
-    """Closed loop: TTFT = one iteration of the c - 1 others + the iteration holding this prompt and the
-    (c - 1) / output_len prompts that arrived with it (hand-built from step_time)."""
+    """Closed loop: TTFT = one iteration of the c - 1 others (k of their whole prompts in it, k Poisson with mean
+    (c - 1) / output_len) + the iteration holding this prompt and the (c - 1) / output_len prompts that arrived
+    with it (hand-built from step_time)."""
     from dataclasses import replace
 
     from fmstack.perfmodel.inference import serve_curve
@@ -98,7 +100,11 @@ def test_analytic_ttft_waits_for_the_iteration_in_progress(setup: tuple[Deployme
     d, cfg = setup
     c, new, osl = 32.0, 512.0, 64.0
     ctx, pctx, others = new + osl / 2, new * (new + 1) / 2, c - 1
-    wait = float(step_time(d, others, ctx, others * new / osl, others * pctx / osl, others / osl).total_s)
+    mu = others / osl
+    wait = sum(
+        math.exp(-mu) * mu**k / math.factorial(k) * float(step_time(d, others, ctx, k * new, k * pctx, k).total_s)
+        for k in range(40)
+    )
     p = 1 + others / osl
     own = float(step_time(d, others, ctx, p * new, p * pctx, p).total_s)
     assert float(serve_curve(d, cfg, [c]).ttft_s[0]) == pytest.approx(wait + own, rel=1e-12)
