@@ -175,9 +175,9 @@ def mean_iteration(
     so an iteration carries ``k = 0, 1, 2, ...`` of them; each is priced by :func:`step_time`, and the mean is
     their average weighted by frequency. The iteration is a sum of roofline maxima, convex in the prompt tokens
     (a decode-only iteration reads weights, one with a prompt computes), so this exceeds the iteration of the mean
-    prompt share. ``k`` is Poisson with mean ``c x chunks / osl``: open loop, Poisson arrivals; closed loop, each
-    of the ``c`` running clients admits a new prompt once every ``osl`` iterations at its own phase, so ``k`` is
-    binomial(c, 1 / osl), which Poisson approximates within 1 / osl (docs/inference.md).
+    prompt share. Open loop (Poisson arrivals), ``k`` is Poisson with mean ``c x chunks / osl``; closed loop, each
+    of the ``c`` running clients has a chunk in ``chunks`` of every ``osl`` iterations at its own phase, so ``k``
+    is binomial(c, chunks / osl) (the same mean; one client of one output token: every iteration is a prompt).
 
     Attention DP: a closed loop of same-length requests started together keeps the ranks in step (every rank
     admits a prompt in the same iterations, docs/inference.md), so an admission is one prompt on every rank,
@@ -197,7 +197,19 @@ def mean_iteration(
     log_k_fact = np.array([math.lgamma(i + 1.0) for i in ks])[:, None]
     k_all = np.array(ks, dtype=np.float64)[:, None]
     with np.errstate(divide="ignore", invalid="ignore"):
-        pk_all = np.where(k_all > 0, np.exp(k_all * np.log(lam) - lam - log_k_fact), np.exp(-lam))  # (k, points)
+        # closed loop, binomial(m, q): m clients (admission groups), each with a chunk in q of the iterations
+        m, q = c / group, min(1.0, n_chunks / osl)
+        j = k_all[:-1]
+        log_choose = np.concatenate(  # log C(m, k) = sum_{j < k} log((m - j) / (j + 1)); 0 for k > m
+            [np.zeros((1, c.size)), np.cumsum(np.where(m - j > 0, np.log(m - j), -np.inf) - np.log(j + 1.0), 0)]
+        )
+        log_q = math.log(q)
+        log_1q = math.log1p(-q) if q < 1.0 else -np.inf
+        tail = np.where(m - k_all > 0, (m - k_all) * log_1q, 0.0)
+        pk_all = np.exp(log_choose + k_all * log_q + tail)  # (k, points)
+        if open_loop:  # Poisson(lam); at most one request in the system (a rate below one client's) runs alone
+            poisson = np.where(k_all > 0, np.exp(k_all * np.log(lam) - lam - log_k_fact), np.exp(-lam))
+            pk_all = np.where(c > 1.0, poisson, pk_all)
     # price only the terms that count (probability > 1e-15: the rest move the mean by < 1e-12), all in one call;
     # which terms count depends on each point's own rate, so a point's mean does not depend on the others
     ki, pi = np.nonzero(pk_all > PK_CUTOFF)
