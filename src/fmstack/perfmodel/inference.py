@@ -186,7 +186,8 @@ def mean_iteration(
     (``_balance_requests_across_ranks``, a heap), so ``k`` prompts land on ``k`` different ranks and the iteration
     takes the busiest rank's ``ceil(k / tp)`` chunks next to its ``c / tp`` decodes, while the routed experts take
     all ranks' tokens (:func:`step_time` with ``busiest``)."""
-    c = np.atleast_1d(np.asarray(c, dtype=np.float64))
+    shape = np.shape(c)
+    c, back = np.unique(np.asarray(c, dtype=np.float64), return_inverse=True)  # clients beyond the limit repeat it
     dp = float(d.tp) if d.attention_dp else 1.0
     group = 1.0 if open_loop else dp  # prompts admitted together (closed-loop attention-DP ranks are in step)
     n_chunks = max(1.0, math.ceil(new / mnt))
@@ -223,7 +224,8 @@ def mean_iteration(
     t = step_time(d, cs, ctx, n * chunk, n * chunk_ctx, n / n_chunks, busiest=busy)
     mass = np.bincount(pi, weights=pk, minlength=c.size)
     return StepParts(**{
-        f.name: np.bincount(pi, weights=pk * getattr(t, f.name), minlength=c.size) / mass for f in fields(StepParts)
+        f.name: (np.bincount(pi, weights=pk * getattr(t, f.name), minlength=c.size) / mass)[back].reshape(shape)
+        for f in fields(StepParts)
     })  # fmt: skip
 
 
@@ -371,7 +373,9 @@ def estimate_serve(
     new = isl - math.floor(cfg.prefix_hit_rate * isl)
     pctx = prefill_ctx(isl, cfg.prefix_hit_rate)
     run = np.array([float(running)])
-    parts_arr = mean_iteration(d, run, isl + osl / 2, new, pctx, osl, cfg.max_num_tokens, open_loop=cfg.request_rate_per_s is not None)
+    parts_arr = mean_iteration(
+        d, run, isl + osl / 2, new, pctx, osl, cfg.max_num_tokens, open_loop=cfg.request_rate_per_s is not None
+    )
     parts = {k: float(v[0]) for k, v in parts_arr.parts().items()}
     link = f"NVLink ({cluster.scale_up.name})" if cluster.scale_up is not None else cluster.scale_out.name
     kv_tok = kv_bytes_per_token(model, KV_BYTES[cfg.kv])
