@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from fmstack.catalog import Catalog
 from fmstack.catalog.topology import build_cluster
 from fmstack.errors import InputError
-from fmstack.perfmodel.inference import ServeConfig, deployment, estimate_serve, serve_curve
+from fmstack.perfmodel.inference import ServeConfig, deployment, estimate_serve, mean_iteration, serve_curve
 from fmstack.perfmodel.inference_kv import kv_bytes_per_token, serve_memory
 from fmstack.perfmodel.inference_step import _comm, _comm_lookup, step_time
 from fmstack.perfmodel.modelconsts import model_consts
@@ -80,6 +82,46 @@ def test_curve_vectorised_equals_one_point_at_a_time(catalog: Catalog) -> None:
         assert one.ttft_s == pytest.approx(curve.ttft_s[i], rel=1e-12)
         assert one.itl_s == pytest.approx(curve.itl_s[i], rel=1e-12)
         assert one.output_tokens_per_s == pytest.approx(curve.output_tokens_per_s[i], rel=1e-12)
+
+
+def test_mean_iteration_is_the_mixture_of_whole_prompt_iterations(catalog: Catalog) -> None:
+    """16 running clients, 512/64 tokens: 16 / 64 = 0.25 prompts per iteration. The engine runs whole prompts,
+    so an iteration carries k = 0, 1, 2 ... of them; closed loop each client admits one every 64 iterations at
+    its own phase, k binomial(16, 1/64): the mean iteration is 0.7773 T(0) + 0.1974 T(1) + 0.0235 T(2) +
+    0.0017 T(3) + ..., not T(0.25 of a prompt); the roofline is convex in the prompt tokens (decode-only reads
+    weights, a prompt computes), so the mixture is longer. Open loop (Poisson arrivals) k is Poisson(0.25)."""
+    m = catalog.model("llama3.1-8b")
+    cfg = ServeConfig(tp=1, input_len=512, output_len=64)
+    d = deployment(m, build_cluster(catalog, "p5.48xlarge", 1), cfg)
+    c, new, osl = 16.0, 512.0, 64.0
+    ctx, pctx = new + osl / 2, new * (new + 1) / 2
+
+    def t(k: float) -> float:
+        return float(step_time(d, c, ctx, k * new, k * pctx, k).total_s)
+
+    pk = [math.comb(16, k) * (1 / 64) ** k * (63 / 64) ** (16 - k) for k in range(17)]
+    assert pk[:4] == pytest.approx([0.7773, 0.1974, 0.0235, 0.0017], abs=1e-4)
+    by_hand = sum(p * t(k) for k, p in enumerate(pk))
+    mixture = float(mean_iteration(d, np.array([c]), ctx, new, pctx, osl, 8192, open_loop=False).total_s[0])
+    assert mixture == pytest.approx(by_hand, rel=1e-12)
+    assert mixture > t(0.25)  # Jensen: the mean prompt share in every iteration is cheaper
+    # the curve's throughput is Little's law on that mixture: 16 requests per 64 mixture iterations
+    curve = serve_curve(d, cfg, [c])
+    assert float(curve.requests_per_s[0]) == pytest.approx(c / (osl * by_hand), rel=1e-12)
+    # open loop: Poisson(0.25); the parts add up to the mixture's total
+    poisson = [math.exp(-0.25) * 0.25**k / math.factorial(k) for k in range(12)]
+    assert poisson[:4] == pytest.approx([0.7788, 0.1947, 0.0243, 0.0020], abs=1e-4)
+    parts = mean_iteration(d, np.array([c]), ctx, new, pctx, osl, 8192, open_loop=True)
+    assert float(parts.total_s[0]) == pytest.approx(sum(p * t(k) for k, p in enumerate(poisson)), rel=1e-12)
+    assert sum(float(v[0]) for v in parts.parts().values()) == pytest.approx(float(parts.total_s[0]), rel=1e-12)
+    # a prompt longer than max_num_tokens (256) comes in 2 equal chunks: each client has a chunk in 2 of 64
+    halves = float(mean_iteration(d, np.array([c]), ctx, new, pctx, osl, 256, open_loop=False).total_s[0])
+    pk2 = [math.comb(16, k) * (2 / 64) ** k * (62 / 64) ** (16 - k) for k in range(17)]
+    chunks = sum(p * float(step_time(d, c, ctx, k * 256, k * pctx / 2, k / 2).total_s) for k, p in enumerate(pk2))
+    assert halves == pytest.approx(chunks, rel=1e-12)
+    # one client of one output token: every iteration is its prompt's
+    one = float(mean_iteration(d, np.array([1.0]), ctx, new, pctx, 1.0, 8192, open_loop=False).total_s[0])
+    assert one == float(step_time(d, 1.0, ctx, new, pctx, 1.0).total_s)
 
 
 def test_littles_law_and_monotone_throughput(catalog: Catalog) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -89,7 +90,8 @@ def test_closed_loop_cooldown_drops_the_draining_requests(setup: tuple[Deploymen
 
 
 def test_analytic_ttft_waits_for_the_iteration_in_progress(setup: tuple[Deployment, ServeConfig]) -> None:
-    """Closed loop: TTFT = one iteration of the c - 1 others + the iteration holding this prompt and the
+    """Closed loop: TTFT = one iteration of the c - 1 others (k of their whole prompts in it, k binomial(c - 1,
+    1 / output_len); open loop Poisson with the same mean) + the iteration holding this prompt and the
     (c - 1) / output_len prompts that arrived with it (hand-built from step_time)."""
     from dataclasses import replace
 
@@ -98,7 +100,10 @@ def test_analytic_ttft_waits_for_the_iteration_in_progress(setup: tuple[Deployme
     d, cfg = setup
     c, new, osl = 32.0, 512.0, 64.0
     ctx, pctx, others = new + osl / 2, new * (new + 1) / 2, c - 1
-    wait = float(step_time(d, others, ctx, others * new / osl, others * pctx / osl, others / osl).total_s)
+    mu = others / osl
+    t = [float(step_time(d, others, ctx, k * new, k * pctx, k).total_s) for k in range(32)]
+    wait = sum(math.comb(31, k) * (1 / osl) ** k * (1 - 1 / osl) ** (31 - k) * t[k] for k in range(32))
+    wait_poisson = sum(math.exp(-mu) * mu**k / math.factorial(k) * t[k] for k in range(32))
     p = 1 + others / osl
     own = float(step_time(d, others, ctx, p * new, p * pctx, p).total_s)
     assert float(serve_curve(d, cfg, [c]).ttft_s[0]) == pytest.approx(wait + own, rel=1e-12)
@@ -107,7 +112,7 @@ def test_analytic_ttft_waits_for_the_iteration_in_progress(setup: tuple[Deployme
     assert float(serve_curve(d, cfg, [1.0]).ttft_s[0]) == pytest.approx(one, rel=1e-12)
     # Poisson arrivals find the iteration half done on average
     rate = replace(cfg, request_rate_per_s=1.0)
-    assert float(serve_curve(d, rate, [c]).ttft_s[0]) == pytest.approx(wait / 2 + own, rel=1e-12)
+    assert float(serve_curve(d, rate, [c]).ttft_s[0]) == pytest.approx(wait_poisson / 2 + own, rel=1e-12)
     # the simulation agrees within 10 % once varied lengths break the fixed-length waves
     sim = simulate(d, cfg, SimConfig(concurrency=32, num_requests=352, warmup_requests=64, cooldown_requests=32,
                                      ramp_s=2.0, length_spread=0.3))  # fmt: skip

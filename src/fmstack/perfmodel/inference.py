@@ -19,7 +19,7 @@ KV reads. Above the memory limit ``max_concurrency`` the extra clients queue. Th
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
 import numpy as np
@@ -37,9 +37,11 @@ from fmstack.perfmodel.inference_kv import (
     kv_bytes_per_token,
     serve_memory,
 )
-from fmstack.perfmodel.inference_step import Deployment, RankLoad, bottleneck, step_time
+from fmstack.perfmodel.inference_step import Deployment, RankLoad, StepParts, bottleneck, step_time
 
 F = NDArray[np.float64]
+PK_CUTOFF = 1e-15
+"""Iterations with ``k`` prompts rarer than this are left out of the mean iteration (:func:`mean_iteration`)."""
 Scheduler = Literal["continuous", "static"]
 DEFAULT_MAX_NUM_TOKENS = 8192
 """Prompt tokens per iteration (TensorRT-LLM ``max_num_tokens`` and vLLM ``max_num_batched_tokens`` defaults)."""
@@ -163,33 +165,68 @@ def prefill_ctx(n: float, hit: float) -> float:
     return (n * (n + 1.0) - cached * (cached + 1.0)) / 2.0
 
 
-def adp_mean_iteration_s(d: Deployment, c: F, ctx: float, new: float, pctx: float, osl: float, mnt: int) -> F:
-    """Mean iteration of ``c`` running sequences under attention DP when prompts arrive unsynchronised (Poisson
-    arrivals), priced at the busiest rank. An iteration admits ``k`` prompts, Poisson with mean ``c / osl``
-    (Little's law); TensorRT-LLM gives each new request to the rank with the fewest active prompt tokens among
-    those below the mean request count (``_balance_requests_across_ranks``, a heap), so ``k`` prompts land on
-    ``k`` different ranks and the busiest carries ``ceil(k / tp)`` whole prompts (a prompt longer than
-    ``max_num_tokens`` in chunks over as many iterations) next to its ``c / tp`` decodes, while the routed experts
-    take all ranks' tokens (:func:`step_time` with ``busiest``). Without attention DP it is the mean iteration."""
-    if not d.attention_dp:
-        return step_time(d, c, ctx, c * new / osl, c * pctx / osl, c / osl).total_s
-    dp = float(d.tp)
+def mean_iteration(
+    d: Deployment, c: F, ctx: float, new: float, pctx: float, osl: float, mnt: int, *, open_loop: bool
+) -> StepParts:
+    """The mean iteration of ``c`` running sequences, priced as the mixture of iterations the engine runs.
+
+    Engines put whole prompts in an iteration (a prompt longer than ``max_num_tokens`` in ``ceil(new /
+    max_num_tokens)`` equal chunks over as many iterations), ``c / osl`` per iteration on average (Little's law),
+    so an iteration carries ``k = 0, 1, 2, ...`` of them; each is priced by :func:`step_time`, and the mean is
+    their average weighted by frequency. The iteration is a sum of roofline maxima, convex in the prompt tokens
+    (a decode-only iteration reads weights, one with a prompt computes), so this exceeds the iteration of the mean
+    prompt share. Open loop (Poisson arrivals), ``k`` is Poisson with mean ``c x chunks / osl``; closed loop, each
+    of the ``c`` running clients has a chunk in ``chunks`` of every ``osl`` iterations at its own phase, so ``k``
+    is binomial(c, chunks / osl) (the same mean; one client of one output token: every iteration is a prompt).
+
+    Attention DP: a closed loop of same-length requests started together keeps the ranks in step (every rank
+    admits a prompt in the same iterations, docs/inference.md), so an admission is one prompt on every rank,
+    priced at the mean rank, ``c / (osl x tp)`` such admissions per iteration. Open loop, TensorRT-LLM gives each
+    new request to the rank with the fewest active prompt tokens among those below the mean request count
+    (``_balance_requests_across_ranks``, a heap), so ``k`` prompts land on ``k`` different ranks and the iteration
+    takes the busiest rank's ``ceil(k / tp)`` chunks next to its ``c / tp`` decodes, while the routed experts take
+    all ranks' tokens (:func:`step_time` with ``busiest``)."""
+    shape = np.shape(c)
+    c, back = np.unique(np.asarray(c, dtype=np.float64), return_inverse=True)  # clients beyond the limit repeat it
+    dp = float(d.tp) if d.attention_dp else 1.0
+    group = 1.0 if open_loop else dp  # prompts admitted together (closed-loop attention-DP ranks are in step)
     n_chunks = max(1.0, math.ceil(new / mnt))
     chunk, chunk_ctx = new / n_chunks, pctx / n_chunks  # mean attended context of a chunk
-    lam = c * n_chunks / osl  # chunks admitted per iteration
+    lam = c * n_chunks / (osl * group)  # admissions per iteration
     top = float(np.max(lam)) if lam.size else 0.0
-    total, mass = np.zeros_like(c), np.zeros_like(c)
-    with np.errstate(divide="ignore"):
-        log_lam = np.log(lam)
-    for k in range(math.ceil(top + 10.0 * math.sqrt(top) + 10.0) + 1):
-        pk = np.exp(k * log_lam - lam - math.lgamma(k + 1.0)) if k else np.exp(-lam)
-        r = float(math.ceil(k / dp))
-        busy = RankLoad(decode_seqs=c / dp, decode_ctx=ctx, prefill_tokens=r * chunk, prefill_token_ctx=r * chunk_ctx,
+    ks = range(math.ceil(top + 10.0 * math.sqrt(top) + 10.0) + 1)
+    log_k_fact = np.array([math.lgamma(i + 1.0) for i in ks])[:, None]
+    k_all = np.array(ks, dtype=np.float64)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # closed loop, binomial(m, q): m clients (admission groups), each with a chunk in q of the iterations
+        m, q = c / group, min(1.0, n_chunks / osl)
+        j = k_all[:-1]
+        log_choose = np.concatenate(  # log C(m, k) = sum_{j < k} log((m - j) / (j + 1)); 0 for k > m
+            [np.zeros((1, c.size)), np.cumsum(np.where(m - j > 0, np.log(m - j), -np.inf) - np.log(j + 1.0), 0)]
+        )
+        log_q = math.log(q)
+        log_1q = math.log1p(-q) if q < 1.0 else -np.inf
+        tail = np.where(m - k_all > 0, (m - k_all) * log_1q, 0.0)
+        pk_all = np.exp(log_choose + k_all * log_q + tail)  # (k, points)
+        if open_loop:  # Poisson(lam); at most one request in the system (a rate below one client's) runs alone
+            poisson = np.where(k_all > 0, np.exp(k_all * np.log(lam) - lam - log_k_fact), np.exp(-lam))
+            pk_all = np.where(c > 1.0, poisson, pk_all)
+    # price only the terms that count (probability > 1e-15: the rest move the mean by < 1e-12), all in one call;
+    # which terms count depends on each point's own rate, so a point's mean does not depend on the others
+    ki, pi = np.nonzero(pk_all > PK_CUTOFF)
+    k, pk, cs = k_all[ki, 0], pk_all[ki, pi], c[pi]
+    busy = None
+    if d.attention_dp and open_loop:
+        r = np.ceil(k / dp)
+        busy = RankLoad(decode_seqs=cs / dp, decode_ctx=ctx, prefill_tokens=r * chunk, prefill_token_ctx=r * chunk_ctx,
                         prefill_seqs=r / n_chunks)  # fmt: skip
-        t = step_time(d, c, ctx, k * chunk, k * chunk_ctx, k / n_chunks, busiest=busy).total_s
-        total += pk * t
-        mass += pk
-    return np.asarray(total / mass, dtype=np.float64)
+    n = k * group
+    t = step_time(d, cs, ctx, n * chunk, n * chunk_ctx, n / n_chunks, busiest=busy)
+    mass = np.bincount(pi, weights=pk, minlength=c.size)
+    return StepParts(**{
+        f.name: (np.bincount(pi, weights=pk * getattr(t, f.name), minlength=c.size) / mass)[back].reshape(shape)
+        for f in fields(StepParts)
+    })  # fmt: skip
 
 
 def _no_fit(d: Deployment, cfg: ServeConfig) -> str:
@@ -229,17 +266,12 @@ def serve_curve(d: Deployment, cfg: ServeConfig, concurrency: ArrayLike) -> Curv
         # the ranks in step, every rank admits a prompt in the same iterations, so the busiest rank is the mean
         # one; open-loop (Poisson) arrivals are unsynchronised: price the busiest rank (docs/inference.md)
         open_loop = cfg.request_rate_per_s is not None
-        if d.attention_dp and open_loop:
-            mean_iter = adp_mean_iteration_s(d, c, ctx, new, pctx, osl, cfg.max_num_tokens)
-        else:
-            mean_iter = step_time(d, c, ctx, c * new / osl, c * pctx / osl, c / osl).total_s
+        mnt = cfg.max_num_tokens
+        mean_iter = mean_iteration(d, c, ctx, new, pctx, osl, mnt, open_loop=open_loop).total_s
         others = np.maximum(c - 1.0, 0.0)
         # TTFT = the iteration in progress when the request arrives (vLLM schedules a new request at the next step)
         # + the iteration(s) holding its prompt, which also hold the prompts that arrived with it (others / osl)
-        if d.attention_dp and open_loop:
-            in_progress = adp_mean_iteration_s(d, others, ctx, new, pctx, osl, cfg.max_num_tokens)
-        else:
-            in_progress = step_time(d, others, ctx, others * new / osl, others * pctx / osl, others / osl).total_s
+        in_progress = mean_iteration(d, others, ctx, new, pctx, osl, mnt, open_loop=open_loop).total_s
         wait = np.where(c > 1.0, in_progress, 0.0) * (0.5 if open_loop else 1.0)
         prompts = 1.0 + others / osl
         n_it = np.maximum(1.0, np.ceil(prompts * new / cfg.max_num_tokens))
@@ -340,8 +372,11 @@ def estimate_serve(
     isl, osl = cfg.input_len, cfg.output_len
     new = isl - math.floor(cfg.prefix_hit_rate * isl)
     pctx = prefill_ctx(isl, cfg.prefix_hit_rate)
-    parts_arr = step_time(d, running, isl + osl / 2, running * new / osl, running * pctx / osl, running / osl)
-    parts = {k: float(v) for k, v in parts_arr.parts().items()}
+    run = np.array([float(running)])
+    parts_arr = mean_iteration(
+        d, run, isl + osl / 2, new, pctx, osl, cfg.max_num_tokens, open_loop=cfg.request_rate_per_s is not None
+    )
+    parts = {k: float(v[0]) for k, v in parts_arr.parts().items()}
     link = f"NVLink ({cluster.scale_up.name})" if cluster.scale_up is not None else cluster.scale_out.name
     kv_tok = kv_bytes_per_token(model, KV_BYTES[cfg.kv])
     rps = float(curve.requests_per_s[0]) if cfg.request_rate_per_s is None else cfg.request_rate_per_s
