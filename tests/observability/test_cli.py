@@ -27,7 +27,7 @@ def test_exporter_once_on_the_fixture_node(fixtures: Path) -> None:
     assert 'fmstack_efa_device_count{Hostname="n1"} 2.0' in lines
     assert 'fmstack_efa_expected_device_count{Hostname="n1"} 32.0' in lines
     assert 'node_amazonefa_rx_drops{device="rdmap16s27",port="1"} 0.0' in lines
-    assert 'fmstack_exporter_source_up{source="lustre"} 1.0' in lines
+    assert 'fmstack_exporter_source_up{source="lustre",Hostname="n1"} 1.0' in lines
 
 
 def test_print_rules_is_the_packaged_file() -> None:
@@ -79,7 +79,7 @@ def test_exporter_serves_on_loopback_until_stopped(fixtures: Path) -> None:
     import urllib.request
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fmstack", "exporter", "--backend", "fake", "--port", "0",
+        [sys.executable, "-m", "fmstack", "exporter", "--backend", "fake", "--port", "0", "--hostname", "n1",
          "--sysfs-root", str(fixtures / "p5-node")],
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -89,7 +89,7 @@ def test_exporter_serves_on_loopback_until_stopped(fixtures: Path) -> None:
         m = re.match(r"fmstack exporter: serving http://127\.0\.0\.1:(\d+)/metrics", line)
         assert m, line
         with urllib.request.urlopen(f"http://127.0.0.1:{m.group(1)}/metrics", timeout=10) as resp:
-            assert b'fmstack_exporter_source_up{source="gpu"} 1.0' in resp.read()
+            assert b'fmstack_exporter_source_up{source="gpu",Hostname="n1"} 1.0' in resp.read()
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=20) == 0

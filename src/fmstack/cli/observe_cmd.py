@@ -67,6 +67,19 @@ def _write_new_files(directory: Path, files: dict[str, str], force: bool) -> lis
 @click.option("--app-dir", type=click.Path(path_type=Path, file_okay=False), help="Directory of app snapshot files.")
 @click.option("--expected-gpus", type=click.IntRange(0, 1024), default=None, help="GPUs the node should have.")
 @click.option("--expected-efa", type=click.IntRange(0, 1024), default=None, help="EFA devices the node should have.")
+@click.option(
+    "--gpu-poll-interval",
+    type=click.FloatRange(0.1, 3600),
+    default=15.0,
+    show_default=True,
+    help="Seconds between background NVML reads (scrapes serve the last read; set to the scrape interval).",
+)
+@click.option(
+    "--gpu-deadline",
+    type=click.FloatRange(0.1, 3600),
+    default=None,
+    help="Seconds a GPU read may be late before the GPU source is reported down [default: the poll interval].",
+)
 @click.option("--once", is_flag=True, help="Print one scrape to stdout and exit.")
 @click.option("--print-rules", is_flag=True, help="Print the alert and recording rules (YAML) and exit.")
 @click.option("--dashboards", type=click.Path(path_type=Path), help="Write the Grafana dashboards (JSON) here, exit.")
@@ -81,6 +94,8 @@ def exporter(
     app_dir: Path | None,
     expected_gpus: int | None,
     expected_efa: int | None,
+    gpu_poll_interval: float,
+    gpu_deadline: float | None,
     once: bool,
     print_rules: bool,
     dashboards: Path | None,
@@ -115,6 +130,8 @@ def exporter(
         app_dir=app_dir,
         expected_gpus=expected_gpus,
         expected_efa=expected_efa,
+        gpu_poll_interval_s=None if once else gpu_poll_interval,
+        gpu_deadline_s=gpu_deadline,
     )
     if once:
         click.echo(exp.render().decode(), nl=False)

@@ -4,7 +4,11 @@ A source is anything with a ``name`` and a ``collect()`` that yields prometheus-
 custom-collector pattern of ``prometheus_client/gc_collector.py``). Each scrape runs every source inside a guard:
 a source that raises is reported as ``fmstack_exporter_source_up{source} 0`` and counted in
 ``fmstack_exporter_source_errors_total{source}``; the rest of the scrape is served unchanged. Per-source time is
-``fmstack_exporter_source_duration_seconds{source}`` (like node_exporter's ``node_scrape_collector_*``).
+``fmstack_exporter_source_duration_seconds{source}`` (like node_exporter's ``node_scrape_collector_*``), and
+``fmstack_exporter_source_last_success_timestamp_seconds{source}`` the last time it was read successfully.
+A source that can hang (NVML) is wrapped in :class:`~fmstack.observability.poller.PolledSource`: it is read on a
+background thread and the scrape serves its last good read, so a hung read never holds the scrape.
+With ``hostname``, these families carry a ``Hostname`` label as the GPU and EFA series do.
 
 The HTTP server binds 127.0.0.1 unless told otherwise.
 """
@@ -38,12 +42,22 @@ class Source(Protocol):
 class Exporter:
     """Holds the sources, their health counters and its own registry; :meth:`render` is one scrape."""
 
-    def __init__(self, sources: Sequence[Source], clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        sources: Sequence[Source],
+        clock: Callable[[], float] = time.perf_counter,
+        *,
+        hostname: str | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
         names = [s.name for s in sources]
         if len(set(names)) != len(names):
             raise ValueError(f"source names must be unique, got {names}")
         self.sources = list(sources)
         self._clock = clock
+        self._wall_clock = wall_clock
+        self.hostname = hostname
+        self.last_success: dict[str, float] = {}
         self._lock = threading.Lock()
         self.errors: dict[str, int] = dict.fromkeys(names, 0)
         self.last_error: dict[str, str] = {}
@@ -53,14 +67,17 @@ class Exporter:
         self.registry.register(_Guard(self))
 
     def collect(self) -> Iterator[Metric]:
-        up = GaugeMetricFamily(
-            "fmstack_exporter_source_up", "1 if the source was read in this scrape", labels=["source"]
-        )
-        errs = CounterMetricFamily(
-            "fmstack_exporter_source_errors", "Scrapes in which the source failed", labels=["source"]
-        )
+        host = [] if self.hostname is None else [self.hostname]
+        names = ["source"] + (["Hostname"] if host else [])
+        up = GaugeMetricFamily("fmstack_exporter_source_up", "1 if the source was read in this scrape", labels=names)
+        errs = CounterMetricFamily("fmstack_exporter_source_errors", "Scrapes in which the source failed", labels=names)
         dur = GaugeMetricFamily(
-            "fmstack_exporter_source_duration_seconds", "Time to read the source in this scrape", labels=["source"]
+            "fmstack_exporter_source_duration_seconds", "Time to read the source in this scrape", labels=names
+        )
+        last = GaugeMetricFamily(
+            "fmstack_exporter_source_last_success_timestamp_seconds",
+            "When the source was last read successfully (a polled source: its last background read)",
+            labels=names,
         )
         with self._lock:
             self.scrapes += 1
@@ -74,19 +91,31 @@ class Exporter:
                     self.errors[source.name] += 1
                     self.last_error[source.name] = f"{type(exc).__name__}: {exc}"
                 yield from families
-                up.add_metric([source.name], 1.0 if ok else 0.0)
-                errs.add_metric([source.name], float(self.errors[source.name]))
-                dur.add_metric([source.name], self._clock() - start)
+                if ok:
+                    polled = getattr(source, "last_success_s", None)
+                    self.last_success[source.name] = self._wall_clock() if polled is None else float(polled)
+                labels = [source.name, *host]
+                up.add_metric(labels, 1.0 if ok else 0.0)
+                errs.add_metric(labels, float(self.errors[source.name]))
+                dur.add_metric(labels, self._clock() - start)
+                if source.name in self.last_success:
+                    last.add_metric(labels, self.last_success[source.name])
             scrapes = CounterMetricFamily("fmstack_exporter_scrapes", "Scrapes served by this exporter")
             scrapes.add_metric([], float(self.scrapes))
-        yield from (up, errs, dur, scrapes)
+        yield from (up, errs, dur, last, scrapes)
 
     def render(self) -> bytes:
         """One scrape as Prometheus text."""
         return render_text(self.registry.collect(), self._labels)
 
     def serve(self, bind: str = DEFAULT_BIND, port: int = DEFAULT_PORT) -> ThreadingHTTPServer:
-        """Serve ``/metrics`` on a daemon thread; returns the server (``.server_address`` has the bound port)."""
+        """Serve ``/metrics`` on a daemon thread; returns the server (``.server_address`` has the bound port).
+
+        Starts the polling thread of every polled source first."""
+        for source in self.sources:
+            start = getattr(source, "start", None)
+            if callable(start):
+                start()
         server = ThreadingHTTPServer((bind, port), _handler(self))
         server.daemon_threads = True
         threading.Thread(target=server.serve_forever, name="fmstack-exporter", daemon=True).start()

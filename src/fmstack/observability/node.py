@@ -47,16 +47,28 @@ def build_node_exporter(
     app_dir: Path | None = None,
     expected_gpus: int | None = None,
     expected_efa: int | None = None,
+    gpu_poll_interval_s: float | None = None,
+    gpu_deadline_s: float | None = None,
 ) -> Exporter:
-    """GPU (unless ``backend == "none"``), EFA, Lustre and, with ``app_dir``, application sources."""
+    """GPU (unless ``backend == "none"``), EFA, Lustre and, with ``app_dir``, application sources.
+
+    With ``gpu_poll_interval_s`` the GPU source is read on a background thread every that many seconds
+    (:class:`~fmstack.observability.poller.PolledSource`, down once its last good read is older than the interval
+    plus ``gpu_deadline_s``); without, it is read inside each scrape (``--once``, tests).
+    """
     from fmstack.observability.gpu_source import GpuSource
 
     sources: list[Source] = []
     if backend != "none":
-        sources.append(GpuSource(make_gpu_backend(backend, fake_script), hostname, expected_gpus))
+        gpu: Source = GpuSource(make_gpu_backend(backend, fake_script), hostname, expected_gpus)
+        if gpu_poll_interval_s is not None:
+            from fmstack.observability.poller import PolledSource
+
+            gpu = PolledSource(gpu, gpu_poll_interval_s, gpu_deadline_s)
+        sources.append(gpu)
     fs = OsFs(sysfs_root)
     sources.append(EfaSource(fs, hostname, expected_efa))
     sources.append(LustreSource(fs))
     if app_dir is not None:
         sources.append(AppDirSource(app_dir))
-    return Exporter(sources)
+    return Exporter(sources, hostname=hostname)
