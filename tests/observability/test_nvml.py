@@ -152,3 +152,26 @@ def test_real_nvml_on_a_gpu_machine() -> None:
         assert 'fmstack_exporter_source_up{source="gpu"} 1.0' in text
     finally:
         b.close()
+
+
+def test_nvlink_error_totals_never_decrease(fake_nvml: tuple[set[int], list[tuple[int, int]]]) -> None:
+    """A link going down (its counter no longer read) or a link counter reset must not lower the GPU's total."""
+    import pynvml
+
+    up = {0, 1}
+    counts = {0: 7, 1: 7}
+    pynvml.nvmlDeviceGetNvLinkState = lambda h, link: 1 if link in up else 0  # type: ignore[attr-defined]
+    pynvml.nvmlDeviceGetNvLinkErrorCounter = lambda h, link, kind: counts[link] if kind == 2 else 0  # type: ignore[attr-defined]
+    b = NvmlBackend()
+    assert b.read(0).nvlink_crc_flit_errors_total == 14
+    up.discard(1)  # link 1 down: its 7 errors stay counted
+    assert b.read(0).nvlink_crc_flit_errors_total == 14
+    counts[0] = 9
+    assert b.read(0).nvlink_crc_flit_errors_total == 16
+    counts[0] = 1  # link 0's counter reset (e.g. GPU reset): 9 before + 1 after + link 1's 7
+    assert b.read(0).nvlink_crc_flit_errors_total == 17
+    up.add(1)
+    counts[1] = 8
+    assert b.read(0).nvlink_crc_flit_errors_total == 18
+    assert b.read(1).nvlink_crc_flit_errors_total == 9  # GPU 1 has its own links: 1 + 8
+    b.close()

@@ -4,7 +4,8 @@ NVML calls used (NVML API reference, https://docs.nvidia.com/deploy/nvml-api/, a
 shared/reference/observability.md §1 "Other NVML mappings"): utilization rates, clock info, memory info (bytes ->
 MiB as DCGM reports FB), power usage (mW -> W), total energy (mJ), temperature, PCIe replay counter, total ECC
 errors (corrected / uncorrected, volatile / aggregate), remapped rows (correctable, uncorrectable, pending,
-failure), NVLink error counters per active link, violation status (ns), clocks-event reasons, SM activity from
+failure), NVLink error counters per active link (kept per link, so a link going down or its counter being reset
+never makes the GPU's total go backwards), violation status (ns), clocks-event reasons, SM activity from
 GPM samples taken at consecutive scrapes, and Xid events through an event set registered for
 ``nvmlEventTypeXidCriticalError``. A field the GPU does not support reads as
 ``None`` and is not exported (dcgm-exporter drops blank sentinels too).
@@ -90,6 +91,8 @@ class NvmlBackend:
         self._events: Any = None
         self._gpm_ok: dict[int, bool] = {}
         self._gpm_prev: dict[int, Any] = {}
+        self._nvlink_seen: dict[tuple[int, int, int], tuple[int, int]] = {}
+        """(gpu, link, error kind) -> (last value read, sum of the values before each counter reset)."""
         try:
             self._events = pynvml.nvmlEventSetCreate()
             count = pynvml.nvmlDeviceGetCount()
@@ -142,7 +145,7 @@ class NvmlBackend:
         ecc = nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
         power_v = self._opt(nv.nvmlDeviceGetViolationStatus, h, nv.NVML_PERF_POLICY_POWER)
         thermal_v = self._opt(nv.nvmlDeviceGetViolationStatus, h, nv.NVML_PERF_POLICY_THERMAL)
-        links = self._nvlink_errors(h)
+        links = self._nvlink_errors(index, h)
         return GpuReading(
             index=index,
             uuid=uuid,
@@ -209,7 +212,13 @@ class NvmlBackend:
             self._gpm_ok[index] = False  # unsupported here (e.g. pre-Hopper, MIG): stop asking
             return None
 
-    def _nvlink_errors(self, h: Any) -> tuple[int | None, int | None, int | None, int | None]:
+    def _nvlink_errors(self, index: int, h: Any) -> tuple[int | None, int | None, int | None, int | None]:
+        """Per error kind, the sum over every link ever read of its monotonic count.
+
+        A link is read while it is up; a link that goes down keeps its last value in the sum (NVML stops answering
+        for it), and a link whose counter drops (reset) adds its old value to an offset. The totals are counters
+        and must never decrease while the exporter lives.
+        """
         nv = self._nv
         kinds = (
             nv.NVML_NVLINK_ERROR_DL_CRC_FLIT,
@@ -224,7 +233,11 @@ class NvmlBackend:
             for k, kind in enumerate(kinds):
                 value = self._opt(nv.nvmlDeviceGetNvLinkErrorCounter, h, link, kind)
                 if value is not None:
-                    totals[k] = (totals[k] or 0) + int(value)
+                    last, offset = self._nvlink_seen.get((index, link, k), (0, 0))
+                    self._nvlink_seen[(index, link, k)] = (int(value), offset + last if int(value) < last else offset)
+        for (gpu, _link, k), (last, offset) in self._nvlink_seen.items():
+            if gpu == index:
+                totals[k] = (totals[k] or 0) + last + offset
         return totals[0], totals[1], totals[2], totals[3]
 
     def poll_xids(self) -> list[tuple[int, int]]:
