@@ -26,7 +26,7 @@ def test_exporter_once_on_the_fixture_node(fixtures: Path) -> None:
     assert 'fmstack_gpu_count{Hostname="n1"} 8.0' in lines
     assert 'fmstack_efa_device_count{Hostname="n1"} 2.0' in lines
     assert 'fmstack_efa_expected_device_count{Hostname="n1"} 32.0' in lines
-    assert 'node_amazonefa_rx_drops{device="rdmap16s27",port="1"} 0.0' in lines
+    assert 'node_amazonefa_rx_drops{device="rdmap16s27",port="1",Hostname="n1"} 0.0' in lines
     assert 'fmstack_exporter_source_up{source="lustre",Hostname="n1"} 1.0' in lines
 
 

@@ -22,7 +22,7 @@ from fmstack.observability.lustre import LustreSource
 from fmstack.observability.sysfs import DictFs
 from tests.observability.conftest import efa_tree_32
 
-_EFA_LINE = re.compile(r'^node_amazonefa_(device_)?(\w+)\{device="([^"]+)"(?:,port="([^"]+)")?\} (\S+)$')
+_EFA_LINE = re.compile(r'^node_amazonefa_(device_)?(\w+)\{device="([^"]+)"(?:,port="([^"]+)")?,Hostname="n1"\} (\S+)$')
 
 
 def reference_text(families: list[Any]) -> bytes:

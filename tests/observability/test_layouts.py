@@ -97,7 +97,9 @@ def test_efa_bulk_path_follows_changing_values_and_structure() -> None:
         if step == 4:
             fs.restore()
         text = render_text(list(source.collect())).decode()
-        assert f'node_amazonefa_tx_bytes{{device="rdmap16s27",port="1"}} {float(step * 10**12)!r}\n' in text
+        assert (
+            f'node_amazonefa_tx_bytes{{device="rdmap16s27",port="1",Hostname="n1"}} {float(step * 10**12)!r}\n' in text
+        )
         assert ('device="rdmap32s27"' in text) == (step != 3)
         assert f'fmstack_efa_device_count{{Hostname="n1"}} {1.0 if step == 3 else 2.0}' in text
     # 0 learns; 1, 2 bulk; 3 (one device gone) learns; 4 (back: a new structure again) parses; 5 bulk
@@ -283,7 +285,10 @@ def test_efa_source_gives_back_the_files_of_a_device_that_went_away(tmp_path: Pa
         path = gone / f"ports/1/hw_counters/{name}"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("8\n")
-    assert 'node_amazonefa_rx_bytes{device="rdmap32s27",port="1"} 8.0' in render_text(source.collect()).decode()
+    assert (
+        'node_amazonefa_rx_bytes{device="rdmap32s27",port="1",Hostname="node-1"} 8.0'
+        in render_text(source.collect()).decode()
+    )
     assert fs.held_files == 4
     (tmp_path / "sys/class/infiniband").rename(tmp_path / "efa-unloaded")  # no EFA at all: nothing held
     list(source.collect())

@@ -64,19 +64,27 @@ CLUSTER: tuple[PanelSpec, ...] = (
     PanelSpec(
         "GPUs present vs expected", "short", f"fmstack_gpu_count{{{HOST}}} - fmstack_gpu_expected_count{{{HOST}}}"
     ),
-    PanelSpec("EFA transmit", "Bps", "instance:node_amazonefa_tx_bytes:rate1m", "{{instance}}"),
-    PanelSpec("EFA receive", "Bps", "instance:node_amazonefa_rx_bytes:rate1m", "{{instance}}"),
+    PanelSpec("EFA transmit", "Bps", f"instance:node_amazonefa_tx_bytes:rate1m{{{HOST}}}", "{{Hostname}}"),
+    PanelSpec("EFA receive", "Bps", f"instance:node_amazonefa_rx_bytes:rate1m{{{HOST}}}", "{{Hostname}}"),
     PanelSpec(
         "EFA retransmit timeouts",
         "short",
-        "sum by (instance) (increase(node_amazonefa_retrans_timeout_events[$__rate_interval]))",
-        "{{instance}}",
+        f"sum by (Hostname) (increase(node_amazonefa_retrans_timeout_events{{{HOST}}}[$__rate_interval]))",
+        "{{Hostname}}",
     ),
-    PanelSpec("Lustre read", "Bps", "instance:lustre_read_bytes:rate1m", "{{instance}}"),
+    PanelSpec("Lustre read", "Bps", f"instance:lustre_read_bytes:rate1m{{{HOST}}}", "{{Hostname}}"),
     PanelSpec(
-        "Lustre write", "Bps", "sum by (instance) (rate(lustre_write_bytes_total[$__rate_interval]))", "{{instance}}"
+        "Lustre write",
+        "Bps",
+        f"sum by (Hostname) (rate(lustre_write_bytes_total{{{HOST}}}[$__rate_interval]))",
+        "{{Hostname}}",
     ),
-    PanelSpec("Exporter sources down", "short", "sum by (source) (1 - fmstack_exporter_source_up)", "{{source}}"),
+    PanelSpec(
+        "Exporter sources down",
+        "short",
+        f"sum by (Hostname, source) (1 - fmstack_exporter_source_up{{{HOST}}})",
+        "{{Hostname}} {{source}}",
+    ),
 )
 
 TRAINING: tuple[PanelSpec, ...] = (

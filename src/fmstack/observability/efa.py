@@ -5,7 +5,8 @@ bytes and packets, rx_drops, send/recv, rdma_read/rdma_write bytes, work request
 the SRD network counters retrans_bytes, retrans_pkts, retrans_timeout_events, unresponsive_remote_events,
 impaired_remote_conn_events) plus device-level counters in ``<device>/hw_counters/``. They are exported as the
 aws-samples EFA node exporter does (the one SageMaker HyperPod uses): ``node_amazonefa_<counter>{device,port}``,
-counter type, no ``_total`` (shared/reference/observability.md §4).
+counter type, no ``_total`` (shared/reference/observability.md §4), plus the node's ``Hostname`` label as the GPU
+series carry it (dashboards filter on ``$Hostname``; alerts name the node by it).
 """
 
 from __future__ import annotations
@@ -222,15 +223,17 @@ class EfaSource:
         key: list[object] = []
         for dev in scan.devices:
             for port, counters in dev.ports.items():
-                rows.append(({"device": dev.name, "port": port}, _keys("", counters, "EFA port counter ")))
+                labels = {"device": dev.name, "port": port, "Hostname": self.hostname}
+                rows.append((labels, _keys("", counters, "EFA port counter ")))
                 values += counters.values()
                 key.append((dev.name, port, tuple(counters)))
             if dev.device_counters:
-                rows.append(({"device": dev.name}, _keys("device_", dev.device_counters, "EFA device counter ")))
+                labels = {"device": dev.name, "Hostname": self.hostname}
+                rows.append((labels, _keys("device_", dev.device_counters, "EFA device counter ")))
                 values += dev.device_counters.values()
                 key.append((dev.name, None, tuple(dev.device_counters)))
         info = ("", "node_amazonefa_info", "EFA device present", "gauge")
-        rows += [({"device": dev.name}, [info]) for dev in scan.devices]
+        rows += [({"device": dev.name, "Hostname": self.hostname}, [info]) for dev in scan.devices]
         structure = tuple(key)
         layout = self._layouts.get(structure)
         if layout is None:

@@ -14,8 +14,10 @@ Renderers return text or data; running it (scontrol, kubectl, the Kubernetes cli
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
@@ -100,34 +102,104 @@ def _coerce(where: str, key: str, value: Any) -> Any:
     return int(value)
 
 
-def signals_from_alerts(alerts: list[dict[str, Any]], node_label: str = "Hostname") -> dict[str, NodeSignals]:
-    """Firing alerts from Prometheus' ``/api/v1/alerts`` -> signals per node (the label ``node_label``).
+def _alert_value(alert: dict[str, Any]) -> float:
+    """An alert's ``value`` (a string in /api/v1/alerts); 0 when absent or not a finite number."""
+    try:
+        value = float(alert.get("value", 0) or 0)
+    except (TypeError, ValueError):
+        return 0.0
+    return value if math.isfinite(value) else 0.0
 
-    Reads the labels the fmstack rules put on their alerts: ``xid`` (Xid alerts), and the alert names of the
-    row-remap, ECC, GPU-count, NVLink and EFA rules (``rules/fmstack-rules.yml``).
+
+def _set_xid(s: NodeSignals, labels: dict[str, str], _alert: dict[str, Any]) -> None:
+    if str(labels.get("xid", "")).isdigit():
+        s.xids.append(int(labels["xid"]))
+
+
+def _set(field: str) -> Callable[[NodeSignals, dict[str, str], dict[str, Any]], None]:
+    def apply(s: NodeSignals, _labels: dict[str, str], _alert: dict[str, Any]) -> None:
+        setattr(s, field, True)
+
+    return apply
+
+
+def _dbe(s: NodeSignals, _labels: dict[str, str], alert: dict[str, Any]) -> None:
+    s.dbe_volatile_count = max(s.dbe_volatile_count, int(_alert_value(alert)), 1)
+
+
+def _sbe(s: NodeSignals, _labels: dict[str, str], alert: dict[str, Any]) -> None:
+    s.sbe_rate_per_hour = max(s.sbe_rate_per_hour, _alert_value(alert))
+
+
+def _thermal(s: NodeSignals, _labels: dict[str, str], alert: dict[str, Any]) -> None:
+    s.thermal_violation_ratio = max(s.thermal_violation_ratio, min(1.0, max(0.0, _alert_value(alert))))
+
+
+def _nvlink(s: NodeSignals, _labels: dict[str, str], alert: dict[str, Any]) -> None:
+    s.nvlink_error_count = max(s.nvlink_error_count, int(_alert_value(alert)))
+
+
+def _efa_errors(s: NodeSignals, _labels: dict[str, str], alert: dict[str, Any]) -> None:
+    s.efa_error_count += max(1, int(_alert_value(alert)))
+
+
+ALERT_SIGNALS: dict[str, Callable[[NodeSignals, dict[str, str], dict[str, Any]], None] | None] = {
+    "FmstackGpuXidRebootRequired": _set_xid,
+    "FmstackGpuXidResetRequired": _set_xid,
+    "FmstackGpuXidRestartJob": _set_xid,
+    "FmstackGpuRowRemapFailure": _set("row_remap_failure"),
+    "FmstackGpuRowRemapPending": _set("pending_row_remap"),
+    "FmstackGpuEccDbe": _dbe,
+    "FmstackGpuSbeRateHigh": _sbe,
+    "FmstackGpuThermalThrottling": _thermal,
+    "FmstackGpuNvlinkErrors": _nvlink,
+    "FmstackGpuMissing": _set("gpu_missing"),
+    "FmstackGpuNotReadable": _set("gpu_missing"),
+    "FmstackGpuSourceDown": _set("gpu_missing"),
+    "FmstackEfaDeviceMissing": _set("efa_missing"),
+    "FmstackEfaRetransmitTimeouts": _efa_errors,
+    "FmstackEfaErrors": _efa_errors,
+    # Not node signals: the exporter's own health (action none: look at the node or the source's error), and the
+    # job / service alerts (keyed by job_id or model_name; restarting a stalled job is the scheduler's business).
+    "FmstackExporterSourceDown": None,
+    "FmstackExporterDown": None,
+    "FmstackTrainingStalled": None,
+    "FmstackTrainingLowMfu": None,
+    "FmstackGpuLowSmActive": None,
+    "FmstackServingTtftSloBurn": None,
+}
+"""Every alert of ``rules/fmstack-rules.yml`` -> how it sets :class:`NodeSignals` (None: not a node signal)."""
+
+
+def alert_node(labels: dict[str, str], node_label: str = "Hostname") -> str:
+    """The node an alert is about: its ``node_label``, else its ``instance`` without the port."""
+    node = labels.get(node_label, "")
+    if node:
+        return node
+    instance = labels.get("instance", "")
+    if instance.startswith("["):  # [ipv6]:port
+        return instance[1:].split("]")[0]
+    host, _, port = instance.rpartition(":")
+    return host if host and port.isdigit() else instance
+
+
+def signals_from_alerts(alerts: list[dict[str, Any]], node_label: str = "Hostname") -> dict[str, NodeSignals]:
+    """Firing alerts from Prometheus' ``/api/v1/alerts`` -> signals per node.
+
+    The node is the alert's ``node_label`` (every fmstack GPU, EFA, Lustre and exporter series carries
+    ``Hostname``), else its ``instance`` without the port. Each fmstack alert sets the signal of
+    :data:`ALERT_SIGNALS`; alerts that are not about a node (job, service) and unknown alerts are skipped.
     """
     out: dict[str, NodeSignals] = {}
     for alert in alerts:
         if alert.get("state") != "firing":
             continue
         labels = alert.get("labels", {})
-        node = labels.get(node_label) or labels.get("instance", "")
-        s = out.setdefault(node, NodeSignals(node=node))
-        name = labels.get("alertname", "")
-        if "xid" in labels and labels["xid"].isdigit():
-            s.xids.append(int(labels["xid"]))
-        if name == "FmstackGpuRowRemapFailure":
-            s.row_remap_failure = True
-        elif name == "FmstackGpuRowRemapPending":
-            s.pending_row_remap = True
-        elif name == "FmstackGpuEccDbe":
-            s.dbe_volatile_count = max(s.dbe_volatile_count, 1)
-        elif name == "FmstackGpuMissing":
-            s.gpu_missing = True
-        elif name == "FmstackGpuNvlinkErrors":
-            s.nvlink_error_count = max(s.nvlink_error_count, int(float(alert.get("value", "0") or 0)))
-        elif name == "FmstackEfaDeviceMissing":
-            s.efa_missing = True
+        apply = ALERT_SIGNALS.get(labels.get("alertname", ""))
+        node = alert_node(labels, node_label)
+        if apply is None or not node:
+            continue
+        apply(out.setdefault(node, NodeSignals(node=node)), labels, alert)
     return out
 
 

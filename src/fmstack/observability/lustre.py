@@ -5,7 +5,8 @@ unit, min, max, sum, optional sum of squares; wiki.lustre.org/Lustre_IO_Monitori
 ``/sys/kernel/debug/lustre/llite/<fs>-<id>/stats`` on Lustre >= 2.12 and ``/proc/fs/lustre/llite/...`` before;
 both are tried. Names follow HPE's ``lustre_exporter`` (client component): ``lustre_read_bytes_total``,
 ``lustre_read_samples_total``, ``lustre_read_{minimum,maximum}_size_bytes`` (same for write) and
-``lustre_stats_total{operation}`` (shared/reference/observability.md §5).
+``lustre_stats_total{operation}`` (shared/reference/observability.md §5); with a ``hostname``, every series also
+carries the node's ``Hostname`` label, as the GPU and EFA series do.
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ class LustreSource:
 
     name = "lustre"
 
-    def __init__(self, fs: FileSystem, bases: tuple[str, ...] = BASES) -> None:
-        self.fs, self.bases = fs, bases
+    def __init__(self, fs: FileSystem, bases: tuple[str, ...] = BASES, hostname: str | None = None) -> None:
+        self.fs, self.bases, self.hostname = fs, bases, hostname
         self._layouts: LayoutCache[SeriesLayout] = LayoutCache()
 
     def collect(self) -> Iterator[Metric]:
@@ -86,7 +87,8 @@ class LustreSource:
         structure = tuple(key)
         layout = self._layouts.get(structure)
         if layout is None:
-            layout = self._layouts.put(structure, SeriesLayout(_series(structure), rank=_RANK.__getitem__))
+            series = _series(structure, self.hostname)
+            layout = self._layouts.put(structure, SeriesLayout(series, rank=_RANK.__getitem__))
         return iter(layout.families(value_texts(values)))
 
 
@@ -107,12 +109,16 @@ _OPS = _family("ops", "lustre_stats", "Operations by type", "counter")
 _RANK = {fk[0]: i for i, fk in enumerate((*_BY_DIRECTION["read"], *_BY_DIRECTION["write"], _OPS))}
 
 
-def _series(structure: tuple[tuple[str, tuple[tuple[str, bool | None], ...]], ...]) -> list[Series]:
+def _series(
+    structure: tuple[tuple[str, tuple[tuple[str, bool | None], ...]], ...], hostname: str | None = None
+) -> list[Series]:
     """Per mount, in the stats file's order: read / write calls (and bytes, minimum and maximum size when the line
     has them) or the operation's count."""
     out: list[Series] = []
     for target, names in structure:
         labels = {"component": "client", "target": target}
+        if hostname is not None:
+            labels["Hostname"] = hostname
         for name, full in names:
             if full is None:
                 out.append((_OPS, "lustre_stats_total", {**labels, "operation": name}))

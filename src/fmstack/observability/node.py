@@ -68,7 +68,7 @@ def build_node_exporter(
         sources.append(gpu)
     fs = OsFs(sysfs_root)
     sources.append(EfaSource(fs, hostname, expected_efa))
-    sources.append(LustreSource(fs))
+    sources.append(LustreSource(fs, hostname=hostname))
     if app_dir is not None:
         sources.append(AppDirSource(app_dir))
     return Exporter(sources, hostname=hostname)
