@@ -65,6 +65,13 @@ def _write_new_files(directory: Path, files: dict[str, str], force: bool) -> lis
 @click.option("--fake-script", type=click.Path(path_type=Path, dir_okay=False), help="JSON of NVML answers (fake).")
 @click.option("--sysfs-root", type=click.Path(path_type=Path, file_okay=False), default=Path("/"), show_default=True)
 @click.option("--app-dir", type=click.Path(path_type=Path, file_okay=False), help="Directory of app snapshot files.")
+@click.option(
+    "--app-max-age",
+    type=click.FloatRange(1, 30 * 86400),
+    default=6 * 3600.0,
+    show_default=True,
+    help="Seconds after which an app snapshot file not rewritten is no longer served.",
+)
 @click.option("--expected-gpus", type=click.IntRange(0, 1024), default=None, help="GPUs the node should have.")
 @click.option("--expected-efa", type=click.IntRange(0, 1024), default=None, help="EFA devices the node should have.")
 @click.option(
@@ -92,6 +99,7 @@ def exporter(
     fake_script: Path | None,
     sysfs_root: Path,
     app_dir: Path | None,
+    app_max_age: float,
     expected_gpus: int | None,
     expected_efa: int | None,
     gpu_poll_interval: float,
@@ -128,6 +136,7 @@ def exporter(
         fake_script=fake_script,
         sysfs_root=sysfs_root,
         app_dir=app_dir,
+        app_max_age_s=app_max_age,
         expected_gpus=expected_gpus,
         expected_efa=expected_efa,
         gpu_poll_interval_s=None if once else gpu_poll_interval,

@@ -101,6 +101,8 @@ class AppSnapshot:
     generation_tokens_total: int = 0
     ttft: HistogramData = field(default_factory=lambda: HistogramData(TTFT_BUCKETS_S))
     itl: HistogramData = field(default_factory=lambda: HistogramData(ITL_BUCKETS_S))
+    finished: bool = False
+    """The job ended (:meth:`AppMetrics.finish`): the node exporter stops serving its snapshot file."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -150,6 +152,12 @@ def _str(key: str, value: Any) -> str:
     return value
 
 
+def _bool(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"app snapshot: {key} must be true or false, got {value!r:.40}")
+    return value
+
+
 def _int(key: str, value: Any) -> int:
     if type(value) is not int or not -_INT_LIMIT <= value < _INT_LIMIT:  # type(): a bool is not a count
         raise ValueError(f"app snapshot: {key} must be a 64-bit integer, got {value!r:.40}")
@@ -191,6 +199,7 @@ def _in_range(ints: list[int]) -> bool:
 
 _FIELD_CHECKS: dict[str, Callable[[str, Any], Any]] = {
     **dict.fromkeys(("job_id", "model_name"), _str),
+    "finished": _bool,
     **dict.fromkeys(
         ("steps_total", "tokens_total", "requests_total", "prompt_tokens_total", "generation_tokens_total"), _int
     ),
@@ -246,6 +255,11 @@ class AppMetrics:
             raise ValueError(f"duration_s({duration_s}) must be >= 0")
         with self._lock:
             self._snap.checkpoint_duration_s = duration_s
+
+    def finish(self) -> None:
+        """Mark the job finished; write the snapshot once more and the node exporter drops it (its alerts end)."""
+        with self._lock:
+            self._snap.finished = True
 
     def record_request(
         self, ttft_s: float, itl_s: Sequence[float] = (), prompt_tokens: int = 0, generation_tokens: int = 0

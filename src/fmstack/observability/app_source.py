@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from itertools import accumulate
 from operator import attrgetter
 from pathlib import Path
 
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from fmstack.observability.app_metrics import AppMetrics, AppSnapshot, HistogramData
 from fmstack.observability.blocks import LayoutCache, Series, SeriesLayout
@@ -148,27 +149,68 @@ class AppSource:
         return iter(self._renderer.families([m.snapshot() for m in self.metrics]))
 
 
+DEFAULT_MAX_AGE_S = 6 * 3600.0
+"""Snapshot files not rewritten for this long are no longer served (``fmstack exporter --app-max-age``)."""
+
+
 class AppDirSource:
-    """Snapshot files (``*.json``, written by :meth:`AppMetrics.write_snapshot`) in a directory."""
+    """Snapshot files (``*.json``, written by :meth:`AppMetrics.write_snapshot`) in a directory.
+
+    One snapshot per ``job_id`` is served: when several files name the same job, the most recently written one
+    (file modification time, then file name) wins, so the exposition never holds the same series twice. A file
+    whose job marked itself finished (:meth:`AppMetrics.finish`) or that was not rewritten for ``max_age_s`` is
+    not served: a finished or dead job's series end (and ``FmstackTrainingStalled`` with them) instead of growing
+    the exposition forever. ``fmstack_app_skipped_files{reason}`` counts this scrape's skipped files.
+    """
 
     name = "app"
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(
+        self, directory: Path, max_age_s: float = DEFAULT_MAX_AGE_S, clock: Callable[[], float] = time.time
+    ) -> None:
+        if not max_age_s > 0:
+            raise ValueError(f"max_age_s must be > 0, got {max_age_s}")
         self.directory = directory
+        self.max_age_s = max_age_s
+        self._clock = clock
         self.bad_files = 0
         self._renderer = SnapshotRenderer()
 
     def collect(self) -> Iterator[Metric]:
-        snaps = []
+        now = self._clock()
+        newest: dict[str, tuple[int, str, AppSnapshot]] = {}
+        skipped = dict.fromkeys(("expired", "finished", "duplicate"), 0)
         for path in sorted(self.directory.glob("*.json")):
             try:
-                snaps.append(AppSnapshot.from_json(path.read_text(encoding="utf-8")))
+                mtime_ns = path.stat().st_mtime_ns
+                if now - mtime_ns / 1e9 > self.max_age_s:
+                    skipped["expired"] += 1
+                    continue
+                snap = AppSnapshot.from_json(path.read_text(encoding="utf-8"))
             except (OSError, ValueError, KeyError, TypeError):
                 # a job writing or removing its file right now (the next scrape will see it), or a malformed
                 # file (from_json checks every field's type): skipped, the other jobs' files are still served
                 self.bad_files += 1
+                continue
+            if snap.finished:
+                skipped["finished"] += 1
+                continue
+            prev = newest.get(snap.job_id)
+            if prev is not None:
+                skipped["duplicate"] += 1
+                if (mtime_ns, path.name) < prev[:2]:
+                    continue
+            newest[snap.job_id] = (mtime_ns, path.name, snap)
+        snaps = [snap for _, _, snap in sorted(newest.values(), key=lambda item: item[1])]
         bad = CounterMetricFamily(
             "fmstack_app_bad_files", "Snapshot files skipped because they could not be read or parsed"
         )
         bad.add_metric([], float(self.bad_files))
-        return iter([*self._renderer.families(snaps), bad])
+        skip = GaugeMetricFamily(
+            "fmstack_app_skipped_files",
+            "Snapshot files not served in this scrape: expired, finished job, or an older file of the same job_id",
+            labels=["reason"],
+        )
+        for reason, n in skipped.items():
+            skip.add_metric([reason], float(n))
+        return iter([*self._renderer.families(snaps), bad, skip])

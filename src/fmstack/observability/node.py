@@ -49,6 +49,7 @@ def build_node_exporter(
     expected_efa: int | None = None,
     gpu_poll_interval_s: float | None = None,
     gpu_deadline_s: float | None = None,
+    app_max_age_s: float | None = None,
 ) -> Exporter:
     """GPU (unless ``backend == "none"``), EFA, Lustre and, with ``app_dir``, application sources.
 
@@ -70,5 +71,5 @@ def build_node_exporter(
     sources.append(EfaSource(fs, hostname, expected_efa))
     sources.append(LustreSource(fs, hostname=hostname))
     if app_dir is not None:
-        sources.append(AppDirSource(app_dir))
+        sources.append(AppDirSource(app_dir) if app_max_age_s is None else AppDirSource(app_dir, app_max_age_s))
     return Exporter(sources, hostname=hostname)
