@@ -60,6 +60,11 @@ def _fake_pynvml(lost: set[int], events: list[tuple[int, int]]) -> types.ModuleT
     def unsupported(*_a: Any) -> Any:
         raise _Err("not supported")
 
+    def field_values(h: int, ids: list[int]) -> Any:
+        # HBM at 70 C as an unsigned int (valueType 1); GPU 5 answers NOT_SUPPORTED (3) for the field (GDDR boards)
+        assert ids == [82]
+        return [ns(fieldId=82, nvmlReturn=3 if h == 5 else 0, valueType=1, value=ns(uiVal=70))]
+
     funcs: dict[str, Any] = dict(
         NVMLError=_Err,
         nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlEventSetCreate=lambda: "evset",
@@ -84,6 +89,7 @@ def _fake_pynvml(lost: set[int], events: list[tuple[int, int]]) -> types.ModuleT
         nvmlGpmSampleAlloc=lambda: ns(taken=None), nvmlGpmSampleGet=gpm_sample, nvmlGpmSampleFree=lambda s: None,
         c_nvmlGpmMetricsGet_t=lambda: ns(metrics=[ns(metricId=0, nvmlReturn=0, value=0.0)]),
         nvmlGpmMetricsGet=gpm_metrics,
+        NVML_FI_DEV_MEMORY_TEMP=82, nvmlDeviceGetFieldValues=field_values,
     )  # fmt: skip
     for k, v in funcs.items():
         setattr(m, k, v)
@@ -109,6 +115,8 @@ def test_nvml_backend_reads_and_converts_units(fake_nvml: tuple[set[int], list[t
     assert r.nvlink_crc_flit_errors_total == 14  # 7 on each of the 2 active links
     assert r.pcie_replay_total is None  # unsupported -> not exported
     assert r.thermal_violation_ns == 5000
+    assert r.memory_temp_c == 70.0  # NVML_FI_DEV_MEMORY_TEMP through nvmlDeviceGetFieldValues
+    assert b.read(5).memory_temp_c is None  # field not supported on that GPU: not exported
     assert r.sm_active_ratio is None  # GPM needs two samples: the first read has no interval
     assert b.read(0).sm_active_ratio == pytest.approx(0.82)  # NVML percent -> DCGM ratio
     assert b.read(6).sm_active_ratio is None and b.read(6).sm_active_ratio is None  # GPM unsupported on GPU 6

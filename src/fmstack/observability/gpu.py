@@ -2,7 +2,9 @@
 
 NVML calls used (NVML API reference, https://docs.nvidia.com/deploy/nvml-api/, and
 shared/reference/observability.md §1 "Other NVML mappings"): utilization rates, clock info, memory info (bytes ->
-MiB as DCGM reports FB), power usage (mW -> W), total energy (mJ), temperature, PCIe replay counter, total ECC
+MiB as DCGM reports FB), power usage (mW -> W), total energy (mJ), temperature, memory (HBM) temperature through the field-values API
+(``nvmlDeviceGetFieldValues`` with ``NVML_FI_DEV_MEMORY_TEMP`` = 82, what DCGM_FI_DEV_MEMORY_TEMP reports; boards
+without it answer NOT_SUPPORTED and the series is not exported), PCIe replay counter, total ECC
 errors (corrected / uncorrected, volatile / aggregate), remapped rows (correctable, uncorrectable, pending,
 failure), NVLink error counters per active link (kept per link, so a link going down or its counter being reset
 never makes the GPU's total go backwards), violation status (ns), clocks-event reasons, SM activity from
@@ -160,6 +162,7 @@ class NvmlBackend:
             power_w=None if power_mw is None else power_mw / 1000.0,
             energy_mj=self._opt(nv.nvmlDeviceGetTotalEnergyConsumption, h),
             gpu_temp_c=self._opt(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU),
+            memory_temp_c=self._memory_temp(h),
             pcie_replay_total=self._opt(nv.nvmlDeviceGetPcieReplayCounter, h),
             ecc_sbe_volatile_total=self._opt(nv.nvmlDeviceGetTotalEccErrors, h, ecc[0], nv.NVML_VOLATILE_ECC),
             ecc_dbe_volatile_total=self._opt(nv.nvmlDeviceGetTotalEccErrors, h, ecc[1], nv.NVML_VOLATILE_ECC),
@@ -178,6 +181,23 @@ class NvmlBackend:
             clocks_event_reasons=self._opt(nv.nvmlDeviceGetCurrentClocksEventReasons, h),
             sm_active_ratio=self._sm_active(index, h),
         )
+
+    _FIELD_VALUE_ATTRS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+    """``c_nvmlValue_t`` member by ``NVML_VALUE_TYPE_*`` (0 double ... 6 unsigned short), as nvidia-ml-py has them."""
+
+    def _memory_temp(self, h: Any) -> float | None:
+        """HBM temperature (C) from ``NVML_FI_DEV_MEMORY_TEMP``; None where the board or binding lacks it."""
+        nv = self._nv
+        field_id = getattr(nv, "NVML_FI_DEV_MEMORY_TEMP", None)
+        if field_id is None or not hasattr(nv, "nvmlDeviceGetFieldValues"):
+            return None
+        values = self._opt(nv.nvmlDeviceGetFieldValues, h, [field_id])
+        if not values or values[0].nvmlReturn != nv.NVML_SUCCESS:
+            return None
+        kind = int(values[0].valueType)
+        if not 0 <= kind < len(self._FIELD_VALUE_ATTRS):
+            return None
+        return float(getattr(values[0].value, self._FIELD_VALUE_ATTRS[kind]))
 
     def _sm_active(self, index: int, h: Any) -> float | None:
         """SM activity between this read and the previous one, 0-1, from NVML's GPM (Hopper and newer).
