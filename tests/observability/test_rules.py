@@ -135,6 +135,16 @@ def test_dashboard_and_rule_metrics_exist() -> None:
             assert name in exported or name in recorded, f"{name} in {expr!r} is neither exported nor recorded"
 
 
+def test_xid_panel_query_has_a_promtool_test() -> None:
+    """The cluster dashboard's Xid panel (first Xid of a kind must count) is evaluated in rules_test.yml."""
+    from fmstack.observability.dashboards import CLUSTER, substitute_variables
+
+    tests = yaml.safe_load((HERE / "rules_test.yml").read_text())["tests"]
+    exprs = {e["expr"] for t in tests for e in t.get("promql_expr_test", [])}
+    panel = next(p for p in CLUSTER if p.title.startswith("Xid events"))
+    assert substitute_variables(panel.expr) in exprs
+
+
 def test_dashboards_match_the_reviewed_golden_files() -> None:
     """Regenerate after a reviewed change: fmstack exporter --dashboards tests/observability/golden --force"""
     import json

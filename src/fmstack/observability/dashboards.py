@@ -38,7 +38,10 @@ CLUSTER: tuple[PanelSpec, ...] = (
     PanelSpec(
         "Xid events (15 min)",
         "short",
-        f"sum by (Hostname, xid) (increase(fmstack_gpu_xid_errors_total{{{HOST}}}[15m]))",
+        # A GPU's first Xid of a kind creates its counter at 1: increase() sees no change there, so series that did
+        # not exist 15 min ago count with their whole value (tests/observability/rules_test.yml tests this query).
+        f"sum by (Hostname, xid) ((increase(fmstack_gpu_xid_errors_total{{{HOST}}}[15m])"
+        f" and fmstack_gpu_xid_errors_total{{{HOST}}} offset 15m) or fmstack_gpu_xid_errors_total{{{HOST}}})",
         "{{Hostname}} xid {{xid}}",
     ),
     PanelSpec("Uncorrectable ECC (volatile)", "short", f"sum by (Hostname) (DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{HOST}}})"),
