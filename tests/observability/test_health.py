@@ -188,7 +188,9 @@ def test_k8s_rendering_uses_hyperpod_statuses() -> None:
     )
     assert cmds[1] == f"kubectl taint node n1 --overwrite {HEALTH_LABEL}=UnschedulablePendingReplacement:NoSchedule"
     healthy = render_k8s("n1", ENGINE.decide(NodeSignals()))
-    assert healthy[1] == f"kubectl taint node n1 {HEALTH_LABEL}:NoSchedule-"
+    # removing an absent taint fails in kubectl: the removal runs only when the taint is there
+    assert healthy[1].startswith("if kubectl get node n1 -o jsonpath=")
+    assert healthy[1].endswith(f"; then kubectl taint node n1 {HEALTH_LABEL}:NoSchedule-; fi")
 
 
 def test_signals_from_dict_names_the_field() -> None:

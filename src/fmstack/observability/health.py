@@ -115,9 +115,21 @@ class Decision:
     action: Action
     reasons: list[str]
     sources: list[str]
+    deciding_reason: str = ""
+    """The reason that set ``action`` (the escalation, or the first rule of that severity); "" for NONE."""
+
+    @property
+    def main_reason(self) -> str:
+        """``deciding_reason``, else the first reason (a Decision built by hand)."""
+        return self.deciding_reason or (self.reasons[0] if self.reasons else "")
 
     def to_dict(self) -> dict[str, object]:
-        return {"action": self.action.name, "reasons": list(self.reasons), "sources": list(self.sources)}
+        return {
+            "action": self.action.name,
+            "reasons": list(self.reasons),
+            "sources": list(self.sources),
+            "deciding_reason": self.main_reason,
+        }
 
 
 class HealthEngine:
@@ -145,7 +157,12 @@ class HealthEngine:
         for src in [s for _, _, s in hits] + ([escalation[1]] if escalation else []):
             if src not in sources:
                 sources.append(src)
-        return Decision(action, reasons, sources)
+        deciding = ""
+        if escalation:
+            deciding = escalation[0]
+        elif action is not Action.NONE:
+            deciding = next(r for a, r, _ in hits if a is action)
+        return Decision(action, reasons, sources, deciding)
 
     def _xid_hits(self, s: NodeSignals) -> list[tuple[Action, str, str]]:
         hits: list[tuple[Action, str, str]] = []

@@ -239,7 +239,7 @@ def k8s_node_state(decision: Decision) -> dict[str, Any]:
     labels = {HEALTH_LABEL: status, FAULT_TYPES_LABEL: "", FAULT_REASONS_LABEL: ""}
     if decision.action is not Action.NONE:
         labels[FAULT_TYPES_LABEL] = _label_value(decision.action.name)
-        labels[FAULT_REASONS_LABEL] = _label_value(decision.reasons[0] if decision.reasons else "")
+        labels[FAULT_REASONS_LABEL] = _label_value(decision.main_reason)
     taint = {"key": HEALTH_LABEL, "value": status, "effect": "NoSchedule"}
     if status == "Schedulable":
         return {"labels": labels, "add_taints": [], "remove_taints": [{"key": HEALTH_LABEL, "effect": "NoSchedule"}]}
@@ -255,5 +255,10 @@ def render_k8s(node: str, decision: Decision) -> list[str]:
     for t in state["add_taints"]:
         cmds.append(f"kubectl taint node {node} --overwrite {t['key']}={t['value']}:{t['effect']}")
     for t in state["remove_taints"]:
-        cmds.append(f"kubectl taint node {node} {t['key']}:{t['effect']}-")
+        # `kubectl taint ... key:effect-` fails ("not found") when the taint is absent: remove it only if present
+        path = shlex.quote(f'{{.spec.taints[?(@.key=="{t["key"]}")].effect}}')
+        cmds.append(
+            f"if kubectl get node {node} -o jsonpath={path} | grep -qw {t['effect']};"
+            f" then kubectl taint node {node} {t['key']}:{t['effect']}-; fi"
+        )
     return cmds
