@@ -87,6 +87,7 @@ def _write_new_files(directory: Path, files: dict[str, str], force: bool) -> lis
     default=None,
     help="Seconds a GPU read may be late before the GPU source is reported down [default: the poll interval].",
 )
+@click.option("--no-efa", is_flag=True, help="No EFA source (a node without EFA; else a missing driver is an error).")
 @click.option("--once", is_flag=True, help="Print one scrape to stdout and exit.")
 @click.option("--print-rules", is_flag=True, help="Print the alert and recording rules (YAML) and exit.")
 @click.option("--dashboards", type=click.Path(path_type=Path), help="Write the Grafana dashboards (JSON) here, exit.")
@@ -104,6 +105,7 @@ def exporter(
     expected_efa: int | None,
     gpu_poll_interval: float,
     gpu_deadline: float | None,
+    no_efa: bool,
     once: bool,
     print_rules: bool,
     dashboards: Path | None,
@@ -124,6 +126,8 @@ def exporter(
     _check_bind(bind)
     if fake_script is not None and backend != "fake":
         raise InputError("--fake-script", "only with --backend fake")
+    if no_efa and expected_efa is not None:
+        raise InputError("--expected-efa", "not with --no-efa")
     if app_dir is not None and not app_dir.is_dir():
         raise InputError("--app-dir", f"{app_dir} is not a directory")
     if not sysfs_root.is_dir():
@@ -141,6 +145,7 @@ def exporter(
         expected_efa=expected_efa,
         gpu_poll_interval_s=None if once else gpu_poll_interval,
         gpu_deadline_s=gpu_deadline,
+        efa=not no_efa,
     )
     if once:
         click.echo(exp.render().decode(), nl=False)

@@ -51,14 +51,16 @@ class _RawScan:
 
     dirs: list[_Dir]
     errors: int
+    base_error: str = ""
+    """Why ``base`` itself could not be listed ("" when it was)."""
 
 
 def _read_tree(fs: FileSystem, base: str) -> _RawScan:
     """All the I/O of a scan, in :func:`scan_efa`'s order; failures to list a device count as errors."""
     try:
         names = fs.listdir(base)
-    except OSError:
-        return _RawScan([], 0)
+    except OSError as exc:
+        return _RawScan([], 0, f"cannot list /{base}: {exc.strerror or exc}")
     dirs: list[_Dir] = []
     errors = 0
     for name in names:
@@ -165,6 +167,9 @@ def _heads_key(dirs: list[_Dir]) -> tuple[object, ...]:
 class EfaSource:
     """``node_amazonefa_*`` per device and port, the device count, and read errors since start.
 
+    A missing ``/sys/class/infiniband`` is a source error (the source is down), never "zero devices": a node
+    whose EFA driver is gone must not look like a node that has no EFA.
+
     A scrape reads every counter directory (:func:`_read_tree`). When every file listed holds a plain counter and
     the directories list the same names as in a scrape seen before, the values go straight into that structure's
     :class:`~fmstack.observability.blocks.SeriesLayout`; otherwise they are parsed file by file as
@@ -186,6 +191,10 @@ class EfaSource:
     def collect(self) -> Iterator[Metric]:
         raw = _read_tree(self.fs, self.base)
         self.fs.sweep(self.base)  # close the files of directories gone since the last scrape
+        if raw.base_error:
+            # no /sys/class/infiniband: the driver is not loaded (or sysfs is not there), which is not "0 devices";
+            # the source is down (fmstack_exporter_source_up{source="efa"} 0). A node without EFA: --no-efa.
+            raise OSError(f"EFA: {raw.base_error}")
         families, ndevices = self._fast_families(raw)
         if families is None:
             scan = _parse(raw)

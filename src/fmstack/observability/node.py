@@ -50,8 +50,9 @@ def build_node_exporter(
     gpu_poll_interval_s: float | None = None,
     gpu_deadline_s: float | None = None,
     app_max_age_s: float | None = None,
+    efa: bool = True,
 ) -> Exporter:
-    """GPU (unless ``backend == "none"``), EFA, Lustre and, with ``app_dir``, application sources.
+    """GPU (unless ``backend == "none"``), EFA (unless ``efa`` is false), Lustre and, with ``app_dir``, app sources.
 
     With ``gpu_poll_interval_s`` the GPU source is read on a background thread every that many seconds
     (:class:`~fmstack.observability.poller.PolledSource`, down once its last good read is older than the interval
@@ -68,7 +69,8 @@ def build_node_exporter(
             gpu = PolledSource(gpu, gpu_poll_interval_s, gpu_deadline_s)
         sources.append(gpu)
     fs = OsFs(sysfs_root)
-    sources.append(EfaSource(fs, hostname, expected_efa))
+    if efa:
+        sources.append(EfaSource(fs, hostname, expected_efa))
     sources.append(LustreSource(fs, hostname=hostname))
     if app_dir is not None:
         sources.append(AppDirSource(app_dir) if app_max_age_s is None else AppDirSource(app_dir, app_max_age_s))
