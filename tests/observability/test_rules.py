@@ -152,3 +152,10 @@ def test_dashboards_match_the_reviewed_golden_files() -> None:
     for name in DASHBOARDS:
         golden = (HERE / "golden" / f"fmstack-{name}.json").read_text()
         assert json.dumps(build_dashboard(name), indent=2) + "\n" == golden, f"{name}: dashboard changed"
+
+
+def test_framebuffer_panel_unit_is_mebibytes() -> None:
+    """DCGM_FI_DEV_FB_USED is in MiB: Grafana's ``mbytes`` (binary), not ``decmbytes`` (10**6 bytes)."""
+    from fmstack.observability.dashboards import CLUSTER
+
+    assert next(p for p in CLUSTER if "FB_USED" in p.expr).unit == "mbytes"

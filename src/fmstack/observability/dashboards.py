@@ -34,7 +34,7 @@ CLUSTER: tuple[PanelSpec, ...] = (
     PanelSpec("SM active", "percentunit", f"avg by (Hostname) (DCGM_FI_PROF_SM_ACTIVE{{{HOST}}})", "{{Hostname}}"),
     PanelSpec("GPU temperature", "celsius", f"max by (Hostname) (DCGM_FI_DEV_GPU_TEMP{{{HOST}}})", "{{Hostname}}"),
     PanelSpec("Power draw", "watt", f"sum by (Hostname) (DCGM_FI_DEV_POWER_USAGE{{{HOST}}})", "{{Hostname}}"),
-    PanelSpec("Framebuffer used", "decmbytes", f"sum by (Hostname) (DCGM_FI_DEV_FB_USED{{{HOST}}})", "{{Hostname}}"),
+    PanelSpec("Framebuffer used", "mbytes", f"sum by (Hostname) (DCGM_FI_DEV_FB_USED{{{HOST}}})", "{{Hostname}}"),
     PanelSpec(
         "Xid events (15 min)",
         "short",
