@@ -8,10 +8,21 @@ from pathlib import Path
 
 import pytest
 
-BAD_FILES: dict[str, bytes] = {}
+BAD_FILES: dict[str, bytes] = {
+    "signals_binary.json": b"\x89PNG\r\n\x1a\n\x00\xff\xfe",
+    "signals_xid154.json": b'{"node": "n1", "xids": [154], "xid154_action": "drain_and_reset"}',
+    "signals_nan_thermal.json": b'{"node": "n1", "thermal_violation_ratio": NaN}',
+    "signals_nan_sbe.json": b'{"node": "n1", "sbe_rate_per_hour": NaN}',
+    "signals_inf_sbe.json": b'{"node": "n1", "sbe_rate_per_hour": Infinity}',
+}
 
 BAD_ARGV: list[tuple[list[str], str]] = [
     (["exporter", "--backend", "none", "--no-efa", "--expected-efa", "32", "--once"], "--expected-efa: not with --no-efa"),
+    (["health", "--signals", "@file:signals_binary.json"], "is not UTF-8 JSON text"),
+    (["health", "--signals", "@file:signals_xid154.json"], "xid154_action: unknown Xid 154 recovery action 'drain_and_reset'; allowed"),
+    (["health", "--signals", "@file:signals_nan_thermal.json"], "thermal_violation_ratio: must be a finite number, got nan"),
+    (["health", "--signals", "@file:signals_nan_sbe.json"], "sbe_rate_per_hour: must be a finite number, got nan"),
+    (["health", "--signals", "@file:signals_inf_sbe.json"], "sbe_rate_per_hour: must be a finite number, got inf"),
 ]  # fmt: skip
 
 

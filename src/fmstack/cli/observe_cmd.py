@@ -170,6 +170,8 @@ def _load_signals(path: Path) -> list[Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise InputError("--signals", f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError("--signals", f"{path} is not UTF-8 JSON text (byte {exc.start}); a binary file?") from None
     except json.JSONDecodeError as exc:
         raise InputError("--signals", f"{path} is not valid JSON at line {exc.lineno}: {exc.msg}") from None
     if isinstance(data, dict) and "nodes" in data:

@@ -24,6 +24,7 @@ from typing import Any
 from fmstack.errors import InputError
 from fmstack.observability.actions import Action
 from fmstack.observability.health import Decision, NodeSignals
+from fmstack.observability.xid import XID154_ACTIONS
 
 HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
 FAULT_TYPES_LABEL = "sagemaker.amazonaws.com/fault-types"
@@ -76,6 +77,9 @@ def _coerce(where: str, key: str, value: Any) -> Any:
     if key == "xid154_action":
         if value is not None and not isinstance(value, str):
             raise InputError(where, f"expected a string or null, got {value!r}")
+        if value is not None and value.strip().lower() not in XID154_ACTIONS:
+            allowed = ", ".join(repr(k) for k in XID154_ACTIONS)
+            raise InputError(where, f"unknown Xid 154 recovery action {value!r}; allowed (any case): {allowed}")
         return value
     if key == "xids":
         if not isinstance(value, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in value):
@@ -91,6 +95,8 @@ def _coerce(where: str, key: str, value: Any) -> Any:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InputError(where, f"expected a number, got {value!r}")
+    if not math.isfinite(value):
+        raise InputError(where, f"must be a finite number, got {value!r}")
     if value < 0:
         raise InputError(where, f"must be >= 0, got {value!r}")
     if key == "thermal_violation_ratio" and value > 1:
