@@ -14,10 +14,19 @@ BAD_FILES: dict[str, bytes] = {
     "signals_nan_thermal.json": b'{"node": "n1", "thermal_violation_ratio": NaN}',
     "signals_nan_sbe.json": b'{"node": "n1", "sbe_rate_per_hour": NaN}',
     "signals_inf_sbe.json": b'{"node": "n1", "sbe_rate_per_hour": Infinity}',
+    "nvml_power_text.json": b'{"gpus": [{"power_w": "abc"}]}',
+    "nvml_remap_number.json": b'{"gpus": [{"row_remap_failure": 1}]}',
+    "nvml_script_gpu.json": b'{"gpus": [{}], "script": [{"at_poll": 1, "gpu": 3, "xid": 79}]}',
 }
 
 BAD_ARGV: list[tuple[list[str], str]] = [
     (["exporter", "--backend", "none", "--no-efa", "--expected-efa", "32", "--once"], "--expected-efa: not with --no-efa"),
+    (["exporter", "--backend", "fake", "--fake-script", "@file:nvml_power_text.json", "--once"],
+     "gpus[0].power_w: expected float or null, got 'abc'"),
+    (["exporter", "--backend", "fake", "--fake-script", "@file:nvml_remap_number.json", "--once"],
+     "gpus[0].row_remap_failure: expected bool or null, got 1"),
+    (["exporter", "--backend", "fake", "--fake-script", "@file:nvml_script_gpu.json", "--once"],
+     "script[0].gpu: 3 is not one of the 1 GPUs"),
     (["health", "--signals", "@file:signals_binary.json"], "is not UTF-8 JSON text"),
     (["health", "--signals", "@file:signals_xid154.json"], "xid154_action: unknown Xid 154 recovery action 'drain_and_reset'; allowed"),
     (["health", "--signals", "@file:signals_nan_thermal.json"], "thermal_violation_ratio: must be a finite number, got nan"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,31 @@ def _reading(index: int, values: dict[str, Any]) -> GpuReading:
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"gpu {index}: unknown NVML fields {unknown}; known: {sorted(known)}")
+    for name, value in data.items():
+        _check_type(index, name, value, _FIELD_TYPES[name])
     return GpuReading(**data)
+
+
+_FIELD_TYPES = typing.get_type_hints(GpuReading)
+
+
+def _check_type(index: int, name: str, value: Any, hint: Any) -> None:
+    """The value a GpuReading field takes: a JSON number for float / int (no bool), true / false, a string, null
+    where optional; a wrong one fails at load, not at every scrape."""
+    allowed = typing.get_args(hint) or (hint,)
+    if value is None and type(None) in allowed:
+        return
+    if bool in allowed:
+        ok = isinstance(value, bool)
+    elif float in allowed:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    elif int in allowed:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        want = " or ".join("null" if t is type(None) else t.__name__ for t in allowed)
+        raise ValueError(f"gpus[{index}].{name}: expected {want}, got {value!r:.40}")
 
 
 class FakeGpuBackend:
@@ -78,8 +103,22 @@ class FakeGpuBackend:
     @classmethod
     def from_json(cls, path: Path) -> FakeGpuBackend:
         data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
+            raise ValueError('expected {"gpus": [{field: value, ...}, ...], "script": [...]}')
+        if not all(isinstance(g, dict) for g in data["gpus"]):
+            raise ValueError("gpus: expected a list of objects")
         backend = cls(gpus=list(data["gpus"]))
-        backend.script = [dict(step) for step in data.get("script", [])]
+        script = data.get("script", [])
+        if not isinstance(script, list):
+            raise ValueError("script: expected a list")
+        for i, step in enumerate(script):
+            if not isinstance(step, dict) or sorted(step) != ["at_poll", "gpu", "xid"]:
+                raise ValueError(f'script[{i}]: expected {{"at_poll": N, "gpu": G, "xid": X}}')
+            if not all(type(v) is int for v in step.values()):
+                raise ValueError(f"script[{i}]: at_poll, gpu and xid are integers")
+            if not 0 <= step["gpu"] < len(backend.readings):
+                raise ValueError(f"script[{i}].gpu: {step['gpu']} is not one of the {len(backend.readings)} GPUs")
+        backend.script = [dict(step) for step in script]
         return backend
 
     def device_count(self) -> int:
