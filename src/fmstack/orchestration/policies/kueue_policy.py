@@ -117,7 +117,8 @@ class _Pass:
         return s
 
     def status(self, q: str, p: int, n: int) -> int:
-        """Whether ``n`` GPUs of priority ``p`` fit queue ``q`` now, or could after preempting every candidate."""
+        """Whether ``n`` GPUs of priority ``p`` fit queue ``q`` now, or might after preempting (a bound: it may
+        say _PREEMPT where :meth:`targets` then finds none, never the other way round)."""
         if self._fit is None:
             self._fit = self.quota.max_fits(lambda m: self.use.get(m, 0))
         if n <= self._fit.get(q, -1):
@@ -125,7 +126,15 @@ class _Pass:
         pre = self._preempt.get((q, p))
         if pre is None:
             gone = self._removable(self.queues[q], p)
-            pre = self._preempt[(q, p)] = self.quota.max_fit(q, lambda m: self.use.get(m, 0) - gone.get(m, 0))
+            own = gone.get(q, 0)
+            # own candidates only, borrowing allowed (the first and last heuristics of preemption.md)
+            pre = self.quota.max_fit(q, lambda m: self.use.get(m, 0) - (own if m == q else 0))
+            nominal = self.quota.nominal.get(q, 0)
+            if any(g > 0 for m, g in gone.items() if m != q) and self.use.get(q, 0) < nominal:
+                # every candidate, but the preemptor must fit its nominal quota (no borrowing)
+                bound = self.quota.max_fit(q, lambda m: self.use.get(m, 0) - gone.get(m, 0))
+                pre = max(pre, min(bound, nominal - self.use.get(q, 0) + own))
+            self._preempt[(q, p)] = pre
         return _PREEMPT if n <= pre else _NONE
 
     def _borrowing(self, name: str) -> bool:
@@ -168,13 +177,14 @@ class _Pass:
         self._borrow.clear()
         self._preempt.clear()
 
-    def _candidates(self, cq: ClusterQueue, p: int) -> Iterator[_Candidate]:
-        """Classic candidates as (not borrowing, priority, -admitted_s, wid, queue, GPUs), in Kueue's order."""
+    def _candidates(self, cq: ClusterQueue, p: int, *, own: bool = True, others: bool = True) -> Iterator[_Candidate]:
+        """Classic candidates as (own queue, priority, -admitted_s, wid, queue, GPUs), in Kueue's order: other
+        queues' (those borrowing at the pass's current usage) first, then by priority, newest first."""
         streams: list[Iterator[_Candidate]] = []
         for m in self.queues:
             if m == cq.name:
-                mode = "LowerPriority" if cq.within_cluster_queue == "LowerPriority" else "Never"
-            elif cq.cohort is not None and self.queues[m].cohort == cq.cohort and self._borrowing(m):
+                mode = "LowerPriority" if own and cq.within_cluster_queue == "LowerPriority" else "Never"
+            elif others and cq.cohort is not None and self.queues[m].cohort == cq.cohort and self._borrowing(m):
                 mode = cq.reclaim_within_cohort
             else:
                 mode = "Never"
@@ -187,34 +197,50 @@ class _Pass:
                 for w in self.admitted
                 if w.queue == m and (mode != "LowerPriority" or w.priority < p)
             )
-            streams.append(_stream(not self._borrowing(m), m, keys, jobs, end, extra))
+            streams.append(_stream(m == cq.name, m, keys, jobs, end, extra))
         return merge(*streams)
 
     def targets(self, job: PendingJob) -> list[int] | None:
-        """As :meth:`KueueState.preemption_targets` for ``job``: candidates in classic order until it fits, then
-        those not needed dropped walking back."""
+        """As :meth:`KueueState.preemption_targets` for ``job``: with candidates of other queues and the queue
+        under its nominal quota, candidates in classic order until it fits without borrowing; failing that (or
+        with none), only its own queue's candidates, borrowing allowed; each minimised walking back."""
         cq = self.queues[job.queue]
         if cq.within_cluster_queue == "LowerOrNewerEqualPriority":
             return self._reference_targets(job)
-        q, n = job.queue, job.num_gpus
+        q, n, p = job.queue, job.num_gpus, int(job.priority)
+        if n <= self.quota.max_fit(q, lambda m: self.use.get(m, 0)):
+            return []
+        if next(self._candidates(cq, p, own=False), None) is not None and self.use.get(q, 0) < self.quota.nominal[q]:
+            targets = self._minimal(q, n, self._candidates(cq, p), borrow=False)
+            if targets:
+                return targets
+        return self._minimal(q, n, self._candidates(cq, p, others=False), borrow=True)
+
+    def _minimal(self, q: str, n: int, cands: Iterator[_Candidate], *, borrow: bool) -> list[int] | None:
+        """Kueue's ``minimalPreemptions``: take candidates until ``n`` GPUs fit ``q`` (skipping one of another
+        queue that no longer borrows), then drop, walking back, each one not needed."""
+        nominal = self.quota.nominal
         gone: dict[str, int] = {}
 
         def use(m: str) -> int:
             return self.use.get(m, 0) - gone.get(m, 0)
 
-        if n <= self.quota.max_fit(q, use):
-            return []
+        def fits() -> bool:
+            return n <= self.quota.max_fit(q, use) and (borrow or use(q) + n <= nominal[q])
+
         chosen: list[tuple[int, str, int]] = []
-        for _, _, _, wid, m, g in self._candidates(cq, int(job.priority)):
+        for _, _, _, wid, m, g in cands:
+            if m != q and use(m) <= nominal[m]:
+                continue
             chosen.append((wid, m, g))
             gone[m] = gone.get(m, 0) + g
-            if n <= self.quota.max_fit(q, use):
+            if fits():
                 break
         else:
             return None
         for c in reversed(list(chosen)):
             gone[c[1]] -= c[2]
-            if n <= self.quota.max_fit(q, use):
+            if fits():
                 chosen.remove(c)
             else:
                 gone[c[1]] += c[2]
