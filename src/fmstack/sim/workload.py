@@ -65,6 +65,10 @@ class Job:
     ckpt_cost_s: float = 0.0
     epoch: int = 0
     restarts: int = 0
+    """Requeues of any cause (failures and preemptions), as Slurm's SLURM_RESTART_COUNT."""
+    fault_requeues: int = 0
+    """Requeues after a failure (the Kueue backoff's exponent)."""
+    preemptions: int = 0
     end_s: float = -1.0
     running: bool = False
     hung: bool = False
