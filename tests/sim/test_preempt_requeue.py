@@ -4,9 +4,12 @@ failures), and a fixed checkpoint interval holds without faults, so a preemption
 from __future__ import annotations
 
 from fmstack.catalog import Catalog
+from fmstack.observability.health import Action
 from fmstack.sim.config import SimConfig
+from fmstack.sim.faults import RepairTimes
 from fmstack.sim.recovery import RecoverySettings
 from fmstack.sim.simulator import Simulator
+from fmstack.sim.state import REPAIRED
 from fmstack.sim.workload import Job
 from tests.sim.conftest import FlatSpeed
 
@@ -54,3 +57,18 @@ def test_failure_requeues_keep_their_own_backoff(catalog: Catalog) -> None:
             got.append(j.eligible_s - sim.env.now_s)
         assert got == delays, policy
         assert j.fault_requeues == 3 and j.restarts == 8
+
+
+def test_replaced_node_is_out_for_the_recovery_modes_replacement_time(catalog: Catalog) -> None:
+    # one source of truth: RECOVERY_DEFAULTS' replacement_s (3,600 s); faults.py's docstring once said 4 h
+    sim = Simulator(SimConfig(nodes=2, days=1.0, faults="llama3", planned=False), catalog, speed=FlatSpeed(),
+                    jobs=[Job(job_id=1, submit_s=0.0, num_gpus=8, work_s=60.0, time_limit_s=600.0)])  # fmt: skip
+    assert sim.times.replacement_s == 3600.0
+    sim._strike(0, "host", planned=False)  # host hardware: no GPU signal, the node is replaced
+    sim._on_detect((0, "host", 0))
+    assert sim.fault_log[0]["action"] == "REPLACE_NODE"
+    repaired = [at for at, _, kind, data in sim.env._heap if kind == REPAIRED and data[0] == 0]
+    assert repaired == [3600.0]
+    # RepairTimes has no replacement time of its own (it had a dead 4 h field)
+    assert RepairTimes().out_s(Action.REPLACE_NODE, 3600.0) == 3600.0
+    assert not hasattr(RepairTimes(), "replace_s")

@@ -98,7 +98,7 @@ class FaultHandling(SimState):
             out_s = self.repair.maintenance_s
         else:
             action = decide(self.health, category, self.gpn, self.resets[node], self.reboots[node])
-            out_s = self.times.replacement_s if action == Action.REPLACE_NODE else self.repair.out_s(action)
+            out_s = self.repair.out_s(action, self.times.replacement_s)
         self.fault_log[log_i]["action"] = action.name
         if action == Action.RESET_GPU:
             self.resets[node] += 1
