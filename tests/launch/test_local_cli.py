@@ -49,7 +49,10 @@ def _spec(tmp: Path, command: list[str], **over: object) -> Path:
 
 
 def test_failed_attempt_is_retried_and_completes(tmp_path: Path) -> None:
-    flaky = "if [ -e attempted ]; then echo second-try-ok; exit 0; else touch attempted; exit 3; fi"
+    flaky = (
+        'echo "restart-count=$FMSTACK_RESTART_COUNT"; '
+        "if [ -e attempted ]; then echo second-try-ok; exit 0; else touch attempted; exit 3; fi"
+    )
     spec = _spec(tmp_path, ["/bin/sh", "-c", flaky], retry={"max_restarts": 2, "backoff_s": 0.2})
     job_id = _fm(tmp_path, "launch", str(spec), "--on", "local").stdout.strip()
     assert job_id.startswith("local:local-job-")
@@ -58,6 +61,9 @@ def test_failed_attempt_is_retried_and_completes(tmp_path: Path) -> None:
     log = (tmp_path / "state" / job_id.split(":", 1)[1] / "output.log").read_text()
     assert "fmstack: attempt 1 exited 1; retrying in 0.2 s" in log  # torchrun reports a failed worker as 1
     assert "second-try-ok" in log
+    # each attempt sees how many retries came before it (as SLURM_RESTART_COUNT), and status reports them
+    assert "restart-count=0" in log and "restart-count=1" in log
+    assert "restarts=1 " in out, out
 
 
 def test_cancel_stops_the_job(tmp_path: Path) -> None:
