@@ -83,3 +83,24 @@ def test_dry_run_prints_and_submits_nothing(tmp_path: Path) -> None:
     assert "--nproc-per-node=1 --no-python --standalone /bin/true" in out
     assert not (tmp_path / "state").exists()
     assert "Example:" in _fm(tmp_path, "launch", "--help").stdout
+
+
+def test_cancel_of_an_ended_job_keeps_its_state(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, ["/bin/false"], retry={"max_restarts": 0, "backoff_s": 0.1})
+    job_id = _fm(tmp_path, "launch", str(spec), "--on", "local").stdout.strip()
+    assert _wait(tmp_path, job_id, {"FAILED", "COMPLETED"}).split()[1] == "FAILED"
+    out = _fm(tmp_path, "cancel", job_id).stdout.strip()  # exit 0: nothing to do
+    assert out == f"{job_id} already ended (FAILED); nothing to cancel"
+    assert _fm(tmp_path, "status", job_id).stdout.split()[1] == "FAILED"  # before the fix: CANCELLED
+    assert not (tmp_path / "state" / job_id.split(":", 1)[1] / "cancelled").exists()
+
+
+@pytest.mark.parametrize("location", ["/proc/fmstack-x", "/sys/fmstack-x"])
+def test_checkpoint_location_on_a_virtual_file_system_is_refused(tmp_path: Path, location: str) -> None:
+    # os.access says writable to root; the check really creates (and removes) a directory there
+    spec = _spec(tmp_path, ["/bin/true"], checkpoint={"location": location, "interval_steps": 5})
+    proc = _fm(tmp_path, "launch", str(spec), "--on", "local", check=False)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"fmstack: error: checkpoint.location: '{location}': cannot create a directory in ")
+    assert not (tmp_path / "state").exists()

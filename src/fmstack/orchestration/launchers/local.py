@@ -103,11 +103,23 @@ class LocalLauncher:
         return JobStatus(job_id=jid, state=state, detail="exited without recording an exit code", restarts=restarts)
 
     def cancel(self, native_id: str) -> None:
+        """Stop a running job; a job that has already ended raises :class:`AlreadyEnded` and keeps its state."""
         d = self._dir(native_id)
+        st = self.status(native_id)
+        if st.state != "RUNNING":
+            raise AlreadyEnded(st.state)
         pid = int((d / "pid").read_text())
         (d / "cancelled").touch()
         if _alive(pid):
             os.killpg(pid, signal.SIGTERM)
+
+
+class AlreadyEnded(Exception):
+    """Cancel of a job that has already ended (its final state in ``state``)."""
+
+    def __init__(self, state: str) -> None:
+        super().__init__(state)
+        self.state = state
 
 
 def _restarts(job_dir: Path) -> int:
