@@ -93,3 +93,13 @@ def test_generator_preemptions_are_bounded() -> None:
     # from a queue above its nominal quota by a queue below it, so no job should be preempted more than ~once on
     # average: fewer preemptions than jobs
     assert jobs["preemptions"] < jobs["submitted"]
+
+
+def test_no_preemption_for_a_job_that_could_not_be_placed() -> None:
+    # 256 nodes, 16 spares: a big job fitting the cohort's quota but not the fragmented fleet used to evict the same
+    # two 8-GPU jobs at one instant without end (each came straight back); now it preempts only if it can then be
+    # placed, and the run ends
+    out = _simulate("--policy", "kueue", "--nodes", "256", "--days", "7", "--jobs", "5000", "--spares", "16")
+    jobs = out["jobs"]
+    assert isinstance(jobs, dict)
+    assert jobs["preemptions"] < jobs["submitted"]

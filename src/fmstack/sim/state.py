@@ -43,10 +43,24 @@ class _Capacity:
     ``no_room`` (fleet version, sizes) remembers the sizes that could not be placed, across passes: placement is
     a function of the fleet's state, so they fail again until the fleet changes (its version moves)."""
 
-    def __init__(self, fleet: Fleet, no_room: tuple[int, set[int]]) -> None:
+    def __init__(self, fleet: Fleet, no_room: tuple[int, set[int]], jobs: dict[int, Job]) -> None:
         self.fleet = fleet
         self.allocs: dict[int, Alloc] = {}
         self.no_room = no_room
+        self.jobs = jobs
+
+    def can_place_after(self, num_gpus: int, preempt: Sequence[int]) -> bool:
+        """Whether ``num_gpus`` could be placed once the running jobs ``preempt`` give their GPUs back (tried on
+        the fleet, then undone)."""
+        freed = [self.allocs.get(j) or self.jobs[j].alloc for j in preempt]  # started in this pass, or running
+        for a in freed:
+            self.fleet.release(a)
+        got = self.fleet.place(num_gpus)
+        if got is not None:
+            self.fleet.release(got)
+        for a in freed:
+            self.fleet.take(a)
+        return got is not None
 
     @property
     def total_gpus(self) -> int:
@@ -160,7 +174,7 @@ class SimState:
         if not self.pending:
             return
         for _ in range(2):
-            cap = _Capacity(self.fleet, self.no_room)
+            cap = _Capacity(self.fleet, self.no_room, self.jobs)
             plan = self.policy.schedule(self.env.now_s, self.pending, self.running, cap,
                                         periodic=periodic)  # fmt: skip
             for jid in plan.starts:
