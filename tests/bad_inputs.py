@@ -279,6 +279,14 @@ BAD_ARGV += [
     (["estimate", "train", "--model", "@file:gpu_as_model.yaml", "--instance", "p5.48xlarge"],
      "holds an entry of kind 'gpu', not a model"),
     (["catalog", "show", "instance", "u-p6e-gb200x99"], "unknown instance or ultraserver 'u-p6e-gb200x99'"),
+    # simfix: non-finite floats and bench sizes refused before anything runs
+    (["simulate", "--days", "nan"], "days: must be a finite number, got nan"),
+    (["simulate", "--days", "inf"], "days: must be a finite number, got inf"),
+    (["simulate", "--load", "nan"], "load: must be a finite number, got nan"),
+    (["simulate", "--ckpt-interval", "inf"], "ckpt_interval: must be > 0 minutes, got inf"),
+    (["bench", "collectives", "--ranks", "0"], "ranks: 0; a collective needs at least 2 processes"),
+    (["bench", "gemm", "--min-time", "nan"], "min-time: nan; allowed: a finite number > 0 seconds"),
+    (["bench", "gemm", "--max-dim", "0"], "max-dim: 0; allowed: >= 8"),
 ]  # fmt: skip
 
 # review of 2026-11-23 (second round): impossible sweep values, flags that would be ignored, names and paths

@@ -49,7 +49,10 @@ def _spec(tmp: Path, command: list[str], **over: object) -> Path:
 
 
 def test_failed_attempt_is_retried_and_completes(tmp_path: Path) -> None:
-    flaky = "if [ -e attempted ]; then echo second-try-ok; exit 0; else touch attempted; exit 3; fi"
+    flaky = (
+        'echo "restart-count=$FMSTACK_RESTART_COUNT"; '
+        "if [ -e attempted ]; then echo second-try-ok; exit 0; else touch attempted; exit 3; fi"
+    )
     spec = _spec(tmp_path, ["/bin/sh", "-c", flaky], retry={"max_restarts": 2, "backoff_s": 0.2})
     job_id = _fm(tmp_path, "launch", str(spec), "--on", "local").stdout.strip()
     assert job_id.startswith("local:local-job-")
@@ -58,6 +61,9 @@ def test_failed_attempt_is_retried_and_completes(tmp_path: Path) -> None:
     log = (tmp_path / "state" / job_id.split(":", 1)[1] / "output.log").read_text()
     assert "fmstack: attempt 1 exited 1; retrying in 0.2 s" in log  # torchrun reports a failed worker as 1
     assert "second-try-ok" in log
+    # each attempt sees how many retries came before it (as SLURM_RESTART_COUNT), and status reports them
+    assert "restart-count=0" in log and "restart-count=1" in log
+    assert "restarts=1 " in out, out
 
 
 def test_cancel_stops_the_job(tmp_path: Path) -> None:
@@ -77,3 +83,24 @@ def test_dry_run_prints_and_submits_nothing(tmp_path: Path) -> None:
     assert "--nproc-per-node=1 --no-python --standalone /bin/true" in out
     assert not (tmp_path / "state").exists()
     assert "Example:" in _fm(tmp_path, "launch", "--help").stdout
+
+
+def test_cancel_of_an_ended_job_keeps_its_state(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, ["/bin/false"], retry={"max_restarts": 0, "backoff_s": 0.1})
+    job_id = _fm(tmp_path, "launch", str(spec), "--on", "local").stdout.strip()
+    assert _wait(tmp_path, job_id, {"FAILED", "COMPLETED"}).split()[1] == "FAILED"
+    out = _fm(tmp_path, "cancel", job_id).stdout.strip()  # exit 0: nothing to do
+    assert out == f"{job_id} already ended (FAILED); nothing to cancel"
+    assert _fm(tmp_path, "status", job_id).stdout.split()[1] == "FAILED"  # before the fix: CANCELLED
+    assert not (tmp_path / "state" / job_id.split(":", 1)[1] / "cancelled").exists()
+
+
+@pytest.mark.parametrize("location", ["/proc/fmstack-x", "/sys/fmstack-x"])
+def test_checkpoint_location_on_a_virtual_file_system_is_refused(tmp_path: Path, location: str) -> None:
+    # os.access says writable to root; the check really creates (and removes) a directory there
+    spec = _spec(tmp_path, ["/bin/true"], checkpoint={"location": location, "interval_steps": 5})
+    proc = _fm(tmp_path, "launch", str(spec), "--on", "local", check=False)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"fmstack: error: checkpoint.location: '{location}': cannot create a directory in ")
+    assert not (tmp_path / "state").exists()

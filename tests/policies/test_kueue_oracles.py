@@ -64,8 +64,10 @@ def test_oracle9_preemption_defaults_and_order() -> None:
     state = KueueState(queues=queues, admitted=admitted)
     wl = Workload(wid=9, queue="a", request={"gpu": 4}, priority=5)
     assert [w.wid for w in state.classic_candidates(wl)] == [4, 3, 2, 1]
-    # greedy takes 4 (frees 6 -> a fits its 8), minimising keeps only 4
-    assert state.preemption_targets(wl) == [4]
+    # a uses 6 < nominal 8 and there are candidates of b, so reclaim looks for targets with which wl fits *without
+    # borrowing* (preemption.md "Targets", 3rd heuristic): taking 4 leaves a at 6 + 4 = 10 > 8, taking 3 too gives
+    # 4 + 4 = 8; putting 4 back would need 8 + 6 = 14 of the cohort's 12 -> both stay
+    assert state.preemption_targets(wl) == [4, 3]
     # minimisation walks in reverse and drops what is not needed
     solo = {"q": ClusterQueue(name="q", quotas={"gpu": Quota(nominal=8)}, within_cluster_queue="LowerPriority")}
     w1, w2, w3 = (Workload(wid=i, queue="q", request={"gpu": g}) for i, g in ((1, 2), (2, 4), (3, 2)))

@@ -7,6 +7,7 @@ starts, so bad input fails in a second and leaves nothing behind.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -83,7 +84,7 @@ def _check_out(out: Path | None) -> CalibrationProfile | None:
 
 
 def plan_gemm_shapes(opts: BenchOptions, catalog: Catalog) -> list[gemm_mod.GemmShape]:
-    max_dim = opts.max_dim or (1024 if opts.device == "cpu" else 1 << 16)
+    max_dim = opts.max_dim if opts.max_dim is not None else (1024 if opts.device == "cpu" else 1 << 16)
     if max_dim < 8:
         raise InputError("max-dim", f"{max_dim}; allowed: >= 8")
     if opts.tokens < 1:
@@ -96,7 +97,8 @@ def plan_gemm_shapes(opts: BenchOptions, catalog: Catalog) -> list[gemm_mod.Gemm
 
 
 def count_steps(opts: BenchOptions, catalog: Catalog) -> int:
-    """How many progress steps a run has (for the progress bar)."""
+    """How many progress steps a run has (for the progress bar); refuses bad options first."""
+    check_options(opts)
     steps = 0
     if "gemm" in opts.kinds:
         steps += len(plan_gemm_shapes(opts, catalog)) * len(_dtypes(opts))
@@ -115,24 +117,32 @@ def _dtypes(opts: BenchOptions) -> list[str]:
     return ["fp32"] if opts.device == "cpu" else ["bf16", "fp16", "fp32"]
 
 
-def run_bench(opts: BenchOptions, catalog: Catalog, on_step: Callable[[], None] | None = None) -> BenchReport:
-    """Run the benches in ``opts.kinds`` and, with ``opts.out``, write (or merge into) the profile."""
+def check_options(opts: BenchOptions) -> None:
+    """Refuse bad options (one InputError naming the field) before anything is sized or measured."""
     check_device(opts.device)
     for kind in opts.kinds:
         if kind not in KINDS:
             raise InputError("bench", f"unknown bench {kind!r}; allowed: {', '.join(KINDS)}, all")
-    for op in opts.ops:
-        coll.bus_factor(op, opts.ranks)
-    if "collectives" in opts.kinds and opts.ranks < 2:
-        raise InputError("ranks", f"{opts.ranks}; a collective needs at least 2 processes; allowed: >= 2")
-    if opts.min_time_s <= 0:
-        raise InputError("min-time", f"{opts.min_time_s}; allowed: > 0 seconds")
+    if "collectives" in opts.kinds:
+        if opts.ranks < 2:
+            raise InputError("ranks", f"{opts.ranks}; a collective needs at least 2 processes; allowed: >= 2")
+        for op in opts.ops:
+            coll.bus_factor(op, opts.ranks)
+    if not (math.isfinite(opts.min_time_s) and opts.min_time_s > 0):
+        raise InputError("min-time", f"{opts.min_time_s}; allowed: a finite number > 0 seconds")
+    if opts.max_dim is not None and opts.max_dim < 8:
+        raise InputError("max-dim", f"{opts.max_dim}; allowed: >= 8")
     if opts.threads is not None and opts.threads < 1:
         raise InputError("threads", f"{opts.threads}; allowed: >= 1")
     if opts.procs < 1 or (opts.procs > 1 and opts.device != "cpu"):
         raise InputError("procs", f"{opts.procs} on {opts.device}; allowed: >= 1, and > 1 only with --device cpu")
     if "storage" in opts.kinds and not opts.storage_path:
         raise InputError("path", "the storage bench needs --path (a directory or an s3:// URL)")
+
+
+def run_bench(opts: BenchOptions, catalog: Catalog, on_step: Callable[[], None] | None = None) -> BenchReport:
+    """Run the benches in ``opts.kinds`` and, with ``opts.out``, write (or merge into) the profile."""
+    check_options(opts)
     base = _check_out(opts.out)
     count_steps(opts, catalog)  # validates sizes and the model before anything runs
     if opts.storage_path and "storage" in opts.kinds:

@@ -56,7 +56,13 @@ def status(job_id: str, as_json: bool) -> None:
 @click.command(epilog="Example:\n\n  fmstack cancel slurm:42")
 @click.argument("job_id", metavar="ID")
 def cancel(job_id: str) -> None:
-    """Cancel a job."""
+    """Cancel a job. One that has already ended keeps its final state: says so, exit 0."""
+    from fmstack.orchestration.launchers.local import AlreadyEnded
+
     launcher, native = split_job_id(job_id)
-    launcher.cancel(native)
+    try:
+        launcher.cancel(native)
+    except AlreadyEnded as ended:  # nothing to do: the job keeps its final state (exit 0, as a no-op)
+        click.echo(f"{job_id} already ended ({ended.state}); nothing to cancel")
+        return
     click.echo(f"{job_id} cancel requested")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -271,7 +272,8 @@ def node_local_warning(spec: JobSpec, *, target: str = "slurm") -> str | None:
 
 
 def check_checkpoint_location(spec: JobSpec, *, fast_tier_on_this_host: bool = True) -> None:
-    """Fail before submission if a checkpoint tier cannot be written. Creates nothing. ``fast_tier_on_this_host``
+    """Fail before submission if a checkpoint tier cannot be written (a directory is created in the fast tier's
+    nearest existing parent and removed again: nothing is left behind). ``fast_tier_on_this_host``
     False: the fast tier is a volume mounted in the pods (Kubernetes ``checkpoint.pvc``), not checked here."""
     if spec.checkpoint is None:
         return
@@ -309,6 +311,13 @@ def _check_local(field: str, location: str) -> None:
         raise InputError(field, f"{location!r}: {p} is not a directory")
     if not os.access(p, os.W_OK | os.X_OK):
         raise InputError(field, f"{location!r}: {p} is not writable")
+    # os.access says yes to root everywhere, and to virtual or read-only file systems: really create a directory
+    # there (what the job will do) and remove it again, so the check leaves nothing behind
+    try:
+        probe = tempfile.mkdtemp(prefix=".fmstack-probe-", dir=p)
+    except OSError as exc:
+        raise InputError(field, f"{location!r}: cannot create a directory in {p}: {exc.strerror}") from None
+    os.rmdir(probe)
 
 
 def workload_argv(job: ResolvedJob) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +42,9 @@ class SimConfig:
     """Period of the time series."""
 
     def __post_init__(self) -> None:
+        for name, value in (("days", self.days), ("load", self.load), ("sample", self.sample_s)):
+            if not math.isfinite(value):
+                raise InputError(name, f"must be a finite number, got {value}")
         if self.days <= 0:
             raise InputError("days", f"must be > 0, got {self.days}")
         if self.spares < 0:

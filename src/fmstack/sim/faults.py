@@ -10,8 +10,11 @@ node signals that :class:`fmstack.observability.health.HealthEngine` turns into 
 - ``host``, ``unplanned_maintenance``: no GPU signal exists for them; the node is replaced (node_loss in the
   failure model).
 
-Repair times ([D], change with :class:`RepairTimes`): GPU reset 10 min, reboot with health checks 30 min,
-replacement 4 h. Detection delay: Slurm's SlurmdTimeout 300 s (slurm.conf.5) unless set.
+Repair times ([D], change with :class:`RepairTimes`): GPU reset 10 min, reboot with health checks 30 min. A
+replacement takes the recovery mode's ``replacement_s`` (:data:`fmstack.perfmodel.goodput.RECOVERY_DEFAULTS`:
+1 h, AWS News Blog Dec 2025, recovery "can take up to an hour" on self-managed clusters), the one value the
+analytic goodput model uses too. Detection delay: the recovery mode's ``detection_s`` (Slurm's SlurmdTimeout
+300 s for checkpoint-restart, slurm.conf.5).
 """
 
 from __future__ import annotations
@@ -27,17 +30,17 @@ class RepairTimes:
 
     reset_s: float = 600.0
     reboot_s: float = 1800.0
-    replace_s: float = 4 * 3600.0
     maintenance_s: float = 1800.0
     """Planned maintenance (firmware, configuration): like a reboot."""
 
-    def out_s(self, action: Action) -> float:
+    def out_s(self, action: Action, replacement_s: float) -> float:
+        """Seconds out for ``action``; ``replacement_s``: the recovery mode's replacement time."""
         return {
             Action.NONE: 0.0,
             Action.RESTART_JOB: 0.0,
             Action.RESET_GPU: self.reset_s,
             Action.REBOOT_NODE: self.reboot_s,
-            Action.REPLACE_NODE: self.replace_s,
+            Action.REPLACE_NODE: replacement_s,
         }[action]
 
 

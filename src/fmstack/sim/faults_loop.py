@@ -98,7 +98,7 @@ class FaultHandling(SimState):
             out_s = self.repair.maintenance_s
         else:
             action = decide(self.health, category, self.gpn, self.resets[node], self.reboots[node])
-            out_s = self.times.replacement_s if action == Action.REPLACE_NODE else self.repair.out_s(action)
+            out_s = self.repair.out_s(action, self.times.replacement_s)
         self.fault_log[log_i]["action"] = action.name
         if action == Action.RESET_GPU:
             self.resets[node] += 1
@@ -124,7 +124,7 @@ class FaultHandling(SimState):
     def _recover(self, job: Job, spare: int | None) -> None:
         mode = self.rec.mode
         if mode == RecoveryMode.checkpoint_restart:
-            self._requeue(job, self.rec.requeue_delay_s)
+            self._fault_requeue(job)
             return
         bad = [(n, g) for n, g in job.alloc if self.fleet.state[n] not in _ACTIVE]
         keep = [(n, g) for n, g in job.alloc if self.fleet.state[n] in _ACTIVE]
@@ -144,7 +144,7 @@ class FaultHandling(SimState):
                 if swap is None:
                     self.fleet.release(keep)
                     job.alloc = []
-                    self._requeue(job, self.rec.requeue_delay_s)
+                    self._fault_requeue(job)
                     return
                 got = self.fleet.place_on(swap, g)
                 keep.append(got)
@@ -152,7 +152,7 @@ class FaultHandling(SimState):
             self._run_on(job, keep, restart)
             return
         job.alloc = keep
-        self._requeue(job, self.rec.requeue_delay_s)
+        self._fault_requeue(job)
 
     def _spare_for(self, spare: int | None, gpus: int) -> int | None:
         """A node for a replacement: the spare just taken for this failure if it has room, or another one."""

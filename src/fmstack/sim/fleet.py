@@ -110,6 +110,10 @@ class Fleet:
         self._take([(node, gpus)])
         return node, gpus
 
+    def take(self, alloc: Alloc) -> Alloc:
+        """Take exactly ``alloc`` (GPUs that are free on those nodes), e.g. to undo a trial release."""
+        return self._take(alloc)
+
     def _take(self, alloc: Alloc) -> Alloc:
         self._add(alloc, -1)
         return alloc

@@ -52,7 +52,7 @@ class RecoverySettings:
                 minutes = float(self.interval)
             except ValueError:
                 raise InputError("ckpt_interval", f"{self.interval!r}; allowed: young, daly or minutes (> 0)") from None
-            if not minutes > 0:
+            if not (math.isfinite(minutes) and minutes > 0):
                 raise InputError("ckpt_interval", f"must be > 0 minutes, got {self.interval}")
 
     @property

@@ -43,10 +43,24 @@ class _Capacity:
     ``no_room`` (fleet version, sizes) remembers the sizes that could not be placed, across passes: placement is
     a function of the fleet's state, so they fail again until the fleet changes (its version moves)."""
 
-    def __init__(self, fleet: Fleet, no_room: tuple[int, set[int]]) -> None:
+    def __init__(self, fleet: Fleet, no_room: tuple[int, set[int]], jobs: dict[int, Job]) -> None:
         self.fleet = fleet
         self.allocs: dict[int, Alloc] = {}
         self.no_room = no_room
+        self.jobs = jobs
+
+    def can_place_after(self, num_gpus: int, preempt: Sequence[int]) -> bool:
+        """Whether ``num_gpus`` could be placed once the running jobs ``preempt`` give their GPUs back (tried on
+        the fleet, then undone)."""
+        freed = [self.allocs.get(j) or self.jobs[j].alloc for j in preempt]  # started in this pass, or running
+        for a in freed:
+            self.fleet.release(a)
+        got = self.fleet.place(num_gpus)
+        if got is not None:
+            self.fleet.release(got)
+        for a in freed:
+            self.fleet.take(a)
+        return got is not None
 
     @property
     def total_gpus(self) -> int:
@@ -160,7 +174,7 @@ class SimState:
         if not self.pending:
             return
         for _ in range(2):
-            cap = _Capacity(self.fleet, self.no_room)
+            cap = _Capacity(self.fleet, self.no_room, self.jobs)
             plan = self.policy.schedule(self.env.now_s, self.pending, self.running, cap,
                                         periodic=periodic)  # fmt: skip
             for jid in plan.starts:
@@ -194,7 +208,11 @@ class SimState:
         job.startup_s = startup_s
         if self.failures is not None:
             job.ckpt_interval_s = self.rec.interval_s(self.failures.mtbf_s(job.cur_gpus, self.gpn))
-            job.ckpt_cost_s = self.rec.ckpt_cost_s if math.isfinite(job.ckpt_interval_s) else 0.0
+        elif self.rec.interval not in ("young", "daly"):
+            # a fixed interval applies without faults too (preemptions roll back to the last checkpoint); Young's
+            # and Daly's optimum for an infinite MTBF is never to checkpoint
+            job.ckpt_interval_s = self.rec.interval_s(math.inf)
+        job.ckpt_cost_s = self.rec.ckpt_cost_s if math.isfinite(job.ckpt_interval_s) else 0.0
         job.start_s = now
         job.running, job.hung = True, False
         job.epoch += 1
@@ -235,9 +253,22 @@ class SimState:
         job.eligible_s = self.env.now_s + delay_s
         self.env.schedule(job.eligible_s, ELIGIBLE, job.job_id)
 
+    def _fault_requeue(self, job: Job) -> None:
+        """Requeue after a failure: Slurm's requeue delay, or under ``kueue`` the waitForPodsReady backoff (60 s
+        doubling to 3,600 s) of a workload evicted when its pods are not ready again within recoveryTimeout
+        (kueue setup_wait_for_pods_ready.md; shared/reference/orchestration-02-kueue-volcano-kai.md section 4),
+        counted over this job's failure requeues only."""
+        job.fault_requeues += 1
+        if self.policy.name == "kueue":
+            self._requeue(job, requeue_backoff_s(job.fault_requeues))
+        else:
+            self._requeue(job, self.rec.requeue_delay_s)
+
     def _preempt(self, job: Job) -> None:
         self.preemptions += 1
+        job.preemptions += 1
         self._close(job, self.env.now_s, graceful=False, kind="preempted")
         job.epoch += 1
-        # an evicted workload is requeued with Kueue's backoff (60 s doubling, capped at 3,600 s)
-        self._requeue(job, requeue_backoff_s(job.restarts + 1))
+        # a preempted workload is requeued at once (Evicted/Preempted, then requeued: kueue concepts/preemption.md);
+        # the waitForPodsReady backoff is for workloads evicted because their pods were not ready, not for this
+        self._requeue(job, 0.0)

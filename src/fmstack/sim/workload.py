@@ -65,6 +65,10 @@ class Job:
     ckpt_cost_s: float = 0.0
     epoch: int = 0
     restarts: int = 0
+    """Requeues of any cause (failures and preemptions), as Slurm's SLURM_RESTART_COUNT."""
+    fault_requeues: int = 0
+    """Requeues after a failure (the Kueue backoff's exponent)."""
+    preemptions: int = 0
     end_s: float = -1.0
     running: bool = False
     hung: bool = False
@@ -125,6 +129,8 @@ def read_trace(path: Path, *, fleet_gpus: int, gpus_per_node: int) -> list[Job]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError("trace", f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError("trace", f"{path.name} is not UTF-8 text (byte {exc.start}); a trace is a CSV file") from None
     reader = csv.DictReader(text.splitlines())
     cols = reader.fieldnames or []
     missing = [c for c in _REQUIRED if c not in cols]
@@ -150,7 +156,10 @@ def _row(row: dict[str, str], fleet_gpus: int, gpn: int) -> Job:
             if default is None:
                 raise ValueError(f"{name} is empty")
             return default
-        v = float(raw)
+        try:
+            v = float(raw)
+        except ValueError:
+            raise ValueError(f"{name}={raw!r} is not a number") from None
         if not math.isfinite(v) or v < 0:
             raise ValueError(f"{name}={raw!r} must be a finite number >= 0")
         return v
@@ -168,8 +177,14 @@ def _row(row: dict[str, str], fleet_gpus: int, gpn: int) -> Job:
     if duration <= 0 and tokens <= 0:
         raise ValueError("needs duration_s > 0 or tokens > 0")
     limit = num("time_limit_s", 0.0) or max(duration * 2.0, 3600.0)
+    job_id = num("job_id")
+    if job_id != int(job_id):
+        raise ValueError(f"job_id={row.get('job_id')!r} must be a whole number")
+    model = (row.get("model") or "").strip()
+    if not model and duration <= 0:
+        raise ValueError("model is empty: a row with tokens and no duration_s needs the model to turn tokens into time")
     return Job(
-        job_id=int(num("job_id")),
+        job_id=int(job_id),
         submit_s=num("submit_s"),
         num_gpus=gi,
         work_s=duration,
@@ -177,6 +192,6 @@ def _row(row: dict[str, str], fleet_gpus: int, gpn: int) -> Job:
         time_limit_s=limit,
         user=(row.get("user") or "u0").strip(),
         queue=(row.get("queue") or "q0").strip(),
-        model=(row.get("model") or "").strip() or "llama3.1-8b",
+        model=model or "llama3.1-8b",
         priority=num("priority", 0.0),
     )

@@ -167,7 +167,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         "world_size": world,
         "final_loss": loss_val,
         "flops_per_step": flops_per_step(cfg, global_batch_size=args.batch_size * world),
-        "restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
+        # retries so far: the local launcher's FMSTACK_RESTART_COUNT, else Slurm's SLURM_RESTART_COUNT
+        "restart_count": int(os.environ.get("FMSTACK_RESTART_COUNT") or os.environ.get("SLURM_RESTART_COUNT", "0")),
     }
     log("done " + json.dumps(summary))
     dist.destroy_process_group()

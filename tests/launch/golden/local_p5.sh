@@ -11,6 +11,8 @@ export NCCL_SOCKET_IFNAME='^lo,docker'
 delays=(10 20 40)
 attempt=0
 while :; do
+  echo "$attempt" > $FMSTACK_JOB_DIR/restarts
+  export FMSTACK_RESTART_COUNT=$attempt
   python3 -m torch.distributed.run --nnodes=1 --nproc-per-node=8 --standalone -m fmstack.workloads.train --model small --parallel fsdp --precision bf16 --steps 1000 --batch-size 4 --seed 0 --ckpt-dir /fsx/ckpt/gpt-small --ckpt-interval 50 --ckpt-keep 3 --ckpt-durable s3://ckpts/gpt-small
   rc=$?
   [ "$rc" -eq 0 ] && break

@@ -1,7 +1,9 @@
 """Local launcher: torchrun on this machine (CPU gloo or the local GPUs), retried with exponential backoff.
 
 The rendered bash script is the whole job: it loops over attempts (the workload auto-resumes from its newest
-checkpoint), records the exit code, and runs detached so ``fmstack status local:ID`` can look at it later.
+checkpoint), records the exit code, and runs detached so ``fmstack status local:ID`` can look at it later. Each
+attempt gets ``FMSTACK_RESTART_COUNT`` (0, 1, ...: retries so far, as Slurm's ``SLURM_RESTART_COUNT``) in its
+environment and in the job's ``restarts`` file, which ``status`` reports.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ class LocalLauncher:
             f"delays=({delays})",
             "attempt=0",
             "while :; do",
+            f'  echo "$attempt" > {state}/restarts',
+            "  export FMSTACK_RESTART_COUNT=$attempt",
             f"  {shlex.join(cmd)}",
             "  rc=$?",
             '  [ "$rc" -eq 0 ] && break',
@@ -85,23 +89,45 @@ class LocalLauncher:
 
     def status(self, native_id: str) -> JobStatus:
         d = self._dir(native_id)
+        jid = f"local:{native_id}"
+        restarts = _restarts(d)
         code_file = d / "exit_code"
         if code_file.exists():
             rc = int(code_file.read_text().strip() or "1")
             state = "COMPLETED" if rc == 0 else ("CANCELLED" if (d / "cancelled").exists() else "FAILED")
-            return JobStatus(job_id=f"local:{native_id}", state=state, detail=f"exit {rc}; log {d / 'output.log'}")
+            return JobStatus(job_id=jid, state=state, detail=f"exit {rc}; log {d / 'output.log'}", restarts=restarts)
         pid = int((d / "pid").read_text())
         if _alive(pid):
-            return JobStatus(job_id=f"local:{native_id}", state="RUNNING", detail=f"pid {pid}")
+            return JobStatus(job_id=jid, state="RUNNING", detail=f"pid {pid}", restarts=restarts)
         state = "CANCELLED" if (d / "cancelled").exists() else "FAILED"
-        return JobStatus(job_id=f"local:{native_id}", state=state, detail="exited without recording an exit code")
+        return JobStatus(job_id=jid, state=state, detail="exited without recording an exit code", restarts=restarts)
 
     def cancel(self, native_id: str) -> None:
+        """Stop a running job; a job that has already ended raises :class:`AlreadyEnded` and keeps its state."""
         d = self._dir(native_id)
+        st = self.status(native_id)
+        if st.state != "RUNNING":
+            raise AlreadyEnded(st.state)
         pid = int((d / "pid").read_text())
         (d / "cancelled").touch()
         if _alive(pid):
             os.killpg(pid, signal.SIGTERM)
+
+
+class AlreadyEnded(Exception):
+    """Cancel of a job that has already ended (its final state in ``state``)."""
+
+    def __init__(self, state: str) -> None:
+        super().__init__(state)
+        self.state = state
+
+
+def _restarts(job_dir: Path) -> int:
+    """Retries so far, as the script last recorded them (0 before the first attempt starts)."""
+    try:
+        return int((job_dir / "restarts").read_text().strip() or "0")
+    except (OSError, ValueError):
+        return 0
 
 
 def _alive(pid: int) -> bool:

@@ -2,8 +2,10 @@
 DRS fair sharing, waitForPodsReady backoff.
 
 Sources (kubernetes-sigs/kueue site/content/en/docs/concepts/): cluster_queue.md (quota, borrowingLimit,
-lendingLimit, preemption policies and their defaults Never), preemption.md (classic candidate order: borrowing
-queues first, then lowest priority, then most recently admitted; minimise by walking the targets in reverse),
+lendingLimit, preemption policies and their defaults Never), preemption.md (classic candidate order: other,
+borrowing, queues first, then lowest priority, then most recently admitted; reclaim within the cohort only while
+the preemptor fits its nominal quota; a queue stops being a source once it no longer borrows; minimise by walking
+the targets in reverse; pkg/scheduler/preemption/preemption.go ``GetTargets``, ``minimalPreemptions``),
 fair_sharing.md and pkg/cache/scheduler/fair_sharing.go (DRS: borrowed = usage - nominal if > 0,
 ratio = borrowed x 1000 / lendable in the cohort, share = max ratio / weight), tasks/manage/
 setup_wait_for_pods_ready.md (backoff 60 s doubling to 3,600 s).
@@ -243,11 +245,35 @@ class KueueState:
             cq, self.members(cq), lambda res: self.usage(name, res, removed), extra.request if extra else None
         )
 
-    def classic_candidates(self, wl: Workload) -> list[Workload]:
-        """Preemption candidates in Kueue's classic order (borrowing queues, low priority, newest first)."""
+    def needs_preemption(self, wl: Workload, removed: frozenset[int] = frozenset()) -> frozenset[str]:
+        """The resources of ``wl`` that do not fit its queue's quota on their own (Kueue's "resources requiring
+        preemption"); borrowing and the nominal-quota test of classic preemption look only at these."""
         cq = self.queue(wl.queue)
+        mem = self.members(cq)
+        return frozenset(
+            r
+            for r, n in wl.request.items()
+            if not quota_fits(cq, mem, {r: n}, lambda name, res: self.usage(name, res, removed))
+        )
+
+    def borrowing_in(self, name: str, resources: Iterable[str], removed: frozenset[int] = frozenset()) -> bool:
+        """Whether queue ``name`` uses more than its nominal quota of any of ``resources``."""
+        quotas = self.queue(name).quotas
+        return any(r in quotas and self.usage(name, r, removed) > quotas[r].nominal for r in resources)
+
+    def classic_candidates(self, wl: Workload) -> list[Workload]:
+        """Preemption candidates in Kueue's classic order: workloads of the other (borrowing) queues of the cohort
+        first, then the lowest priority, then the most recently admitted (preemption.go ``candidatesOrdering``).
+
+        Within the preemptor's queue the ``withinClusterQueue`` policy decides; from another queue of the cohort a
+        workload is a candidate only if that queue borrows one of the resources needing preemption, under the
+        ``reclaimWithinCohort`` policy."""
+        cq = self.queue(wl.queue)
+        need = self.needs_preemption(wl)
         out: list[Workload] = []
         for w in self.admitted:
+            if not any(r in need for r in w.request):
+                continue
             if w.queue == cq.name:
                 ok = (cq.within_cluster_queue == "LowerPriority" and w.priority < wl.priority) or (
                     cq.within_cluster_queue == "LowerOrNewerEqualPriority"
@@ -257,7 +283,7 @@ class KueueState:
                 same_cohort = cq.cohort is not None and self.queue(w.queue).cohort == cq.cohort
                 ok = (
                     same_cohort
-                    and self.borrowing(w.queue)
+                    and self.borrowing_in(w.queue, need)
                     and (
                         cq.reclaim_within_cohort == "Any"
                         or (cq.reclaim_within_cohort == "LowerPriority" and w.priority < wl.priority)
@@ -265,22 +291,58 @@ class KueueState:
                 )
             if ok:
                 out.append(w)
-        return sorted(out, key=lambda w: (not self.borrowing(w.queue), w.priority, -w.admitted_s, w.wid))
+        return sorted(out, key=lambda w: (w.queue == cq.name, w.priority, -w.admitted_s, w.wid))
 
     def preemption_targets(self, wl: Workload, candidates: Iterable[Workload] | None = None) -> list[int] | None:
-        """Greedy targets until ``wl`` fits, then minimised in reverse; None if it cannot fit."""
+        """Kueue's classic targets for ``wl`` (concepts/preemption.md "Targets", preemption.go ``GetTargets``);
+        None if it cannot fit, ``[]`` if it fits already.
+
+        If every candidate is of ``wl``'s own queue, take them allowing ``wl`` to borrow. Otherwise, and only if
+        the queue uses less than its nominal quota of the resources needing preemption, take candidates (other
+        queues' first) until ``wl`` fits *without borrowing* (reclaimWithinCohort applies only to a workload that
+        fits its nominal quota; borrowWithinCohort, which would lift that, is not modelled and is Never). Failing
+        that, take only the own queue's candidates, allowing borrowing. Each pass skips a candidate whose queue no
+        longer borrows once the earlier ones are removed, and is minimised walking back."""
         if self.fits(wl):
             return []
+        cands = self.classic_candidates(wl) if candidates is None else list(candidates)
+        if not cands:
+            return None
+        same = [w for w in cands if w.queue == wl.queue]
+        if len(same) < len(cands):
+            need = self.needs_preemption(wl)
+            cq = self.queue(wl.queue)
+            if all(r in cq.quotas and self.usage(cq.name, r) < cq.quotas[r].nominal for r in need):
+                targets = self._minimal(wl, cands, need, borrow=False)
+                if targets:
+                    return targets
+        return self._minimal(wl, same, frozenset(), borrow=True)
+
+    def _fits_as(self, wl: Workload, removed: frozenset[int], borrow: bool) -> bool:
+        if not borrow:
+            quotas = self.queue(wl.queue).quotas
+            for r, n in wl.request.items():
+                if r in quotas and self.usage(wl.queue, r, removed) + n > quotas[r].nominal:
+                    return False
+        return self.fits(wl, removed)
+
+    def _minimal(
+        self, wl: Workload, cands: Iterable[Workload], need: frozenset[str], *, borrow: bool
+    ) -> list[int] | None:
+        """Kueue's ``minimalPreemptions``: greedy in order until ``wl`` fits (a candidate of another queue only
+        while that queue still borrows), then walk back dropping each target not needed."""
         chosen: list[int] = []
-        for w in self.classic_candidates(wl) if candidates is None else candidates:
+        for w in cands:
+            if w.queue != wl.queue and not self.borrowing_in(w.queue, need, frozenset(chosen)):
+                continue
             chosen.append(w.wid)
-            if self.fits(wl, frozenset(chosen)):
+            if self._fits_as(wl, frozenset(chosen), borrow):
                 break
         else:
             return None
         for wid in reversed(list(chosen)):
             trial = frozenset(c for c in chosen if c != wid)
-            if self.fits(wl, trial):
+            if self._fits_as(wl, trial, borrow):
                 chosen.remove(wid)
         return chosen
 

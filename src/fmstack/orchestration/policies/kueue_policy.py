@@ -117,15 +117,39 @@ class _Pass:
         return s
 
     def status(self, q: str, p: int, n: int) -> int:
-        """Whether ``n`` GPUs of priority ``p`` fit queue ``q`` now, or could after preempting every candidate."""
+        """Whether ``n`` GPUs of priority ``p`` fit queue ``q`` now, or would after the preemptions of
+        :meth:`targets` (exactly: :meth:`targets` finds targets iff this says _PREEMPT)."""
         if self._fit is None:
             self._fit = self.quota.max_fits(lambda m: self.use.get(m, 0))
         if n <= self._fit.get(q, -1):
             return _FIT
         pre = self._preempt.get((q, p))
         if pre is None:
-            gone = self._removable(self.queues[q], p)
-            pre = self._preempt[(q, p)] = self.quota.max_fit(q, lambda m: self.use.get(m, 0) - gone.get(m, 0))
+            cq = self.queues[q]
+            own = self._own_removable(cq, p)
+            # own candidates only, borrowing allowed (the first and last heuristics of preemption.md)
+            pre = self.quota.max_fit(q, lambda m: self.use.get(m, 0) - (own if m == q else 0))
+            nominal = self.quota.nominal.get(q, 0)
+            if self.use.get(q, 0) < nominal:
+                # every candidate, the preemptor within its nominal quota: the greedy pass takes from another
+                # queue only while it borrows, which depends on that queue alone, so what it can take at most is
+                # that queue's walk on its own; fitting is monotone in what is taken, so this bound is exact
+                gone = {q: own}
+                for m in self.members[q]:
+                    stream = self._queue_stream(cq, m, p) if m != q else None
+                    if stream is None:
+                        continue
+                    u, nom, take = self.use.get(m, 0), self.quota.nominal.get(m, 0), 0
+                    for *_, g in stream:
+                        if u - take <= nom:
+                            break
+                        take += g
+                    if take:
+                        gone[m] = take
+                if len(gone) > 1:
+                    bound = self.quota.max_fit(q, lambda m: self.use.get(m, 0) - gone.get(m, 0))
+                    pre = max(pre, min(bound, nominal - self.use.get(q, 0) + own))
+            self._preempt[(q, p)] = pre
         return _PREEMPT if n <= pre else _NONE
 
     def _borrowing(self, name: str) -> bool:
@@ -140,17 +164,11 @@ class _Pass:
     def _lower(self, q: str, p: int) -> int:
         return sum(n for (qq, pp), n in self.by_qp.items() if qq == q and pp < p)
 
-    def _removable(self, cq: ClusterQueue, p: int) -> dict[str, int]:
-        """GPUs of all classic candidates of a priority-``p`` workload of ``cq``, per queue."""
-        gone: dict[str, int] = {}
-        if cq.within_cluster_queue != "Never":
-            gone[cq.name] = self._lower(cq.name, p) + self.newer.get((cq.name, p), 0)
-        if cq.cohort is None or cq.reclaim_within_cohort == "Never":
-            return gone
-        for m in self.members[cq.name]:
-            if m != cq.name and self._borrowing(m):
-                gone[m] = self.use.get(m, 0) if cq.reclaim_within_cohort == "Any" else self._lower(m, p)
-        return gone
+    def _own_removable(self, cq: ClusterQueue, p: int) -> int:
+        """GPUs of the classic candidates of a priority-``p`` workload in its own queue ``cq``."""
+        if cq.within_cluster_queue == "Never":
+            return 0
+        return self._lower(cq.name, p) + self.newer.get((cq.name, p), 0)
 
     def _workload(self, job: PendingJob) -> Workload:
         return Workload(
@@ -168,53 +186,75 @@ class _Pass:
         self._borrow.clear()
         self._preempt.clear()
 
-    def _candidates(self, cq: ClusterQueue, p: int) -> Iterator[_Candidate]:
-        """Classic candidates as (not borrowing, priority, -admitted_s, wid, queue, GPUs), in Kueue's order."""
+    def _queue_stream(self, cq: ClusterQueue, m: str, p: int) -> Iterator[_Candidate] | None:
+        """Queue ``m``'s classic candidates for a priority-``p`` workload of ``cq``, in order; None if none can be."""
+        if m == cq.name:
+            mode = "LowerPriority" if cq.within_cluster_queue == "LowerPriority" else "Never"
+        elif cq.cohort is not None and self.queues[m].cohort == cq.cohort and self._borrowing(m):
+            mode = cq.reclaim_within_cohort
+        else:
+            mode = "Never"
+        if mode == "Never":
+            return None
+        keys, jobs = self.order(m)
+        end = bisect_left(keys, (p,)) if mode == "LowerPriority" else len(keys)
+        extra = sorted(
+            ((w.priority, -w.admitted_s, w.wid), w.request[RES])
+            for w in self.admitted
+            if w.queue == m and (mode != "LowerPriority" or w.priority < p)
+        )
+        return _stream(m == cq.name, m, keys, jobs, end, extra)
+
+    def _candidates(self, cq: ClusterQueue, p: int, *, own: bool = True, others: bool = True) -> Iterator[_Candidate]:
+        """Classic candidates as (own queue, priority, -admitted_s, wid, queue, GPUs), in Kueue's order: other
+        queues' (those borrowing at the pass's current usage) first, then by priority, newest first."""
         streams: list[Iterator[_Candidate]] = []
         for m in self.queues:
-            if m == cq.name:
-                mode = "LowerPriority" if cq.within_cluster_queue == "LowerPriority" else "Never"
-            elif cq.cohort is not None and self.queues[m].cohort == cq.cohort and self._borrowing(m):
-                mode = cq.reclaim_within_cohort
-            else:
-                mode = "Never"
-            if mode == "Never":
-                continue
-            keys, jobs = self.order(m)
-            end = bisect_left(keys, (p,)) if mode == "LowerPriority" else len(keys)
-            extra = sorted(
-                ((w.priority, -w.admitted_s, w.wid), w.request[RES])
-                for w in self.admitted
-                if w.queue == m and (mode != "LowerPriority" or w.priority < p)
-            )
-            streams.append(_stream(not self._borrowing(m), m, keys, jobs, end, extra))
+            if (own if m == cq.name else others) and (stream := self._queue_stream(cq, m, p)) is not None:
+                streams.append(stream)
         return merge(*streams)
 
     def targets(self, job: PendingJob) -> list[int] | None:
-        """As :meth:`KueueState.preemption_targets` for ``job``: candidates in classic order until it fits, then
-        those not needed dropped walking back."""
+        """As :meth:`KueueState.preemption_targets` for ``job``: with candidates of other queues and the queue
+        under its nominal quota, candidates in classic order until it fits without borrowing; failing that (or
+        with none), only its own queue's candidates, borrowing allowed; each minimised walking back."""
         cq = self.queues[job.queue]
         if cq.within_cluster_queue == "LowerOrNewerEqualPriority":
             return self._reference_targets(job)
-        q, n = job.queue, job.num_gpus
+        q, n, p = job.queue, job.num_gpus, int(job.priority)
+        if n <= self.quota.max_fit(q, lambda m: self.use.get(m, 0)):
+            return []
+        if next(self._candidates(cq, p, own=False), None) is not None and self.use.get(q, 0) < self.quota.nominal[q]:
+            targets = self._minimal(q, n, self._candidates(cq, p), borrow=False)
+            if targets:
+                return targets
+        return self._minimal(q, n, self._candidates(cq, p, others=False), borrow=True)
+
+    def _minimal(self, q: str, n: int, cands: Iterator[_Candidate], *, borrow: bool) -> list[int] | None:
+        """Kueue's ``minimalPreemptions``: take candidates until ``n`` GPUs fit ``q`` (skipping one of another
+        queue that no longer borrows), then drop, walking back, each one not needed."""
+        nominal = self.quota.nominal
         gone: dict[str, int] = {}
 
         def use(m: str) -> int:
             return self.use.get(m, 0) - gone.get(m, 0)
 
-        if n <= self.quota.max_fit(q, use):
-            return []
+        def fits() -> bool:
+            return n <= self.quota.max_fit(q, use) and (borrow or use(q) + n <= nominal[q])
+
         chosen: list[tuple[int, str, int]] = []
-        for _, _, _, wid, m, g in self._candidates(cq, int(job.priority)):
+        for _, _, _, wid, m, g in cands:
+            if m != q and use(m) <= nominal[m]:
+                continue
             chosen.append((wid, m, g))
             gone[m] = gone.get(m, 0) + g
-            if n <= self.quota.max_fit(q, use):
+            if fits():
                 break
         else:
             return None
         for c in reversed(list(chosen)):
             gone[c[1]] -= c[2]
-            if n <= self.quota.max_fit(q, use):
+            if fits():
                 chosen.remove(c)
             else:
                 gone[c[1]] += c[2]
@@ -310,5 +350,9 @@ class KueuePolicy:
                     no_room.add(n)
                 continue
             targets = pas.targets(job)
-            if targets:
+            # gang admission needs a placement: preempt only if the job can then be placed (a capacity that can
+            # tell, as the fleet twin's); otherwise a job that fits the quota but not the topology would evict the
+            # same small jobs over and over, each coming straight back
+            can_place = getattr(capacity, "can_place_after", None)
+            if targets and (can_place is None or can_place(job.num_gpus, targets)):
                 return Plan(starts, preempt=targets)
