@@ -316,3 +316,12 @@ BAD_ARGV += [
     (["launch", "@file:job_pvc_rel.yaml", "--on", "kubernetes", "--dry-run"],
      "location 'ckpt' must be an absolute path: the claim is mounted there"),
 ]  # fmt: skip
+
+# session 7, inference (helper A): add rows here
+BAD_ARGV += []  # fmt: skip
+
+# session 7, plan side review (helper B): add rows here
+BAD_ARGV += []  # fmt: skip
+
+# session 7, operations review (helper C): add rows here
+BAD_ARGV += []  # fmt: skip
