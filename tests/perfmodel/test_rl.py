@@ -22,8 +22,27 @@ def test_grpo_colocated_parts_add_up(catalog: Catalog) -> None:
     e = _est(catalog)
     assert e.step_time_s == pytest.approx(sum(e.parts_s.values()))
     assert e.parts_s["critic_forward"] == e.parts_s["critic_train"] == 0.0
-    assert e.parts_s["weight_sync"] == 0.0  # same TP layout: nothing to reshard
     assert e.rollout_gpus == e.train_gpus == 16
+
+
+def test_weight_sync_gathers_sharded_weights(catalog: Catalog) -> None:
+    """FSDP (the default at train tp = pp = 1) shards the weights over the 16 data-parallel ranks: each rank
+    gathers the whole bf16 model before the rollout engine loads it (veRL's ``full_tensor()``); ZeRO-1 keeps a
+    replica on every rank and the same TP layout leaves nothing to move."""
+    from fmstack.perfmodel.collectives import GroupPlacement, collective_time_s
+    from fmstack.perfmodel.modelconsts import model_consts
+
+    cluster = build_cluster(catalog, "p5.48xlarge", 2)
+    weights_b = 2.0 * model_consts(catalog.model("llama3.1-8b")).params_total
+    gather_s = float(
+        collective_time_s("all_gather", weights_b, GroupPlacement(num_ranks=16, ranks_per_domain=8), cluster)
+    )
+    assert _est(catalog).parts_s["weight_sync"] == pytest.approx(gather_s)
+    # each node must take in the other node's 8 GB over its 3,200 Gb/s of EFA: at least 20 ms
+    assert 0.02 < gather_s < 1.0
+    assert _est(catalog, train_sharding="zero1").parts_s["weight_sync"] == 0.0
+    hsdp = _est(catalog, train_sharding="hsdp").parts_s["weight_sync"]  # gathered inside a node only
+    assert 0.0 < hsdp < gather_s
 
 
 def test_ppo_adds_the_critic(catalog: Catalog) -> None:

@@ -155,7 +155,7 @@ def _train(model: ModelArch, cluster: Cluster, cfg: RLConfig, seqs: int) -> Trai
         )  # fmt: skip
     dp = cluster.num_gpus // mp
     per_mb = max(1, math.ceil(seqs / cfg.minibatches / dp)) * dp
-    sharding = cfg.train_sharding or ("fsdp" if mp == 1 else "zero1")
+    sharding = _train_sharding(cfg)
     tc: TrainConfig = fill_defaults(
         cluster.num_gpus,
         {"tp": cfg.train_tp, "pp": cfg.train_pp, "global_batch": per_mb, "seq_len": seq_len, "recompute": "full",
@@ -171,12 +171,34 @@ def forward_s(est: TrainingEstimate) -> float:
     return third + half
 
 
+def _train_sharding(cfg: RLConfig) -> str:
+    """The ZeRO / FSDP stage the trained models use (see ``RLConfig.train_sharding``)."""
+    return cfg.train_sharding or ("fsdp" if cfg.train_tp * cfg.train_pp == 1 else "zero1")
+
+
 def _sync_s(model: ModelArch, train: Cluster, whole: Cluster | None, cfg: RLConfig, replicas: int) -> float:
-    """Resharding inside the training layout, plus (split) the broadcast to the rollout replicas across ``whole``."""
+    """Gathering data-parallel-sharded weights, resharding inside the training layout, plus (split) the broadcast
+    to the rollout replicas across ``whole``.
+
+    Sharded weights (ZeRO-3, FSDP, HSDP): each rank first gathers its model-parallel shard whole over the sharding
+    group, as veRL's FSDP sharding manager does (``model.load_weights(... param.full_tensor() ...)`` in
+    ``verl/workers/sharding_manager/fsdp_vllm.py``: every DTensor parameter all-gathered in full, vLLM's loader then
+    keeps its TP slice); ZeRO-1/2 keep a full replica of the weights on every data-parallel rank.
+    """
     weights = 2.0 * model_consts(model).params_total  # bf16
+    t = 0.0
+    mp = cfg.train_tp * cfg.train_pp
+    sharding = _train_sharding(cfg)
+    if sharding in ("zero3", "fsdp", "hsdp"):
+        dp = train.num_gpus // mp
+        group = min(dp, TrainConfig().hsdp_shard_size) if sharding == "hsdp" else dp
+        if group > 1:
+            # data-parallel ranks sit next to each other after the tensor-parallel ones (Megatron's rank order)
+            per_domain = math.gcd(group, max(1, train.gpus_per_domain // cfg.train_tp))
+            placement = GroupPlacement(num_ranks=group, ranks_per_domain=per_domain)
+            t += float(collective_time_s("all_gather", weights / mp, placement, train))
     shard = weights / cfg.rollout_tp
     group = cfg.train_pp * max(1, cfg.train_tp // cfg.rollout_tp)
-    t = 0.0
     if group > 1:
         span = group * min(cfg.rollout_tp, cfg.train_tp)
         per_domain = group if span <= train.gpus_per_domain else max(1, train.gpus_per_domain // cfg.rollout_tp)
