@@ -165,3 +165,21 @@ def test_clients_beyond_the_engine_only_queue(catalog: Catalog) -> None:
     assert r.mean_ttft_s == pytest.approx(est.ttft_s, rel=0.05)
     assert r.mean_latency_s == pytest.approx(est.latency_s, rel=0.05)
     assert r.ttft_s[50] <= r.ttft_s[99] < r.ttft_s[50] * 1.01  # the same queue for every request
+
+
+def test_prefix_hits_skip_prefill_in_the_simulation(catalog: Catalog) -> None:
+    """A prefix-cache hit removes prefill work in the simulation as in the analytic model: at batch 1 the TTFT is
+    one prefill of the uncached tokens, so the two agree with and without hits (the simulation used to prefill
+    every prompt token whatever the hit rate)."""
+    from fmstack.perfmodel.inference import ServeConfig, deployment, estimate_serve
+    from fmstack.perfmodel.inference_sim import SimConfig, simulate
+
+    m, cl = catalog.model("llama3.1-8b"), build_cluster(catalog, "p5.48xlarge", 1)
+    ttft = {}
+    for hit in (0.0, 0.75):
+        cfg = ServeConfig(tp=1, input_len=4096, output_len=16, concurrency=1, prefix_hit_rate=hit)
+        sim = simulate(deployment(m, cl, cfg), cfg, SimConfig(concurrency=1, num_requests=5, warmup_requests=1))
+        analytic = estimate_serve(m, cl, cfg).ttft_s
+        assert sim.mean_ttft_s == pytest.approx(analytic, rel=0.02)
+        ttft[hit] = sim.mean_ttft_s
+    assert ttft[0.75] < 0.5 * ttft[0.0]  # a quarter of the tokens, each attending a longer context

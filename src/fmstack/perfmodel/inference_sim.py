@@ -188,7 +188,11 @@ class BatchingSim:
         rid = len(self._requests)
         if rid >= self.sim.num_requests:
             return
-        self._requests.append(_Request(rid, at_s, self._length(self.cfg.input_len), self._length(self.cfg.output_len)))
+        isl = self._length(self.cfg.input_len)
+        # a prefix-cache hit needs no prefill: those tokens start as already computed context (vLLM's automatic
+        # prefix caching; the same floor as the analytic model's ``prefill_ctx``)
+        cached = math.floor(self.cfg.prefix_hit_rate * isl)
+        self._requests.append(_Request(rid, at_s, isl, self._length(self.cfg.output_len), prefilled=cached))
         self._push(at_s, "arrive", rid)
 
     def run(self) -> SimResult:
