@@ -325,3 +325,11 @@ BAD_ARGV += []  # fmt: skip
 
 # session 7, operations review (helper C): add rows here
 BAD_ARGV += []  # fmt: skip
+
+# session 7, lead: RL rollout as a finite batch
+BAD_ARGV += [
+    (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--length-spread", "1.5"],
+     "length-spread: must be in [0, 1), got 1.5"),
+    (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--length-spread", "nan"],
+     "length-spread: must be in [0, 1), got nan"),
+]  # fmt: skip

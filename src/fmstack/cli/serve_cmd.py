@@ -185,6 +185,10 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
 @click.option("--minibatches", type=int, default=1, show_default=True, help="Optimizer steps per epoch.")
 @click.option("--reward-model/--rule-reward", default=False, show_default=True, help="Learned reward model.")
 @click.option("--reference/--no-reference", default=True, show_default=True, help="KL reference policy.")
+@click.option("--length-spread", type=float, default=0.0, show_default=True,
+              help="Prompt and response lengths uniform in mean x [1 - s, 1 + s]; > 0 simulates the rollout's "
+              "long tail.")  # fmt: skip
+@click.option("--seed", type=int, default=0, show_default=True, help="Rollout simulation seed.")
 @click.option("--compare", is_flag=True, help="Also compare colocated, split and split --async on the same nodes.")
 @catalog_option
 @json_option
@@ -219,8 +223,12 @@ def rl_cmd(
     )
     out.print(parts_table("RL step", "phase", est.parts_s, est.step_time_s, digits=2))
     _render_rl_memory(est.memory)
+    b = est.rollout
     out.print(
-        f"rollout {est.rollout_tokens_per_s:,.0f} tokens/s; training step MFU {est.train_step['mfu'] * 100:.1f} %"
+        f"rollout {est.rollout_tokens_per_s:,.0f} tokens/s: each replica's {b['waves']:.2f} fills of the engine take "
+        f"{b['time_s']:.2f} s, {b['drain_s']:.2f} s more than at the steady rate (the last wave"
+        f"{' and the longest responses' if cfg.length_spread > 0 else ''}); training step MFU "
+        f"{est.train_step['mfu'] * 100:.1f} %"
     )
     out.print(f"memory: {est.memory['verdict'] if est.fits else '[red]' + est.memory['verdict'] + '[/]'}")
     out.print(f"bottleneck: [bold]{est.bottleneck}[/]")

@@ -111,6 +111,8 @@ class SimResult:
     queue_wait_s: float = 0.0
     """Closed loop: the wait added to every TTFT and latency for the clients queued but not simulated."""
     requests_simulated: int = 0
+    makespan_s: float = math.nan
+    """From time 0 to the last token of the last request simulated, measured or not (a finite batch's length)."""
 
     def percentiles(self) -> dict[str, float]:
         """Flat JSON keys: ttft_p50_s, itl_p99_s, latency_p90_s, ..."""
@@ -397,6 +399,7 @@ class BatchingSim:
             latency_s=pct(lat), mean_ttft_s=float(ttft.mean()), mean_itl_s=float(gaps.mean()),
             mean_latency_s=float(lat.mean()), iterations=self.iterations, completion_rate_per_s=rate,
             clients_simulated=self.sim.concurrency or 0, requests_simulated=len(self._requests),
+            makespan_s=max(r.last_token_s for r in self._requests if r.generated >= r.output_len),
         )  # fmt: skip
 
 

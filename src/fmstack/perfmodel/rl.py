@@ -4,7 +4,9 @@ One step (PPO: Ouyang et al. 2022, sec. 3.5 and Schulman et al. 2017; GRPO: Shao
 sec. 4.1; the phases as veRL's HybridFlow runs them, Sheng et al. 2025, EuroSys, sec. 2.1 and 5):
 1. rollout: ``prompts x samples`` responses from the inference model (:func:`fmstack.perfmodel.inference.
    estimate_serve`), the replicas running at the concurrency their KV pool allows; the ``samples - 1`` extra
-   copies of each prompt hit the prefix cache (vLLM / SGLang prefix caching);
+   copies of each prompt hit the prefix cache (vLLM / SGLang prefix caching). The phase lasts until each
+   replica's last response ends: same-length waves, or the simulated long tail with ``length_spread``
+   (:mod:`fmstack.perfmodel.rl_rollout`);
 2. forward passes over prompt + response: reference policy (KL term), reward model (unless the reward is a rule),
    critic (PPO only). A forward pass is a third of the training model's compute (backward = 2 x forward,
    Narayanan et al. 2021, sec. 5.1) plus half its TP / EP / PP communication, with no optimizer;
@@ -36,6 +38,7 @@ from fmstack.perfmodel.inference import ServeConfig, deployment, estimate_serve,
 from fmstack.perfmodel.inference_kv import DEFAULT_RESERVE_GIB as SERVE_RESERVE_GIB
 from fmstack.perfmodel.modelconsts import model_consts
 from fmstack.perfmodel.rl_memory import rl_memory
+from fmstack.perfmodel.rl_rollout import rollout_time
 from fmstack.perfmodel.training import TrainingEstimate, estimate_training
 
 Algorithm = Literal["ppo", "grpo"]
@@ -75,6 +78,10 @@ class RLConfig:
     """A learned reward model (a forward pass of the critic's size); False = rule-based reward."""
     reference: bool = True
     """Keep a reference policy for the KL term."""
+    length_spread: float = 0.0
+    """Prompt and response lengths uniform in mean x [1 - s, 1 + s]; > 0 simulates the rollout's long tail."""
+    seed: int = 0
+    """Seed of the rollout simulation (``length_spread > 0``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -91,6 +98,9 @@ class RLEstimate:
     train_gpus: int
     rollout_concurrency: int
     rollout_tokens_per_s: float
+    rollout: dict[str, float]
+    """One replica's batch (:class:`fmstack.perfmodel.rl_rollout.RolloutTime`): ``time_s``, ``steady_s``,
+    ``drain_s`` (the finite batch's last wave and long tail), ``waves``, ``simulated_requests``."""
     train_step: dict[str, Any]
     bottleneck: str
     fits: bool
@@ -110,6 +120,8 @@ def _check(cfg: RLConfig, cluster: Cluster) -> None:
     for name, flag in flags.items():
         if getattr(cfg, name) < 1:
             raise InputError(flag, f"must be >= 1, got {getattr(cfg, name)}")
+    if not (math.isfinite(cfg.length_spread) and 0.0 <= cfg.length_spread < 1.0):
+        raise InputError("length-spread", f"must be in [0, 1), got {cfg.length_spread}")
     if cfg.rollout_nodes is not None and cfg.rollout_nodes < 1:
         raise InputError("rollout-nodes", f"must be >= 1, got {cfg.rollout_nodes}")
     if cfg.placement not in ("colocated", "split"):
@@ -254,7 +266,10 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
         first = estimate_serve(actor, rollout_cl, serve)
         conc = max(1, min(per_replica, first.max_concurrency))
         gen = estimate_serve(actor, rollout_cl, replace(serve, concurrency=conc))
-    rollout = max(gen.latency_s, per_replica / gen.requests_per_s)
+        batch = rollout_time(
+            actor, rollout_cl, serve, per_replica, conc, length_spread=cfg.length_spread, seed=cfg.seed
+        )
+    rollout = batch.time_s
 
     actor_step = _train(actor, train_cl, cfg, seqs)
     ppo = cfg.algorithm == "ppo"
@@ -280,13 +295,17 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
     top = max(parts, key=lambda k: parts[k])
     bottleneck = f"{top.replace('_', ' ')}: {100 * parts[top] / step:.0f} % of the step"
     if top == "rollout":
-        bottleneck += f" (decode {gen.bottleneck})"
+        bottleneck += f" (decode {gen.bottleneck}"
+        if batch.drain_s > 0.05 * rollout:
+            bottleneck += f"; the batch's last wave and longest responses add {100 * batch.drain_s / rollout:.0f} %"
+        bottleneck += ")"
     mem = rl_memory(actor=actor_step, critic=critic_step, reward=reward_step, reference=cfg.reference, rollout=gen,
                     rollout_max_sequences=first.max_concurrency, colocated=cfg.placement == "colocated")  # fmt: skip
     return RLEstimate(
         model=actor.name, instance=cluster.name or cluster.instance.name, num_gpus=cluster.num_gpus, config=cfg,
         step_time_s=step, parts_s=parts, rollout_gpus=rollout_cl.num_gpus, train_gpus=train_cl.num_gpus,
         rollout_concurrency=conc, rollout_tokens_per_s=seqs * cfg.response_len / rollout,
+        rollout={k: float(v) for k, v in asdict(batch).items()},
         train_step={"step_time_s": actor_step.step_time_s, "mfu": actor_step.mfu, "fits": actor_step.fits,
                     "config": asdict(actor_step.config)},
         bottleneck=bottleneck, fits=mem.fits, memory=mem.to_json(),
