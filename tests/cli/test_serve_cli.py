@@ -62,6 +62,15 @@ def test_estimate_rl_json() -> None:
     assert set(data["memory"]["parts_gib"]) >= {"actor_state", "critic_state", "reference_weights", "rollout_engine"}
 
 
+def test_estimate_rl_long_tail_table() -> None:
+    proc = _run("estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--prompts", "64",
+                "--prompt-len", "256", "--response-len", "256", "--rollout-tp", "1", "--train-tp", "1",
+                "--length-spread", "0.5")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "fills of the engine take" in out and "(the last wave and the longest responses)" in out
+
+
 def test_estimate_rl_names_the_part_that_does_not_fit() -> None:
     proc = _run("estimate", "rl", "--model", "qwen3-8b", "--instance", "p5.48xlarge", "--algorithm", "ppo",
                 "--critic", "llama3.1-70b", "--rollout-tp", "1", "--train-tp", "1")  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -205,8 +206,11 @@ def rl_cmd(
     cluster = build_cluster(cat, instance, nodes)
     values: dict[str, Any] = {k: (v.lower() if isinstance(v, str) else v) for k, v in options.items()}
     cfg = RLConfig(**values)
-    est = estimate_rl(actor, cluster, cfg, critic=critic_arch)
-    others = compare_placements(actor, cluster, cfg, critic=critic_arch) if compare else {}
+    # the long-tail simulation takes seconds for long responses: a spinner on terminals (not for --json)
+    busy = cfg.length_spread > 0 and not as_json
+    with console().status("simulating each rollout replica's batch") if busy else nullcontext():
+        est = estimate_rl(actor, cluster, cfg, critic=critic_arch)
+        others = compare_placements(actor, cluster, cfg, critic=critic_arch) if compare else {}
     if as_json:
         data = est.to_json()
         if others:
