@@ -28,13 +28,12 @@ _STATES = {
 }  # fmt: skip
 
 
-def _container_flags(job: ResolvedJob) -> str:
-    """With ``image``, srun runs each task in that container through NVIDIA's pyxis/enroot plugin
-    (``--container-image``; github.com/NVIDIA/pyxis, the container runtime of AWS ParallelCluster and SageMaker
-    HyperPod Slurm images), with the log directory and the checkpoint location mounted at the same paths."""
+def _container_mounts(job: ResolvedJob) -> list[str]:
+    """The host paths mounted into the container at the same paths: the log directory and the checkpoint tiers
+    that are file-system paths (none without ``image``)."""
     spec = job.spec
     if not spec.image:
-        return ""
+        return []
     mounts = [job.log_dir]
     if spec.checkpoint is not None:
         mounts.append(os.path.abspath(spec.checkpoint.location))
@@ -46,8 +45,35 @@ def _container_flags(job: ResolvedJob) -> str:
             raise InputError(
                 "log_dir/checkpoint", f"{m!r}: a path mounted into the container must not contain ',' or ':'"
             )
-    joined = ",".join(f"{m}:{m}" for m in dict.fromkeys(mounts))
-    return f" --container-image={shlex.quote(spec.image)} --container-mounts={shlex.quote(joined)}"
+    return list(dict.fromkeys(mounts))
+
+
+def _container_flags(job: ResolvedJob) -> str:
+    """With ``image``, srun runs each task in that container through NVIDIA's pyxis/enroot plugin
+    (``--container-image``; github.com/NVIDIA/pyxis, the container runtime of AWS ParallelCluster and SageMaker
+    HyperPod Slurm images), with the log directory and the checkpoint location mounted at the same paths."""
+    mounts = _container_mounts(job)
+    if not mounts:
+        return ""
+    joined = ",".join(f"{m}:{m}" for m in mounts)
+    return f" --container-image={shlex.quote(job.spec.image or '')} --container-mounts={shlex.quote(joined)}"
+
+
+def _mount_sources(job: ResolvedJob) -> list[str]:
+    """Create the checkpoint mount sources on every node before the container starts: a bind mount needs its
+    source, and a first run's checkpoint directory does not exist yet (enroot: "enroot-mount: failed to mount:
+    SRC at ...: No such file or directory", github.com/NVIDIA/pyxis/issues/133), so every task would fail before
+    the workload could create it. The log directory exists: ``submit`` creates it (Slurm opens the output there)."""
+    sources = [m for m in _container_mounts(job) if m != job.log_dir]
+    if not sources:
+        return []
+    nodes = job.spec.nodes
+    mkdir = shlex.join(["mkdir", "-p", "--", *sources])
+    say = shlex.quote("fmstack: cannot create the container mount source(s) " + " ".join(sources))
+    return [
+        "# container mounts need their source directories on every node (pyxis/enroot bind mounts)",
+        f"srun --nodes={nodes} --ntasks-per-node=1 {mkdir} || {{ echo {say} >&2; exit 1; }}",
+    ]
 
 
 def render_sbatch(job: ResolvedJob) -> str:
@@ -83,6 +109,7 @@ def render_sbatch(job: ResolvedJob) -> str:
         "MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))",
         "export MASTER_ADDR MASTER_PORT",
         'echo "fmstack: job $SLURM_JOB_ID restart ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB_NODELIST head $MASTER_ADDR"',
+        *_mount_sources(job),
         "# node rank comes from each srun task's own SLURM_NODEID, hence bash -c",
         f"srun --kill-on-bad-exit=1 --nodes={spec.nodes} --ntasks-per-node=1{_container_flags(job)} bash -c {q(inner)}",
         "rc=$?",
@@ -116,6 +143,7 @@ class SlurmLauncher:
         text = self.render(job)
         if dry_run:
             return Submission(job_id="slurm:DRY-RUN", rendered=text, dry_run=True)
+        _make_log_dir(job.log_dir)
         out = shell.run(["sbatch", "--parsable"], input_text=text)
         native = out.strip().split(";")[0]
         if not native.isdigit():
@@ -162,6 +190,16 @@ class SlurmLauncher:
             return False
         self.drain(node, f"fmstack-health:{action.name}:{why}")
         return True
+
+
+def _make_log_dir(log_dir: str) -> None:
+    """Slurm opens ``--output`` in ``log_dir`` and does not create the directory: without it the batch job fails
+    at start and its log is lost. Created here, on the submit host (the login node shares the cluster's file
+    systems), as the local launcher does."""
+    try:
+        os.makedirs(log_dir, exist_ok=True)
+    except OSError as exc:
+        raise InputError("log_dir", f"{log_dir!r}: cannot create it: {exc.strerror or exc}") from None
 
 
 def _check_node(node: str) -> None:
