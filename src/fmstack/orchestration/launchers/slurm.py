@@ -155,16 +155,56 @@ class SlurmLauncher:
             raise InputError("ID", f"slurm:{native_id}: a Slurm job id is digits (array tasks: 12_3)")
 
     def status(self, native_id: str) -> JobStatus:
+        """One job, or every task of an array (``scontrol show job -o`` prints one line per task record, pending
+        tasks folded into one record such as ``ArrayTaskId=2-3``). A job slurmctld has already forgotten
+        (``MinJobAge``, 300 s by default, after it ended) is looked up in accounting (``sacct``)."""
         self._check(native_id)
-        info = parse_scontrol(shell.run(["scontrol", "show", "job", "-o", native_id]))
-        raw = info.get("JobState", "UNKNOWN")
-        detail = (
-            f"{raw} ExitCode={info.get('ExitCode', '?')} Reason={info.get('Reason', '?')} log={info.get('StdOut', '?')}"
-        )
-        restarts = int(info.get("Restarts", "0") or 0)
+        try:
+            text = shell.run(["scontrol", "show", "job", "-o", native_id])
+        except InputError as exc:
+            if "Invalid job id" not in str(exc):
+                raise
+            return self._status_from_sacct(native_id)
+        records = [parse_scontrol(line) for line in text.splitlines() if line.strip()]
+        if len(records) <= 1:
+            info = records[0] if records else {}
+            raw = info.get("JobState", "UNKNOWN")
+            detail = (
+                f"{raw} ExitCode={info.get('ExitCode', '?')} Reason={info.get('Reason', '?')} "
+                f"log={info.get('StdOut', '?')}"
+            )
+            restarts = _int(info.get("Restarts", "0"))
+            return JobStatus(
+                job_id=f"slurm:{native_id}", state=_STATES.get(raw, "UNKNOWN"), detail=detail, restarts=restarts
+            )
+        tasks = [(r.get("ArrayTaskId", r.get("JobId", "?")), r.get("JobState", "UNKNOWN")) for r in records]
         return JobStatus(
-            job_id=f"slurm:{native_id}", state=_STATES.get(raw, "UNKNOWN"), detail=detail, restarts=restarts
+            job_id=f"slurm:{native_id}",
+            state=_combined([raw for _, raw in tasks]),
+            detail="array tasks " + " ".join(f"{t}:{raw}" for t, raw in tasks),
+            restarts=max(_int(r.get("Restarts", "0")) for r in records),
         )
+
+    def _status_from_sacct(self, native_id: str) -> JobStatus:
+        try:
+            text = shell.run(["sacct", "-j", native_id, "-X", "-n", "-P", "-o", "JobID,State,ExitCode"])
+        except InputError as exc:
+            raise InputError(
+                "ID",
+                f"slurm:{native_id} is not known to slurmctld (it forgets ended jobs after MinJobAge, 300 s by "
+                f"default) and accounting could not say: {exc.message}",
+            ) from None
+        rows = [line.split("|") for line in text.splitlines() if line.count("|") >= 2]
+        if not rows:
+            raise InputError("ID", f"slurm:{native_id} is known neither to slurmctld nor to accounting (sacct)")
+        # sacct writes "CANCELLED by 1000": the state is the first word
+        tasks = [(r[0], (r[1].split() or ["UNKNOWN"])[0], r[2]) for r in rows]
+        if len(tasks) == 1:
+            _, raw, code = tasks[0]
+            detail = f"{raw} ExitCode={code} (from sacct)"
+        else:
+            detail = "array tasks " + " ".join(f"{t}:{raw}" for t, raw, _ in tasks) + " (from sacct)"
+        return JobStatus(job_id=f"slurm:{native_id}", state=_combined([raw for _, raw, _ in tasks]), detail=detail)
 
     def cancel(self, native_id: str) -> None:
         self._check(native_id)
@@ -190,6 +230,20 @@ class SlurmLauncher:
             return False
         self.drain(node, f"fmstack-health:{action.name}:{why}")
         return True
+
+
+def _int(text: str) -> int:
+    return int(text) if text.isdigit() else 0
+
+
+def _combined(raw_states: list[str]) -> str:
+    """One state for several tasks: running while any runs, else pending while any waits, else the worst ending
+    (FAILED before CANCELLED before UNKNOWN); COMPLETED only when every task completed."""
+    states = {_STATES.get(raw, "UNKNOWN") for raw in raw_states}
+    for state in ("RUNNING", "PENDING", "FAILED", "CANCELLED", "UNKNOWN"):
+        if state in states:
+            return state
+    return "COMPLETED"
 
 
 def _make_log_dir(log_dir: str) -> None:
