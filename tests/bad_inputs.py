@@ -324,7 +324,10 @@ BAD_ARGV += []  # fmt: skip
 BAD_ARGV += []  # fmt: skip
 
 # session 7, operations review (helper C): add rows here
-BAD_ARGV += []  # fmt: skip
+BAD_ARGV += [
+    (["simulate", "--nodes", "4", "--days", "1", "--jobs", "5", "--seed", "-1"], "seed: must be >= 0, got -1"),
+    (["simulate", "compare", "--nodes", "4", "--days", "1", "--jobs", "5", "--seed", "-3"], "seed: must be >= 0"),
+]  # fmt: skip
 
 # session 7, lead: RL rollout as a finite batch
 BAD_ARGV += [

@@ -62,7 +62,10 @@ def test_local_refuses_more_than_one_node(p5_job: ResolvedJob) -> None:
 
 
 def test_sbatch_runs_the_image_through_pyxis(p5_job: ResolvedJob) -> None:
-    srun = next(line for line in get_launcher("slurm").render(p5_job).splitlines() if line.startswith("srun "))
+    sruns = [line for line in get_launcher("slurm").render(p5_job).splitlines() if line.startswith("srun ")]
+    # first a step that creates the checkpoint mount source on every node, then the training step
+    assert sruns[0].startswith("srun --nodes=4 --ntasks-per-node=1 mkdir -p -- /fsx/ckpt/gpt-small ||")
+    srun = sruns[1]
     image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/fmstack:0.1"
     assert f"--container-image={image}" in srun
     assert "--container-mounts=/fsx/logs:/fsx/logs,/fsx/ckpt/gpt-small:/fsx/ckpt/gpt-small" in srun

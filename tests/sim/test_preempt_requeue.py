@@ -72,3 +72,30 @@ def test_replaced_node_is_out_for_the_recovery_modes_replacement_time(catalog: C
     # RepairTimes has no replacement time of its own (it had a dead 4 h field)
     assert RepairTimes().out_s(Action.REPLACE_NODE, 3600.0) == 3600.0
     assert not hasattr(RepairTimes(), "replace_s")
+
+
+def test_preemption_loss_is_not_reported_as_failure_loss(catalog: Catalog) -> None:
+    # no faults at all: the one preemption loses 340 s x 16 GPUs = 5,440 GPU-s = 1.511 GPU-h (hand count above);
+    # before the fix failures.lost_gpu_hours said 1.511 for a run without a single failure
+    from fmstack.sim.metrics import summarise
+
+    s = summarise(_reclaim(catalog, interval="10"))
+    assert s["failures"]["events"] == 0
+    assert s["failures"]["lost_gpu_hours"] == 0.0
+    assert s["jobs"]["preemption_lost_gpu_hours"] == round(340 * 16 / 3600, 3) == 1.511
+    assert s["gpu_hours"]["lost_work"] == 1.511  # all lost work, both causes
+
+
+def test_failure_loss_is_what_the_fault_log_lost(catalog: Catalog) -> None:
+    # faults and preemptions together (kueue, 64 nodes, 7 days): the failure loss is the sum over the fault log,
+    # and failures + preemptions add up to all lost work
+    from fmstack.sim.metrics import summarise
+
+    cfg = SimConfig(nodes=64, days=7.0, jobs=600, policy="kueue", seed=7)
+    sim = Simulator(cfg, catalog).run()
+    s = summarise(sim)
+    assert sim.preemptions > 0 and s["failures"]["events"] > 0
+    from_log = sum(f["lost_gpu_h"] for f in sim.fault_log)
+    assert abs(s["failures"]["lost_gpu_hours"] - from_log) < 1e-3
+    total = s["failures"]["lost_gpu_hours"] + s["jobs"]["preemption_lost_gpu_hours"]
+    assert abs(total - s["gpu_hours"]["lost_work"]) <= 2e-3  # three values rounded to 1e-3 each

@@ -49,6 +49,8 @@ class SimConfig:
             raise InputError("days", f"must be > 0, got {self.days}")
         if self.spares < 0:
             raise InputError("spares", f"must be >= 0, got {self.spares}")
+        if self.seed < 0:  # numpy's SeedSequence takes non-negative integers only
+            raise InputError("seed", f"must be >= 0, got {self.seed}")
         if self.priority not in PRIORITIES:
             raise InputError("priority", f"unknown priority {self.priority!r}; allowed: {', '.join(PRIORITIES)}")
         if self.priority != "fifo" and self.policy == "kueue":

@@ -90,7 +90,8 @@ def summarise(sim: SimState) -> dict[str, Any]:
         "goodput": round(parts["productive"] / alloc, r) if alloc else 0.0,
         "ettr": round(ettr_num / ettr_den, r) if ettr_den else 0.0,
         "jobs": {"submitted": len(jobs), "started": len(started), "completed": len(done),
-                 "restarts": sum(j.restarts for j in jobs), "preemptions": sim.preemptions},
+                 "restarts": sum(j.restarts for j in jobs), "preemptions": sim.preemptions,
+                 "preemption_lost_gpu_hours": round(sim.preempted_lost_gpu_s / h, 3)},
         "by_size_class": by_class,
         "fairness": {
             "jain_users": round(jain(list(per_user.values())), r),
@@ -100,7 +101,7 @@ def summarise(sim: SimState) -> dict[str, Any]:
         "failures": {
             "events": len(sim.fault_log), "job_interruptions": sim.interruptions,
             "by_category": dict(sorted(cats.items())), "by_action": dict(sorted(actions.items())),
-            "lost_gpu_hours": round(parts["lost_work"] / h, 3),
+            "lost_gpu_hours": round((parts["lost_work"] - sim.preempted_lost_gpu_s) / h, 3),
         },
         "events_processed": sim.env.events_processed,
     }  # fmt: skip

@@ -134,6 +134,8 @@ class SimState:
         """(job, start_s, end_s, how it ended, nodes) of each run segment, kept for runs of <= 2,000 jobs."""
         self.keep_segments = len(self.jobs) <= 2000
         self.preemptions = 0
+        self.preempted_lost_gpu_s = 0.0
+        """Work lost to preemptions (compute since the victim's last checkpoint); the rest of lost work is failures'."""
         self.no_room: tuple[int, set[int]] = (-1, set())
         self.prio: MultifactorPriority | None = None
         if config.priority in ("multifactor", "fairtree"):
@@ -267,7 +269,9 @@ class SimState:
     def _preempt(self, job: Job) -> None:
         self.preemptions += 1
         job.preemptions += 1
+        lost_before = job.lost_gpu_s
         self._close(job, self.env.now_s, graceful=False, kind="preempted")
+        self.preempted_lost_gpu_s += job.lost_gpu_s - lost_before
         job.epoch += 1
         # a preempted workload is requeued at once (Evicted/Preempted, then requeued: kueue concepts/preemption.md);
         # the waitForPodsReady backoff is for workloads evicted because their pods were not ready, not for this

@@ -25,6 +25,8 @@ MASTER_ADDR=$(scontrol show node "$HEAD_NODE" | tr " " "\n" | sed -n "s/^NodeAdd
 MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 export MASTER_ADDR MASTER_PORT
 echo "fmstack: job $SLURM_JOB_ID restart ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB_NODELIST head $MASTER_ADDR"
+# container mounts need their source directories on every node (pyxis/enroot bind mounts)
+srun --nodes=4 --ntasks-per-node=1 mkdir -p -- /fsx/ckpt/gpt-small || { echo 'fmstack: cannot create the container mount source(s) /fsx/ckpt/gpt-small' >&2; exit 1; }
 # node rank comes from each srun task's own SLURM_NODEID, hence bash -c
 srun --kill-on-bad-exit=1 --nodes=4 --ntasks-per-node=1 --container-image=123456789012.dkr.ecr.us-east-1.amazonaws.com/fmstack:0.1 --container-mounts=/fsx/logs:/fsx/logs,/fsx/ckpt/gpt-small:/fsx/ckpt/gpt-small bash -c 'exec python3 -m torch.distributed.run --nnodes=4 --nproc-per-node=8 --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" -m fmstack.workloads.train --model small --parallel fsdp --precision bf16 --steps 1000 --batch-size 4 --seed 0 --ckpt-dir /fsx/ckpt/gpt-small --ckpt-interval 50 --ckpt-keep 3 --ckpt-durable s3://ckpts/gpt-small'
 rc=$?

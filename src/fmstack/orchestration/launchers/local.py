@@ -24,7 +24,9 @@ STATE_ENV = "FMSTACK_STATE_DIR"
 
 
 def state_root() -> Path:
-    return Path(os.environ.get(STATE_ENV) or Path.home() / ".local" / "state" / "fmstack" / "jobs")
+    """Absolute: the job script changes into ``log_dir`` before it writes its state, and ``status`` matches the
+    script's path in the process's command line."""
+    return Path(os.environ.get(STATE_ENV) or Path.home() / ".local" / "state" / "fmstack" / "jobs").absolute()
 
 
 def backoff_delays_s(base_s: float, max_restarts: int) -> list[float]:
@@ -96,8 +98,8 @@ class LocalLauncher:
             rc = int(code_file.read_text().strip() or "1")
             state = "COMPLETED" if rc == 0 else ("CANCELLED" if (d / "cancelled").exists() else "FAILED")
             return JobStatus(job_id=jid, state=state, detail=f"exit {rc}; log {d / 'output.log'}", restarts=restarts)
-        pid = int((d / "pid").read_text())
-        if _alive(pid):
+        pid = _pid(d)
+        if _is_job_script(pid, d / "job.sh"):
             return JobStatus(job_id=jid, state="RUNNING", detail=f"pid {pid}", restarts=restarts)
         state = "CANCELLED" if (d / "cancelled").exists() else "FAILED"
         return JobStatus(job_id=jid, state=state, detail="exited without recording an exit code", restarts=restarts)
@@ -108,9 +110,9 @@ class LocalLauncher:
         st = self.status(native_id)
         if st.state != "RUNNING":
             raise AlreadyEnded(st.state)
-        pid = int((d / "pid").read_text())
+        pid = _pid(d)
         (d / "cancelled").touch()
-        if _alive(pid):
+        if _is_job_script(pid, d / "job.sh"):
             os.killpg(pid, signal.SIGTERM)
 
 
@@ -130,10 +132,24 @@ def _restarts(job_dir: Path) -> int:
         return 0
 
 
-def _alive(pid: int) -> bool:
-    """Running and not a zombie (a zombie still answers kill -0)."""
+def _pid(job_dir: Path) -> int:
+    text = (job_dir / "pid").read_text(encoding="utf-8").strip()
+    if not text.isdigit() or int(text) <= 0:
+        raise InputError("pid", f"{job_dir / 'pid'} holds {text!r}, not a process id; the job's state is damaged")
+    return int(text)
+
+
+def _is_job_script(pid: int, script: Path) -> bool:
+    """Whether ``pid`` is still this job's ``bash job.sh``: running, not a zombie (a zombie still answers kill -0),
+    and running this job's script. A PID alone is not enough: once the script died without recording an exit code
+    (SIGKILL, the OOM killer, a reboot; the state directory survives) its PID can belong to any other process, and
+    ``cancel`` signals the whole process group of that PID. A process we cannot inspect is not ours."""
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return False
+        with open(f"/proc/{pid}/cmdline", "rb") as fb:
+            argv = fb.read().split(b"\0")
+    except (OSError, IndexError):
         return False
+    return os.fsencode(str(script)) in argv

@@ -28,13 +28,12 @@ _STATES = {
 }  # fmt: skip
 
 
-def _container_flags(job: ResolvedJob) -> str:
-    """With ``image``, srun runs each task in that container through NVIDIA's pyxis/enroot plugin
-    (``--container-image``; github.com/NVIDIA/pyxis, the container runtime of AWS ParallelCluster and SageMaker
-    HyperPod Slurm images), with the log directory and the checkpoint location mounted at the same paths."""
+def _container_mounts(job: ResolvedJob) -> list[str]:
+    """The host paths mounted into the container at the same paths: the log directory and the checkpoint tiers
+    that are file-system paths (none without ``image``)."""
     spec = job.spec
     if not spec.image:
-        return ""
+        return []
     mounts = [job.log_dir]
     if spec.checkpoint is not None:
         mounts.append(os.path.abspath(spec.checkpoint.location))
@@ -46,8 +45,35 @@ def _container_flags(job: ResolvedJob) -> str:
             raise InputError(
                 "log_dir/checkpoint", f"{m!r}: a path mounted into the container must not contain ',' or ':'"
             )
-    joined = ",".join(f"{m}:{m}" for m in dict.fromkeys(mounts))
-    return f" --container-image={shlex.quote(spec.image)} --container-mounts={shlex.quote(joined)}"
+    return list(dict.fromkeys(mounts))
+
+
+def _container_flags(job: ResolvedJob) -> str:
+    """With ``image``, srun runs each task in that container through NVIDIA's pyxis/enroot plugin
+    (``--container-image``; github.com/NVIDIA/pyxis, the container runtime of AWS ParallelCluster and SageMaker
+    HyperPod Slurm images), with the log directory and the checkpoint location mounted at the same paths."""
+    mounts = _container_mounts(job)
+    if not mounts:
+        return ""
+    joined = ",".join(f"{m}:{m}" for m in mounts)
+    return f" --container-image={shlex.quote(job.spec.image or '')} --container-mounts={shlex.quote(joined)}"
+
+
+def _mount_sources(job: ResolvedJob) -> list[str]:
+    """Create the checkpoint mount sources on every node before the container starts: a bind mount needs its
+    source, and a first run's checkpoint directory does not exist yet (enroot: "enroot-mount: failed to mount:
+    SRC at ...: No such file or directory", github.com/NVIDIA/pyxis/issues/133), so every task would fail before
+    the workload could create it. The log directory exists: ``submit`` creates it (Slurm opens the output there)."""
+    sources = [m for m in _container_mounts(job) if m != job.log_dir]
+    if not sources:
+        return []
+    nodes = job.spec.nodes
+    mkdir = shlex.join(["mkdir", "-p", "--", *sources])
+    say = shlex.quote("fmstack: cannot create the container mount source(s) " + " ".join(sources))
+    return [
+        "# container mounts need their source directories on every node (pyxis/enroot bind mounts)",
+        f"srun --nodes={nodes} --ntasks-per-node=1 {mkdir} || {{ echo {say} >&2; exit 1; }}",
+    ]
 
 
 def render_sbatch(job: ResolvedJob) -> str:
@@ -83,6 +109,7 @@ def render_sbatch(job: ResolvedJob) -> str:
         "MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))",
         "export MASTER_ADDR MASTER_PORT",
         'echo "fmstack: job $SLURM_JOB_ID restart ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB_NODELIST head $MASTER_ADDR"',
+        *_mount_sources(job),
         "# node rank comes from each srun task's own SLURM_NODEID, hence bash -c",
         f"srun --kill-on-bad-exit=1 --nodes={spec.nodes} --ntasks-per-node=1{_container_flags(job)} bash -c {q(inner)}",
         "rc=$?",
@@ -116,6 +143,7 @@ class SlurmLauncher:
         text = self.render(job)
         if dry_run:
             return Submission(job_id="slurm:DRY-RUN", rendered=text, dry_run=True)
+        _make_log_dir(job.log_dir)
         out = shell.run(["sbatch", "--parsable"], input_text=text)
         native = out.strip().split(";")[0]
         if not native.isdigit():
@@ -127,16 +155,56 @@ class SlurmLauncher:
             raise InputError("ID", f"slurm:{native_id}: a Slurm job id is digits (array tasks: 12_3)")
 
     def status(self, native_id: str) -> JobStatus:
+        """One job, or every task of an array (``scontrol show job -o`` prints one line per task record, pending
+        tasks folded into one record such as ``ArrayTaskId=2-3``). A job slurmctld has already forgotten
+        (``MinJobAge``, 300 s by default, after it ended) is looked up in accounting (``sacct``)."""
         self._check(native_id)
-        info = parse_scontrol(shell.run(["scontrol", "show", "job", "-o", native_id]))
-        raw = info.get("JobState", "UNKNOWN")
-        detail = (
-            f"{raw} ExitCode={info.get('ExitCode', '?')} Reason={info.get('Reason', '?')} log={info.get('StdOut', '?')}"
-        )
-        restarts = int(info.get("Restarts", "0") or 0)
+        try:
+            text = shell.run(["scontrol", "show", "job", "-o", native_id])
+        except InputError as exc:
+            if "Invalid job id" not in str(exc):
+                raise
+            return self._status_from_sacct(native_id)
+        records = [parse_scontrol(line) for line in text.splitlines() if line.strip()]
+        if len(records) <= 1:
+            info = records[0] if records else {}
+            raw = info.get("JobState", "UNKNOWN")
+            detail = (
+                f"{raw} ExitCode={info.get('ExitCode', '?')} Reason={info.get('Reason', '?')} "
+                f"log={info.get('StdOut', '?')}"
+            )
+            restarts = _int(info.get("Restarts", "0"))
+            return JobStatus(
+                job_id=f"slurm:{native_id}", state=_STATES.get(raw, "UNKNOWN"), detail=detail, restarts=restarts
+            )
+        tasks = [(r.get("ArrayTaskId", r.get("JobId", "?")), r.get("JobState", "UNKNOWN")) for r in records]
         return JobStatus(
-            job_id=f"slurm:{native_id}", state=_STATES.get(raw, "UNKNOWN"), detail=detail, restarts=restarts
+            job_id=f"slurm:{native_id}",
+            state=_combined([raw for _, raw in tasks]),
+            detail="array tasks " + " ".join(f"{t}:{raw}" for t, raw in tasks),
+            restarts=max(_int(r.get("Restarts", "0")) for r in records),
         )
+
+    def _status_from_sacct(self, native_id: str) -> JobStatus:
+        try:
+            text = shell.run(["sacct", "-j", native_id, "-X", "-n", "-P", "-o", "JobID,State,ExitCode"])
+        except InputError as exc:
+            raise InputError(
+                "ID",
+                f"slurm:{native_id} is not known to slurmctld (it forgets ended jobs after MinJobAge, 300 s by "
+                f"default) and accounting could not say: {exc.message}",
+            ) from None
+        rows = [line.split("|") for line in text.splitlines() if line.count("|") >= 2]
+        if not rows:
+            raise InputError("ID", f"slurm:{native_id} is known neither to slurmctld nor to accounting (sacct)")
+        # sacct writes "CANCELLED by 1000": the state is the first word
+        tasks = [(r[0], (r[1].split() or ["UNKNOWN"])[0], r[2]) for r in rows]
+        if len(tasks) == 1:
+            _, raw, code = tasks[0]
+            detail = f"{raw} ExitCode={code} (from sacct)"
+        else:
+            detail = "array tasks " + " ".join(f"{t}:{raw}" for t, raw, _ in tasks) + " (from sacct)"
+        return JobStatus(job_id=f"slurm:{native_id}", state=_combined([raw for _, raw, _ in tasks]), detail=detail)
 
     def cancel(self, native_id: str) -> None:
         self._check(native_id)
@@ -162,6 +230,30 @@ class SlurmLauncher:
             return False
         self.drain(node, f"fmstack-health:{action.name}:{why}")
         return True
+
+
+def _int(text: str) -> int:
+    return int(text) if text.isdigit() else 0
+
+
+def _combined(raw_states: list[str]) -> str:
+    """One state for several tasks: running while any runs, else pending while any waits, else the worst ending
+    (FAILED before CANCELLED before UNKNOWN); COMPLETED only when every task completed."""
+    states = {_STATES.get(raw, "UNKNOWN") for raw in raw_states}
+    for state in ("RUNNING", "PENDING", "FAILED", "CANCELLED", "UNKNOWN"):
+        if state in states:
+            return state
+    return "COMPLETED"
+
+
+def _make_log_dir(log_dir: str) -> None:
+    """Slurm opens ``--output`` in ``log_dir`` and does not create the directory: without it the batch job fails
+    at start and its log is lost. Created here, on the submit host (the login node shares the cluster's file
+    systems), as the local launcher does."""
+    try:
+        os.makedirs(log_dir, exist_ok=True)
+    except OSError as exc:
+        raise InputError("log_dir", f"{log_dir!r}: cannot create it: {exc.strerror or exc}") from None
 
 
 def _check_node(node: str) -> None:
