@@ -336,3 +336,6 @@ BAD_ARGV += [
     (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--length-spread", "nan"],
      "length-spread: must be in [0, 1), got nan"),
 ]  # fmt: skip
+
+# session 7, operations round 2 (helper D): add rows here
+BAD_ARGV += []  # fmt: skip
