@@ -301,6 +301,29 @@ def check_checkpoint_location(spec: JobSpec, *, fast_tier_on_this_host: bool = T
         raise InputError("checkpoint.durable", f"{ck.durable!r} is unreachable: {reason}") from None
 
 
+_URL = re.compile(r"^([a-z][a-z0-9+.-]*)://([^/]+)(/.*)?$")
+
+
+def check_checkpoint_shape(spec: JobSpec) -> list[str]:
+    """What a dry run can check without touching the network or the file system: the fast tier is a path, not a
+    URL; the durable tier is a path or a ``scheme://bucket/...`` URL. Returns the checks it left out (the ones
+    :func:`check_checkpoint_location` makes), so the caller can say so."""
+    if spec.checkpoint is None:
+        return []
+    ck = spec.checkpoint
+    if "://" in ck.location:
+        raise InputError(
+            "checkpoint.location", f"{ck.location!r}: the fast tier must be a local or shared file-system path"
+        )
+    skipped = [f"checkpoint.location {ck.location!r} is writable"]
+    if ck.durable is not None:
+        if "://" in ck.durable and not ck.durable.startswith("file://") and not _URL.match(ck.durable):
+            raise InputError("checkpoint.durable", f"{ck.durable!r} is not a path or a URL like s3://bucket/prefix")
+        remote = "://" in ck.durable and not ck.durable.startswith("file://")
+        skipped.append(f"checkpoint.durable {ck.durable!r} is {'reachable' if remote else 'writable'}")
+    return skipped
+
+
 def _check_local(field: str, location: str) -> None:
     if "://" in location:
         raise InputError(field, f"{location!r}: the fast tier must be a local or shared file-system path")
