@@ -94,6 +94,36 @@ class Retry(_Strict):
     requeue_exit_codes: list[int] = Field(default_factory=list)
 
 
+# a label key: optional DNS-subdomain prefix and '/', then a name of at most 63 characters (Kubernetes docs, "Labels
+# and Selectors", syntax and character set)
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
+
+class Topology(_Strict):
+    """Kueue topology-aware scheduling (TAS) for the job's pods (Kubernetes with ``queue``; ignored by Slurm).
+
+    Default ``none``: no annotation. Kueue gives any PodSet with a ``podset-required-topology`` or
+    ``podset-preferred-topology`` annotation a topology request, and a request skips every ResourceFlavor without
+    ``spec.topologyName`` ("Flavor ... does not support TopologyAwareScheduling": kueue
+    pkg/scheduler/flavorassigner/tas_flavorassigner.go, checkPodSetAndFlavorMatchForTAS). "preferred" relaxes only
+    the domain (climb levels, else spread), not the need for a TAS flavor: on a ClusterQueue without one the
+    workload is never admitted (kueue.sigs.k8s.io docs, concepts/topology_aware_scheduling; shared/reference/
+    orchestration-02 §5). A ClusterQueue whose flavors are all TAS applies TAS to unannotated workloads anyway."""
+
+    mode: Literal["none", "preferred", "required"] = "none"
+    level: str = Field(
+        default="topology.k8s.aws/network-node-layer-3",
+        description="node label of the Topology level (AWS: topology.k8s.aws/network-node-layer-1..3)",
+    )
+
+    @field_validator("level")
+    @classmethod
+    def _level_is_a_label_key(cls, v: str) -> str:
+        if not _LABEL_KEY.fullmatch(v):
+            raise ValueError("must be a node label key such as topology.k8s.aws/network-node-layer-3")
+        return v
+
+
 class Plan(_Strict):
     """Parallel degrees from ``fmstack plan``; their product must equal the job's GPUs (or processes)."""
 
@@ -114,6 +144,7 @@ class JobSpec(_Strict):
     instance: str | None = None
     partition: str | None = None
     queue: str | None = Field(default=None, description="Kueue LocalQueue name (Kubernetes)")
+    topology: Topology = Field(default_factory=Topology)
     namespace: str = "default"
     time_limit_min: int = Field(default=60, gt=0)
     exclusive: bool = True

@@ -3,8 +3,9 @@
 JobSet (jobset.x-k8s.io/v1alpha2): one replicated Job of ``nodes`` Indexed pods; ``network.enableDNSHostnames``
 makes JobSet create the headless Service for rendezvous (pod ``<jobset>-<rjob>-0-0.<subdomain>`` is node 0).
 Kueue: the ``kueue.x-k8s.io/queue-name`` label, ``suspend: true`` (Kueue admits the whole JobSet at once, i.e. gang
-admission, and unsuspends it) and a ``kueue.x-k8s.io/podset-preferred-topology`` annotation on the pods for
-topology-aware placement on AWS's ``topology.k8s.aws/network-node-layer-N`` node labels.
+admission, and unsuspends it) and, when ``topology.mode`` asks for it, a ``kueue.x-k8s.io/podset-{preferred,
+required}-topology`` annotation on the pods for topology-aware placement (AWS: ``topology.k8s.aws/network-node-layer-N``
+node labels). Off by default: it needs a TAS ResourceFlavor, or the workload is never admitted.
 Validation: core objects (batch/v1 Job, v1 Pod) with kubernetes-validate in strict mode; the CRDs against the
 vendored schemas in ``orchestration/data`` with jsonschema.
 """
@@ -20,7 +21,6 @@ from fmstack.orchestration.jobspec import ResolvedJob
 from fmstack.orchestration.launchers.torchrun import job_env, program_argv, torchrun_prefix
 
 K8S_VERSION = "1.30"
-TOPOLOGY_LABEL = "topology.k8s.aws/network-node-layer-3"
 RDZV_PORT = 29500
 RJOB = "trainer"
 
@@ -102,9 +102,14 @@ def _labels(job: ResolvedJob) -> dict[str, str]:
 
 
 def _pod_annotations(job: ResolvedJob) -> dict[str, str]:
-    if job.spec.queue and job.spec.nodes > 1:
-        return {"kueue.x-k8s.io/podset-preferred-topology": TOPOLOGY_LABEL}
-    return {}
+    """Kueue TAS only when the spec asks (``topology.mode``): a topology request on a ClusterQueue whose flavor has
+    no ``topologyName`` is never admitted, preferred or required alike (see jobspec.Topology)."""
+    topo = job.spec.topology
+    if topo.mode == "none":
+        return {}
+    if not job.spec.queue:
+        raise InputError("topology.mode", f"{topo.mode!r} needs a Kueue queue (set queue) or mode: none")
+    return {f"kueue.x-k8s.io/podset-{topo.mode}-topology": topo.level}
 
 
 def render_jobset(job: ResolvedJob) -> dict[str, Any]:
