@@ -48,3 +48,46 @@ def test_topology_needs_a_queue_and_a_label_key(catalog: Catalog) -> None:
         parse_jobspec({**P5_SPEC, "topology": {"mode": "preferred", "level": "not a label"}})
     with pytest.raises(InputError, match=r"field 'topology.mode'"):
         parse_jobspec({**P5_SPEC, "topology": {"mode": "strict"}})
+
+
+def test_jobset_pods_get_the_restart_attempt(catalog: Catalog) -> None:
+    m = render_jobset(resolve(parse_jobspec(P5_SPEC), catalog))
+    (tmpl,) = _pod_templates(m)
+    env = {e["name"]: e for e in tmpl["spec"]["containers"][0]["env"]}
+    assert env["FMSTACK_RESTART_COUNT"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/restart-attempt']"}
+    }
+    # a value the user sets wins, and is not given twice
+    m = render_jobset(resolve(parse_jobspec({**P5_SPEC, "env": {"FMSTACK_RESTART_COUNT": "7"}}), catalog))
+    names = [e["name"] for e in _pod_templates(m)[0]["spec"]["containers"][0]["env"]]
+    assert names.count("FMSTACK_RESTART_COUNT") == 1
+
+
+def test_jobset_manifest_with_the_restart_attempt_validates(catalog: Catalog) -> None:
+    pytest.importorskip("kubernetes_validate")
+    from fmstack.orchestration.launchers.k8s_manifests import validate_manifest
+
+    validate_manifest(render_jobset(resolve(parse_jobspec(P5_SPEC), catalog)))
+
+
+def _cond(*types: str) -> dict[str, Any]:
+    return {"spec": {"runPolicy": {"suspend": False}}, "status": {"conditions": [
+        {"type": t, "status": "True"} for t in types]}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("true", "state"),
+    [
+        ((), "PENDING"),
+        (("Created",), "PENDING"),  # pods made, none running yet: it read RUNNING before
+        (("Created", "Running"), "RUNNING"),
+        (("Created", "Restarting"), "RUNNING"),
+        (("Created", "Succeeded"), "COMPLETED"),
+        (("Created", "Failed"), "FAILED"),
+        (("Created", "Suspended"), "PENDING"),
+    ],
+)
+def test_pytorchjob_state_follows_its_conditions(true: tuple[str, ...], state: str) -> None:
+    from fmstack.orchestration.launchers.pytorchjob import PyTorchJobLauncher
+
+    assert PyTorchJobLauncher.state_of(_cond(*true), set(true)) == state

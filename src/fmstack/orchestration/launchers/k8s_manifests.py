@@ -22,6 +22,7 @@ from fmstack.orchestration.launchers.torchrun import job_env, program_argv, torc
 
 K8S_VERSION = "1.30"
 RDZV_PORT = 29500
+JOBSET_RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 RJOB = "trainer"
 
 
@@ -45,6 +46,17 @@ def _container(job: ResolvedJob, rdzv: list[str], indexed: bool) -> dict[str, An
                 },
             }
         )
+        # JobSet labels (and annotates) every pod with the restart attempt it is on, 0 first (jobset api/jobset/
+        # v1alpha2 RestartsKey): the same count as the local launcher's FMSTACK_RESTART_COUNT. A PyTorchJob has no
+        # such label (the kubelet restarts containers in place and the restart count is pod status, which the
+        # downward API does not expose), so its pods go without.
+        if "FMSTACK_RESTART_COUNT" not in job.spec.env:
+            env.append(
+                {
+                    "name": "FMSTACK_RESTART_COUNT",
+                    "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOBSET_RESTART_ATTEMPT}']"}},
+                }
+            )
     limits: dict[str, str] = {}
     if job.gpus_per_node:
         limits["nvidia.com/gpu"] = str(job.gpus_per_node)

@@ -88,20 +88,24 @@ class KubernetesLauncher:
         )
         st = obj.get("status") or {}
         true = {c.get("type") for c in st.get("conditions") or [] if c.get("status") == "True"}
-        if true & {"Completed", "Succeeded"}:
-            state = "COMPLETED"
-        elif "Failed" in true:
-            state = "FAILED"
-        elif "Suspended" in true or (obj.get("spec") or {}).get("suspend") or not st:
-            state = "PENDING"
-        else:
-            state = "RUNNING"
         return JobStatus(
             job_id=f"{self.name}:{native_id}",
-            state=state,
+            state=self.state_of(obj, true),
             detail=",".join(sorted(true)),
             restarts=int(st.get("restarts", 0)),
         )
+
+    @staticmethod
+    def state_of(obj: dict[str, Any], true: set[str]) -> str:
+        """JobSet: conditions Completed / Failed / Suspended (jobset api v1alpha2); a JobSet with a status and
+        none of them is running its Jobs."""
+        if true & {"Completed", "Succeeded"}:
+            return "COMPLETED"
+        if "Failed" in true:
+            return "FAILED"
+        if "Suspended" in true or (obj.get("spec") or {}).get("suspend") or not obj.get("status"):
+            return "PENDING"
+        return "RUNNING"
 
     def cancel(self, native_id: str) -> None:
         ns, name = self._split(native_id)

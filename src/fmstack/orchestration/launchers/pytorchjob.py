@@ -14,3 +14,19 @@ class PyTorchJobLauncher(KubernetesLauncher):
     name = "pytorchjob"
     group, version, plural = "kubeflow.org", "v1", "pytorchjobs"
     render_manifest: Callable[[ResolvedJob], dict[str, Any]] = staticmethod(render_pytorchjob)
+
+    @staticmethod
+    def state_of(obj: dict[str, Any], true: set[str]) -> str:
+        """From the job's conditions (kubeflow training-operator, kubeflow.org/v1 JobConditionType: Created,
+        Running, Restarting, Succeeded, Suspended, Failed). The operator sets Created as soon as it has made the
+        pods, pending or not; only Running (or Restarting, pods being recreated after a failure) means the job
+        runs. Created alone is PENDING: it used to read RUNNING while every pod still waited for a node."""
+        if "Succeeded" in true:
+            return "COMPLETED"
+        if "Failed" in true:
+            return "FAILED"
+        if "Suspended" in true or (obj.get("spec") or {}).get("runPolicy", {}).get("suspend"):
+            return "PENDING"
+        if true & {"Running", "Restarting"}:
+            return "RUNNING"
+        return "PENDING"
