@@ -338,4 +338,16 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 7, operations round 2 (helper D): add rows here
-BAD_ARGV += []  # fmt: skip
+BAD_FILES["job_topo_mode.yaml"] = "name: a\ncommand: ['true']\nqueue: q\ntopology: {mode: strict}\n"
+BAD_FILES["job_topo_level.yaml"] = "name: a\ncommand: ['true']\nqueue: q\ntopology: {mode: required, level: 'a b'}\n"
+BAD_FILES["job_topo_noqueue.yaml"] = "name: a\ncommand: ['true']\nimage: x\nnodes: 2\ntopology: {mode: required}\n"
+BAD_FILES["job_url_fast.yaml"] = "name: a\ncommand: ['true']\ncheckpoint: {location: 's3://b/k'}\n"
+BAD_ARGV += [
+    (["cancel", "slurm:42", "--grace-s", "5"], "--grace-s: applies to local jobs only"),
+    (["cancel", "local:x", "--grace-s", "-1"], "--grace-s: -1: must be a finite number of seconds >= 0"),
+    (["cancel", "local:x", "--grace-s", "inf"], "--grace-s: inf: must be a finite number"),
+    (["launch", "@file:job_topo_mode.yaml", "--on", "slurm", "--dry-run"], "field 'topology.mode'"),
+    (["launch", "@file:job_topo_level.yaml", "--on", "slurm", "--dry-run"], "must be a node label key"),
+    (["launch", "@file:job_topo_noqueue.yaml", "--on", "kubernetes", "--dry-run"], "topology.mode: 'required' needs a Kueue queue"),
+    (["launch", "@file:job_url_fast.yaml", "--on", "slurm", "--dry-run"], "the fast tier must be a local"),
+]  # fmt: skip

@@ -9,6 +9,7 @@ import click
 
 from fmstack.catalog import load_catalog
 from fmstack.cli.common import catalog_option, json_option, print_json
+from fmstack.errors import InputError
 from fmstack.orchestration.jobspec import (
     check_checkpoint_location,
     check_checkpoint_shape,
@@ -65,14 +66,30 @@ def status(job_id: str, as_json: bool) -> None:
         click.echo(f"{st.job_id} {st.state} restarts={st.restarts} {st.detail}")
 
 
-@click.command(epilog="Example:\n\n  fmstack cancel slurm:42")
+@click.command(epilog="Example:\n\n  fmstack cancel slurm:42\n\n  fmstack cancel local:NAME-... --grace-s 5")
 @click.argument("job_id", metavar="ID")
-def cancel(job_id: str) -> None:
-    """Cancel a job. One that has already ended keeps its final state: says so, exit 0."""
-    from fmstack.orchestration.launchers.local import AlreadyEnded
+@click.option(
+    "--grace-s",
+    type=float,
+    default=None,
+    help="Local jobs: seconds from SIGTERM to SIGKILL [default: 30, as Slurm's KillWait]. Slurm and Kubernetes "
+    "apply their own (KillWait, terminationGracePeriodSeconds).",
+)
+def cancel(job_id: str, grace_s: float | None) -> None:
+    """Cancel a job. One that has already ended keeps its final state: says so, exit 0. A local job gets SIGTERM,
+    then SIGKILL if still alive after --grace-s; the line says which stopped it."""
+    from fmstack.orchestration.launchers.local import DEFAULT_GRACE_S, AlreadyEnded, LocalLauncher
 
     launcher, native = split_job_id(job_id)
+    if grace_s is not None and not isinstance(launcher, LocalLauncher):
+        raise InputError("--grace-s", f"applies to local jobs only; {launcher.name} applies its own grace period")
+    if grace_s is not None and not 0 <= grace_s < float("inf"):
+        raise InputError("--grace-s", f"{grace_s:g}: must be a finite number of seconds >= 0")
     try:
+        if isinstance(launcher, LocalLauncher):
+            outcome = launcher.stop(native, DEFAULT_GRACE_S if grace_s is None else grace_s)
+            click.echo(f"{job_id} cancel requested; {outcome}")
+            return
         launcher.cancel(native)
     except AlreadyEnded as ended:  # nothing to do: the job keeps its final state (exit 0, as a no-op)
         click.echo(f"{job_id} already ended ({ended.state}); nothing to cancel")

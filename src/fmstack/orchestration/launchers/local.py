@@ -21,6 +21,9 @@ from fmstack.orchestration.launchers.base import JobStatus, Submission
 from fmstack.orchestration.launchers.torchrun import job_env, program_argv, torchrun_prefix
 
 STATE_ENV = "FMSTACK_STATE_DIR"
+DEFAULT_GRACE_S = 30.0
+"""Seconds between SIGTERM and SIGKILL on cancel: Slurm's KillWait default (slurm.conf) and Kubernetes'
+terminationGracePeriodSeconds default are both 30 s."""
 
 
 def state_root() -> Path:
@@ -106,14 +109,29 @@ class LocalLauncher:
 
     def cancel(self, native_id: str) -> None:
         """Stop a running job; a job that has already ended raises :class:`AlreadyEnded` and keeps its state."""
+        self.stop(native_id)
+
+    def stop(self, native_id: str, grace_s: float = DEFAULT_GRACE_S, poll_s: float = 0.1) -> str:
+        """SIGTERM to the job's process group, then SIGKILL to whatever of it is still alive ``grace_s`` later (as
+        Slurm's KillWait, 30 s by default, and Kubernetes' terminationGracePeriodSeconds, 30 s by default, do: a
+        process that ignores or traps SIGTERM cannot outlive a cancel). Returns what happened, in words."""
         d = self._dir(native_id)
         st = self.status(native_id)
         if st.state != "RUNNING":
             raise AlreadyEnded(st.state)
         pid = _pid(d)
         (d / "cancelled").touch()
-        if _is_job_script(pid, d / "job.sh"):
-            os.killpg(pid, signal.SIGTERM)
+        if not _is_job_script(pid, d / "job.sh"):
+            return "it had already exited"
+        os.killpg(pid, signal.SIGTERM)
+        start = time.monotonic()
+        while _group_alive(pid):
+            waited = time.monotonic() - start
+            if waited >= grace_s:
+                os.killpg(pid, signal.SIGKILL)
+                return f"SIGKILL after {grace_s:g} s: SIGTERM did not stop it"
+            time.sleep(min(poll_s, max(grace_s - waited, 0.0)))
+        return f"stopped by SIGTERM in {time.monotonic() - start:.1f} s"
 
 
 class AlreadyEnded(Exception):
@@ -137,6 +155,22 @@ def _pid(job_dir: Path) -> int:
     if not text.isdigit() or int(text) <= 0:
         raise InputError("pid", f"{job_dir / 'pid'} holds {text!r}, not a process id; the job's state is damaged")
     return int(text)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of process group ``pgid`` is alive and not a zombie (``killpg(pgid, 0)`` also counts
+    zombies nobody has reaped yet, e.g. the job script when the process that started it still runs)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def _is_job_script(pid: int, script: Path) -> bool:
