@@ -53,8 +53,8 @@ def test_dry_run_checks_shapes_only(tmp_path: Path, on: str, no_side_effects: No
 
 def test_dry_run_still_refuses_a_bad_shape() -> None:
     url_fast_tier = parse_jobspec({"name": "a", "command": ["true"], "checkpoint": {"location": "s3://b/k"}})
-    with pytest.raises(InputError, match="checkpoint.location: 's3://b/k': the fast tier must be a local"):
+    with pytest.raises(InputError, match=r"checkpoint\.location: 's3://b/k': the fast tier must be a local"):
         check_checkpoint_shape(url_fast_tier)
     bad_url = parse_jobspec({"name": "a", "command": ["true"], "checkpoint": {"location": "/x", "durable": "s3:///k"}})
-    with pytest.raises(InputError, match="checkpoint.durable: 's3:///k' is not a path or a URL"):
+    with pytest.raises(InputError, match=r"checkpoint\.durable: 's3:///k' is not a path or a URL"):
         check_checkpoint_shape(bad_url)
