@@ -41,6 +41,7 @@ def test_actions_are_ordered_by_severity() -> None:
         (13, Action.RESTART_JOB),  # RESTART_APP
         (31, Action.RESTART_JOB),  # RESTART_APP
         (43, Action.NONE),  # IGNORE
+        (45, Action.NONE),  # WORKFLOW_XID_45: solo RESTART_FM (not an fmstack action), else IGNORE
         (48, Action.RESET_GPU),  # WORKFLOW_XID_48: solo RESET_GPU
         (63, Action.NONE),  # IGNORE (pending remap, reset later)
         (64, Action.RESET_GPU),  # RESET_GPU
@@ -66,6 +67,9 @@ def test_catalog_has_41_rows_and_only_79_reboots() -> None:
     assert len(table) == 41
     assert xids_for(table, Action.REBOOT_NODE) == [79]
     assert xids_for(table, Action.REPLACE_NODE) == []
+    # restart job is exactly the catalog's RESTART_APP bucket (Xid 45's RESTART_FM is not: it used to be)
+    restart_app = [x for x, r in table.items() if r.catalog_action.removeprefix("immediate=").startswith("RESTART_APP")]
+    assert xids_for(table, Action.RESTART_JOB) == sorted(restart_app)
 
 
 def test_unknown_xid_is_no_action_with_a_reason() -> None:
@@ -74,8 +78,12 @@ def test_unknown_xid_is_no_action_with_a_reason() -> None:
     assert "not in the Xid catalog" in d.reasons[0]
 
 
-def test_xid45_solo_restarts_the_job_but_defers_to_another_xid() -> None:
-    assert ENGINE.decide(NodeSignals(xids=[45])).action is Action.RESTART_JOB
+def test_xid45_takes_no_action_and_defers_to_another_xid() -> None:
+    # catalog row 45: "immediate=WORKFLOW_XID_45 (solo: RESTART_FM = restart Fabric Manager; not solo: IGNORE and
+    # follow the other Xid)"; orchestration-05-xid-ecc.md §2: "sympathetic; no node action". Never RESTART_APP.
+    solo = ENGINE.decide(NodeSignals(xids=[45]))
+    assert solo.action is Action.NONE
+    assert "solo: RESTART_FM (restart NVIDIA Fabric Manager" in solo.reasons[0]
     assert ENGINE.decide(NodeSignals(xids=[45, 43])).action is Action.NONE
     assert ENGINE.decide(NodeSignals(xids=[45, 48])).action is Action.RESET_GPU
 
@@ -147,7 +155,7 @@ _signals = st.builds(
 @given(_signals, st.sampled_from(sorted(load_xid_catalog())))
 def test_more_evidence_never_lowers_the_action(s: NodeSignals, extra_xid: int) -> None:
     before = ENGINE.decide(s).action
-    if extra_xid in (45, 154):  # these two defer to other Xids by design
+    if extra_xid == 154:  # defers to the recovery action the driver announces
         return
     s.xids = [*s.xids, extra_xid]
     assert ENGINE.decide(s).action >= before

@@ -6,7 +6,8 @@ simulator imports :class:`HealthEngine`, :class:`NodeSignals`, :class:`Decision`
 Rules and their sources (shared/reference/observability.md §7, orchestration-05-xid-ecc.md):
 
 - each Xid: NVIDIA's immediate action from the Xid catalog (:mod:`fmstack.observability.xid`); Xid 154 follows
-  the recovery action the driver announces; Xid 45 with another Xid defers to that Xid;
+  the recovery action the driver announces; Xid 45 (cleanup after an abort) takes no action: with another Xid that Xid decides, solo the reason
+  names the catalog's RESTART_FM (restart Fabric Manager, not an fmstack action);
 - row-remap failure (NVML ``bFailureOccurred``, DCGM_FI_DEV_ROW_REMAP_FAILURE): replace the node (no spare rows;
   Meta GCM ``row_remap`` check, NVIDIA "RMA path" for Xid 64);
 - pending row remap (NVML ``bPending``: "a reset will be required to actually remap the row") and volatile
@@ -181,8 +182,12 @@ class HealthEngine:
             action = rule.action
             bucket = rule.catalog_action.split(";")[0].removeprefix("immediate=").split(" ")[0]
             note = ""
-            if xid == 45 and others:
-                action, note = Action.NONE, ", with other Xids: follow them"
+            if xid == 45:  # catalog WORKFLOW_XID_45: solo RESTART_FM; not solo IGNORE, follow the other Xid
+                note = (
+                    ", with other Xids: follow them"
+                    if others
+                    else ", solo: RESTART_FM (restart NVIDIA Fabric Manager; not an fmstack action)"
+                )
             hits.append((action, f"xid {xid} ({name}): catalog {bucket}{note} -> {action.name.lower()}", SRC_XID))
         return hits
 

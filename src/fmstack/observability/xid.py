@@ -7,8 +7,11 @@ the catalog describes them (shared/reference/orchestration-05-xid-ecc.md §1):
 - WORKFLOW_XID_48 (double-bit ECC): RESET_GPU, solo or with Xid 63/64 ("drain and reset");
 - WORKFLOW_NVLINK_ERR (Xid 74) and WORKFLOW_NVLINK5_ERR (144-150): RESET_GPU unless the row's text says the
   workflow's outcome is IGNORE (147, 148). Without the decoded sub-code fmstack takes the fatal branch;
-- WORKFLOW_XID_45 (preemptive cleanup): follow the other Xid; solo it asks to restart Fabric Manager, which
-  fmstack treats as RESTART_JOB (the job was aborted; the GPU itself is healthy);
+- WORKFLOW_XID_45 (preemptive cleanup after an app abort): not solo, IGNORE and follow the other Xid; solo,
+  RESTART_FM (restart NVIDIA Fabric Manager, a host service on NVSwitch systems, not a rung of fmstack's ladder).
+  Both map to NONE: the reference notes call 45 "sympathetic; no node action" (orchestration-05-xid-ecc.md §2),
+  and restarting the job was never the catalog's action (the job has already ended: 45 is its cleanup). The
+  health engine names RESTART_FM in the reason of a solo 45 so an operator can act on it;
 - XID_154: follow the recovery action the driver announces (see :data:`XID154_ACTIONS`);
 - CONTACT_SUPPORT as the immediate action (Xid 61, unused on Ampere+): no automatic action.
 """
@@ -74,7 +77,7 @@ def action_for_bucket(xid: int, action_text: str) -> Action:
         detail = immediate[len(bucket) :]
         return Action.NONE if "IGNORE" in detail and "RESET_GPU" not in detail else Action.RESET_GPU
     if bucket == "WORKFLOW_XID_45":
-        return Action.RESTART_JOB
+        return Action.NONE
     if bucket == "XID_154":
         return Action.NONE
     raise ValueError(f"xid {xid}: unknown catalog action {action_text!r}")
