@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from importlib import resources
 from pathlib import Path
 
@@ -23,9 +25,9 @@ def test_exporter_once_on_the_fixture_node(fixtures: Path) -> None:
         "--sysfs-root", str(fixtures / "p5-node"), "--hostname", "n1", "--expected-gpus", "8", "--expected-efa", "32", "--once",
     )  # fmt: skip
     lines = out.splitlines()
-    assert 'fmstack_gpu_count{Hostname="n1"} 8.0' in lines
-    assert 'fmstack_efa_device_count{Hostname="n1"} 2.0' in lines
-    assert 'fmstack_efa_expected_device_count{Hostname="n1"} 32.0' in lines
+    assert 'fmstack_gpus{Hostname="n1"} 8.0' in lines
+    assert 'fmstack_efa_devices{Hostname="n1"} 2.0' in lines
+    assert 'fmstack_efa_devices_expected{Hostname="n1"} 32.0' in lines
     assert 'node_amazonefa_rx_drops{device="rdmap16s27",port="1",Hostname="n1"} 0.0' in lines
     assert 'fmstack_exporter_source_up{source="lustre",Hostname="n1"} 1.0' in lines
 
@@ -93,3 +95,26 @@ def test_exporter_serves_on_loopback_until_stopped(fixtures: Path) -> None:
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=20) == 0
+
+
+def test_exporter_names_pass_promtool_lint(fixtures: Path) -> None:
+    # "_count", "_sum" and "_bucket" are the series suffixes of summaries and histograms (Prometheus docs, "Metric
+    # and label naming"; client_golang promlint "non-histogram and non-summary metrics should not have ... suffix"):
+    # the GPU and EFA device gauges were fmstack_gpus, fmstack_efa_devices and their expected_ twins
+    out = _run(
+        "exporter", "--backend", "fake", "--fake-script", str(fixtures / "nvml-h100x8.json"),
+        "--sysfs-root", str(fixtures / "p5-node"), "--hostname", "n1", "--expected-gpus", "8", "--expected-efa", "32", "--once",
+    )  # fmt: skip
+    types = dict(ln.split()[2:4] for ln in out.splitlines() if ln.startswith("# TYPE "))
+    reserved = [
+        n for n, t in types.items() if t not in ("histogram", "summary") and n.endswith(("_count", "_sum", "_bucket"))
+    ]
+    assert reserved == []
+    assert 'fmstack_gpus{Hostname="n1"} 8.0' in out.splitlines()
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        return
+    lint = subprocess.run([promtool, "check", "metrics"], input=out, capture_output=True, text=True, timeout=60)
+    assert "should not have" not in lint.stdout + lint.stderr, (
+        lint.stdout + lint.stderr
+    )  # DCGM names mirror dcgm-exporter

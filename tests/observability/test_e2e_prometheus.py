@@ -111,7 +111,7 @@ def test_xid79_fires_and_the_engine_reboots(stack: tuple[FakeGpuBackend, str]) -
     _poll("prometheus ready", lambda: urllib.request.urlopen(f"{base}/-/ready", timeout=5).status == 200)
 
     def scraped() -> bool:
-        data = _get(f"{base}/api/v1/query?query=fmstack_gpu_count")["data"]["result"]
+        data = _get(f"{base}/api/v1/query?query=fmstack_gpus")["data"]["result"]
         return bool(data) and data[0]["value"][1] == "8"
 
     _poll("first scrape of the exporter", scraped)

@@ -18,7 +18,7 @@ def test_missing_infiniband_dir_is_source_down(fixtures: Path) -> None:
     text = exp.render().decode()
     assert 'fmstack_exporter_source_up{source="efa"} 0.0' in text
     assert 'fmstack_exporter_source_up{source="lustre"} 1.0' in text
-    assert "fmstack_efa_device_count" not in text, "a missing driver must not read as 0 devices"
+    assert "fmstack_efa_devices" not in text, "a missing driver must not read as 0 devices"
     assert "infiniband" in exp.last_error["efa"]
 
 
@@ -26,7 +26,7 @@ def test_present_but_empty_infiniband_dir_is_zero_devices(tmp_path: Path) -> Non
     (tmp_path / "sys/class/infiniband").mkdir(parents=True)  # the driver is loaded, no device in it
     text = Exporter([EfaSource(OsFs(tmp_path), "n1")]).render().decode()
     assert 'fmstack_exporter_source_up{source="efa"} 1.0' in text
-    assert 'fmstack_efa_device_count{Hostname="n1"} 0.0' in text
+    assert 'fmstack_efa_devices{Hostname="n1"} 0.0' in text
 
 
 def test_no_efa_leaves_the_source_out(tmp_path: Path) -> None:

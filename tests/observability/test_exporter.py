@@ -90,8 +90,8 @@ def test_dcgm_names_labels_and_counter_types(fixtures: Path) -> None:
     assert _get(v, "lustre_read_bytes_total", target="fsx-ffff9a2b3c4d5000") == [10737418240.0]
     assert _get(v, "lustre_stats_total", operation="open") == [1500.0]
     assert _get(v, "fmstack_train_tokens_per_second", job_id="j1") == [4096.0]
-    assert _get(v, "fmstack_gpu_count") == [8.0]
-    assert _get(v, "fmstack_efa_device_count") == [2.0]
+    assert _get(v, "fmstack_gpus") == [8.0]
+    assert _get(v, "fmstack_efa_devices") == [2.0]
     assert sorted(_get(v, "fmstack_exporter_source_up")) == [1.0, 1.0, 1.0, 1.0]
 
 
@@ -107,7 +107,7 @@ def test_scripted_xid_and_injected_faults(fixtures: Path) -> None:
     gpu.fall_off_bus(3)
     v = _values(exp.render())
     assert _get(v, "fmstack_gpu_up", gpu="3") == [0.0]
-    assert _get(v, "fmstack_gpu_count") == [7.0]
+    assert _get(v, "fmstack_gpus") == [7.0]
     assert _get(v, "fmstack_gpu_xid_errors_total", gpu="3", xid="79") == [1.0]
     assert _get(v, "DCGM_FI_DEV_GPU_TEMP", gpu="3") == []
     assert len(_get(v, "DCGM_FI_DEV_GPU_TEMP")) == 7
@@ -157,7 +157,7 @@ def test_each_exporter_has_its_own_registry(fixtures: Path) -> None:
     b = Exporter([])
     a.render()
     assert a.registry is not b.registry
-    assert "fmstack_gpu_count" not in b.render().decode()
+    assert "fmstack_gpus" not in b.render().decode()
     assert set(prometheus_client.REGISTRY._collector_to_names) == before
 
 
@@ -176,7 +176,7 @@ def test_http_server_binds_loopback_by_default(fixtures: Path) -> None:
         assert host == "127.0.0.1"
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
             assert resp.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
-            assert b"fmstack_gpu_count" in resp.read()
+            assert b"fmstack_gpus" in resp.read()
     finally:
         server.shutdown()
         server.server_close()

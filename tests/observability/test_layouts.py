@@ -101,7 +101,7 @@ def test_efa_bulk_path_follows_changing_values_and_structure() -> None:
             f'node_amazonefa_tx_bytes{{device="rdmap16s27",port="1",Hostname="n1"}} {float(step * 10**12)!r}\n' in text
         )
         assert ('device="rdmap32s27"' in text) == (step != 3)
-        assert f'fmstack_efa_device_count{{Hostname="n1"}} {1.0 if step == 3 else 2.0}' in text
+        assert f'fmstack_efa_devices{{Hostname="n1"}} {1.0 if step == 3 else 2.0}' in text
     # 0 learns; 1, 2 bulk; 3 (one device gone) learns; 4 (back: a new structure again) parses; 5 bulk
     assert source.fast_scrapes == 3
 

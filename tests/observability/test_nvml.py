@@ -134,7 +134,7 @@ def test_nvml_backend_through_the_exporter(fake_nvml: tuple[set[int], list[tuple
     events.append((1, 48))
     lost.add(7)
     text = Exporter([GpuSource(NvmlBackend(), "n1", expected_gpus=8)]).render().decode()
-    assert 'fmstack_gpu_count{Hostname="n1"} 7.0' in text
+    assert 'fmstack_gpus{Hostname="n1"} 7.0' in text
     assert 'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-0"' in text
     assert "DCGM_FI_DEV_PCIE_REPLAY_COUNTER" not in text
     assert 'xid="48"} 1.0' in text
@@ -156,7 +156,7 @@ def test_real_nvml_on_a_gpu_machine() -> None:
         second = b.read(0)  # GPM SM activity over the interval between the two reads (Hopper and newer)
         assert second.sm_active_ratio is None or 0.0 <= second.sm_active_ratio <= 1.0
         text = Exporter([GpuSource(b, "gpu-host", expected_gpus=n)]).render().decode()
-        assert f'fmstack_gpu_count{{Hostname="gpu-host"}} {float(n)}' in text
+        assert f'fmstack_gpus{{Hostname="gpu-host"}} {float(n)}' in text
         assert 'fmstack_exporter_source_up{source="gpu"} 1.0' in text
     finally:
         b.close()

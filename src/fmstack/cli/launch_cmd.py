@@ -25,7 +25,11 @@ from fmstack.orchestration.launchers.base import LAUNCHERS, get_launcher, split_
 )
 @click.argument("spec", type=click.Path(path_type=Path))
 @click.option("--on", "on", required=True, type=click.Choice(sorted(LAUNCHERS)), help="Where to run the job.")
-@click.option("--dry-run", is_flag=True, help="Print the rendered script or manifest; submit nothing. Checks shapes only: no network, no files.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the rendered script or manifest; submit nothing. Checks shapes only: no network, no files.",
+)
 @catalog_option
 @json_option
 def launch(spec: Path, on: str, dry_run: bool, catalog_dir: Path | None, as_json: bool) -> None:

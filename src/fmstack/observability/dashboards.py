@@ -64,9 +64,7 @@ CLUSTER: tuple[PanelSpec, ...] = (
         f"max by (Hostname) (rate(DCGM_FI_DEV_THERMAL_VIOLATION{{{HOST}}}[$__rate_interval])) / 1e6",
         "{{Hostname}}",
     ),
-    PanelSpec(
-        "GPUs present vs expected", "short", f"fmstack_gpu_count{{{HOST}}} - fmstack_gpu_expected_count{{{HOST}}}"
-    ),
+    PanelSpec("GPUs present vs expected", "short", f"fmstack_gpus{{{HOST}}} - fmstack_gpus_expected{{{HOST}}}"),
     PanelSpec("EFA transmit", "Bps", f"instance:node_amazonefa_tx_bytes:rate1m{{{HOST}}}", "{{Hostname}}"),
     PanelSpec("EFA receive", "Bps", f"instance:node_amazonefa_rx_bytes:rate1m{{{HOST}}}", "{{Hostname}}"),
     PanelSpec(

@@ -201,11 +201,11 @@ class EfaSource:
             self.read_errors_total += scan.read_errors
             families, ndevices = self._scan_families(scan), len(scan.devices)
         yield from families
-        count = GaugeMetricFamily("fmstack_efa_device_count", "EFA devices found in this scrape", labels=["Hostname"])
+        count = GaugeMetricFamily("fmstack_efa_devices", "EFA devices found in this scrape", labels=["Hostname"])
         count.add_metric([self.hostname], float(ndevices))
         yield count
         if self.expected_devices is not None:
-            exp = GaugeMetricFamily("fmstack_efa_expected_device_count", "EFA devices expected", labels=["Hostname"])
+            exp = GaugeMetricFamily("fmstack_efa_devices_expected", "EFA devices expected", labels=["Hostname"])
             exp.add_metric([self.hostname], float(self.expected_devices))
             yield exp
         errs = CounterMetricFamily("fmstack_efa_read_errors", "sysfs reads that failed", labels=["Hostname"])

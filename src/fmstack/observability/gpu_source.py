@@ -5,7 +5,7 @@ fields (shared/reference/observability.md §1); labels ``gpu, UUID, pci_bus_id, 
 DCGM counters keep their names without ``_total`` (see :mod:`fmstack.observability.exposition`).
 Extras (§2, §9): ``fmstack_gpu_xid_errors_total{xid}`` (a counter per Xid: DCGM_FI_DEV_XID_ERRORS holds only the
 last value), ``fmstack_gpu_xid_last_seen_timestamp_seconds{xid}`` (what the Xid alerts use: it fires on the first
-scrape after an event), ``fmstack_gpu_up``, ``fmstack_gpu_count`` / ``fmstack_gpu_expected_count``,
+scrape after an event), ``fmstack_gpu_up``, ``fmstack_gpus`` / ``fmstack_gpus_expected``,
 ``fmstack_gpu_last_read_timestamp_seconds``, ``fmstack_gpu_row_remap_pending``.
 """
 
@@ -175,10 +175,10 @@ class GpuSource:
         yield from (last, total, when)
 
     def _count_families(self, ok: int) -> Iterator[Metric]:
-        count = GaugeMetricFamily("fmstack_gpu_count", "GPUs read in this scrape", labels=["Hostname"])
+        count = GaugeMetricFamily("fmstack_gpus", "GPUs read in this scrape", labels=["Hostname"])
         count.add_metric([self.hostname], float(ok))
         yield count
         if self.expected_gpus is not None:
-            exp = GaugeMetricFamily("fmstack_gpu_expected_count", "GPUs this node should have", labels=["Hostname"])
+            exp = GaugeMetricFamily("fmstack_gpus_expected", "GPUs this node should have", labels=["Hostname"])
             exp.add_metric([self.hostname], float(self.expected_gpus))
             yield exp
