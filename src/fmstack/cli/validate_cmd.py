@@ -165,7 +165,9 @@ def _render_rl_check(rl: list[RLCheck]) -> None:
     for c in rl:
         pred = "-" if c.predicted_step_s is None else f"{c.predicted_step_s:.1f}"
         err = "-" if c.step_error_pct is None else f"{c.step_error_pct:+.1f} %"
-        stages = " / ".join(f"{c.predicted_stages_s[k]:.1f}" for k in validation_rl.STAGES) if c.predicted_stages_s else "-"
+        stages = (
+            " / ".join(f"{c.predicted_stages_s[k]:.1f}" for k in validation_rl.STAGES) if c.predicted_stages_s else "-"
+        )
         note = c.not_expressible and f"[yellow]not expressible: {c.not_expressible}"
         if not note:
             note = "; ".join(c.differences + ([] if c.fits else ["model memory: does not fit"]))

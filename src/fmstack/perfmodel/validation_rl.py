@@ -200,12 +200,10 @@ class RLSummary:
 
 def summarize(checks: list[RLCheck], scope: str) -> RLSummary:
     """``scope``: ``all``, ``exact`` (layout expressed), ``on`` (on-policy) or ``off`` (asynchronous)."""
-    keep = {
-        "all": lambda c: True,
-        "exact": lambda c: c.exact,
-        "on": lambda c: c.policy == "on",
-        "off": lambda c: c.policy != "on",
-    }[scope]
+
+    def keep(c: RLCheck) -> bool:
+        return {"all": True, "exact": c.exact, "on": c.policy == "on", "off": c.policy != "on"}[scope]
+
     errors = [c.step_error_pct for c in checks if keep(c) and c.step_error_pct is not None]
     if not errors:
         return RLSummary(scope=scope, compared=0, median_error_pct=math.nan, median_abs_error_pct=math.nan,
