@@ -14,6 +14,7 @@ from fmstack.catalog import load_catalog
 from fmstack.cli.common import catalog_option, console, json_option, print_json
 from fmstack.perfmodel.validation import TrainingCheck, summary, validate_training
 from fmstack.perfmodel.validation_llmfoundry import SOURCE, TABLES, SideCheck, check_llmfoundry, summarize
+from fmstack.perfmodel.validation_rl import RLCheck
 
 
 def _collective_checks(cat: Any) -> list[Any]:
@@ -23,13 +24,14 @@ def _collective_checks(cat: Any) -> list[Any]:
 
 @click.command(
     epilog="Example:\n\n  fmstack validate\n\n  fmstack validate --only training --json\n\n"
-    "  fmstack validate --only sidecheck"
+    "  fmstack validate --only sidecheck\n\n  fmstack validate --only rlcheck"
 )
 @click.option(
     "--only",
-    type=click.Choice(["training", "collectives", "inference", "sidecheck"]),
+    type=click.Choice(["training", "collectives", "inference", "sidecheck", "rlcheck"]),
     default=None,
-    help="One set only (sidecheck: PyTorch FSDP BF16 runs of llm-foundry, not calibration data).",
+    help="One set only (sidecheck: PyTorch FSDP BF16 runs of llm-foundry; rlcheck: NeMo RL GRPO step times; "
+    "neither is calibration data).",
 )
 @catalog_option
 @json_option
@@ -70,6 +72,17 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
             "source": SOURCE,
             "tables": {k: {"heading": TABLES[k], **asdict(summarize(side, k))} for k in TABLES},
             "cases": [{**asdict(c), "params_error_pct": c.params_error_pct} for c in side],
+        }
+    rl: list[RLCheck] = []
+    if only == "rlcheck":
+        from fmstack.perfmodel import validation_rl
+
+        rl = validation_rl.check_nemorl(cat)
+        result["rl_check_nemorl"] = {
+            "source": validation_rl.SOURCE,
+            "url": validation_rl.URL,
+            "summary": {s: asdict(validation_rl.summarize(rl, s)) for s in ("all", "exact", "on", "off")},
+            "cases": [c.to_json() for c in rl],
         }
     if as_json:
         print_json(result)
@@ -116,6 +129,8 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
         render_inference_validation(inference)
     if side:
         _render_side_check(side)
+    if rl:
+        _render_rl_check(rl)
 
 
 def _render_side_check(side: list[SideCheck]) -> None:
@@ -135,5 +150,33 @@ def _render_side_check(side: list[SideCheck]) -> None:
         s = summarize(side, key)
         out.print(
             f"side check {heading}: {s.compared} rows, median error {s.median_error_pct:+.1f} %, "
+            f"median |error| {s.median_abs_error_pct:.1f} %, worst {s.worst_abs_error_pct:.1f} %"
+        )
+
+
+def _render_rl_check(rl: list[RLCheck]) -> None:
+    from fmstack.perfmodel import validation_rl
+
+    out = console()
+    table = Table("id", "model", "policy", "GPUs", "prompt+resp", "measured s", "predicted s", "error",
+                  "rollout / logprobs / train / sync s", "note",
+                  title=f"RL check (not calibration data): GRPO step time, {validation_rl.SOURCE}",
+                  title_justify="left")  # fmt: skip
+    for c in rl:
+        pred = "-" if c.predicted_step_s is None else f"{c.predicted_step_s:.1f}"
+        err = "-" if c.step_error_pct is None else f"{c.step_error_pct:+.1f} %"
+        stages = (
+            " / ".join(f"{c.predicted_stages_s[k]:.1f}" for k in validation_rl.STAGES) if c.predicted_stages_s else "-"
+        )
+        note = c.not_expressible and f"[yellow]not expressible: {c.not_expressible}"
+        if not note:
+            note = "; ".join(c.differences + ([] if c.fits else ["model memory: does not fit"]))
+        table.add_row(c.id, c.model, c.policy, str(c.num_gpus), f"{c.prompt_len}+{c.response_len}",
+                      f"{c.measured_step_s:g}", pred, err, stages, note)  # fmt: skip
+    out.print(table)
+    for scope in ("all", "exact", "on", "off"):
+        s = validation_rl.summarize(rl, scope)
+        out.print(
+            f"RL check {scope}: {s.compared} rows, median error {s.median_error_pct:+.1f} %, "
             f"median |error| {s.median_abs_error_pct:.1f} %, worst {s.worst_abs_error_pct:.1f} %"
         )

@@ -1,0 +1,215 @@
+"""Side check of `fmstack validate --only rlcheck`: NVIDIA NeMo RL's published GRPO step times (not calibration data).
+
+Every GRPO row of NeMo RL's performance summary that names a model in the zoo and a system in the catalog
+(:data:`SOURCE`; rows, with each row's recipe, in ``data/nemorl/grpo.csv``) is predicted with
+:func:`fmstack.perfmodel.rl.estimate_rl`. The source publishes one time per row, the step (mean of 5 steps:
+generation, policy and reference logprobs, training and refit), and tokens/s/GPU = (prompt + response tokens of the
+step) / step time / GPUs; no per-stage times. So the check compares the step time; the predicted stages are reported
+beside it, without a measured counterpart.
+
+Each row maps to: GRPO, ``prompts x generations`` responses, ``minibatches = samples / T-GBS`` optimizer steps,
+one epoch, a reference policy (the recipes' KL penalty 0.01), a rule reward (math verifier); generation TP from the
+table, BF16; training TP and PP from the table; colocated for on-policy rows, else split placement with the
+recipe's generation nodes and ``async_split`` (one step off; the 8-step-off row is run the same way: the steady
+state of a deeper queue is still the slower of the two sides). System: DGX-H100 -> ``dgx-h100``, GB200-NVL72 ->
+``dgx-gb200`` (4 GPUs a node, a 72-GPU NVLink domain).
+
+Lengths: the response length is the table's *G-Average Seq len*, which is the mean generated length: the table's
+own tokens/s/GPU x step x GPUs / samples exceeds it by 100-130 tokens on 23 of the 25 rows, the prompt (the math
+prompt template around an OpenMathInstruct-2 problem). The prompt length of a row is the median of that difference
+over the rows of its model (:func:`prompt_lengths`): a property of the workload read off the table, not a model
+constant. Lengths are uniform (``length_spread`` 0): the source gives the mean only.
+
+What the model cannot express is listed per row (``differences``), never corrected for: training CP and EP
+(``RLConfig`` has no such fields, so MoE models train with EP 1), the recipes' vLLM ``gpu_memory_utilization``
+(fmstack's colocated engine takes 0.5 of HBM), the policy's own logprob pass (NeMo RL recomputes the previous
+policy's logprobs before training; fmstack counts only the reference forward), sequence packing, and the real
+response-length distribution (math answers up to the 4k / 8k cap: a long tail the uniform lengths do not have).
+Nothing is fitted to these rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fmstack.catalog.loader import Catalog
+from fmstack.catalog.topology import build_cluster
+from fmstack.errors import InputError
+from fmstack.perfmodel.rl import RLConfig, estimate_rl
+
+SOURCE = (
+    "NVIDIA-NeMo/RL docs/about/performance-summary.md @ tag v0.6.0 5fb588932bf835506a8a5bac01de4f8c7ab0a065 "
+    "(Llama 3.1 8B, Qwen3-32B rows: tag v0.5.0 6c7089300fded94abfa49bb9cbf9eb357d862461)"
+)
+URL = "https://docs.nvidia.com/nemo/rl/latest/about/performance-summary.html"
+SYSTEMS: dict[str, str] = {"DGX-H100": "dgx-h100", "GB200-NVL72": "dgx-gb200"}
+"""The source's system -> catalog instance."""
+STAGES = ("rollout", "logprobs", "training", "weight_sync")
+"""Predicted stages (NeMo RL's timers: generation, policy_and_reference_logprobs, policy_training, refit)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RLCheck:
+    """One published NeMo RL row against the model (errors signed: + = the model is slower than measured)."""
+
+    id: str
+    release: str
+    table: str
+    model: str
+    policy: str
+    num_gpus: int
+    samples: int
+    prompt_len: int
+    response_len: int
+    measured_step_s: float
+    measured_tokens_per_s_per_gpu: float
+    predicted_step_s: float | None = None
+    predicted_tokens_per_s_per_gpu: float | None = None
+    step_error_pct: float | None = None
+    predicted_stages_s: dict[str, float] = field(default_factory=dict)
+    fits: bool = True
+    bottleneck: str = ""
+    exact: bool = True
+    """False when the row uses a layout the model cannot express (``differences`` says which)."""
+    differences: list[str] = field(default_factory=list)
+    not_expressible: str = ""
+    recipe: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _data() -> Path:
+    return Path(str(resources.files("fmstack.perfmodel") / "data" / "nemorl"))
+
+
+def rows() -> list[dict[str, str]]:
+    """The published rows (grpo.csv without its citation comment lines)."""
+    text = (_data() / "grpo.csv").read_text(encoding="utf-8")
+    return list(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
+
+
+def _samples(row: dict[str, str]) -> int:
+    return int(row["prompts"]) * int(row["generations"])
+
+
+def prompt_lengths(data: list[dict[str, str]]) -> dict[str, int]:
+    """Model -> prompt tokens: the median over its rows of tokens/s/GPU x step x GPUs / samples - mean response."""
+    by_model: dict[str, list[float]] = {}
+    for r in data:
+        total = float(r["tokens_per_s_per_gpu"]) * float(r["step_time_s"]) * int(r["gpus"]) / _samples(r)
+        by_model.setdefault(r["model"], []).append(total - float(r["avg_gen_len"]))
+    return {m: round(statistics.median(v)) for m, v in by_model.items()}
+
+
+def row_config(row: dict[str, str], prompt_len: int) -> RLConfig:
+    """The RLConfig one row describes (module docstring)."""
+    samples = _samples(row)
+    on = row["policy"] == "on"
+    return RLConfig(
+        algorithm="grpo", prompts_per_step=int(row["prompts"]), samples_per_prompt=int(row["generations"]),
+        prompt_len=prompt_len, response_len=int(row["avg_gen_len"]),
+        placement="colocated" if on else "split", rollout_nodes=None if on else int(row["gen_nodes"]),
+        async_split=not on, rollout_tp=int(row["gen_tp"]), rollout_precision="bf16",
+        train_tp=int(row["train_tp"]), train_pp=int(row["train_pp"]), epochs=1,
+        minibatches=max(1, samples // int(row["train_gbs"])), reward_model=False, reference=True,
+    )  # fmt: skip
+
+
+def differences(row: dict[str, str]) -> tuple[list[str], bool]:
+    """What the run does that the model does not, and whether the layout itself is expressed (CP / EP are not)."""
+    out = []
+    exact = True
+    cp, ep = int(row["train_cp"]), int(row["train_ep"])
+    if cp > 1 or ep > 1:
+        exact = False
+        out.append(f"training cp {cp} ep {ep}: RLConfig has no cp / ep, predicted at cp 1 ep 1")
+    if row["colocated"] == "true" and float(row["gpu_memory_utilization"]) != 0.5:
+        out.append(f"vLLM gpu_memory_utilization {row['gpu_memory_utilization']} (model: 0.5 colocated)")
+    if row["policy"] == "8off":
+        exact = False
+        out.append("8 steps off-policy, predicted as one step off")
+    if row["note"]:
+        out.append(row["note"])
+    return out, exact
+
+
+def check_nemorl(catalog: Catalog) -> list[RLCheck]:
+    """Every row, predicted vs measured step time, with the predicted stages."""
+    data = rows()
+    prompts = prompt_lengths(data)
+    checks = []
+    for row in data:
+        samples = _samples(row)
+        prompt = prompts[row["model"]]
+        diffs, exact = differences(row)
+        base = RLCheck(
+            id=row["id"], release=row["release"], table=row["table"], model=row["model"], policy=row["policy"],
+            num_gpus=int(row["gpus"]), samples=samples, prompt_len=prompt, response_len=int(row["avg_gen_len"]),
+            measured_step_s=float(row["step_time_s"]),
+            measured_tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]), exact=exact, differences=diffs,
+            recipe=row["recipe"],
+        )  # fmt: skip
+        instance = SYSTEMS[row["system"]]
+        nodes = math.ceil(int(row["gpus"]) / int(row["gpus_per_node"]))
+        try:
+            cluster = build_cluster(catalog, instance, nodes)
+            est = estimate_rl(catalog.model(row["model"]), cluster, row_config(row, prompt))
+        except InputError as exc:
+            checks.append(_replace(base, not_expressible=f"{exc.field}: {exc.message}"))
+            continue
+        p = est.parts_s
+        stages = {
+            "rollout": p["rollout"],
+            "logprobs": p["reference_forward"] + p["reward_forward"] + p["critic_forward"],
+            "training": p["actor_train"] + p["critic_train"],
+            "weight_sync": p["weight_sync"],
+        }
+        step = est.step_time_s
+        tokens = samples * (prompt + base.response_len)
+        checks.append(
+            _replace(
+                base, predicted_step_s=step, predicted_tokens_per_s_per_gpu=tokens / step / base.num_gpus,
+                step_error_pct=(step / base.measured_step_s - 1.0) * 100.0, predicted_stages_s=stages,
+                fits=est.fits, bottleneck=est.bottleneck,
+            )
+        )  # fmt: skip
+    return checks
+
+
+def _replace(c: RLCheck, **kw: Any) -> RLCheck:
+    return RLCheck(**{**asdict(c), **kw})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RLSummary:
+    """Step-time errors of a set of rows (signed: + = model slower than measured)."""
+
+    scope: str
+    compared: int
+    median_error_pct: float
+    median_abs_error_pct: float
+    worst_abs_error_pct: float
+
+
+def summarize(checks: list[RLCheck], scope: str) -> RLSummary:
+    """``scope``: ``all``, ``exact`` (layout expressed), ``on`` (on-policy) or ``off`` (asynchronous)."""
+
+    def keep(c: RLCheck) -> bool:
+        return {"all": True, "exact": c.exact, "on": c.policy == "on", "off": c.policy != "on"}[scope]
+
+    errors = [c.step_error_pct for c in checks if keep(c) and c.step_error_pct is not None]
+    if not errors:
+        return RLSummary(scope=scope, compared=0, median_error_pct=math.nan, median_abs_error_pct=math.nan,
+                         worst_abs_error_pct=math.nan)  # fmt: skip
+    absolute = [abs(e) for e in errors]
+    return RLSummary(
+        scope=scope, compared=len(errors), median_error_pct=statistics.median(errors),
+        median_abs_error_pct=statistics.median(absolute), worst_abs_error_pct=max(absolute),
+    )  # fmt: skip

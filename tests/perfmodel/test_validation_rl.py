@@ -1,0 +1,66 @@
+"""The NeMo RL side check (`fmstack validate --only rlcheck`): invariants only; the errors are reported, not bounded."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from click.testing import CliRunner
+
+from fmstack.catalog import load_catalog
+from fmstack.cli.main import cli
+from fmstack.perfmodel.validation_rl import STAGES, check_nemorl, prompt_lengths, rows, summarize
+
+
+def test_every_row_predicted_or_explained() -> None:
+    checks = check_nemorl(load_catalog(None))
+    assert [c.id for c in checks] == [r["id"] for r in rows()]
+    assert len(checks) == 25
+    for c in checks:
+        if c.not_expressible:
+            assert c.predicted_step_s is None
+            continue
+        assert c.predicted_step_s is not None and c.step_error_pct is not None
+        assert math.isfinite(c.step_error_pct) and c.predicted_step_s > 0
+        assert set(c.predicted_stages_s) == set(STAGES)
+        # the stages add up: in sequence on-policy, rollout overlapped with the rest one step off
+        s = c.predicted_stages_s
+        if c.policy == "on":
+            assert math.isclose(sum(s.values()), c.predicted_step_s, rel_tol=1e-9)
+        else:
+            rest = s["logprobs"] + s["training"]
+            assert math.isclose(max(s["rollout"], rest) + s["weight_sync"], c.predicted_step_s, rel_tol=1e-9)
+        tokens = c.samples * (c.prompt_len + c.response_len)
+        assert c.predicted_tokens_per_s_per_gpu is not None
+        assert math.isclose(c.predicted_tokens_per_s_per_gpu * c.predicted_step_s * c.num_gpus, tokens, rel_tol=1e-9)
+    # the dense rows (Llama 3.1 8B, Qwen3-32B) are expressed exactly and all predicted
+    dense = [c for c in checks if c.model in ("llama3.1-8b", "qwen3-32b")]
+    assert len(dense) == 8 and all(c.exact and c.predicted_step_s is not None for c in dense)
+    # the H100 rows with generation TP > 8 cannot run: TP must stay inside the 8-GPU NVLink domain
+    unexpressed = {c.id for c in checks if c.not_expressible}
+    assert unexpressed == {"h100-dsv3-256", "h100-dsv3-512", "h100-dsv3-512-1off", "h100-q235-128", "h100-q235-256"}
+    assert summarize(checks, "all").compared == 20
+
+
+def test_prompt_length_from_the_table() -> None:
+    """tokens/s/GPU x step x GPUs / samples - mean response: 100-130 tokens of math prompt on every model."""
+    lengths = prompt_lengths(rows())
+    assert set(lengths) == {"deepseek-v3", "qwen3-235b-a22b", "qwen3-30b-a3b", "llama3.1-8b", "qwen3-32b"}
+    assert all(100 <= v <= 135 for v in lengths.values()), lengths
+    # hand check, Llama 3.1 8B on-policy H100: 1581 x 92.8 x 16 / 2048 - 1019 = 127.2
+    assert math.isclose(1581 * 92.8 * 16 / 2048 - 1019, 127.2, abs_tol=0.1)
+
+
+def test_cli_rlcheck_prints_and_json() -> None:
+    runner = CliRunner()
+    res = runner.invoke(cli, ["validate", "--only", "rlcheck", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert list(data) == ["rl_check_nemorl"]
+    block = data["rl_check_nemorl"]
+    assert len(block["cases"]) == 25 and block["summary"]["all"]["compared"] == 20
+    res = runner.invoke(cli, ["validate", "--only", "rlcheck"])
+    assert res.exit_code == 0, res.output
+    assert "RL check all: 20 rows" in res.output
+    for c in check_nemorl(load_catalog(None)):
+        print(c.id, c.measured_step_s, c.predicted_step_s, c.step_error_pct, c.predicted_stages_s, c.not_expressible)
