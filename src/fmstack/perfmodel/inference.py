@@ -19,7 +19,7 @@ KV reads. Above the memory limit ``max_concurrency`` the extra clients queue. Th
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -41,6 +41,7 @@ from fmstack.perfmodel.inference_mixture import PK_CUTOFF as PK_CUTOFF  # re-exp
 from fmstack.perfmodel.inference_mixture import mean_iteration as mean_iteration
 from fmstack.perfmodel.inference_mixture import own_prompt_time
 from fmstack.perfmodel.inference_step import Deployment, bottleneck, step_time
+
 F = NDArray[np.float64]
 Scheduler = Literal["continuous", "static"]
 DEFAULT_MAX_NUM_TOKENS = 8192

@@ -164,7 +164,9 @@ class BatchingSim:
         self._running: list[int] = []
         self._busy = False
         # the memory's KV pool (in full-length sequences, as the analytic model counts it), not max_batch's
-        self._kv_tokens_free = float(max_concurrency(d, replace(cfg, max_batch=None)) * (cfg.input_len + cfg.output_len))
+        self._kv_tokens_free = float(
+            max_concurrency(d, replace(cfg, max_batch=None)) * (cfg.input_len + cfg.output_len)
+        )
         self._max_seqs = cfg.max_batch or 1_000_000
         self._batch: tuple[list[int], dict[int, int]] = ([], {})
         self.iterations = 0
