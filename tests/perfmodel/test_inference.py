@@ -114,14 +114,14 @@ def test_mean_iteration_is_the_mixture_of_whole_prompt_iterations(catalog: Catal
     parts = mean_iteration(d, np.array([c]), ctx, new, pctx, osl, 8192, open_loop=True)
     assert float(parts.total_s[0]) == pytest.approx(sum(p * t(k) for k, p in enumerate(poisson)), rel=1e-12)
     assert sum(float(v[0]) for v in parts.parts().values()) == pytest.approx(float(parts.total_s[0]), rel=1e-12)
-    # max_num_tokens 256 less the 16 decode tokens leaves a 240-token budget: a 512-token prompt comes in
-    # ceil(512 / 240) = 3 equal chunks, each client has a chunk in 3 of 64 iterations, and k >= 2 chunks
-    # (341+ tokens) spill into ceil(k x 512 / 3 / 240) iterations sharing them, in place of decode-only ones
-    pk3 = [math.comb(16, k) * (3 / 64) ** k * (61 / 64) ** (16 - k) for k in range(17)]
+    # max_num_tokens 256: a 512-token prompt comes in 2 chunks of 256, each client has a chunk in 2 of 64
+    # iterations; the 16 decode tokens leave 240, floored at one chunk (256), so k >= 2 chunks spill into k
+    # iterations of one chunk each, in place of decode-only ones
+    pk3 = [math.comb(16, k) * (2 / 64) ** k * (62 / 64) ** (16 - k) for k in range(17)]
 
     def spilled(k: int) -> float:
-        m = max(1, math.ceil(k * 512 / 3 / 240))
-        one = float(step_time(d, c, ctx, k * 512 / 3 / m, k * pctx / 3 / m, k / 3 / m).total_s)
+        m = max(1, k)
+        one = float(step_time(d, c, ctx, k * 256 / m, k * pctx / 2 / m, k / 2 / m).total_s)
         return m * one - (m - 1) * t(0)
 
     halves = float(mean_iteration(d, np.array([c]), ctx, new, pctx, osl, 256, open_loop=False).total_s[0])

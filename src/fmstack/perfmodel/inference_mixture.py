@@ -32,9 +32,12 @@ def prompt_budget(d: Deployment, decodes: F, mnt: int) -> F:
     return np.maximum(float(mnt) - decodes / dp, 1.0)
 
 
-def chunks_per_prompt(new: float, budget: F) -> F:
-    """Iterations one prompt of ``new`` tokens needs alone: ``ceil(new / budget)`` equal chunks."""
-    return np.maximum(1.0, np.ceil(new / budget))
+def chunks_per_prompt(new: float, budget: F, mnt: int) -> tuple[F, F]:
+    """``(chunks, budget)``: a prompt of ``new`` tokens comes in ``ceil(new / max_num_tokens)`` equal chunks, and at
+    least one chunk progresses per iteration (the budget is floored at a chunk: where the decodes leave less, the
+    engine could not run that many sequences, which the curve does not cap; docs/inference.md)."""
+    n_ch = np.full(budget.shape, max(1.0, math.ceil(new / mnt)))
+    return n_ch, np.maximum(budget, new / n_ch)
 
 
 def counts(m: F, q: F, poisson: NDArray[np.bool_]) -> tuple[F, F, NDArray[np.intp]]:
@@ -74,8 +77,8 @@ def mean_iteration(
 ) -> StepParts:
     """The mean iteration of ``c`` running sequences, priced as the mixture of iterations the engine runs.
 
-    A prompt needs ``chunks = ceil(new / budget)`` iterations alone (``budget``: :func:`prompt_budget`), and ``c /
-    osl`` prompts start per iteration on average (Little's law). Closed loop, each of the ``c`` running clients
+    A prompt needs ``chunks`` iterations alone (``budget``: :func:`prompt_budget`), and ``c /
+    osl`` prompts start per iteration on average (Little's law); ``chunks``: :func:`chunks_per_prompt`. Closed loop, each of the ``c`` running clients
     has a chunk in ``chunks`` of every ``osl`` iterations at its own phase, so the chunks that arrive for an
     iteration, ``k``, are binomial(c, chunks / osl); open loop (Poisson arrivals), Poisson with the same mean (one
     client of one output token: every iteration is a prompt). ``k`` chunks that exceed the budget spill, whole
@@ -94,8 +97,7 @@ def mean_iteration(
     c, back = np.unique(np.asarray(c, dtype=np.float64), return_inverse=True)  # clients beyond the limit repeat it
     dp = float(d.tp) if d.attention_dp else 1.0
     group = 1.0 if open_loop else dp  # prompts admitted together (closed-loop attention-DP ranks are in step)
-    budget = prompt_budget(d, c, mnt)
-    n_ch = chunks_per_prompt(new, budget)
+    n_ch, budget = chunks_per_prompt(new, prompt_budget(d, c, mnt), mnt)
     q = np.minimum(1.0, n_ch / osl)
     k, pk, pi = counts(c / group, q, np.full(c.shape, open_loop) & (c > 1.0))
     cs, chunk, chunk_ctx, b, nc = c[pi], new / n_ch[pi], pctx / n_ch[pi], budget[pi], n_ch[pi]
@@ -129,8 +131,7 @@ def own_prompt_time(
     c = np.asarray(c, dtype=np.float64)
     dp = float(d.tp) if d.attention_dp else 1.0
     others = np.maximum(c - 1.0, 0.0)
-    budget = prompt_budget(d, others, mnt)
-    n_ch = chunks_per_prompt(new, budget)
+    n_ch, budget = chunks_per_prompt(new, prompt_budget(d, others, mnt), mnt)
     k, pk, pi = counts(others, np.minimum(1.0, n_ch / osl), np.full(c.shape, open_loop))
     os_, chunk, chunk_ctx, b, nc = others[pi], new / n_ch[pi], pctx / n_ch[pi], budget[pi], n_ch[pi]
     total = 1.0 + k
