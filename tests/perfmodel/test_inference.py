@@ -114,10 +114,18 @@ def test_mean_iteration_is_the_mixture_of_whole_prompt_iterations(catalog: Catal
     parts = mean_iteration(d, np.array([c]), ctx, new, pctx, osl, 8192, open_loop=True)
     assert float(parts.total_s[0]) == pytest.approx(sum(p * t(k) for k, p in enumerate(poisson)), rel=1e-12)
     assert sum(float(v[0]) for v in parts.parts().values()) == pytest.approx(float(parts.total_s[0]), rel=1e-12)
-    # a prompt longer than max_num_tokens (256) comes in 2 equal chunks: each client has a chunk in 2 of 64
+    # max_num_tokens 256: a 512-token prompt comes in 2 chunks of 256, each client has a chunk in 2 of 64
+    # iterations; the 16 decode tokens leave 240, floored at one chunk (256), so k >= 2 chunks spill into k
+    # iterations of one chunk each, in place of decode-only ones
+    pk3 = [math.comb(16, k) * (2 / 64) ** k * (62 / 64) ** (16 - k) for k in range(17)]
+
+    def spilled(k: int) -> float:
+        m = max(1, k)
+        one = float(step_time(d, c, ctx, k * 256 / m, k * pctx / 2 / m, k / 2 / m).total_s)
+        return m * one - (m - 1) * t(0)
+
     halves = float(mean_iteration(d, np.array([c]), ctx, new, pctx, osl, 256, open_loop=False).total_s[0])
-    pk2 = [math.comb(16, k) * (2 / 64) ** k * (62 / 64) ** (16 - k) for k in range(17)]
-    chunks = sum(p * float(step_time(d, c, ctx, k * 256, k * pctx / 2, k / 2).total_s) for k, p in enumerate(pk2))
+    chunks = sum(p * spilled(k) for k, p in enumerate(pk3))
     assert halves == pytest.approx(chunks, rel=1e-12)
     # one client of one output token: every iteration is its prompt's
     one = float(mean_iteration(d, np.array([1.0]), ctx, new, pctx, 1.0, 8192, open_loop=False).total_s[0])

@@ -19,7 +19,7 @@ KV reads. Above the memory limit ``max_concurrency`` the extra clients queue. Th
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -37,11 +37,12 @@ from fmstack.perfmodel.inference_kv import (
     kv_bytes_per_token,
     serve_memory,
 )
-from fmstack.perfmodel.inference_step import Deployment, RankLoad, StepParts, bottleneck, step_time
+from fmstack.perfmodel.inference_mixture import PK_CUTOFF as PK_CUTOFF  # re-exported: the mixture's home
+from fmstack.perfmodel.inference_mixture import mean_iteration as mean_iteration
+from fmstack.perfmodel.inference_mixture import own_prompt_time
+from fmstack.perfmodel.inference_step import Deployment, bottleneck, step_time
 
 F = NDArray[np.float64]
-PK_CUTOFF = 1e-15
-"""Iterations with ``k`` prompts rarer than this are left out of the mean iteration (:func:`mean_iteration`)."""
 Scheduler = Literal["continuous", "static"]
 DEFAULT_MAX_NUM_TOKENS = 8192
 """Prompt tokens per iteration (TensorRT-LLM ``max_num_tokens`` and vLLM ``max_num_batched_tokens`` defaults)."""
@@ -165,70 +166,6 @@ def prefill_ctx(n: float, hit: float) -> float:
     return (n * (n + 1.0) - cached * (cached + 1.0)) / 2.0
 
 
-def mean_iteration(
-    d: Deployment, c: F, ctx: float, new: float, pctx: float, osl: float, mnt: int, *, open_loop: bool
-) -> StepParts:
-    """The mean iteration of ``c`` running sequences, priced as the mixture of iterations the engine runs.
-
-    Engines put whole prompts in an iteration (a prompt longer than ``max_num_tokens`` in ``ceil(new /
-    max_num_tokens)`` equal chunks over as many iterations), ``c / osl`` per iteration on average (Little's law),
-    so an iteration carries ``k = 0, 1, 2, ...`` of them; each is priced by :func:`step_time`, and the mean is
-    their average weighted by frequency. The iteration is a sum of roofline maxima, convex in the prompt tokens
-    (a decode-only iteration reads weights, one with a prompt computes), so this exceeds the iteration of the mean
-    prompt share. Open loop (Poisson arrivals), ``k`` is Poisson with mean ``c x chunks / osl``; closed loop, each
-    of the ``c`` running clients has a chunk in ``chunks`` of every ``osl`` iterations at its own phase, so ``k``
-    is binomial(c, chunks / osl) (the same mean; one client of one output token: every iteration is a prompt).
-
-    Attention DP: a closed loop of same-length requests started together keeps the ranks in step (every rank
-    admits a prompt in the same iterations, docs/inference.md), so an admission is one prompt on every rank,
-    priced at the mean rank, ``c / (osl x tp)`` such admissions per iteration. Open loop, TensorRT-LLM gives each
-    new request to the rank with the fewest active prompt tokens among those below the mean request count
-    (``_balance_requests_across_ranks``, a heap), so ``k`` prompts land on ``k`` different ranks and the iteration
-    takes the busiest rank's ``ceil(k / tp)`` chunks next to its ``c / tp`` decodes, while the routed experts take
-    all ranks' tokens (:func:`step_time` with ``busiest``)."""
-    shape = np.shape(c)
-    c, back = np.unique(np.asarray(c, dtype=np.float64), return_inverse=True)  # clients beyond the limit repeat it
-    dp = float(d.tp) if d.attention_dp else 1.0
-    group = 1.0 if open_loop else dp  # prompts admitted together (closed-loop attention-DP ranks are in step)
-    n_chunks = max(1.0, math.ceil(new / mnt))
-    chunk, chunk_ctx = new / n_chunks, pctx / n_chunks  # mean attended context of a chunk
-    lam = c * n_chunks / (osl * group)  # admissions per iteration
-    top = float(np.max(lam)) if lam.size else 0.0
-    ks = range(math.ceil(top + 10.0 * math.sqrt(top) + 10.0) + 1)
-    log_k_fact = np.array([math.lgamma(i + 1.0) for i in ks])[:, None]
-    k_all = np.array(ks, dtype=np.float64)[:, None]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        # closed loop, binomial(m, q): m clients (admission groups), each with a chunk in q of the iterations
-        m, q = c / group, min(1.0, n_chunks / osl)
-        j = k_all[:-1]
-        log_choose = np.concatenate(  # log C(m, k) = sum_{j < k} log((m - j) / (j + 1)); 0 for k > m
-            [np.zeros((1, c.size)), np.cumsum(np.where(m - j > 0, np.log(m - j), -np.inf) - np.log(j + 1.0), 0)]
-        )
-        log_q = math.log(q)
-        log_1q = math.log1p(-q) if q < 1.0 else -np.inf
-        tail = np.where(m - k_all > 0, (m - k_all) * log_1q, 0.0)
-        pk_all = np.exp(log_choose + k_all * log_q + tail)  # (k, points)
-        if open_loop:  # Poisson(lam); at most one request in the system (a rate below one client's) runs alone
-            poisson = np.where(k_all > 0, np.exp(k_all * np.log(lam) - lam - log_k_fact), np.exp(-lam))
-            pk_all = np.where(c > 1.0, poisson, pk_all)
-    # price only the terms that count (probability > 1e-15: the rest move the mean by < 1e-12), all in one call;
-    # which terms count depends on each point's own rate, so a point's mean does not depend on the others
-    ki, pi = np.nonzero(pk_all > PK_CUTOFF)
-    k, pk, cs = k_all[ki, 0], pk_all[ki, pi], c[pi]
-    busy = None
-    if d.attention_dp and open_loop:
-        r = np.ceil(k / dp)
-        busy = RankLoad(decode_seqs=cs / dp, decode_ctx=ctx, prefill_tokens=r * chunk, prefill_token_ctx=r * chunk_ctx,
-                        prefill_seqs=r / n_chunks)  # fmt: skip
-    n = k * group
-    t = step_time(d, cs, ctx, n * chunk, n * chunk_ctx, n / n_chunks, busiest=busy)
-    mass = np.bincount(pi, weights=pk, minlength=c.size)
-    return StepParts(**{
-        f.name: (np.bincount(pi, weights=pk * getattr(t, f.name), minlength=c.size) / mass)[back].reshape(shape)
-        for f in fields(StepParts)
-    })  # fmt: skip
-
-
 def _no_fit(d: Deployment, cfg: ServeConfig) -> str:
     """Why not one sequence fits: the figures the KV pool is computed from (:func:`serve_memory`)."""
     mem = memory_of(d, cfg.kv_memory_fraction)
@@ -273,22 +210,8 @@ def serve_curve(d: Deployment, cfg: ServeConfig, concurrency: ArrayLike) -> Curv
         # + the iteration(s) holding its prompt, which also hold the prompts that arrived with it (others / osl)
         in_progress = mean_iteration(d, others, ctx, new, pctx, osl, mnt, open_loop=open_loop).total_s
         wait = np.where(c > 1.0, in_progress, 0.0) * (0.5 if open_loop else 1.0)
-        prompts = 1.0 + others / osl
-        n_it = np.maximum(1.0, np.ceil(prompts * new / cfg.max_num_tokens))
-        busy = None
-        if d.attention_dp:
-            # the request's own rank carries its whole prompt (in max_num_tokens chunks, a per-rank budget); the
-            # prompts that arrived with it go to other ranks (the heap), ceil(prompts / tp) per rank at most
-            n_own = max(1.0, math.ceil(new / cfg.max_num_tokens))
-            per_rank = np.ceil(prompts / d.tp)
-            n_it = np.maximum(n_own, np.ceil(per_rank * new / cfg.max_num_tokens))
-            share = per_rank / n_it
-            busy = RankLoad(decode_seqs=others / d.tp, decode_ctx=ctx, prefill_tokens=share * new,
-                            prefill_token_ctx=share * pctx, prefill_seqs=share)  # fmt: skip
-        own_iter = step_time(
-            d, others, ctx, prompts * new / n_it, prompts * pctx / n_it, prompts / n_it, busiest=busy
-        ).total_s
-        own = n_it * own_iter
+        # size-biased: the iteration that carries this request's prompt, with the others that arrived with it
+        own = own_prompt_time(d, c, ctx, new, pctx, osl, mnt, open_loop=open_loop)
         ttft = wait + own
         latency = np.maximum(osl * mean_iter, ttft)
         itl = (latency - ttft) / (osl - 1.0) if osl > 1 else np.zeros_like(c)

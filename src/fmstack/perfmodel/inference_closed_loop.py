@@ -55,7 +55,8 @@ def closed_loop_config(
     warmup = sim_clients + (sim_clients - running)
     return SimConfig(concurrency=sim_clients, ramp_s=latency_s * sim_clients / clients,
                      num_requests=warmup + n + sim_clients, warmup_requests=warmup,
-                     cooldown_requests=sim_clients, length_spread=length_spread, seed=seed)  # fmt: skip
+                     cooldown_requests=sim_clients, length_spread=length_spread, stationary_start=True,
+                     seed=seed)  # fmt: skip
 
 
 def simulate_closed_loop(

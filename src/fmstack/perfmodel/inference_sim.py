@@ -52,6 +52,13 @@ class SimConfig:
     length_spread: float = 0.0
     """Input and output lengths uniform in [1 - spread, 1 + spread] x the mean (bench_serving --random-range-ratio)."""
     chunked_prefill: bool = True
+    stationary_start: bool = False
+    """Closed loop without attention DP: at t = 0 every client's first request is already running (while the KV
+    pool and the sequence limit allow; the rest wait in the queue) with a uniform share of its output generated,
+    as if the loop had been running for long: the clients at independent phases of the request cycle, the closed
+    loop's steady state (``ramp_s`` is not used). Without it, equal lengths keep whatever phases the start left
+    forever: a ramp's clusters (a long iteration collects more starts, so the next one is longer too) or a burst's
+    waves."""
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -158,7 +165,10 @@ class BatchingSim:
         self._waiting: list[int] = []
         self._running: list[int] = []
         self._busy = False
-        self._kv_tokens_free = float(max_concurrency(d, cfg) * (cfg.input_len + cfg.output_len))
+        # the memory's KV pool (in full-length sequences, as the analytic model counts it), not max_batch's
+        self._kv_tokens_free = float(
+            max_concurrency(d, replace(cfg, max_batch=None)) * (cfg.input_len + cfg.output_len)
+        )
         self._max_seqs = cfg.max_batch or 1_000_000
         self._batch: tuple[list[int], dict[int, int]] = ([], {})
         self.iterations = 0
@@ -204,8 +214,13 @@ class BatchingSim:
                 self._new_request(float(t))
         else:
             starts = np.sort(self.rng.uniform(0.0, self.sim.ramp_s, self.sim.concurrency or 1))
+            if self.sim.stationary_start and self.ranks == 1:
+                starts = np.zeros(self.sim.concurrency or 1)
             for t in starts:
                 self._new_request(float(t))
+            if self.sim.stationary_start and self.ranks == 1:
+                self._start_running()
+                self._start_iteration()
         while self._events:
             time_s, _, kind, rid = heapq.heappop(self._events)
             self.clock_s = time_s
@@ -216,6 +231,20 @@ class BatchingSim:
             if not self._busy:
                 self._start_iteration()
         return self._result()
+
+    def _start_running(self) -> None:
+        """``stationary_start``: the first requests run from t = 0 at uniform phases of their outputs."""
+        self._events.clear()  # their arrivals: they are admitted here, or queued below
+        for req in self._requests:
+            need = req.input_len + req.output_len
+            if req.output_len < 2 or need > self._kv_tokens_free or len(self._running) >= self._max_seqs:
+                self._push(0.0, "arrive", req.rid)
+                continue
+            self._kv_tokens_free -= need
+            req.prefilled = req.input_len
+            req.generated = int(self.rng.integers(1, req.output_len))  # 1 .. output_len - 1 tokens out
+            req.first_token_s = req.last_token_s = 0.0
+            self._running.append(req.rid)
 
     def _start_iteration(self) -> None:
         if self.ranks > 1:
