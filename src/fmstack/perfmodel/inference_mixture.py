@@ -115,6 +115,16 @@ def mean_iteration(
     return StepParts(**{f.name: getattr(mixed, f.name)[back].reshape(shape) for f in fields(StepParts)})
 
 
+def _sum_ceil(r: F, s: F) -> F:
+    """``sum_{j=1..r} ceil(j s / r)`` for positive integers ``r``, ``s`` (as floats), in closed form: the floor sum
+    ``sum_{j<r} floor(j s / r) = ((r - 1)(s - 1) + gcd(r, s) - 1) / 2`` (a lattice-point count), plus ``s`` for
+    ``j = r``, plus one for each ``j`` whose ``j s / r`` is not whole (all but ``gcd(r, s)`` of them)."""
+    ri, si = np.rint(r).astype(np.int64), np.rint(s).astype(np.int64)
+    g = np.gcd(ri, si).astype(np.float64)
+    rf, sf = ri.astype(np.float64), si.astype(np.float64)
+    return ((rf - 1.0) * (sf - 1.0) + g - 1.0) / 2.0 + sf + rf - g
+
+
 def own_prompt_time(
     d: Deployment, c: F, ctx: float, new: float, pctx: float, osl: float, mnt: int, *, open_loop: bool
 ) -> F:
@@ -139,8 +149,7 @@ def own_prompt_time(
     spill = np.maximum(1.0, np.ceil(r * chunk / b - 1e-9))
     # place j = 1 .. r uniformly (FCFS among simultaneous arrivals): the chunk is done after ceil(j spill / r)
     # of the spill iterations (equal shares)
-    j = np.arange(1.0, float(np.max(r, initial=1.0)) + 1.0)[:, None]
-    upto = (np.where(j <= r, np.ceil(j * spill / r - 1e-9), 0.0).sum(0)) / r
+    upto = _sum_ceil(r, spill) / r
     busy = None
     if d.attention_dp:
         busy = RankLoad(decode_seqs=os_ / dp, decode_ctx=ctx, prefill_tokens=r * chunk / spill,
