@@ -351,3 +351,11 @@ BAD_ARGV += [
     (["launch", "@file:job_topo_noqueue.yaml", "--on", "kubernetes", "--dry-run"], "topology.mode: 'required' needs a Kueue queue"),
     (["launch", "@file:job_url_fast.yaml", "--on", "slurm", "--dry-run"], "the fast tier must be a local"),
 ]  # fmt: skip
+
+# session 7, lead: RL training layout and engine memory share
+BAD_ARGV += [
+    (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--rollout-memory-fraction", "1.5"],
+     "rollout-memory-fraction: must be in (0, 1], got 1.5"),
+    (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--train-ep", "0"],
+     "train-ep: must be >= 1, got 0"),
+]  # fmt: skip

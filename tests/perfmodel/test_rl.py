@@ -198,3 +198,35 @@ def test_reward_forward_uses_the_reward_models_size(catalog: Catalog) -> None:
     big = estimate_rl(catalog.model("llama3.1-8b"), cluster, cfg, critic=catalog.model("llama3.1-70b"))
     assert small.parts_s["reward_forward"] == pytest.approx(small.parts_s["reference_forward"])
     assert big.parts_s["reward_forward"] > 5 * big.parts_s["reference_forward"]  # 70.6 B vs 8.0 B parameters
+
+
+def test_old_logprob_pass_and_training_layout(catalog: Catalog) -> None:
+    """The trainer's own log-prob pass costs one actor forward, like the reference's; training CP and EP reach the
+    training model, with sequences padded to what the layout needs."""
+    e = _est(catalog)
+    assert e.parts_s["old_logprob_forward"] == pytest.approx(e.parts_s["reference_forward"])
+    assert e.parts_s["old_logprob_forward"] > 0
+    off = _est(catalog, old_logprob=False)
+    assert off.parts_s["old_logprob_forward"] == 0.0
+    assert e.step_time_s - off.step_time_s == pytest.approx(e.parts_s["old_logprob_forward"])
+    moe = estimate_rl(catalog.model("qwen3-30b-a3b"), build_cluster(catalog, "p5.48xlarge", 2),
+                      RLConfig(rollout_tp=2, train_tp=2, train_cp=2, train_ep=8, prompts_per_step=64,
+                               prompt_len=500, response_len=1001))  # fmt: skip
+    cfg = moe.train_step["config"]
+    assert (cfg["tp"], cfg["cp"], cfg["ep"]) == (2, 2, 8)
+    assert cfg["seq_len"] == 1504  # 1501 tokens padded to a multiple of 2 cp x tp = 8
+
+
+def test_rollout_memory_fraction(catalog: Catalog) -> None:
+    """A larger engine share (vLLM's gpu_memory_utilization) holds more sequences at once."""
+    small = _est(catalog, rollout_memory_fraction=0.3, prompts_per_step=512)
+    large = _est(catalog, rollout_memory_fraction=0.7, prompts_per_step=512)
+    assert small.rollout_concurrency < large.rollout_concurrency
+    assert (
+        _est(catalog, prompts_per_step=512).rollout_concurrency
+        == _est(catalog, rollout_memory_fraction=0.5, prompts_per_step=512).rollout_concurrency
+    )  # 0.5 is the colocated default
+    with pytest.raises(InputError, match=r"^rollout-memory-fraction: must be in \(0, 1\], got 0.0"):
+        _est(catalog, rollout_memory_fraction=0.0)
+    with pytest.raises(InputError, match=r"^train-cp: must be >= 1, got 0"):
+        _est(catalog, train_cp=0)

@@ -180,12 +180,20 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
 @click.option("--rollout-precision", type=_choice(PRECISIONS), default="bf16", show_default=True)
 @click.option("--train-tp", type=int, default=8, show_default=True)
 @click.option("--train-pp", type=int, default=1, show_default=True)
+@click.option("--train-cp", type=int, default=1, show_default=True, help="Context parallel degree of training.")
+@click.option("--train-ep", type=int, default=1, show_default=True,
+              help="Expert parallel degree of training (MoE; inside data parallelism).")  # fmt: skip
 @click.option("--train-sharding", type=_choice(SHARDING_CHOICES), default=None,
               help="ZeRO / FSDP stage of the trained models [fsdp at train tp = pp = 1, else zero1].")  # fmt: skip
 @click.option("--epochs", type=int, default=1, show_default=True, help="PPO epochs over the batch.")
 @click.option("--minibatches", type=int, default=1, show_default=True, help="Optimizer steps per epoch.")
 @click.option("--reward-model/--rule-reward", default=False, show_default=True, help="Learned reward model.")
 @click.option("--reference/--no-reference", default=True, show_default=True, help="KL reference policy.")
+@click.option("--old-logprob/--no-old-logprob", default=True, show_default=True,
+              help="Recompute the rollout policy's log-probs with the trainer (veRL, NeMo RL do).")  # fmt: skip
+@click.option("--rollout-memory-fraction", type=float, default=None,
+              help="Engine weights + KV pool as a share of each rollout GPU's memory (vLLM gpu_memory_utilization) "
+              "[0.5 colocated; split: 0.9 of what the weights leave].")  # fmt: skip
 @click.option("--length-spread", type=float, default=0.0, show_default=True,
               help="Prompt and response lengths uniform in mean x [1 - s, 1 + s]; > 0 simulates the rollout's "
               "long tail.")  # fmt: skip

@@ -69,6 +69,10 @@ class RLConfig:
     rollout_precision: str = "bf16"
     train_tp: int = 8
     train_pp: int = 1
+    train_cp: int = 1
+    """Context parallel degree of the trained models."""
+    train_ep: int = 1
+    """Expert parallel degree of the trained models (MoE; folded into data parallelism, as Megatron-Core does)."""
     train_sharding: str | None = None
     """ZeRO / FSDP stage of the trained models; None = ``fsdp`` when train_tp * train_pp = 1 (veRL's FSDP
     backend, ZeRO-3), else ``zero1`` (veRL's Megatron backend, distributed optimizer)."""
@@ -78,6 +82,14 @@ class RLConfig:
     """A learned reward model (a forward pass of the critic's size); False = rule-based reward."""
     reference: bool = True
     """Keep a reference policy for the KL term."""
+    old_logprob: bool = True
+    """Recompute the rollout policy's log-probabilities with the trainer before the update (veRL's
+    ``compute_log_prob`` "recompute old_log_probs" in ``ray_trainer.py``; NeMo RL's ``policy.get_logprobs`` in
+    ``grpo.py``): one more forward pass of the actor over the batch."""
+    rollout_memory_fraction: float | None = None
+    """Share of each rollout GPU's *total* memory for the engine's weights + KV pool (vLLM's
+    ``gpu_memory_utilization`` since 0.7); None = 0.5 colocated (veRL's examples), and split the serving default
+    (``SPLIT_KV_FRACTION`` of what the weights leave)."""
     length_spread: float = 0.0
     """Prompt and response lengths uniform in mean x [1 - s, 1 + s]; > 0 simulates the rollout's long tail."""
     seed: int = 0
@@ -116,10 +128,14 @@ def _check(cfg: RLConfig, cluster: Cluster) -> None:
     # field -> the CLI flag that sets it (fmstack estimate rl)
     flags = {"prompts_per_step": "prompts", "samples_per_prompt": "samples", "prompt_len": "prompt-len",
              "response_len": "response-len", "epochs": "epochs", "minibatches": "minibatches",
-             "rollout_tp": "rollout-tp", "train_tp": "train-tp", "train_pp": "train-pp"}  # fmt: skip
+             "rollout_tp": "rollout-tp", "train_tp": "train-tp", "train_pp": "train-pp", "train_cp": "train-cp",
+             "train_ep": "train-ep"}  # fmt: skip
     for name, flag in flags.items():
         if getattr(cfg, name) < 1:
             raise InputError(flag, f"must be >= 1, got {getattr(cfg, name)}")
+    f = cfg.rollout_memory_fraction
+    if f is not None and not (math.isfinite(f) and 0.0 < f <= 1.0):
+        raise InputError("rollout-memory-fraction", f"must be in (0, 1], got {f}")
     if not (math.isfinite(cfg.length_spread) and 0.0 <= cfg.length_spread < 1.0):
         raise InputError("length-spread", f"must be in [0, 1), got {cfg.length_spread}")
     if cfg.rollout_nodes is not None and cfg.rollout_nodes < 1:
@@ -159,19 +175,23 @@ def _as_rollout(tp: int) -> Iterator[None]:
 
 
 def _train(model: ModelArch, cluster: Cluster, cfg: RLConfig, seqs: int) -> TrainingEstimate:
-    seq_len = cfg.prompt_len + cfg.response_len
-    mp = cfg.train_tp * cfg.train_pp
+    # sequences padded to what the layout needs: a multiple of 2 cp for load-balanced ring attention (Megatron-Core)
+    # and of tp for sequence parallelism (NeMo RL's make_sequence_length_divisible_by)
+    multiple = (2 * cfg.train_cp if cfg.train_cp > 1 else 1) * cfg.train_tp
+    seq_len = math.ceil((cfg.prompt_len + cfg.response_len) / multiple) * multiple
+    mp = cfg.train_tp * cfg.train_pp * cfg.train_cp
     if cluster.num_gpus % mp:
         raise InputError(
-            "train-tp", f"train_tp({cfg.train_tp}) * train_pp({cfg.train_pp}) = {mp} does not divide {cluster.num_gpus} GPUs"
+            "train-tp", f"train_tp({cfg.train_tp}) * train_pp({cfg.train_pp}) * train_cp({cfg.train_cp}) = {mp} "
+            f"does not divide {cluster.num_gpus} GPUs",
         )  # fmt: skip
     dp = cluster.num_gpus // mp
     per_mb = max(1, math.ceil(seqs / cfg.minibatches / dp)) * dp
     sharding = _train_sharding(cfg)
     tc: TrainConfig = fill_defaults(
         cluster.num_gpus,
-        {"tp": cfg.train_tp, "pp": cfg.train_pp, "global_batch": per_mb, "seq_len": seq_len, "recompute": "full",
-         "sharding": sharding},
+        {"tp": cfg.train_tp, "pp": cfg.train_pp, "cp": cfg.train_cp, "ep": cfg.train_ep, "global_batch": per_mb,
+         "seq_len": seq_len, "recompute": "full", "sharding": sharding},
     )  # fmt: skip
     return estimate_training(model, cluster, tc)
 
@@ -248,17 +268,22 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
         prefix_hit_rate=hit, kv_memory_fraction=SPLIT_KV_FRACTION,
     )  # fmt: skip
     with _as_rollout(cfg.rollout_tp):
-        if cfg.placement == "colocated":
+        util = cfg.rollout_memory_fraction
+        if util is None and cfg.placement == "colocated":
+            util = COLOCATED_GPU_MEMORY_UTILIZATION
+        if util is not None:
             # pool = utilization x HBM - weights, as a share of what weights + reserve leave
             validate_serve(serve, actor, rollout_cl)
             hbm, w = rollout_cl.gpu.hbm_gib, memory_of(deployment(actor, rollout_cl, serve)).weights_gib
-            budget = COLOCATED_GPU_MEMORY_UTILIZATION * hbm
+            budget = util * hbm
             if w >= budget:
+                colocated = cfg.placement == "colocated"
+                where, note = ("colocated, ", "; the rest stays for training") if colocated else ("", "")
                 raise InputError(
-                    "rollout-tp", f"colocated, the rollout engine may take {COLOCATED_GPU_MEMORY_UTILIZATION:.0%} of "
-                    f"the {hbm:.1f} GiB per GPU ({budget:.1f} GiB; the rest stays for training) but {actor.name}'s "
-                    f"{cfg.rollout_precision} weights take {w:.1f} GiB per GPU at rollout_tp({cfg.rollout_tp}); raise "
-                    "--rollout-tp, lower --rollout-precision or use --placement split",
+                    "rollout-tp", f"{where}the rollout engine may take {util:.0%} of the {hbm:.1f} GiB per GPU ({budget:.1f} "
+                    f"GiB{note}) but {actor.name}'s {cfg.rollout_precision} weights take {w:.1f} GiB per GPU at "
+                    f"rollout_tp({cfg.rollout_tp}); raise --rollout-tp or --rollout-memory-fraction, lower "
+                    "--rollout-precision or use --placement split",
                 )  # fmt: skip
             free = hbm - w - SERVE_RESERVE_GIB
             share = (budget - w) / free if free > 0 else 0.0
@@ -280,6 +305,7 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
     mb = cfg.minibatches
     parts = {
         "rollout": rollout,
+        "old_logprob_forward": forward_s(actor_step) * mb if cfg.old_logprob else 0.0,
         "reference_forward": forward_s(actor_step) * mb if cfg.reference else 0.0,
         "reward_forward": forward_s(reward_step) * mb if reward_step else 0.0,
         "critic_forward": forward_s(critic_step) * mb if critic_step else 0.0,

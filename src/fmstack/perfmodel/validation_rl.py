@@ -20,12 +20,11 @@ prompt template around an OpenMathInstruct-2 problem). The prompt length of a ro
 over the rows of its model (:func:`prompt_lengths`): a property of the workload read off the table, not a model
 constant. Lengths are uniform (``length_spread`` 0): the source gives the mean only.
 
-What the model cannot express is listed per row (``differences``), never corrected for: training CP and EP
-(``RLConfig`` has no such fields, so MoE models train with EP 1), the recipes' vLLM ``gpu_memory_utilization``
-(fmstack's colocated engine takes 0.5 of HBM), the policy's own logprob pass (NeMo RL recomputes the previous
-policy's logprobs before training; fmstack counts only the reference forward), sequence packing, and the real
-response-length distribution (math answers up to the 4k / 8k cap: a long tail the uniform lengths do not have).
-Nothing is fitted to these rows.
+Training TP / PP / CP / EP, the recipe's vLLM ``gpu_memory_utilization`` (``rollout_memory_fraction``) and the
+policy's own logprob pass before training (``old_logprob``; NeMo RL recomputes the previous policy's logprobs) come
+from the row. What the model cannot express is listed per row (``differences``), never corrected for: sequence
+packing, the colocated switch (vLLM sleep / wake, optimizer offload), and the real response-length distribution
+(math answers up to the 4k / 8k cap: a long tail the uniform lengths do not have). Nothing is fitted to these rows.
 """
 
 from __future__ import annotations
@@ -117,7 +116,8 @@ def row_config(row: dict[str, str], prompt_len: int) -> RLConfig:
         prompt_len=prompt_len, response_len=int(row["avg_gen_len"]),
         placement="colocated" if on else "split", rollout_nodes=None if on else int(row["gen_nodes"]),
         async_split=not on, rollout_tp=int(row["gen_tp"]), rollout_precision="bf16",
-        train_tp=int(row["train_tp"]), train_pp=int(row["train_pp"]), epochs=1,
+        train_tp=int(row["train_tp"]), train_pp=int(row["train_pp"]), train_cp=int(row["train_cp"]),
+        train_ep=int(row["train_ep"]), rollout_memory_fraction=float(row["gpu_memory_utilization"]), epochs=1,
         minibatches=max(1, samples // int(row["train_gbs"])), reward_model=False, reference=True,
     )  # fmt: skip
 
@@ -126,12 +126,6 @@ def differences(row: dict[str, str]) -> tuple[list[str], bool]:
     """What the run does that the model does not, and whether the layout itself is expressed (CP / EP are not)."""
     out = []
     exact = True
-    cp, ep = int(row["train_cp"]), int(row["train_ep"])
-    if cp > 1 or ep > 1:
-        exact = False
-        out.append(f"training cp {cp} ep {ep}: RLConfig has no cp / ep, predicted at cp 1 ep 1")
-    if row["colocated"] == "true" and float(row["gpu_memory_utilization"]) != 0.5:
-        out.append(f"vLLM gpu_memory_utilization {row['gpu_memory_utilization']} (model: 0.5 colocated)")
     if row["policy"] == "8off":
         exact = False
         out.append("8 steps off-policy, predicted as one step off")
@@ -167,7 +161,7 @@ def check_nemorl(catalog: Catalog) -> list[RLCheck]:
         p = est.parts_s
         stages = {
             "rollout": p["rollout"],
-            "logprobs": p["reference_forward"] + p["reward_forward"] + p["critic_forward"],
+            "logprobs": p["old_logprob_forward"] + p["reference_forward"] + p["reward_forward"] + p["critic_forward"],
             "training": p["actor_train"] + p["critic_train"],
             "weight_sync": p["weight_sync"],
         }
