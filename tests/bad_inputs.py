@@ -321,7 +321,16 @@ BAD_ARGV += [
 BAD_ARGV += []  # fmt: skip
 
 # session 7, plan side review (helper B): add rows here
-BAD_ARGV += []  # fmt: skip
+BAD_ARGV += [
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "inf"],
+     "tokens: must be a finite number > 0, got inf"),
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "nan"],
+     "tokens: must be a finite number > 0, got nan"),
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "inf"],
+     "tokens: must be a finite number > 0, got inf"),
+    (["scale", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "nan", "--axis",
+      "nodes"], "tokens: must be a finite number > 0, got nan"),
+]  # fmt: skip
 
 # session 7, operations review (helper C): add rows here
 BAD_ARGV += []  # fmt: skip

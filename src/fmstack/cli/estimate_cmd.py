@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -183,8 +184,8 @@ def train_cmd(
         from fmstack.perfmodel.efficiency import efficiency_from_profile
 
         efficiency = efficiency_from_profile(load_profile(calibration), cluster.gpu, force=calibration_force)
-    if tokens is not None and tokens <= 0:
-        raise InputError("tokens", f"must be > 0, got {tokens:g}")
+    if tokens is not None and not (math.isfinite(tokens) and tokens > 0):
+        raise InputError("tokens", f"must be a finite number > 0, got {tokens:g}")
     est = estimate_training(arch, cluster, cfg, efficiency=efficiency)
     data = est.to_json()
     if tokens is not None:

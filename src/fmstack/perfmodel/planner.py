@@ -230,8 +230,8 @@ def plan_training(
     """Search every configuration on every cluster; rank by ``objective`` (time, cost or mfu)."""
     if objective not in OBJECTIVES:
         raise InputError("objective", f"unknown objective {objective!r}; allowed: {', '.join(OBJECTIVES)}")
-    if tokens <= 0:
-        raise InputError("tokens", f"must be > 0, got {tokens:g}")
+    if not math.isfinite(tokens) or tokens <= 0:  # nan <= 0 is False: nan would pass a bare comparison
+        raise InputError("tokens", f"must be a finite number > 0, got {tokens:g}")
     if top < 1:
         raise InputError("top", f"must be >= 1, got {top}")
     space = space or SearchSpace()
