@@ -25,6 +25,7 @@ from fmstack.perfmodel.training import TrainingEstimate, estimate_training
 
 TRAIN_EXAMPLE = """Example:
 
+\b
   fmstack estimate train --model llama3.1-70b --instance p5.48xlarge --nodes 64 --tp 8 --pp 4 \\
       --micro-batch 1 --global-batch 1024 --seq-len 8192 --recompute selective
 """

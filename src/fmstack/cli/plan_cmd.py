@@ -24,8 +24,10 @@ from fmstack.reports.plan_report import RANKED_HEADER, ranked_rows
 
 PLAN_EXAMPLE = """Examples:
 
+\b
   fmstack plan train --model llama3.1-405b --instance p5.48xlarge --gpus 16384 --tokens 15e12 --global-batch 2048
 
+\b
   fmstack plan train --model llama3.1-70b --instance p5.48xlarge,p5en.48xlarge,p6-b200.48xlarge \\
       --gpus 512,1024 --tokens 2e12 --objective cost --html plan.html
 """
