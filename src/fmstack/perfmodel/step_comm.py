@@ -9,6 +9,7 @@ path avoids NumPy's per-call overhead, which would dominate one estimate).
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fmstack.catalog.topology import Cluster
 from fmstack.perfmodel.collectives import GroupPlacement, collective_time_s
@@ -33,7 +34,8 @@ def placement_per_domain(size: Num, stride: Num, gpus_per_domain: float) -> Num:
     stride = int(caps.max()) + 1
     unique, inverse = np.unique(sizes * stride + caps, return_inverse=True)
     best = np.array([_largest_divisor_at_most(int(k // stride), int(k % stride)) for k in unique], dtype=np.float64)
-    return best[inverse.reshape(-1)]
+    out: NDArray[np.float64] = best[inverse.reshape(-1)]
+    return out
 
 
 def _largest_divisor_at_most(n: int, cap: int) -> int:
