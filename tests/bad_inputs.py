@@ -330,6 +330,8 @@ BAD_ARGV += [
      "tokens: must be a finite number > 0, got inf"),
     (["scale", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "nan", "--axis",
       "nodes"], "tokens: must be a finite number > 0, got nan"),
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "64", "--tokens", "1e12",
+      "--seq-len", "1000000"], "seq_len: seq_len(1000000) is far beyond llama3.1-8b's max_seq_len(131072): at most"),
 ]  # fmt: skip
 
 # session 7, operations review (helper C): add rows here

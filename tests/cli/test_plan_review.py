@@ -7,12 +7,16 @@ import io
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import build_cluster
 from fmstack.cli.main import main
-from fmstack.perfmodel.planner import SearchSpace, plan_training
+from fmstack.errors import InputError
+from fmstack.perfmodel.config import validate_config
+from fmstack.perfmodel.planner import SearchSpace, enumerate_space, plan_training
+from fmstack.perfmodel.scaling import run_sweep
 from fmstack.reports.plan_report import breakdown_figure
 from tests.cli.test_plan_cli import _commands
 
@@ -57,3 +61,41 @@ def test_help_examples_copy_paste_and_run(command: tuple[str, ...], tmp_path: Pa
     for argv in commands:
         code, out = _invoke(*argv, "--json")
         assert code == 0, (argv, out)
+
+
+@pytest.mark.parametrize(
+    ("name", "instance", "nodes", "space"),
+    [
+        ("llama3.1-8b", "p5.48xlarge", 8, SearchSpace(seq_len=1_000_000)),
+        ("qwen3-30b-a3b", "p5.48xlarge", 2, SearchSpace(seq_len=4096, global_batch=96)),
+        ("deepseek-v3", "p5.48xlarge", 32, SearchSpace(seq_len=4096, precisions=("fp8",))),
+    ],
+)
+def test_the_planner_ranks_nothing_estimate_train_refuses(
+    name: str, instance: str, nodes: int, space: SearchSpace
+) -> None:
+    """Every configuration the planner may rank passes estimate's own checks (it printed an `fmstack estimate
+    train` line for a 1M-token sequence that the estimate then refused)."""
+    cat = load_catalog()
+    model, cluster = cat.model(name), build_cluster(cat, instance, nodes)
+    try:
+        result = plan_training(model, [cluster], tokens=1e12, space=space, top=3)
+    except InputError as exc:
+        assert exc.field == "seq_len"
+        assert "at most 4 x 131072 = 524288" in str(exc)
+        return
+    cols, _ = enumerate_space(model, cluster, space)
+    for j in np.random.default_rng(0).choice(len(cols), size=min(2000, len(cols)), replace=False):
+        validate_config(cols.row(int(j)), model, cluster.num_gpus)
+    for est in result.ranked:
+        validate_config(est.config, model, cluster.num_gpus)
+
+
+def test_a_seq_len_sweep_skips_a_length_past_the_context() -> None:
+    cat = load_catalog()
+    sweep = run_sweep(cat, cat.model("llama3.1-8b"), axis="seq-len", values=["8192", "1000000"],
+                      instance="p5.48xlarge", gpus=64, tokens=1e12, space=SearchSpace())  # fmt: skip
+    assert [p.value for p in sweep.points] == ["8192"]
+    assert sweep.skipped == [
+        "1000000: skipped: seq_len(1000000) is far beyond llama3.1-8b's max_seq_len(131072): at most 4 x 131072 = 524288"
+    ]

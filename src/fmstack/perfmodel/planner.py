@@ -28,7 +28,7 @@ from fmstack.perfmodel.columns import (
     Columns,
     columns_from_configs,
 )
-from fmstack.perfmodel.config import TrainConfig, describe_config
+from fmstack.perfmodel.config import TrainConfig, check_seq_len, describe_config
 from fmstack.perfmodel.efficiency import Efficiency, default_efficiency
 from fmstack.perfmodel.memory import DEFAULT_RESERVE_GIB, GIB
 from fmstack.perfmodel.modelconsts import model_consts
@@ -237,6 +237,7 @@ def plan_training(
     space = space or SearchSpace()
     if space.seq_len <= 0:
         raise InputError("seq_len", f"must be > 0, got {space.seq_len}")
+    check_seq_len(space.seq_len, model)
     for p in space.precisions:
         for c in clusters:
             c.gpu.peak_tflops(p)
