@@ -14,9 +14,10 @@ from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import build_cluster
 from fmstack.cli.main import main
 from fmstack.errors import InputError
-from fmstack.perfmodel.config import validate_config
+from fmstack.perfmodel.config import TrainConfig, validate_config
 from fmstack.perfmodel.planner import SearchSpace, enumerate_space, plan_training
 from fmstack.perfmodel.scaling import run_sweep
+from fmstack.perfmodel.training import estimate_training
 from fmstack.reports.plan_report import breakdown_figure
 from tests.cli.test_plan_cli import _commands
 
@@ -99,3 +100,23 @@ def test_a_seq_len_sweep_skips_a_length_past_the_context() -> None:
     assert sweep.skipped == [
         "1000000: skipped: seq_len(1000000) is far beyond llama3.1-8b's max_seq_len(131072): at most 4 x 131072 = 524288"
     ]
+
+
+def test_causal_mfu_halves_the_attention_core_by_hand() -> None:
+    """GPT-3 175B (l 96, h 12,288) at s 2,048: the full count has 12 l h s attention-core FLOPs per token
+    (Narayanan et al. 2021, eq. 3's s / 6h term), the causal count (current Megatron-LM logs) half: the two differ
+    by 6 l h s = 1.4496e10 FLOPs per token; at 128k context Llama 3.1 8B's causal MFU is far below the full one."""
+    cat = load_catalog()
+    cluster = build_cluster(cat, "p5.48xlarge", 8)
+    cfg = TrainConfig(tp=8, pp=8, dp=1, sequence_parallel=True, global_batch=64, seq_len=2048)
+    est = estimate_training(cat.model("gpt3-175b"), cluster, cfg)
+    flops_per_token_gap = (est.mfu - est.mfu_causal) * 989.5e12 * 64 * est.step_time_s / est.tokens_per_step
+    assert cluster.gpu.bf16_dense_tflops == 989.5  # H100 SXM dense BF16 (catalog)
+    assert flops_per_token_gap == pytest.approx(6 * 96 * 12288 * 2048, rel=1e-3)
+    assert est.tflops_per_gpu_causal / est.tflops_per_gpu == pytest.approx(est.mfu_causal / est.mfu, rel=1e-12)
+    long = estimate_training(
+        cat.model("llama3.1-8b"), build_cluster(cat, "p5.48xlarge", 1),
+        TrainConfig(cp=8, global_batch=1, seq_len=131072, recompute="full"),
+    )  # fmt: skip
+    assert est.to_json()["mfu_causal"] == est.mfu_causal
+    assert long.mfu_causal < 0.65 * long.mfu

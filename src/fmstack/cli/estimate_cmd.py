@@ -294,6 +294,11 @@ def render_estimate(est: TrainingEstimate, data: dict[str, Any]) -> None:
         f"MFU {est.mfu * 100:.1f} %  HFU {est.hfu * 100:.1f} %  {est.tflops_per_gpu:.0f} model TFLOP/s/GPU  "
         f"{est.tokens_per_s:,.0f} tokens/s ({est.tokens_per_s_per_gpu:,.0f} per GPU)  memory {fits}"
     )
+    if est.mfu - est.mfu_causal >= 0.005:  # long sequences: the two counts Megatron has used differ visibly
+        out.print(
+            f"with the attention core halved for the causal mask (as Megatron-LM logs count it): "
+            f"MFU {est.mfu_causal * 100:.1f} %, {est.tflops_per_gpu_causal:.0f} model TFLOP/s/GPU"
+        )
     if "time_to_train_s" in data:
         lost = ", ".join(f"{k} {v / 3600:,.0f} h" for k, v in data["lost_time_s"].items() if v > 0)
         out.print(

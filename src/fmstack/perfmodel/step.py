@@ -76,6 +76,8 @@ class StepArrays(Generic[V]):
     overlap_s: V
     """Compute slowed by the communication hidden under it: OVERLAP_COMPUTE_SLOWDOWN x the hidden link time."""
     model_flops: V
+    attention_core_flops: V
+    """The attention core's share of model_flops, counted in full (non-causal) like model_flops."""
     hardware_flops: V
     tokens: V
     memory: MemoryArrays[V]
@@ -248,6 +250,7 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
 
     tokens = c.gb * c.seq
     model_flops = tokens * (3.0 * (mc.fwd_linear_per_token + mc.fwd_core_per_token_per_ctx * c.seq))
+    core_model_flops = tokens * 3.0 * mc.fwd_core_per_token_per_ctx * c.seq
     # recomputed FLOPs over the whole model: the fully recomputed share of all layers (N of every chunk of p v)
     full_share = where(c.recompute == RECOMPUTE_CODE["full"], 1.0, minimum([c.rc_layers * p * v / mc.layers, 1.0]))
     full_flops = mc.fwd_linear_per_token - mc.fwd_head_per_token + mc.fwd_core_per_token_per_ctx * c.seq
@@ -274,6 +277,7 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
         optimizer_s=optimizer,
         overlap_s=overlap,
         model_flops=model_flops,
+        attention_core_flops=core_model_flops,
         hardware_flops=model_flops + recompute_model,
         tokens=tokens,
         memory=memory_per_gpu(mc, c),
