@@ -120,3 +120,14 @@ def test_causal_mfu_halves_the_attention_core_by_hand() -> None:
     )  # fmt: skip
     assert est.to_json()["mfu_causal"] == est.mfu_causal
     assert long.mfu_causal < 0.65 * long.mfu
+
+
+def test_estimate_says_what_sizes_the_file_system() -> None:
+    """A synchronous checkpoint of Llama 3.1 405B at 16,384 GPUs asks for petabytes of FSx; the line says that the
+    checkpoint write, not data reads or space, is what asks for it."""
+    code, out = _invoke("estimate", "train", "--model", "llama3.1-405b", "--instance", "p5.48xlarge", "--gpus", "16384",
+                        "--tp", "8", "--pp", "16", "--cp", "4", "--vpp", "4", "--global-batch", "512", "--seq-len",
+                        "8192", "--tokens", "15e12", "--sync-checkpoint")  # fmt: skip
+    assert code == 0, out
+    text = " ".join(out.split())
+    assert "FSx fsx-persistent-1000 10,207.2 TiB needed (read 1.2, write 10,207.2, space 12.0 TiB)" in text

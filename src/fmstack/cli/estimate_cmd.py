@@ -305,7 +305,7 @@ def render_estimate(est: TrainingEstimate, data: dict[str, Any]) -> None:
             f"checkpoint {data['checkpoint_size_gib']:,.0f} GiB to {data['checkpoint_tier']}: write "
             f"{data['checkpoint_write_s']:,.1f} s ({'async' if data['checkpoint_async'] else 'sync'}, stalls "
             f"{data['checkpoint_blocking_s']:.2f} s), every {data['checkpoint_interval_s'] / 60:,.1f} min; "
-            f"FSx {data['fsx_tier']} {data['fsx_capacity_tib_needed']:,.1f} TiB needed"
+            f"FSx {data['fsx_tier']} {data['fsx_capacity_tib_needed']:,.1f} TiB needed ({_fsx_needs(data)})"
         )
         out.print(
             f"failures: MTBF {data['mtbf_s'] / 3600:,.2f} h at this scale ({data['failure_model']}), "
@@ -317,6 +317,13 @@ def render_estimate(est: TrainingEstimate, data: dict[str, Any]) -> None:
             f"(ideal {data['ideal_time_to_train_s'] / 86400:,.1f} days without failures or checkpoints)"
         )
     out.print(f"bottleneck: [bold]{est.bottleneck}[/]")
+
+
+def _fsx_needs(data: dict[str, Any]) -> str:
+    """What sizes the file system: data reads, checkpoint writes within the waste target, or space (a synchronous
+    checkpoint at scale asks for a write-driven size far beyond the others: the cue to save asynchronously)."""
+    by = data["fsx_capacity_tib_by"]
+    return ", ".join(f"{k} {by[k]:,.1f}" for k in ("read", "write", "space")) + " TiB"
 
 
 from fmstack.cli.serve_cmd import rl_cmd, serve_cmd  # noqa: E402
