@@ -332,6 +332,8 @@ BAD_ARGV += [
       "nodes"], "tokens: must be a finite number > 0, got nan"),
     (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "64", "--tokens", "1e12",
       "--seq-len", "1000000"], "seq_len: seq_len(1000000) is far beyond llama3.1-8b's max_seq_len(131072): at most"),
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "16", "--etp", "2"],
+     "etp: llama3.1-8b is dense: it has no experts to split; etp(2) must be 1"),
 ]  # fmt: skip
 
 # session 7, operations review (helper C): add rows here

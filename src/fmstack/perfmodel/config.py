@@ -159,6 +159,8 @@ def validate_config(cfg: TrainConfig, model: ModelArch, num_gpus: int) -> None:
     if model.moe is None:
         if cfg.ep > 1:
             raise InputError("ep", f"{model.name} is dense; ep({cfg.ep}) must be 1")
+        if cfg.etp > 1:
+            raise InputError("etp", f"{model.name} is dense: it has no experts to split; etp({cfg.etp}) must be 1")
         if cfg.overlap_ep:
             raise InputError("overlap-ep", f"{model.name} is dense: it has no expert all-to-all to overlap")
     else:
