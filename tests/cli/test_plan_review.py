@@ -13,6 +13,7 @@ import pytest
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import build_cluster
 from fmstack.cli.main import main
+from fmstack.cli.plan_cmd import parse_gpus
 from fmstack.errors import InputError
 from fmstack.perfmodel.config import TrainConfig, validate_config
 from fmstack.perfmodel.planner import SearchSpace, enumerate_space, plan_training
@@ -131,3 +132,14 @@ def test_estimate_says_what_sizes_the_file_system() -> None:
     assert code == 0, out
     text = " ".join(out.split())
     assert "FSx fsx-persistent-1000 10,207.2 TiB needed (read 1.2, write 10,207.2, space 12.0 TiB)" in text
+
+
+def test_gpu_ranges_end() -> None:
+    """Ranges that never ended (0 doubled, a step <= 0) are refused; the ones in --help still expand."""
+    assert parse_gpus("512-4096") == [512, 1024, 2048, 4096]
+    assert parse_gpus("512-2048:512") == [512, 1024, 1536, 2048]
+    assert parse_gpus("8,64-128") == [8, 64, 128]
+    assert len(parse_gpus(f"1-{2**63 - 1}")) == 63  # the longest doubling range fits the cap
+    for bad in ("0-8", "64-512:0", "64-512:-64", "512-64", "1-65:1"):
+        with pytest.raises(InputError):
+            parse_gpus(bad)
