@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +145,18 @@ def test_gpu_ranges_end() -> None:
     for bad in ("0-8", "64-512:0", "64-512:-64", "512-64", "1-65:1"):
         with pytest.raises(InputError):
             parse_gpus(bad)
+
+
+def test_plan_rows_carry_ideal_time_like_estimate() -> None:
+    """`time_to_train_s` is ideal in a plan row but includes failures in estimate's JSON; `ideal_time_s` is the
+    same quantity under the same key in both."""
+    code, out = _invoke("plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "64",
+                        "--tokens", "1e12", "--top", "2", "--json")  # fmt: skip
+    assert code == 0, out
+    row = json.loads(out)["ranked"][0]
+    assert row["ideal_time_s"] == row["time_to_train_s"] == pytest.approx(1e12 / row["tokens_per_s"], rel=1e-12)
+    code, out = _invoke(*shlex.split(row["estimate_command"])[1:], "--json")
+    assert code == 0, out
+    est = json.loads(out)
+    assert est["ideal_time_s"] == row["ideal_time_s"]
+    assert est["time_to_train_s"] > est["ideal_time_s"]

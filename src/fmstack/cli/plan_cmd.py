@@ -20,6 +20,7 @@ from fmstack.perfmodel.config import PRECISION_CHOICES, RECOMPUTE_CHOICES, descr
 from fmstack.perfmodel.efficiency import Efficiency
 from fmstack.perfmodel.planner import OBJECTIVES, PlanResult, SearchSpace, plan_training
 from fmstack.perfmodel.scaling import ScalePoint, run_sweep
+from fmstack.perfmodel.training import TrainingEstimate
 from fmstack.reports.plan_report import RANKED_HEADER, ranked_rows
 
 PLAN_EXAMPLE = """Examples:
@@ -273,10 +274,23 @@ def plan_json(
         "skipped": list(skipped or []),
         "estimate_command": cmds[0],
         "ranked": [
-            {**est.to_json(), **res, "time_to_train_s": t, "cost_usd": c, "estimate_command": cmd}
+            # ideal_time_s (no failures) in every row, as estimate train --tokens gives it: a script comparing the
+            # two reads the same key; time_to_train_s includes failures only with objective time-with-failures
+            {
+                **est.to_json(),
+                "ideal_time_s": _ideal_s(result, est),
+                **res,
+                "time_to_train_s": t,
+                "cost_usd": c,
+                "estimate_command": cmd,
+            }
             for est, t, c, res, cmd in rows
         ],
     }
+
+
+def _ideal_s(result: PlanResult, est: TrainingEstimate) -> float | None:
+    return result.tokens / est.tokens_per_s if result.tokens else None
 
 
 def render_plan(result: PlanResult, *, skipped: list[str] | None = None, command: str | None = None) -> None:
