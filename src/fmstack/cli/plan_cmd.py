@@ -250,10 +250,11 @@ def plan_train(
                                  calibration=calibration, calibration_force=calibration_force, tokens=tokens))
         for est in result.ranked
     ]  # fmt: skip
+    notes = batch_notes(result, batch_given=global_batch is not None)
     if as_json:
-        print_json(plan_json(result, skipped=skipped, commands=commands))
+        print_json({**plan_json(result, skipped=skipped, commands=commands), "notes": notes})
         return
-    render_plan(result, skipped=skipped, command=commands[0])
+    render_plan(result, skipped=skipped + notes, command=commands[0])
     if html_path is not None:
         console().print(f"report written to {html_path}")
 
@@ -287,6 +288,27 @@ def plan_json(
             for est, t, c, res, cmd in rows
         ],
     }
+
+
+BUBBLE_NOTE_SHARE = 0.25
+"""Above this share of the best row's step in pipeline bubble, with the default batch, the plan says so."""
+
+
+def batch_notes(result: PlanResult, *, batch_given: bool) -> list[str]:
+    """A hint when the default global batch (about 4M tokens) is what holds the best row back: so many GPUs that
+    each pipeline gets few micro-batches, and the bubble (p - 1) / (v m) takes a large share of the step."""
+    best = result.best
+    cfg = best.config
+    share = best.parts_s.get("bubble", 0.0) / best.step_time_s
+    if batch_given or share < BUBBLE_NOTE_SHARE:
+        return []
+    m = cfg.num_micro_batches
+    return [
+        f"the default global batch ({cfg.global_batch} sequences, {cfg.global_batch * cfg.seq_len / 1e6:.1f}M tokens) "
+        f"leaves {m} micro-batch"
+        f"{'es' if m != 1 else ''} per pipeline of {cfg.pp} stages on {best.num_gpus} GPUs: the bubble is "
+        f"{share * 100:.0f} % of the step; a larger --global-batch shrinks it"
+    ]
 
 
 def _ideal_s(result: PlanResult, est: TrainingEstimate) -> float | None:
