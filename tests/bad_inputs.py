@@ -323,13 +323,13 @@ BAD_ARGV += []  # fmt: skip
 # session 7, plan side review (helper B): add rows here
 BAD_ARGV += [
     (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "inf"],
-     "tokens: must be a finite number > 0, got inf"),
+     "tokens: must be > 0 and finite, got inf"),
     (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "nan"],
-     "tokens: must be a finite number > 0, got nan"),
+     "tokens: must be > 0 and finite, got nan"),
     (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "inf"],
-     "tokens: must be a finite number > 0, got inf"),
+     "tokens: must be > 0 and finite, got inf"),
     (["scale", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "nan", "--axis",
-      "nodes"], "tokens: must be a finite number > 0, got nan"),
+      "nodes"], "tokens: must be > 0 and finite, got nan"),
     (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "64", "--tokens", "1e12",
       "--seq-len", "1000000"], "seq_len: seq_len(1000000) is far beyond llama3.1-8b's max_seq_len(131072): at most"),
     (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "16", "--etp", "2"],

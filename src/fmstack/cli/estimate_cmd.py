@@ -186,7 +186,7 @@ def train_cmd(
 
         efficiency = efficiency_from_profile(load_profile(calibration), cluster.gpu, force=calibration_force)
     if tokens is not None and not (math.isfinite(tokens) and tokens > 0):
-        raise InputError("tokens", f"must be a finite number > 0, got {tokens:g}")
+        raise InputError("tokens", f"must be > 0 and finite, got {tokens:g}")
     est = estimate_training(arch, cluster, cfg, efficiency=efficiency)
     data = est.to_json()
     if tokens is not None:

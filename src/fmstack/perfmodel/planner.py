@@ -231,7 +231,7 @@ def plan_training(
     if objective not in OBJECTIVES:
         raise InputError("objective", f"unknown objective {objective!r}; allowed: {', '.join(OBJECTIVES)}")
     if not math.isfinite(tokens) or tokens <= 0:  # nan <= 0 is False: nan would pass a bare comparison
-        raise InputError("tokens", f"must be a finite number > 0, got {tokens:g}")
+        raise InputError("tokens", f"must be > 0 and finite, got {tokens:g}")
     if top < 1:
         raise InputError("top", f"must be >= 1, got {top}")
     space = space or SearchSpace()
