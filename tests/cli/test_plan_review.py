@@ -178,3 +178,17 @@ def test_plan_says_when_the_default_batch_is_the_bottleneck() -> None:
     code, out = _invoke("plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "65536",
                         "--tokens", "1e12", "--top", "1", "--global-batch", "1024", "--json")  # fmt: skip
     assert json.loads(out)["notes"] == []
+
+
+def test_an_instance_or_count_named_twice_is_searched_once() -> None:
+    """'--instance p5.48xlarge,p5.48xlarge --gpus 64,64' ranked the same configuration four times; an alias
+    (dgx-h100-80gb for dgx-h100) is the same cluster too."""
+    for instances, gpus in (("p5.48xlarge,p5.48xlarge", "64,64"), ("dgx-h100,dgx-h100-80gb", "64,32-64")):
+        code, out = _invoke("plan", "train", "--model", "llama3.1-8b", "--instance", instances, "--gpus", gpus,
+                            "--tokens", "1e12", "--top", "4", "--json")  # fmt: skip
+        assert code == 0, out
+        data = json.loads(out)
+        rows = [(r["num_gpus"], json.dumps(r["config"], sort_keys=True)) for r in data["ranked"]]
+        assert len(set(rows)) == len(rows) == 4
+        assert {r["instance"] for r in data["ranked"]} == {instances.split(",")[0]}
+    assert parse_gpus("64,64,32-64") == [64, 32]

@@ -64,7 +64,7 @@ def parse_gpus(text: str) -> list[int]:
         raise InputError("gpus", f"{text!r} is not a count, a list (512,1024) or a range (512-4096[:step])") from None
     if not out or any(v <= 0 for v in out):
         raise InputError("gpus", f"must be positive GPU counts, got {text!r}")
-    return out
+    return list(dict.fromkeys(out))  # '64,64' or '512,256-1024' name a count twice: search it once
 
 
 def _check_range(text: str, part: str, lo: int, hi: int, step: int | None) -> None:
@@ -90,20 +90,24 @@ def build_clusters(cat: Catalog, instances: str, gpus: str) -> tuple[list[Cluste
     72-GPU UltraServer), so a comparison of several instances still plans the others; InputError (the first
     pair's) only when no pair is valid. An unknown instance name is an error at once.
     """
-    names = [n.strip() for n in instances.split(",") if n.strip()]
+    names = list(dict.fromkeys(n.strip() for n in instances.split(",") if n.strip()))
     if not names:
         raise InputError("instance", f"give at least one instance name, got {instances!r}")
     counts = parse_gpus(gpus)
     clusters: list[Cluster] = []
     skipped: list[str] = []
     first: InputError | None = None
+    seen: set[tuple[str, int]] = set()  # an alias and its name are one cluster (it was ranked once per spelling)
     for name in names:
-        per_node = resolve_instance(cat, name).num_gpus
+        inst = resolve_instance(cat, name)
+        per_node, canonical = inst.num_gpus, inst.ultraserver or inst.name
         for count in counts:
             try:
                 if count % per_node:
                     raise InputError("gpus", f"{count} is not a multiple of {per_node} GPUs per {name} node")
-                clusters.append(build_cluster(cat, name, count // per_node))
+                if (canonical, count) not in seen:
+                    clusters.append(build_cluster(cat, name, count // per_node))
+                    seen.add((canonical, count))
             except InputError as exc:
                 first = first or exc
                 skipped.append(f"{name} at {count} GPUs skipped: {exc}")
