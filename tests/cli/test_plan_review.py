@@ -192,3 +192,10 @@ def test_an_instance_or_count_named_twice_is_searched_once() -> None:
         assert len(set(rows)) == len(rows) == 4
         assert {r["instance"] for r in data["ranked"]} == {instances.split(",")[0]}
     assert parse_gpus("64,64,32-64") == [64, 32]
+
+
+def test_a_sweep_value_given_twice_is_one_point() -> None:
+    code, out = _invoke("scale", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "64", "--tokens",
+                        "1e12", "--axis", "nvlink", "--values", "8,16,8", "--json")  # fmt: skip
+    assert code == 0, out
+    assert [p["value"] for p in json.loads(out)["points"]] == ["8", "16"]

@@ -69,7 +69,7 @@ def scale(
         "gpu": ",".join(GPU_GENERATIONS), "efa": ",".join(EFA_GENERATIONS), "nvlink": "8,16,32,72",
         "seq-len": "2048,4096,8192,16384,32768",
     }  # fmt: skip
-    items = [v.strip() for v in (values or defaults[axis]).split(",") if v.strip()]
+    items = list(dict.fromkeys(v.strip() for v in (values or defaults[axis]).split(",") if v.strip()))  # once each
     with _progress(as_json, len(items)) as tick:
         result = run_sweep(cat, arch, axis=axis, values=items, instance=instance, gpus=counts[0], tokens=tokens,
                            objective=objective, space=space, weak=weak, progress=tick)  # fmt: skip
