@@ -321,7 +321,31 @@ BAD_ARGV += [
 BAD_ARGV += []  # fmt: skip
 
 # session 7, plan side review (helper B): add rows here
-BAD_ARGV += []  # fmt: skip
+BAD_ARGV += [
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "inf"],
+     "tokens: must be > 0 and finite, got inf"),
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "nan"],
+     "tokens: must be > 0 and finite, got nan"),
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "inf"],
+     "tokens: must be > 0 and finite, got inf"),
+    (["scale", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "nan", "--axis",
+      "nodes"], "tokens: must be > 0 and finite, got nan"),
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "64", "--tokens", "1e12",
+      "--seq-len", "1000000"], "seq_len: seq_len(1000000) is far beyond llama3.1-8b's max_seq_len(131072): at most"),
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "16", "--etp", "2"],
+     "etp: llama3.1-8b is dense: it has no experts to split; etp(2) must be 1"),
+    # these three ranges looped until memory ran out (0 doubled stays 0; a step <= 0 never reaches the end)
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "0-64", "--tokens", "1e12"],
+     "gpus: range '0-64' must start at 1 or more GPUs, got 0"),
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "64-512:-64", "--tokens",
+      "1e12"], "gpus: range '64-512:-64' needs a step of 1 or more GPUs, got -64"),
+    (["scale", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "64-512:0", "--tokens", "1e12",
+      "--axis", "nodes"], "gpus: range '64-512:0' needs a step of 1 or more GPUs, got 0"),
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "512-64", "--tokens", "1e12"],
+     "gpus: range '512-64' ends (64) before it starts (512)"),
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8-8000000:8", "--tokens",
+      "1e12"], "gpus: '8-8000000:8' asks for 1,000,000 GPU counts; at most 64 per search"),
+]  # fmt: skip
 
 # session 7, operations review (helper C): add rows here
 BAD_ARGV += [

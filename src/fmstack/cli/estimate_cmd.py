@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from fmstack.perfmodel.training import TrainingEstimate, estimate_training
 
 TRAIN_EXAMPLE = """Example:
 
+\b
   fmstack estimate train --model llama3.1-70b --instance p5.48xlarge --nodes 64 --tp 8 --pp 4 \\
       --micro-batch 1 --global-batch 1024 --seq-len 8192 --recompute selective
 """
@@ -183,8 +185,8 @@ def train_cmd(
         from fmstack.perfmodel.efficiency import efficiency_from_profile
 
         efficiency = efficiency_from_profile(load_profile(calibration), cluster.gpu, force=calibration_force)
-    if tokens is not None and tokens <= 0:
-        raise InputError("tokens", f"must be > 0, got {tokens:g}")
+    if tokens is not None and not (math.isfinite(tokens) and tokens > 0):
+        raise InputError("tokens", f"must be > 0 and finite, got {tokens:g}")
     est = estimate_training(arch, cluster, cfg, efficiency=efficiency)
     data = est.to_json()
     if tokens is not None:
@@ -292,13 +294,18 @@ def render_estimate(est: TrainingEstimate, data: dict[str, Any]) -> None:
         f"MFU {est.mfu * 100:.1f} %  HFU {est.hfu * 100:.1f} %  {est.tflops_per_gpu:.0f} model TFLOP/s/GPU  "
         f"{est.tokens_per_s:,.0f} tokens/s ({est.tokens_per_s_per_gpu:,.0f} per GPU)  memory {fits}"
     )
+    if est.mfu - est.mfu_causal >= 0.005:  # long sequences: the two counts Megatron has used differ visibly
+        out.print(
+            f"with the attention core halved for the causal mask (as Megatron-LM logs count it): "
+            f"MFU {est.mfu_causal * 100:.1f} %, {est.tflops_per_gpu_causal:.0f} model TFLOP/s/GPU"
+        )
     if "time_to_train_s" in data:
         lost = ", ".join(f"{k} {v / 3600:,.0f} h" for k, v in data["lost_time_s"].items() if v > 0)
         out.print(
             f"checkpoint {data['checkpoint_size_gib']:,.0f} GiB to {data['checkpoint_tier']}: write "
             f"{data['checkpoint_write_s']:,.1f} s ({'async' if data['checkpoint_async'] else 'sync'}, stalls "
             f"{data['checkpoint_blocking_s']:.2f} s), every {data['checkpoint_interval_s'] / 60:,.1f} min; "
-            f"FSx {data['fsx_tier']} {data['fsx_capacity_tib_needed']:,.1f} TiB needed"
+            f"FSx {data['fsx_tier']} {data['fsx_capacity_tib_needed']:,.1f} TiB needed ({_fsx_needs(data)})"
         )
         out.print(
             f"failures: MTBF {data['mtbf_s'] / 3600:,.2f} h at this scale ({data['failure_model']}), "
@@ -310,6 +317,13 @@ def render_estimate(est: TrainingEstimate, data: dict[str, Any]) -> None:
             f"(ideal {data['ideal_time_to_train_s'] / 86400:,.1f} days without failures or checkpoints)"
         )
     out.print(f"bottleneck: [bold]{est.bottleneck}[/]")
+
+
+def _fsx_needs(data: dict[str, Any]) -> str:
+    """What sizes the file system: data reads, checkpoint writes within the waste target, or space (a synchronous
+    checkpoint at scale asks for a write-driven size far beyond the others: the cue to save asynchronously)."""
+    by = data["fsx_capacity_tib_by"]
+    return ", ".join(f"{k} {by[k]:,.1f}" for k in ("read", "write", "space")) + " TiB"
 
 
 from fmstack.cli.serve_cmd import rl_cmd, serve_cmd  # noqa: E402

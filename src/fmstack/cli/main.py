@@ -24,7 +24,7 @@ _COMMANDS: dict[str, str] = {
     "cancel": "fmstack.cli.launch_cmd:cancel",
     "estimate": "fmstack.cli.estimate_cmd:estimate",
     "plan": "fmstack.cli.plan_cmd:plan",
-    "scale": "fmstack.cli.plan_cmd:scale",
+    "scale": "fmstack.cli.scale_cmd:scale",
     "validate": "fmstack.cli.validate_cmd:validate",
     "exporter": "fmstack.cli.observe_cmd:exporter",
     "health": "fmstack.cli.observe_cmd:health",

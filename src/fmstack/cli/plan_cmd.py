@@ -1,4 +1,4 @@
-"""`fmstack plan train` (the main job) and `fmstack scale`: search, rank, explain, sweep."""
+"""`fmstack plan train` (the main job): search, rank, explain; the search options `fmstack scale` shares."""
 
 from __future__ import annotations
 
@@ -19,16 +19,23 @@ from fmstack.errors import InputError
 from fmstack.perfmodel.config import PRECISION_CHOICES, RECOMPUTE_CHOICES, describe_config
 from fmstack.perfmodel.efficiency import Efficiency
 from fmstack.perfmodel.planner import OBJECTIVES, PlanResult, SearchSpace, plan_training
-from fmstack.perfmodel.scaling import AXES, EFA_GENERATIONS, GPU_GENERATIONS, ScalePoint, SweepResult, run_sweep
+from fmstack.perfmodel.scaling import ScalePoint, run_sweep
+from fmstack.perfmodel.training import TrainingEstimate
 from fmstack.reports.plan_report import RANKED_HEADER, ranked_rows
 
 PLAN_EXAMPLE = """Examples:
 
+\b
   fmstack plan train --model llama3.1-405b --instance p5.48xlarge --gpus 16384 --tokens 15e12 --global-batch 2048
 
+\b
   fmstack plan train --model llama3.1-70b --instance p5.48xlarge,p5en.48xlarge,p6-b200.48xlarge \\
       --gpus 512,1024 --tokens 2e12 --objective cost --html plan.html
 """
+
+
+MAX_GPU_COUNTS = 64
+"""GPU counts one search takes (a doubling range from 1 to 2^63 is 64 counts; a step range can ask for millions)."""
 
 
 def parse_gpus(text: str) -> list[int]:
@@ -44,17 +51,36 @@ def parse_gpus(text: str) -> list[int]:
                     hi_text, step_text = hi_text.split(":", 1)
                     step = int(step_text)
                 lo, hi = int(lo_text), int(hi_text)
+                _check_range(text, part, lo, hi, step)
                 value = lo
                 while value <= hi:
                     out.append(value)
                     value = value + step if step else value * 2
             else:
                 out.append(int(float(part)))
+    except InputError:
+        raise
     except ValueError:
         raise InputError("gpus", f"{text!r} is not a count, a list (512,1024) or a range (512-4096[:step])") from None
     if not out or any(v <= 0 for v in out):
         raise InputError("gpus", f"must be positive GPU counts, got {text!r}")
-    return out
+    return list(dict.fromkeys(out))  # '64,64' or '512,256-1024' name a count twice: search it once
+
+
+def _check_range(text: str, part: str, lo: int, hi: int, step: int | None) -> None:
+    """A range must start at 1 or more, end at or after its start, and step forward (a start of 0 doubled, or a
+    step <= 0, never reaches the end: the loop ran until memory ran out)."""
+    if lo < 1:
+        raise InputError("gpus", f"range {part!r} must start at 1 or more GPUs, got {lo}")
+    if hi < lo:
+        raise InputError("gpus", f"range {part!r} ends ({hi}) before it starts ({lo})")
+    if step is not None and step < 1:
+        raise InputError("gpus", f"range {part!r} needs a step of 1 or more GPUs, got {step}")
+    count = (hi - lo) // step + 1 if step else (hi // lo).bit_length()
+    if count > MAX_GPU_COUNTS:
+        raise InputError(
+            "gpus", f"{text!r} asks for {count:,} GPU counts; at most {MAX_GPU_COUNTS} per search (use a larger step)"
+        )
 
 
 def build_clusters(cat: Catalog, instances: str, gpus: str) -> tuple[list[Cluster], list[str]]:
@@ -64,20 +90,24 @@ def build_clusters(cat: Catalog, instances: str, gpus: str) -> tuple[list[Cluste
     72-GPU UltraServer), so a comparison of several instances still plans the others; InputError (the first
     pair's) only when no pair is valid. An unknown instance name is an error at once.
     """
-    names = [n.strip() for n in instances.split(",") if n.strip()]
+    names = list(dict.fromkeys(n.strip() for n in instances.split(",") if n.strip()))
     if not names:
         raise InputError("instance", f"give at least one instance name, got {instances!r}")
     counts = parse_gpus(gpus)
     clusters: list[Cluster] = []
     skipped: list[str] = []
     first: InputError | None = None
+    seen: set[tuple[str, int]] = set()  # an alias and its name are one cluster (it was ranked once per spelling)
     for name in names:
-        per_node = resolve_instance(cat, name).num_gpus
+        inst = resolve_instance(cat, name)
+        per_node, canonical = inst.num_gpus, inst.ultraserver or inst.name
         for count in counts:
             try:
                 if count % per_node:
                     raise InputError("gpus", f"{count} is not a multiple of {per_node} GPUs per {name} node")
-                clusters.append(build_cluster(cat, name, count // per_node))
+                if (canonical, count) not in seen:
+                    clusters.append(build_cluster(cat, name, count // per_node))
+                    seen.add((canonical, count))
             except InputError as exc:
                 first = first or exc
                 skipped.append(f"{name} at {count} GPUs skipped: {exc}")
@@ -224,10 +254,11 @@ def plan_train(
                                  calibration=calibration, calibration_force=calibration_force, tokens=tokens))
         for est in result.ranked
     ]  # fmt: skip
+    notes = batch_notes(result, batch_given=global_batch is not None)
     if as_json:
-        print_json(plan_json(result, skipped=skipped, commands=commands))
+        print_json({**plan_json(result, skipped=skipped, commands=commands), "notes": notes})
         return
-    render_plan(result, skipped=skipped, command=commands[0])
+    render_plan(result, skipped=skipped + notes, command=commands[0])
     if html_path is not None:
         console().print(f"report written to {html_path}")
 
@@ -248,10 +279,44 @@ def plan_json(
         "skipped": list(skipped or []),
         "estimate_command": cmds[0],
         "ranked": [
-            {**est.to_json(), **res, "time_to_train_s": t, "cost_usd": c, "estimate_command": cmd}
+            # ideal_time_s (no failures) in every row, as estimate train --tokens gives it: a script comparing the
+            # two reads the same key; time_to_train_s includes failures only with objective time-with-failures
+            {
+                **est.to_json(),
+                "ideal_time_s": _ideal_s(result, est),
+                **res,
+                "time_to_train_s": t,
+                "cost_usd": c,
+                "estimate_command": cmd,
+            }
             for est, t, c, res, cmd in rows
         ],
     }
+
+
+BUBBLE_NOTE_SHARE = 0.25
+"""Above this share of the best row's step in pipeline bubble, with the default batch, the plan says so."""
+
+
+def batch_notes(result: PlanResult, *, batch_given: bool) -> list[str]:
+    """A hint when the default global batch (about 4M tokens) is what holds the best row back: so many GPUs that
+    each pipeline gets few micro-batches, and the bubble (p - 1) / (v m) takes a large share of the step."""
+    best = result.best
+    cfg = best.config
+    share = best.parts_s.get("bubble", 0.0) / best.step_time_s
+    if batch_given or share < BUBBLE_NOTE_SHARE:
+        return []
+    m = cfg.num_micro_batches
+    return [
+        f"the default global batch ({cfg.global_batch} sequences, {cfg.global_batch * cfg.seq_len / 1e6:.1f}M tokens) "
+        f"leaves {m} micro-batch"
+        f"{'es' if m != 1 else ''} per pipeline of {cfg.pp} stages on {best.num_gpus} GPUs: the bubble is "
+        f"{share * 100:.0f} % of the step; a larger --global-batch shrinks it"
+    ]
+
+
+def _ideal_s(result: PlanResult, est: TrainingEstimate) -> float | None:
+    return result.tokens / est.tokens_per_s if result.tokens else None
 
 
 def render_plan(result: PlanResult, *, skipped: list[str] | None = None, command: str | None = None) -> None:
@@ -300,114 +365,6 @@ class _progress:
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.stop()
-
-
-SCALE_EXAMPLE = """Examples:
-
-\b
-  fmstack scale --model llama3.1-70b --instance p5.48xlarge --gpus 512 --tokens 2e12 --axis nodes \\
-      --values 16,32,64,128,256 --global-batch 1024
-
-\b
-  fmstack scale --model llama3.1-405b --instance p5.48xlarge --gpus 4096 --tokens 15e12 --axis gpu
-
-The global batch is held fixed (strong scaling) at --global-batch or, without it, at the first point's
-default (about 4M tokens); a point that cannot run at it says so. A GPU kind whose node count must be a
-multiple (18 p6e-gb200.36xlarge per u-p6e-gb200x72) is rounded to the nearest valid size, stated per point.
-"""
-
-VALUES_HELP = (
-    "Comma-separated values. nodes: node counts [--gpus/node x 1,2,4,8]; gpu: instance or UltraServer names "
-    f"[{','.join(GPU_GENERATIONS)}]; efa: scale-out fabrics [{','.join(EFA_GENERATIONS)}]; nvlink: NVLink "
-    "domain sizes in GPUs [8,16,32,72]; seq-len: tokens [2048,...,32768]."
-)
-
-
-@click.command(epilog=SCALE_EXAMPLE)
-@search_options
-@click.option("--axis", type=click.Choice(AXES), required=True, help="What to sweep.")
-@click.option("--values", default=None, help=VALUES_HELP)
-@click.option("--weak", is_flag=True, help="With --axis nodes: grow the global batch with the GPUs (weak scaling).")
-@click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write an HTML report.")
-@json_option
-def scale(
-    model: str, instance: str, gpus: str, tokens: float, objective: str, seq_len: int, global_batch: int | None,
-    precisions: str, recompute: str | None, overlap_ep: bool, calibration: Path | None, calibration_force: bool,
-    catalog_dir: Path | None, axis: str, values: str | None, weak: bool, html_path: Path | None, as_json: bool,
-) -> None:  # fmt: skip
-    """Sweep one axis (nodes, GPU generation, EFA generation, NVLink domain, sequence length) and re-plan.
-
-    --gpus is the sweep's starting point (one count); every point is the planner's best configuration.
-    """
-    if calibration is not None or calibration_force:
-        # each point re-plans with the default curves (and the gpu axis changes the GPU the profile was measured on)
-        raise InputError(
-            "calibration",
-            "fmstack scale does not apply a calibration profile; run fmstack plan train --calibration at each point",
-        )
-    cat = load_catalog(catalog_dir)
-    arch = cat.model(model)
-    counts = parse_gpus(gpus)
-    if len(counts) != 1:
-        raise InputError("gpus", "scale takes one GPU count (the sweep's starting point)")
-    space = _space(seq_len, global_batch, precisions, recompute, overlap_ep)
-    defaults = {
-        "nodes": ",".join(str(max(1, counts[0] // resolve_instance(cat, instance).num_gpus * f)) for f in (1, 2, 4, 8)),
-        "gpu": ",".join(GPU_GENERATIONS), "efa": ",".join(EFA_GENERATIONS), "nvlink": "8,16,32,72",
-        "seq-len": "2048,4096,8192,16384,32768",
-    }  # fmt: skip
-    items = [v.strip() for v in (values or defaults[axis]).split(",") if v.strip()]
-    with _progress(as_json, len(items)) as tick:
-        result = run_sweep(cat, arch, axis=axis, values=items, instance=instance, gpus=counts[0], tokens=tokens,
-                           objective=objective, space=space, weak=weak, progress=tick)  # fmt: skip
-    points = result.points
-    if html_path is not None:
-        from fmstack.reports.html import Section, html_page, write_html
-        from fmstack.reports.plan_report import scaling_figure
-
-        write_html(html_path, html_page(f"fmstack scale: {arch.name} over {axis}",
-                                        [Section(title=axis, figures=[scaling_figure(points, axis)])]))  # fmt: skip
-    if as_json:
-        from dataclasses import asdict
-
-        print_json({"model": arch.name, "axis": axis, "weak": weak, "reference_global_batch": result.reference_global_batch,
-                    "points": [asdict(p) for p in points], "skipped": result.skipped})  # fmt: skip
-        return
-    render_scale(arch.name, axis, weak, result)
-
-
-EFFICIENCY_HEADER = {"strong": "strong-scaling eff.", "weak": "weak-scaling eff.", "relative": "vs first"}
-"""The efficiency column: tokens/s per GPU relative to the first point, named for what it measures."""
-
-
-def render_scale(model: str, axis: str, weak: bool, result: SweepResult) -> None:
-    points = result.points
-    eff_header = EFFICIENCY_HEADER["relative" if axis != "nodes" else "weak" if weak else "strong"]
-    extra = ("GB/s/node", "latency us") if axis == "efa" else ()
-    title = f"{model}: scaling over {axis}"
-    if result.reference_global_batch is not None:
-        held = "grown with the GPUs from" if weak else "held at"
-        title += f" (global batch {held} {result.reference_global_batch} sequences)"
-    table = Table(axis, "GPUs", "global batch", *extra, "step s", "MFU %", "tokens/s", "tokens/s/GPU", eff_header,
-                  "days", "cost $", "configuration", "bottleneck", title=title,
-                  title_justify="left")  # fmt: skip
-    for p in points:
-        mark = "*" if p.global_batch_changed else ""
-        net = (f"{p.network_bw_gbps_per_node:,g}", f"{p.network_latency_us:g}") if axis == "efa" else ()
-        table.add_row(p.value, str(p.num_gpus), f"{p.global_batch}{mark}", *net, f"{p.step_time_s:.2f}",
-                      f"{p.mfu * 100:.1f}", f"{p.tokens_per_s:,.0f}", f"{p.tokens_per_s_per_gpu:,.0f}",
-                      f"{p.scaling_efficiency:.2f}{mark}", f"{p.time_to_train_s / 86400:,.1f}",
-                      "-" if p.cost_usd is None else f"{p.cost_usd:,.0f}", p.config, p.bottleneck)  # fmt: skip
-    out = console()
-    out.print(table)
-    if any(p.global_batch_changed for p in points):
-        out.print("* global batch changed at this point: its ratio is tokens/s per GPU against the first point at "
-                  f"another batch, not a {eff_header.removesuffix(' eff.')} efficiency", highlight=False)  # fmt: skip
-    for p in points:
-        if p.note:
-            out.print(f"{p.value}: {p.note}", highlight=False)
-    for line in result.skipped:
-        out.print(line, highlight=False)
 
 
 from fmstack.cli.serve_cmd import plan_serve_cmd  # noqa: E402

@@ -159,6 +159,8 @@ def validate_config(cfg: TrainConfig, model: ModelArch, num_gpus: int) -> None:
     if model.moe is None:
         if cfg.ep > 1:
             raise InputError("ep", f"{model.name} is dense; ep({cfg.ep}) must be 1")
+        if cfg.etp > 1:
+            raise InputError("etp", f"{model.name} is dense: it has no experts to split; etp({cfg.etp}) must be 1")
         if cfg.overlap_ep:
             raise InputError("overlap-ep", f"{model.name} is dense: it has no expert all-to-all to overlap")
     else:
@@ -178,9 +180,23 @@ def validate_config(cfg: TrainConfig, model: ModelArch, num_gpus: int) -> None:
             )
     if cfg.sharding == "hsdp" and (cfg.dp % cfg.hsdp_shard_size):
         raise InputError("hsdp_shard_size", f"dp({cfg.dp}) is not a multiple of hsdp_shard_size({cfg.hsdp_shard_size})")
-    if cfg.seq_len > model.max_seq_len * 4:
+    check_seq_len(cfg.seq_len, model)
+
+
+MAX_SEQ_LEN_FACTOR = 4
+"""How far past the model's published context a training sequence may go (context extension runs train a few
+times past it; beyond that the catalog model is not the model being trained)."""
+
+
+def check_seq_len(seq_len: int, model: ModelArch) -> None:
+    """The sequence-length rule shared by ``estimate train`` and the planner (which must not rank a sequence length
+    that the estimate it prints would refuse)."""
+    limit = model.max_seq_len * MAX_SEQ_LEN_FACTOR
+    if seq_len > limit:
         raise InputError(
-            "seq_len", f"seq_len({cfg.seq_len}) is far beyond {model.name}'s max_seq_len({model.max_seq_len})"
+            "seq_len",
+            f"seq_len({seq_len}) is far beyond {model.name}'s max_seq_len({model.max_seq_len}): at most "
+            f"{MAX_SEQ_LEN_FACTOR} x {model.max_seq_len} = {limit}",
         )
 
 

@@ -28,7 +28,7 @@ from fmstack.perfmodel.columns import (
     Columns,
     columns_from_configs,
 )
-from fmstack.perfmodel.config import TrainConfig, describe_config
+from fmstack.perfmodel.config import TrainConfig, check_seq_len, describe_config
 from fmstack.perfmodel.efficiency import Efficiency, default_efficiency
 from fmstack.perfmodel.memory import DEFAULT_RESERVE_GIB, GIB
 from fmstack.perfmodel.modelconsts import model_consts
@@ -230,13 +230,14 @@ def plan_training(
     """Search every configuration on every cluster; rank by ``objective`` (time, cost or mfu)."""
     if objective not in OBJECTIVES:
         raise InputError("objective", f"unknown objective {objective!r}; allowed: {', '.join(OBJECTIVES)}")
-    if tokens <= 0:
-        raise InputError("tokens", f"must be > 0, got {tokens:g}")
+    if not math.isfinite(tokens) or tokens <= 0:  # nan <= 0 is False: nan would pass a bare comparison
+        raise InputError("tokens", f"must be > 0 and finite, got {tokens:g}")
     if top < 1:
         raise InputError("top", f"must be >= 1, got {top}")
     space = space or SearchSpace()
     if space.seq_len <= 0:
         raise InputError("seq_len", f"must be > 0, got {space.seq_len}")
+    check_seq_len(space.seq_len, model)
     for p in space.precisions:
         for c in clusters:
             c.gpu.peak_tflops(p)

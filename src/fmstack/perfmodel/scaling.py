@@ -245,7 +245,8 @@ def run_sweep(
         try:
             result, fell_back = _plan(model, cluster, tokens, objective, point_space, target)
         except InputError as e:
-            if e.field not in ("model", "objective"):
+            # a sequence length past the model's context is one point of a seq-len sweep, not a bad sweep
+            if e.field not in ("model", "objective") and not (axis == "seq-len" and e.field == "seq_len"):
                 raise
             skipped.append(f"{value}: skipped: {e.message.split('; try ')[0]}")
             if progress:

@@ -20,13 +20,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fmstack.catalog.topology import Cluster
-from fmstack.perfmodel.collectives import GroupPlacement, collective_time_s
 from fmstack.perfmodel.columns import PRECISION_CODE, RECOMPUTE_CODE, SHARDING_CODE, Columns, V
 from fmstack.perfmodel.efficiency import Efficiency
 from fmstack.perfmodel.memory import MemoryArrays, local_params, memory_per_gpu
 from fmstack.perfmodel.modelconsts import ModelConsts, expert_gemm_flops
-from fmstack.perfmodel.num import Num, any_true, ceil, floor, full_like, gcd, logical_not, maximum, minimum, where
+from fmstack.perfmodel.num import Num, any_true, ceil, full_like, gcd, logical_not, maximum, minimum, where
 from fmstack.perfmodel.recompute import modules_bytes_per_token, modules_flops_per_token, modules_gemm_s, recompute_of
+from fmstack.perfmodel.step_comm import comm, placement_per_domain
 
 F = NDArray[np.float64]
 
@@ -76,57 +76,11 @@ class StepArrays(Generic[V]):
     overlap_s: V
     """Compute slowed by the communication hidden under it: OVERLAP_COMPUTE_SLOWDOWN x the hidden link time."""
     model_flops: V
+    attention_core_flops: V
+    """The attention core's share of model_flops, counted in full (non-causal) like model_flops."""
     hardware_flops: V
     tokens: V
     memory: MemoryArrays[V]
-
-
-def _placement_per_domain(size: Num, stride: Num, gpus_per_domain: float) -> Num:
-    """Ranks of a group (``stride`` apart in the node-major rank order) that share one NVLink domain: the
-    largest divisor of the group size that fits in the domain (computed once per distinct pair)."""
-    cap = maximum(floor(gpus_per_domain / stride), 1.0)
-    if isinstance(size, float) and isinstance(cap, float):
-        return float(_largest_divisor_at_most(int(size), int(cap)))
-    size, cap = np.asarray(size, dtype=np.float64), np.asarray(cap, dtype=np.float64)
-    if size.shape[0] <= 8:  # one or a few rows: plain Python is faster than np.unique
-        return np.array(
-            [_largest_divisor_at_most(int(n), int(c)) for n, c in zip(size, cap, strict=True)], dtype=np.float64
-        )
-    pairs = np.stack([size, np.minimum(cap, size)], axis=-1).astype(np.int64)
-    unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
-    best = np.array([_largest_divisor_at_most(int(n), int(c)) for n, c in unique], dtype=np.float64)
-    return best[inverse.reshape(-1)]
-
-
-def _largest_divisor_at_most(n: int, cap: int) -> int:
-    for d in range(min(n, cap), 0, -1):
-        if n % d == 0:
-            return d
-    return 1
-
-
-def _comm(op: str, size_bytes: Num, ranks: Num, per_domain: Num, cluster: Cluster) -> Num:
-    if isinstance(ranks, float) and isinstance(size_bytes, float) and isinstance(per_domain, float):
-        return _comm_one(op, size_bytes, ranks, per_domain, cluster)
-    shape = np.broadcast_shapes(np.shape(ranks), np.shape(size_bytes))
-    if np.size(ranks) == 1 and np.size(size_bytes) == 1 and np.size(per_domain) == 1:
-        # one row: the collectives' plain-float path gives the same numbers without NumPy's per-call overhead
-        one = _comm_one(
-            op, float(np.ravel(size_bytes)[0]), float(np.ravel(ranks)[0]), float(np.ravel(per_domain)[0]), cluster
-        )
-        return np.full(shape, one)
-    if not np.any(ranks > 1) or not np.any(size_bytes > 0):
-        return np.zeros(shape)
-    out = collective_time_s(op, size_bytes, GroupPlacement(num_ranks=ranks, ranks_per_domain=per_domain), cluster)  # type: ignore[arg-type]
-    return np.where(ranks > 1, np.asarray(out, dtype=np.float64), 0.0)
-
-
-def _comm_one(op: str, size_bytes: float, ranks: float, per_domain: float, cluster: Cluster) -> float:
-    n = int(ranks)
-    if n <= 1 or size_bytes <= 0:
-        return 0.0
-    one = GroupPlacement(num_ranks=n, ranks_per_domain=int(per_domain))
-    return float(collective_time_s(op, size_bytes, one, cluster))
 
 
 @overload
@@ -181,26 +135,26 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
     ep_again = rc.full + (1.0 - rc.full) * rc.moe
 
     # tensor parallel: 2 all-reduces (or all-gather + reduce-scatter with SP) per layer per pass
-    tp_pd = _placement_per_domain(t, full_like(t, 1.0), gpd)
+    tp_pd = placement_per_domain(t, full_like(t, 1.0), gpd)
     act_bytes = tokens_mb * h * 2.0
-    tp_one = _comm("all_reduce", act_bytes, t, tp_pd, cluster)
+    tp_one = comm("all_reduce", act_bytes, t, tp_pd, cluster)
     tp_passes = 2.0 + tp_again  # forward, backward (input grads), recomputed forward
     tp_link = 2.0 * stage_layers * tp_one * tp_passes
     tp_exposed = tp_link * where(c.overlap_tp > 0, 1.0 - TP_OVERLAP_HIDDEN, 1.0)
 
     # context parallel: ring attention passes K and V chunks, overlapped with the attention core
-    cp_pd = _placement_per_domain(cp, t, gpd)
+    cp_pd = placement_per_domain(cp, t, gpd)
     kv_bytes = tokens_mb * 2.0 * mc.kv_width * 2.0 / t
-    cp_step = _comm("send_recv", kv_bytes, where(cp > 1, 2.0, 1.0), where((cp > 1) & (cp_pd >= cp), 2.0, 1.0), cluster)
+    cp_step = comm("send_recv", kv_bytes, where(cp > 1, 2.0, 1.0), where((cp > 1) & (cp_pd >= cp), 2.0, 1.0), cluster)
     cp_fwd = stage_layers * (cp - 1.0) * cp_step
     cp_link = cp_fwd * 3.0
     attn_core_total = attn_fwd * 3.0
     cp_exposed = maximum(0.0, cp_link - attn_core_total)
 
     # expert parallel: dispatch + combine all-to-all per MoE layer, forward and backward
-    ep_pd = _placement_per_domain(ep, t, gpd)
+    ep_pd = placement_per_domain(ep, t, gpd)
     a2a_bytes = tokens_mb / t * mc.top_k * h * 2.0
-    ep_one = _comm("all_to_all", a2a_bytes, ep, ep_pd, cluster)  # nccl-tests size: bytes each rank sends
+    ep_one = comm("all_to_all", a2a_bytes, ep, ep_pd, cluster)  # nccl-tests size: bytes each rank sends
     ep_link = (mc.moe_layers / mc.layers * stage_layers) * 2.0 * ep_one * (2.0 + ep_again)
     # with EP overlap (Megatron-Core's combined 1F1B) the forward of micro-batch i + 1 runs beside the backward of
     # micro-batch i, layer by layer, and each all-to-all hides only behind the node of the other micro-batch it is
@@ -221,9 +175,9 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
 
     # pipeline point-to-point: activations to the next stage, gradients back
     pp_stride = t * cp * c.dp
-    pp_pd = _placement_per_domain(p, pp_stride, gpd)
+    pp_pd = placement_per_domain(p, pp_stride, gpd)
     p2p_bytes = tokens_mb * h * 2.0 / where(c.sp > 0, t, 1.0)
-    pp_one = _comm("send_recv", p2p_bytes, where(p > 1, 2.0, 1.0), where((p > 1) & (pp_pd >= p), 2.0, 1.0), cluster)
+    pp_one = comm("send_recv", p2p_bytes, where(p > 1, 2.0, 1.0), where((p > 1) & (pp_pd >= p), 2.0, 1.0), cluster)
     pp_link_mb = 2.0 * v * pp_one * where(p > 1, 1.0, 0.0)
 
     t_f = fwd_compute + overhead_fwd
@@ -236,30 +190,30 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
     # data parallel gradient reduction / FSDP gathers
     nonexpert, expert = local_params(mc, c)
     dp_group = c.dp * cp
-    dp_pd = _placement_per_domain(dp_group, t, gpd)
+    dp_pd = placement_per_domain(dp_group, t, gpd)
     expert_dp = dp_group * t / (ep * c.etp)
-    exp_pd = _placement_per_domain(expert_dp, ep * c.etp, gpd) if mc.params_expert > 0 else full_like(expert_dp, 1.0)
+    exp_pd = placement_per_domain(expert_dp, ep * c.etp, gpd) if mc.params_expert > 0 else full_like(expert_dp, 1.0)
     hsdp = c.sharding == SHARDING_CODE["hsdp"]
     full_shard = (c.sharding >= SHARDING_CODE["zero3"]) & logical_not(hsdp)
     any_full = any_true(full_shard)
     none_bytes = full_like(nonexpert, 0.0)
-    grad_ar = _comm("all_reduce", nonexpert * c.reduce_bytes, dp_group, dp_pd, cluster) + _comm(
+    grad_ar = comm("all_reduce", nonexpert * c.reduce_bytes, dp_group, dp_pd, cluster) + comm(
         "all_reduce", expert * c.reduce_bytes, expert_dp, exp_pd, cluster
     )
-    ag = _comm("all_gather", nonexpert * 2.0 if any_full else none_bytes, dp_group, dp_pd, cluster) + _comm(
+    ag = comm("all_gather", nonexpert * 2.0 if any_full else none_bytes, dp_group, dp_pd, cluster) + comm(
         "all_gather", expert * 2.0 if any_full else none_bytes, expert_dp, exp_pd, cluster
     )
-    rs = _comm("reduce_scatter", nonexpert * c.reduce_bytes if any_full else none_bytes, dp_group, dp_pd, cluster)
-    rs = rs + _comm("reduce_scatter", expert * c.reduce_bytes if any_full else none_bytes, expert_dp, exp_pd, cluster)
+    rs = comm("reduce_scatter", nonexpert * c.reduce_bytes if any_full else none_bytes, dp_group, dp_pd, cluster)
+    rs = rs + comm("reduce_scatter", expert * c.reduce_bytes if any_full else none_bytes, expert_dp, exp_pd, cluster)
     shard = where(hsdp, gcd(c.hsdp, dp_group), 1.0)
     replicas = dp_group / shard
     if any_true(hsdp):
-        hsdp_ag = _comm("all_gather", nonexpert * 2.0, shard, _placement_per_domain(shard, t, gpd), cluster)
-        hsdp_ar = _comm(
+        hsdp_ag = comm("all_gather", nonexpert * 2.0, shard, placement_per_domain(shard, t, gpd), cluster)
+        hsdp_ar = comm(
             "all_reduce",
             nonexpert * c.reduce_bytes / shard,
             replicas,
-            _placement_per_domain(replicas, t * shard, gpd),
+            placement_per_domain(replicas, t * shard, gpd),
             cluster,
         )
     else:
@@ -296,6 +250,7 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
 
     tokens = c.gb * c.seq
     model_flops = tokens * (3.0 * (mc.fwd_linear_per_token + mc.fwd_core_per_token_per_ctx * c.seq))
+    core_model_flops = tokens * 3.0 * mc.fwd_core_per_token_per_ctx * c.seq
     # recomputed FLOPs over the whole model: the fully recomputed share of all layers (N of every chunk of p v)
     full_share = where(c.recompute == RECOMPUTE_CODE["full"], 1.0, minimum([c.rc_layers * p * v / mc.layers, 1.0]))
     full_flops = mc.fwd_linear_per_token - mc.fwd_head_per_token + mc.fwd_core_per_token_per_ctx * c.seq
@@ -322,6 +277,7 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
         optimizer_s=optimizer,
         overlap_s=overlap,
         model_flops=model_flops,
+        attention_core_flops=core_model_flops,
         hardware_flops=model_flops + recompute_model,
         tokens=tokens,
         memory=memory_per_gpu(mc, c),

@@ -73,6 +73,11 @@ class TrainingEstimate:
     bottleneck: str
     parts_s: dict[str, float] = field(default_factory=dict)
     """Every additive part of the step; they sum to step_time_s."""
+    mfu_causal: float = 0.0
+    """MFU with the attention core halved for the causal mask, as Megatron-LM's logged TFLOP/s count it
+    (``training.py``, ``num_floating_point_operations``: "causal mask (only half of the mask is non-zero)")."""
+    tflops_per_gpu_causal: float = 0.0
+    """Model TFLOP/s per GPU on the same causal count."""
 
     @property
     def fits(self) -> bool:
@@ -92,6 +97,8 @@ class TrainingEstimate:
             "mfu": self.mfu,
             "hfu": self.hfu,
             "tflops_per_gpu": self.tflops_per_gpu,
+            "mfu_causal": self.mfu_causal,
+            "tflops_per_gpu_causal": self.tflops_per_gpu_causal,
             "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
             "tokens_per_step": self.tokens_per_step,
@@ -217,6 +224,7 @@ def from_arrays(
         fits=total <= capacity - reserve_gib,
     )
     tokens = g(a.tokens)
+    causal_flops = g(a.model_flops) - 0.5 * g(a.attention_core_flops)
     compute = parts["gemm"] + parts["attention"] + parts["memory_bound"]
     return TrainingEstimate(
         model=model.name,
@@ -242,4 +250,6 @@ def from_arrays(
         tokens_per_s_per_gpu=tokens / step / n,
         bottleneck=phrase,
         parts_s=parts,
+        mfu_causal=causal_flops / (step * n * peak),
+        tflops_per_gpu_causal=causal_flops / (step * n) / 1e12,
     )

@@ -13,8 +13,9 @@ from fmstack.reports.html import Section, html_page
 PART_COLORS = {
     "gemm": "#4c78a8", "attention": "#72b7b2", "memory_bound": "#54a24b", "recompute": "#eeca3b",
     "overhead": "#bab0ac", "tp": "#f58518", "cp": "#ff9da6", "ep": "#9d755d", "pp": "#b279a2",
-    "dp": "#e45756", "bubble": "#d6d6d6", "optimizer": "#79706e",
+    "dp": "#e45756", "bubble": "#d6d6d6", "optimizer": "#79706e", "overlap": "#c7a2e0",
 }  # fmt: skip
+"""A colour per part of the training step (``TrainingEstimate.parts_s``); a part not listed still gets a bar."""
 
 
 def ranked_rows(result: PlanResult) -> list[list[str]]:
@@ -37,9 +38,11 @@ def breakdown_figure(result: PlanResult) -> object:
 
     labels = [f"#{i + 1} {describe_config(e.config)}" for i, e in enumerate(result.ranked)]
     fig = go.Figure()
-    for part, color in PART_COLORS.items():
+    # every part of parts_s, so that each bar adds up to the step time (the ones without a colour last)
+    parts = list(PART_COLORS) + sorted({p for e in result.ranked for p in e.parts_s} - set(PART_COLORS))
+    for part in parts:
         fig.add_bar(name=part, y=labels, x=[e.parts_s.get(part, 0.0) for e in result.ranked], orientation="h",
-                    marker_color=color)  # fmt: skip
+                    marker_color=PART_COLORS.get(part))  # fmt: skip
     fig.update_layout(barmode="stack", title="step time breakdown (s)", height=120 + 40 * len(labels),
                       yaxis={"autorange": "reversed"}, margin={"l": 320})  # fmt: skip
     return fig

@@ -1,0 +1,123 @@
+"""`fmstack scale`: sweep one axis (nodes, GPU generation, EFA generation, NVLink domain, sequence length) and
+re-plan at every point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from fmstack.catalog import load_catalog
+from fmstack.catalog.topology import resolve_instance
+from fmstack.cli.common import console, json_option, print_json
+from fmstack.cli.plan_cmd import _progress, _space, parse_gpus, search_options
+from fmstack.errors import InputError
+from fmstack.perfmodel.scaling import AXES, EFA_GENERATIONS, GPU_GENERATIONS, SweepResult, run_sweep
+
+SCALE_EXAMPLE = """Examples:
+
+\b
+  fmstack scale --model llama3.1-70b --instance p5.48xlarge --gpus 512 --tokens 2e12 --axis nodes \\
+      --values 16,32,64,128,256 --global-batch 1024
+
+\b
+  fmstack scale --model llama3.1-405b --instance p5.48xlarge --gpus 4096 --tokens 15e12 --axis gpu
+
+The global batch is held fixed (strong scaling) at --global-batch or, without it, at the first point's
+default (about 4M tokens); a point that cannot run at it says so. A GPU kind whose node count must be a
+multiple (18 p6e-gb200.36xlarge per u-p6e-gb200x72) is rounded to the nearest valid size, stated per point.
+"""
+
+VALUES_HELP = (
+    "Comma-separated values. nodes: node counts [--gpus/node x 1,2,4,8]; gpu: instance or UltraServer names "
+    f"[{','.join(GPU_GENERATIONS)}]; efa: scale-out fabrics [{','.join(EFA_GENERATIONS)}]; nvlink: NVLink "
+    "domain sizes in GPUs [8,16,32,72]; seq-len: tokens [2048,...,32768]."
+)
+
+
+@click.command(epilog=SCALE_EXAMPLE)
+@search_options
+@click.option("--axis", type=click.Choice(AXES), required=True, help="What to sweep.")
+@click.option("--values", default=None, help=VALUES_HELP)
+@click.option("--weak", is_flag=True, help="With --axis nodes: grow the global batch with the GPUs (weak scaling).")
+@click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write an HTML report.")
+@json_option
+def scale(
+    model: str, instance: str, gpus: str, tokens: float, objective: str, seq_len: int, global_batch: int | None,
+    precisions: str, recompute: str | None, overlap_ep: bool, calibration: Path | None, calibration_force: bool,
+    catalog_dir: Path | None, axis: str, values: str | None, weak: bool, html_path: Path | None, as_json: bool,
+) -> None:  # fmt: skip
+    """Sweep one axis (nodes, GPU generation, EFA generation, NVLink domain, sequence length) and re-plan.
+
+    --gpus is the sweep's starting point (one count); every point is the planner's best configuration.
+    """
+    if calibration is not None or calibration_force:
+        # each point re-plans with the default curves (and the gpu axis changes the GPU the profile was measured on)
+        raise InputError(
+            "calibration",
+            "fmstack scale does not apply a calibration profile; run fmstack plan train --calibration at each point",
+        )
+    cat = load_catalog(catalog_dir)
+    arch = cat.model(model)
+    counts = parse_gpus(gpus)
+    if len(counts) != 1:
+        raise InputError("gpus", "scale takes one GPU count (the sweep's starting point)")
+    space = _space(seq_len, global_batch, precisions, recompute, overlap_ep)
+    defaults = {
+        "nodes": ",".join(str(max(1, counts[0] // resolve_instance(cat, instance).num_gpus * f)) for f in (1, 2, 4, 8)),
+        "gpu": ",".join(GPU_GENERATIONS), "efa": ",".join(EFA_GENERATIONS), "nvlink": "8,16,32,72",
+        "seq-len": "2048,4096,8192,16384,32768",
+    }  # fmt: skip
+    items = list(dict.fromkeys(v.strip() for v in (values or defaults[axis]).split(",") if v.strip()))  # once each
+    with _progress(as_json, len(items)) as tick:
+        result = run_sweep(cat, arch, axis=axis, values=items, instance=instance, gpus=counts[0], tokens=tokens,
+                           objective=objective, space=space, weak=weak, progress=tick)  # fmt: skip
+    points = result.points
+    if html_path is not None:
+        from fmstack.reports.html import Section, html_page, write_html
+        from fmstack.reports.plan_report import scaling_figure
+
+        write_html(html_path, html_page(f"fmstack scale: {arch.name} over {axis}",
+                                        [Section(title=axis, figures=[scaling_figure(points, axis)])]))  # fmt: skip
+    if as_json:
+        from dataclasses import asdict
+
+        print_json({"model": arch.name, "axis": axis, "weak": weak, "reference_global_batch": result.reference_global_batch,
+                    "points": [asdict(p) for p in points], "skipped": result.skipped})  # fmt: skip
+        return
+    render_scale(arch.name, axis, weak, result)
+
+
+EFFICIENCY_HEADER = {"strong": "strong-scaling eff.", "weak": "weak-scaling eff.", "relative": "vs first"}
+"""The efficiency column: tokens/s per GPU relative to the first point, named for what it measures."""
+
+
+def render_scale(model: str, axis: str, weak: bool, result: SweepResult) -> None:
+    points = result.points
+    eff_header = EFFICIENCY_HEADER["relative" if axis != "nodes" else "weak" if weak else "strong"]
+    extra = ("GB/s/node", "latency us") if axis == "efa" else ()
+    title = f"{model}: scaling over {axis}"
+    if result.reference_global_batch is not None:
+        held = "grown with the GPUs from" if weak else "held at"
+        title += f" (global batch {held} {result.reference_global_batch} sequences)"
+    table = Table(axis, "GPUs", "global batch", *extra, "step s", "MFU %", "tokens/s", "tokens/s/GPU", eff_header,
+                  "days", "cost $", "configuration", "bottleneck", title=title,
+                  title_justify="left")  # fmt: skip
+    for p in points:
+        mark = "*" if p.global_batch_changed else ""
+        net = (f"{p.network_bw_gbps_per_node:,g}", f"{p.network_latency_us:g}") if axis == "efa" else ()
+        table.add_row(p.value, str(p.num_gpus), f"{p.global_batch}{mark}", *net, f"{p.step_time_s:.2f}",
+                      f"{p.mfu * 100:.1f}", f"{p.tokens_per_s:,.0f}", f"{p.tokens_per_s_per_gpu:,.0f}",
+                      f"{p.scaling_efficiency:.2f}{mark}", f"{p.time_to_train_s / 86400:,.1f}",
+                      "-" if p.cost_usd is None else f"{p.cost_usd:,.0f}", p.config, p.bottleneck)  # fmt: skip
+    out = console()
+    out.print(table)
+    if any(p.global_batch_changed for p in points):
+        out.print("* global batch changed at this point: its ratio is tokens/s per GPU against the first point at "
+                  f"another batch, not a {eff_header.removesuffix(' eff.')} efficiency", highlight=False)  # fmt: skip
+    for p in points:
+        if p.note:
+            out.print(f"{p.value}: {p.note}", highlight=False)
+    for line in result.skipped:
+        out.print(line, highlight=False)
