@@ -199,3 +199,18 @@ def test_a_sweep_value_given_twice_is_one_point() -> None:
                         "1e12", "--axis", "nvlink", "--values", "8,16,8", "--json")  # fmt: skip
     assert code == 0, out
     assert [p["value"] for p in json.loads(out)["points"]] == ["8", "16"]
+
+
+def test_plan_says_which_stack_a_sharded_best_row_describes() -> None:
+    """A best row with FSDP sharding carries a note that its efficiencies are fused-kernel ones (the side check
+    found eager PyTorch FSDP slower); a Megatron-style best row (ZeRO-1) does not."""
+    from fmstack.cli.plan_cmd import stack_notes
+
+    cat = load_catalog()
+    cluster = build_cluster(cat, "p5.48xlarge", 64)
+    fsdp = plan_training(cat.model("llama3.1-70b"), [cluster], tokens=2e12,
+                         space=SearchSpace(seq_len=8192, global_batch=512, sharding=("fsdp",)), top=1)  # fmt: skip
+    zero1 = plan_training(cat.model("llama3.1-70b"), [cluster], tokens=2e12,
+                          space=SearchSpace(seq_len=8192, global_batch=512, sharding=("zero1",)), top=1)  # fmt: skip
+    assert "eager PyTorch FSDP ran 35-57 % slower" in stack_notes(fsdp)[0]
+    assert stack_notes(zero1) == []

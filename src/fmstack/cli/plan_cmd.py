@@ -254,7 +254,7 @@ def plan_train(
                                  calibration=calibration, calibration_force=calibration_force, tokens=tokens))
         for est in result.ranked
     ]  # fmt: skip
-    notes = batch_notes(result, batch_given=global_batch is not None)
+    notes = batch_notes(result, batch_given=global_batch is not None) + stack_notes(result)
     if as_json:
         print_json({**plan_json(result, skipped=skipped, commands=commands), "notes": notes})
         return
@@ -312,6 +312,19 @@ def batch_notes(result: PlanResult, *, batch_given: bool) -> list[str]:
         f"leaves {m} micro-batch"
         f"{'es' if m != 1 else ''} per pipeline of {cfg.pp} stages on {best.num_gpus} GPUs: the bubble is "
         f"{share * 100:.0f} % of the step; a larger --global-batch shrinks it"
+    ]
+
+
+def stack_notes(result: PlanResult) -> list[str]:
+    """When the best row shards the weights (ZeRO-3 / FSDP / HSDP), which stack its numbers describe: the defaults
+    are fused-kernel Megatron-Core / Transformer Engine efficiencies, and eager PyTorch FSDP ran slower than predicted
+    in the llm-foundry side check (README, docs/perfmodel.md)."""
+    if result.best.config.sharding not in ("zero3", "fsdp", "hsdp"):
+        return []
+    return [
+        f"the best row shards its weights ({result.best.config.sharding}); its numbers assume fused kernels "
+        "(Megatron-Core / Transformer Engine, Megatron-FSDP included): eager PyTorch FSDP ran 35-57 % slower than "
+        "this model predicts in the llm-foundry side check (fmstack validate --only sidecheck)"
     ]
 
 
