@@ -89,7 +89,9 @@ def test_errors(catalog: Catalog) -> None:
     gpt = catalog.model("gpt3-175b")
     with pytest.raises(InputError, match="TP must stay inside one domain or span whole domains"):
         estimate_serve(gpt, build_cluster(catalog, "p5.48xlarge", 2), ServeConfig(tp=12, input_len=128, output_len=128))
-    est = estimate_serve(gpt, build_cluster(catalog, "p5.48xlarge", 3), ServeConfig(tp=24, input_len=128, output_len=128))
+    est = estimate_serve(
+        gpt, build_cluster(catalog, "p5.48xlarge", 3), ServeConfig(tp=24, input_len=128, output_len=128)
+    )
     assert est.num_gpus == 24
     with pytest.raises(InputError, match=r"^tp: tp\(12\) > 8 GPUs per NVLink domain"):  # the Deployment alone too
         deployment(gpt, build_cluster(catalog, "p5.48xlarge", 2), ServeConfig(tp=12))
