@@ -180,8 +180,6 @@ BAD_ARGV += [
       "--input-len", "128", "--output-len", "128"], "attention-dp: attention data parallelism needs an MoE model"),
     (["estimate", "serve", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--tp", "64", "--input-len", "128",
       "--output-len", "128"], "tp(64) must divide num_heads(32)"),
-    (["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--tp", "16", "--input-len", "128",
-      "--output-len", "128", "--nodes", "2"], "TP must stay inside one domain"),
     (["estimate", "serve", "--model", "llama3.1-405b", "--instance", "p5.48xlarge", "--tp", "1", "--input-len", "128",
       "--output-len", "128"], "does not fit"),
     (["estimate", "serve", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--input-len", "128",
@@ -382,4 +380,17 @@ BAD_ARGV += [
      "rollout-memory-fraction: must be in (0, 1], got 1.5"),
     (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--train-ep", "0"],
      "train-ep: must be >= 1, got 0"),
+]  # fmt: skip
+
+# session 7, serving TP across domains (helper F)
+# (the session-4 row "llama3.1-70b --tp 16 --nodes 2: TP must stay inside one domain" is valid now: removed above)
+BAD_ARGV += [
+    (["estimate", "serve", "--model", "gpt3-175b", "--instance", "p5.48xlarge", "--tp", "12", "--nodes", "2",
+      "--input-len", "128", "--output-len", "128"], "TP must stay inside one domain or span whole domains"),
+    (["estimate", "serve", "--model", "deepseek-v3", "--instance", "u-p6e-gb200x72", "--nodes", "18", "--tp", "128",
+      "--input-len", "128", "--output-len", "128"], "tp(128) > 72 GPUs per NVLink domain and not a multiple of it"),
+    (["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--tp", "16", "--input-len", "128",
+      "--output-len", "128"], "nodes: tp(16) needs 2 nodes of 8 GPUs; the cluster has 1 (8 GPUs)"),
+    (["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--tp", "16", "--pp", "2",
+      "--nodes", "2", "--input-len", "128", "--output-len", "128"], "pp: tp(16) * pp(2) = 32 > 16 GPUs"),
 ]  # fmt: skip

@@ -111,6 +111,12 @@ def validate_serve(cfg: ServeConfig, model: ModelArch, cluster: Cluster) -> None
     if cfg.kv not in KV_BYTES:
         raise InputError("kv-dtype", f"{cfg.kv!r} unknown; allowed: {', '.join(KV_BYTES)}")
     check_tp(model, cfg.tp, cluster.gpus_per_domain)
+    if cfg.tp > cluster.num_gpus:  # TP across NVLink domains: the replica spans whole nodes
+        gpn = cluster.instance.num_gpus
+        raise InputError(
+            "nodes", f"tp({cfg.tp}) needs {-(-cfg.tp // gpn)} nodes of {gpn} GPUs; the cluster has {cluster.num_nodes} "
+            f"({cluster.num_gpus} GPUs)",
+        )  # fmt: skip
     if cfg.tp * cfg.pp > cluster.num_gpus:
         raise InputError("pp", f"tp({cfg.tp}) * pp({cfg.pp}) = {cfg.tp * cfg.pp} > {cluster.num_gpus} GPUs")
     if cfg.pp > model.num_layers:
@@ -301,6 +307,8 @@ def estimate_serve(
     )
     parts = {k: float(v[0]) for k, v in parts_arr.parts().items()}
     link = f"NVLink ({cluster.scale_up.name})" if cluster.scale_up is not None else cluster.scale_out.name
+    if cfg.tp > cluster.gpus_per_domain:  # TP across domains: the all-reduce's inter-domain step on the fabric
+        link = f"{link} and {cluster.scale_out.name}"
     kv_tok = kv_bytes_per_token(model, KV_BYTES[cfg.kv])
     rps = float(curve.requests_per_s[0]) if cfg.request_rate_per_s is None else cfg.request_rate_per_s
     out = rps * osl

@@ -65,6 +65,13 @@ class Deployment:
                 "attention-dp",
                 f"attention data parallelism needs an MoE model and ep == tp, got ep({self.ep}) tp({self.tp})",
             )
+        gpd = self.cluster.gpus_per_domain
+        for name, ranks in (("tp", self.tp), ("ep", self.ep)):
+            if ranks > gpd and ranks % gpd:
+                raise InputError(
+                    name, f"{name}({ranks}) > {gpd} GPUs per NVLink domain and not a multiple of it: the group must "
+                    "stay inside one domain or span whole domains",
+                )  # fmt: skip
         self.peak_linear_flops()  # the GPU must have the precision
         if self.attention_precision is not None:
             try:
@@ -147,6 +154,10 @@ def _comm(op: str, size: F, ranks: int, per_domain: int, cluster: Cluster) -> F:
 
 
 def _comm_tables(d: Deployment) -> dict[str, tuple[F, F]]:
+    """A group within one NVLink domain has all its ranks there; a larger one (TP across nodes) spans
+    ``ranks / gpus_per_domain`` whole domains with ``gpus_per_domain`` ranks in each, so its all-reduce is the
+    collectives model's on that placement (NCCL's best of ring, tree and the hierarchical reduce-scatter /
+    inter-domain all-reduce / all-gather) and its all-to-all crosses the scale-out fabric."""
     gpd = d.cluster.gpus_per_domain
     out: dict[str, tuple[F, F]] = {}
     for op, ranks in (("all_reduce", d.tp), ("all_to_all", d.ep)):

@@ -51,7 +51,9 @@ def kv_split(model: ModelArch, tp: int) -> int:
 
 
 def check_tp(model: ModelArch, tp: int, gpus_per_domain: int) -> None:
-    """TP must divide the query heads, divide or be a multiple of the kv heads, and stay in one NVLink domain."""
+    """TP must divide the query heads, divide or be a multiple of the kv heads, and stay in one NVLink domain or
+    span whole domains (``tp`` a multiple of ``gpus_per_domain``: vLLM and SGLang run TP 16 over two 8-GPU H100
+    nodes; the all-reduces then cross the scale-out fabric). Whether the cluster has the GPUs is the caller's."""
     if tp < 1:
         raise InputError("tp", f"must be >= 1, got {tp}")
     if tp > model.num_heads or model.num_heads % tp:
@@ -61,8 +63,11 @@ def check_tp(model: ModelArch, tp: int, gpus_per_domain: int) -> None:
         )  # fmt: skip
     if model.mla is None and model.num_kv_heads % tp and tp % model.num_kv_heads:
         raise InputError("tp", f"num_kv_heads({model.num_kv_heads}) and tp({tp}) must divide one another")
-    if tp > gpus_per_domain:
-        raise InputError("tp", f"tp({tp}) > {gpus_per_domain} GPUs per NVLink domain: TP must stay inside one domain")
+    if tp > gpus_per_domain and tp % gpus_per_domain:
+        raise InputError(
+            "tp", f"tp({tp}) > {gpus_per_domain} GPUs per NVLink domain and not a multiple of it: TP must stay "
+            f"inside one domain or span whole domains (tp {gpus_per_domain}, {2 * gpus_per_domain}, ...)",
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
