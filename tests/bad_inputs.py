@@ -394,3 +394,7 @@ BAD_ARGV += [
     (["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--tp", "16", "--pp", "2",
       "--nodes", "2", "--input-len", "128", "--output-len", "128"], "pp: tp(16) * pp(2) = 32 > 16 GPUs"),
 ]  # fmt: skip
+BAD_ARGV += [
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--tp", "1", "--sp"],
+     "sp: sequence parallelism splits activations over the tensor-parallel group; tp is 1"),
+]  # fmt: skip

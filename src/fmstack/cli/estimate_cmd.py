@@ -294,6 +294,8 @@ def render_estimate(est: TrainingEstimate, data: dict[str, Any]) -> None:
         f"MFU {est.mfu * 100:.1f} %  HFU {est.hfu * 100:.1f} %  {est.tflops_per_gpu:.0f} model TFLOP/s/GPU  "
         f"{est.tokens_per_s:,.0f} tokens/s ({est.tokens_per_s_per_gpu:,.0f} per GPU)  memory {fits}"
     )
+    if not m.fits:
+        out.print(memory_hint(est), markup=False, soft_wrap=True)
     if est.mfu - est.mfu_causal >= 0.005:  # long sequences: the two counts Megatron has used differ visibly
         out.print(
             f"with the attention core halved for the causal mask (as Megatron-LM logs count it): "
@@ -324,6 +326,25 @@ def _fsx_needs(data: dict[str, Any]) -> str:
     checkpoint at scale asks for a write-driven size far beyond the others: the cue to save asynchronously)."""
     by = data["fsx_capacity_tib_by"]
     return ", ".join(f"{k} {by[k]:,.1f}" for k in ("read", "write", "space")) + " TiB"
+
+
+def memory_hint(est: TrainingEstimate) -> str:
+    """What would make a configuration that does not fit fit: the largest part and the levers that shrink it."""
+    m, c = est.memory, est.config
+    parts = {"weights": m.weights_gib, "gradients": m.grads_gib, "optimizer": m.optimizer_gib,
+             "activations": m.activations_gib}  # fmt: skip
+    top = max(parts, key=lambda k: parts[k])
+    over = m.total_gib - (m.capacity_gib - m.reserve_gib)
+    if top == "activations":
+        levers = "--recompute selective or full, a smaller --micro-batch, or more --tp (with --sp), --cp or --pp"
+    elif top == "optimizer" and c.sharding == "none":
+        levers = "--sharding zero1 (the optimizer state split over data parallelism), or more --tp / --pp"
+    else:
+        levers = "--sharding fsdp (weights, gradients and optimizer split over data parallelism), or more --tp / --pp"
+    return (
+        f"memory: {over:,.1f} GiB over; the largest part is {top} ({parts[top]:,.1f} GiB): try {levers}; "
+        "fmstack plan train searches the layouts that fit"
+    )
 
 
 from fmstack.cli.serve_cmd import rl_cmd, serve_cmd  # noqa: E402

@@ -156,6 +156,9 @@ def validate_config(cfg: TrainConfig, model: ModelArch, num_gpus: int) -> None:
             "global_batch",
             f"interleaved schedule needs micro-batches({cfg.num_micro_batches}) to be a multiple of pp({cfg.pp})",
         )
+    if cfg.sequence_parallel and cfg.tp == 1:
+        # Megatron-LM switches it off with a warning when tp is 1 (megatron/training/arguments.py)
+        raise InputError("sp", "sequence parallelism splits activations over the tensor-parallel group; tp is 1")
     if model.moe is None:
         if cfg.ep > 1:
             raise InputError("ep", f"{model.name} is dense; ep({cfg.ep}) must be 1")

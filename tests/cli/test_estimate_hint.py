@@ -1,0 +1,29 @@
+"""A configuration that does not fit says which part is largest and which flags shrink it."""
+
+from __future__ import annotations
+
+from fmstack.catalog import load_catalog
+from fmstack.catalog.topology import build_cluster
+from fmstack.cli.estimate_cmd import memory_hint
+from fmstack.perfmodel.config import fill_defaults
+from fmstack.perfmodel.training import estimate_training
+
+
+def _est(model: str, **given: object):  # type: ignore[no-untyped-def]
+    cat = load_catalog()
+    cluster = build_cluster(cat, "p5.48xlarge", 1)
+    return estimate_training(cat.model(model), cluster, fill_defaults(cluster.num_gpus, given))
+
+
+def test_hint_names_the_largest_part_and_its_levers() -> None:
+    # Llama 3.1 70B on 8 GPUs with ZeRO-1: fp32 gradients, 4 B x 70.6e9 = 263 GiB per GPU, are the largest part
+    est = _est("llama3.1-70b", seq_len=8192)
+    assert not est.memory.fits
+    hint = memory_hint(est)
+    assert "the largest part is gradients (262.8 GiB)" in hint and "--sharding fsdp" in hint
+    # Llama 3.1 8B at 128k tokens, FSDP: the activations dominate, so recomputation and splitting the sequence help
+    long = _est("llama3.1-8b", seq_len=131072, sharding="fsdp")
+    assert not long.memory.fits
+    assert "the largest part is activations" in memory_hint(long) and "--recompute selective or full" in memory_hint(
+        long
+    )
