@@ -198,6 +198,9 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
               help="Prompt and response lengths uniform in mean x [1 - s, 1 + s]; > 0 simulates the rollout's "
               "long tail.")  # fmt: skip
 @click.option("--seed", type=int, default=0, show_default=True, help="Rollout simulation seed.")
+@click.option("--offload/--no-offload", default=None,
+              help="Colocated: park the trained models' weights and optimizer state in host memory during "
+              "generation (host copies each step, less GPU memory) [on when colocated, as NeMo RL].")  # fmt: skip
 @click.option("--compare", is_flag=True, help="Also compare colocated, split and split --async on the same nodes.")
 @catalog_option
 @json_option
@@ -242,6 +245,13 @@ def rl_cmd(
         f"{' and the longest responses' if cfg.length_spread > 0 else ''}); training step MFU "
         f"{est.train_step['mfu'] * 100:.1f} %"
     )
+    if est.switch:
+        sw = est.switch
+        out.print(
+            f"colocated switch: {sw['moved_gib']:.1f} GiB per GPU to the host and back (rollout weights "
+            f"{sw['rollout_weights_gib']:.1f}, training state {sw['train_state_gib']:.1f} GiB each way) over a "
+            f"{sw['host_link_gbps']:.0f} GB/s host link: {sw['time_s']:.2f} s"
+        )
     out.print(f"memory: {est.memory['verdict'] if est.fits else '[red]' + est.memory['verdict'] + '[/]'}")
     out.print(f"bottleneck: [bold]{est.bottleneck}[/]")
     if others:

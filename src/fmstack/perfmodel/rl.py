@@ -15,7 +15,10 @@ sec. 4.1; the phases as veRL's HybridFlow runs them, Sheng et al. 2025, EuroSys,
 4. weight sync: colocated (HybridFlow's 3D-HybridEngine, Sheng et al. 2025, sec. 5.4), each generation GPU
    all-gathers its TP shard of the bf16 weights from the training layout's ``pp x tp_train / tp_rollout`` ranks;
    split placement adds the broadcast of those shards from the trainer nodes to every rollout replica over the
-   scale-out fabric.
+   scale-out fabric;
+5. colocated switch (colocated only): the host <-> device copies when the GPUs change from training to generation
+   and back, vLLM sleep / wake_up of the rollout engine's weights and, with host offload (``offload``, NeMo RL's
+   colocated default), the trained models' weights and optimizer state (:mod:`fmstack.perfmodel.rl_switch`).
 Colocated time-shares all GPUs between the phases; split gives rollout and training their own nodes and runs the
 phases one after another (on-policy) or overlapped one step apart (``async_split``, one-step off-policy).
 """
@@ -39,6 +42,7 @@ from fmstack.perfmodel.inference_kv import DEFAULT_RESERVE_GIB as SERVE_RESERVE_
 from fmstack.perfmodel.modelconsts import model_consts
 from fmstack.perfmodel.rl_memory import rl_memory
 from fmstack.perfmodel.rl_rollout import rollout_time
+from fmstack.perfmodel.rl_switch import colocated_switch
 from fmstack.perfmodel.training import TrainingEstimate, estimate_training
 
 Algorithm = Literal["ppo", "grpo"]
@@ -94,6 +98,11 @@ class RLConfig:
     """Prompt and response lengths uniform in mean x [1 - s, 1 + s]; > 0 simulates the rollout's long tail."""
     seed: int = 0
     """Seed of the rollout simulation (``length_spread > 0``)."""
+    offload: bool | None = None
+    """Colocated: park the trained models' weights and optimizer state in host memory during generation (NeMo RL
+    does whenever it colocates: ``offload_before_refit`` / ``offload_after_refit``; veRL's ``param_offload`` /
+    ``optimizer_offload``). It costs host copies (``colocated_switch``) and frees that memory for the rollout
+    engine. None = on when colocated; split has no switch and refuses True."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -119,6 +128,9 @@ class RLEstimate:
     """Every phase of the step fits in GPU memory (see :mod:`fmstack.perfmodel.rl_memory`)."""
     memory: dict[str, Any]
     """GiB per GPU by part (``parts_gib``) and by phase (``phases_gib``), ``usable_gib`` and the ``verdict``."""
+    switch: dict[str, float]
+    """Colocated: what one GPU copies to and from the host per step (:class:`fmstack.perfmodel.rl_switch.Switch`);
+    empty for split placement."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -142,6 +154,8 @@ def _check(cfg: RLConfig, cluster: Cluster) -> None:
         raise InputError("rollout-nodes", f"must be >= 1, got {cfg.rollout_nodes}")
     if cfg.placement not in ("colocated", "split"):
         raise InputError("placement", f"{cfg.placement!r} unknown; allowed: colocated, split")
+    if cfg.placement == "split" and cfg.offload:
+        raise InputError("offload", "needs --placement colocated (split GPUs never switch between the phases)")
     if cfg.placement == "colocated":
         if cfg.async_split:
             raise InputError("async", "needs --placement split (rollout and training on their own nodes)")
@@ -312,7 +326,17 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
         "actor_train": cfg.epochs * mb * actor_step.step_time_s,
         "critic_train": cfg.epochs * mb * critic_step.step_time_s if critic_step else 0.0,
         "weight_sync": _sync_s(actor, train_cl, cluster if cfg.placement == "split" else None, cfg, replicas),
+        "colocated_switch": 0.0,
     }
+    colocated = cfg.placement == "colocated"
+    offload = colocated and cfg.offload is not False
+    switch = None
+    if colocated:
+        trained = [e for e in (actor_step, critic_step) if e is not None]
+        state = sum(e.memory.weights_gib + e.memory.optimizer_gib for e in trained)
+        switch = colocated_switch(cluster, rollout_weights_gib=gen.weights_gib_per_gpu, train_state_gib=state,
+                                  offload=offload)  # fmt: skip
+        parts["colocated_switch"] = switch.time_s
     if cfg.placement == "split" and cfg.async_split:
         rest = sum(v for k, v in parts.items() if k not in ("rollout", "weight_sync"))
         step = max(rollout, rest) + parts["weight_sync"]
@@ -326,7 +350,7 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
             bottleneck += f"; the batch's last wave and longest responses add {100 * batch.drain_s / rollout:.0f} %"
         bottleneck += ")"
     mem = rl_memory(actor=actor_step, critic=critic_step, reward=reward_step, reference=cfg.reference, rollout=gen,
-                    rollout_max_sequences=first.max_concurrency, colocated=cfg.placement == "colocated")  # fmt: skip
+                    rollout_max_sequences=first.max_concurrency, colocated=colocated, offload=offload)  # fmt: skip
     return RLEstimate(
         model=actor.name, instance=cluster.name or cluster.instance.name, num_gpus=cluster.num_gpus, config=cfg,
         step_time_s=step, parts_s=parts, rollout_gpus=rollout_cl.num_gpus, train_gpus=train_cl.num_gpus,
@@ -335,6 +359,7 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
         train_step={"step_time_s": actor_step.step_time_s, "mfu": actor_step.mfu, "fits": actor_step.fits,
                     "config": asdict(actor_step.config)},
         bottleneck=bottleneck, fits=mem.fits, memory=mem.to_json(),
+        switch={} if switch is None else {k: float(v) for k, v in asdict(switch).items()},
     )  # fmt: skip
 
 
@@ -349,7 +374,7 @@ def compare_placements(
         )
     }
     if cluster.num_nodes >= 2:
-        split = replace(cfg, placement="split", async_split=False)
+        split = replace(cfg, placement="split", async_split=False, offload=None)
         out["split"] = estimate_rl(actor, cluster, split, critic=critic)
         out["split_async"] = estimate_rl(actor, cluster, replace(split, async_split=True), critic=critic)
     return out

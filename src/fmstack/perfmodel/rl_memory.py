@@ -19,6 +19,10 @@ offload it can go to 0.8-0.9):
   generation, ``free_cache_engine``), and each model's activations only while it trains. The peak is the resident
   state plus the largest of (rollout engine, actor activations, critic activations). Forward-only passes
   (reference, reward, critic values) keep no activations for a backward pass, so they peak below training.
+- colocated with host offload (``offload``; NeMo RL's colocated default, veRL's ``param_offload`` /
+  ``optimizer_offload``): the trained models' state (weights, gradients, optimizer) is on the host or freed during
+  rollout, so the rollout phase holds the forward-only models' weights and the rollout engine only
+  (:mod:`fmstack.perfmodel.rl_switch` prices the copies).
 - split: the rollout GPUs hold only the rollout engine; the training GPUs hold the states and the activations as
   above, without the rollout engine.
 Each phase must fit in HBM less :data:`fmstack.perfmodel.memory.DEFAULT_RESERVE_GIB`.
@@ -80,6 +84,7 @@ def rl_memory(
     rollout: ServeEstimate,
     rollout_max_sequences: int,
     colocated: bool,
+    offload: bool = False,
 ) -> RLMemory:
     """Check every phase of the step; ``critic`` only for PPO, ``reward`` only with a learned reward model."""
     parts = {
@@ -92,8 +97,10 @@ def rl_memory(
         "critic_activations": _transient_gib(critic) if critic else 0.0,
     }
     resident = [k for k in ("actor_state", "critic_state", "reference_weights", "reward_weights") if parts[k] > 0]
+    offloaded = ("actor_state", "critic_state") if offload else ()
+    during_rollout = [k for k in resident if k not in offloaded] if colocated else []
     phase_parts = {
-        "rollout": (resident if colocated else []) + ["rollout_engine"],
+        "rollout": [*during_rollout, "rollout_engine"],
         "actor_train": [*resident, "actor_activations"],
     }
     if critic:

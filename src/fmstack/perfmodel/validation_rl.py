@@ -20,10 +20,12 @@ prompt template around an OpenMathInstruct-2 problem). The prompt length of a ro
 over the rows of its model (:func:`prompt_lengths`): a property of the workload read off the table, not a model
 constant. Lengths are uniform (``length_spread`` 0): the source gives the mean only.
 
+Colocated rows offload the training state to the host around generation, as NeMo RL always does when colocated
+(``RLConfig.offload`` left at its colocated default; priced by :mod:`fmstack.perfmodel.rl_switch`).
 Training TP / PP / CP / EP, the recipe's vLLM ``gpu_memory_utilization`` (``rollout_memory_fraction``) and the
 policy's own logprob pass before training (``old_logprob``; NeMo RL recomputes the previous policy's logprobs) come
 from the row. What the model cannot express is listed per row (``differences``), never corrected for: sequence
-packing, the colocated switch (vLLM sleep / wake, optimizer offload), and the real response-length distribution
+packing, the reference-policy swap and the orchestration of NeMo RL's step, and the real response-length distribution
 (math answers up to the 4k / 8k cap: a long tail the uniform lengths do not have). Nothing is fitted to these rows.
 """
 
@@ -49,8 +51,9 @@ SOURCE = (
 URL = "https://docs.nvidia.com/nemo/rl/latest/about/performance-summary.html"
 SYSTEMS: dict[str, str] = {"DGX-H100": "dgx-h100", "GB200-NVL72": "dgx-gb200"}
 """The source's system -> catalog instance."""
-STAGES = ("rollout", "logprobs", "training", "weight_sync")
-"""Predicted stages (NeMo RL's timers: generation, policy_and_reference_logprobs, policy_training, refit)."""
+STAGES = ("rollout", "logprobs", "training", "weight_sync", "switch")
+"""Predicted stages (NeMo RL's timers: generation, policy_and_reference_logprobs, policy_training, refit; the
+colocated switch's host copies fall in prepare_for_generation, logprob_inference_prep and training_prep)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -119,6 +122,7 @@ def row_config(row: dict[str, str], prompt_len: int) -> RLConfig:
         train_tp=int(row["train_tp"]), train_pp=int(row["train_pp"]), train_cp=int(row["train_cp"]),
         train_ep=int(row["train_ep"]), rollout_memory_fraction=float(row["gpu_memory_utilization"]), epochs=1,
         minibatches=max(1, samples // int(row["train_gbs"])), reward_model=False, reference=True,
+        offload=True if on else None,
     )  # fmt: skip
 
 
@@ -164,6 +168,7 @@ def check_nemorl(catalog: Catalog) -> list[RLCheck]:
             "logprobs": p["old_logprob_forward"] + p["reference_forward"] + p["reward_forward"] + p["critic_forward"],
             "training": p["actor_train"] + p["critic_train"],
             "weight_sync": p["weight_sync"],
+            "switch": p["colocated_switch"],
         }
         step = est.step_time_s
         tokens = samples * (prompt + base.response_len)
