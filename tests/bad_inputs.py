@@ -398,3 +398,8 @@ BAD_ARGV += [
     (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--tp", "1", "--sp"],
      "sp: sequence parallelism splits activations over the tensor-parallel group; tp is 1"),
 ]  # fmt: skip
+# session 7, RL switch (helper G)
+BAD_ARGV += [
+    (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "2", "--placement", "split",
+      "--offload"], "offload: needs --placement colocated (split GPUs never switch between the phases)"),
+]  # fmt: skip

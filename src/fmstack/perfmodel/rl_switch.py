@@ -68,9 +68,7 @@ class Switch:
     time_s: float
 
 
-def colocated_switch(
-    cluster: Cluster, *, rollout_weights_gib: float, train_state_gib: float, offload: bool
-) -> Switch:
+def colocated_switch(cluster: Cluster, *, rollout_weights_gib: float, train_state_gib: float, offload: bool) -> Switch:
     """Time of the copies (module docstring): every byte goes out once and comes back once, at the host link's
     peak x :data:`HOST_COPY_EFFICIENCY`."""
     state = train_state_gib if offload else 0.0
