@@ -200,7 +200,7 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
 @click.option("--seed", type=int, default=0, show_default=True, help="Rollout simulation seed.")
 @click.option("--offload/--no-offload", default=None,
               help="Colocated: park the trained models' weights and optimizer state in host memory during "
-              "generation (host copies each step, less GPU memory) [on when colocated, as NeMo RL].")  # fmt: skip
+              "generation (host copies each step, less GPU memory; NeMo RL always does) [off, as veRL's defaults].")  # fmt: skip
 @click.option("--compare", is_flag=True, help="Also compare colocated, split and split --async on the same nodes.")
 @catalog_option
 @json_option

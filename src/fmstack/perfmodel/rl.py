@@ -102,7 +102,8 @@ class RLConfig:
     """Colocated: park the trained models' weights and optimizer state in host memory during generation (NeMo RL
     does whenever it colocates: ``offload_before_refit`` / ``offload_after_refit``; veRL's ``param_offload`` /
     ``optimizer_offload``). It costs host copies (``colocated_switch``) and frees that memory for the rollout
-    engine. None = on when colocated; split has no switch and refuses True."""
+    engine. None = off, veRL's default (its other defaults are this model's too: FSDP, a 0.5 engine share); split
+    has no switch and refuses True."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -329,7 +330,7 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
         "colocated_switch": 0.0,
     }
     colocated = cfg.placement == "colocated"
-    offload = colocated and cfg.offload is not False
+    offload = colocated and bool(cfg.offload)
     switch = None
     if colocated:
         trained = [e for e in (actor_step, critic_step) if e is not None]

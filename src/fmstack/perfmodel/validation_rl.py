@@ -21,7 +21,7 @@ over the rows of its model (:func:`prompt_lengths`): a property of the workload 
 constant. Lengths are uniform (``length_spread`` 0): the source gives the mean only.
 
 Colocated rows offload the training state to the host around generation, as NeMo RL always does when colocated
-(``RLConfig.offload`` left at its colocated default; priced by :mod:`fmstack.perfmodel.rl_switch`).
+(``RLConfig.offload`` set for them; priced by :mod:`fmstack.perfmodel.rl_switch`).
 Training TP / PP / CP / EP, the recipe's vLLM ``gpu_memory_utilization`` (``rollout_memory_fraction``) and the
 policy's own logprob pass before training (``old_logprob``; NeMo RL recomputes the previous policy's logprobs) come
 from the row. What the model cannot express is listed per row (``differences``), never corrected for: sequence
