@@ -38,8 +38,8 @@ from fmstack.perfmodel.inference_kv import (
     serve_memory,
 )
 from fmstack.perfmodel.inference_mixture import PK_CUTOFF as PK_CUTOFF  # re-exported: the mixture's home
+from fmstack.perfmodel.inference_mixture import budget_running, own_prompt_time
 from fmstack.perfmodel.inference_mixture import mean_iteration as mean_iteration
-from fmstack.perfmodel.inference_mixture import own_prompt_time
 from fmstack.perfmodel.inference_step import Deployment, bottleneck, step_time
 
 F = NDArray[np.float64]
@@ -166,6 +166,17 @@ class Curve:
     output_tokens_per_s: F
 
 
+def running_limit(d: Deployment, cfg: ServeConfig) -> float:
+    """Sequences the engine runs at most: :func:`max_concurrency` (memory, ``max_batch``), and with continuous
+    batching the token budget's :func:`budget_running` (``max_num_tokens x out / (new + out)``, a mean, not whole):
+    the budget admits at most ``max_num_tokens / (new + out)`` prompts an iteration next to their decodes."""
+    limit = float(max_concurrency(d, cfg))
+    if cfg.scheduler != "continuous":
+        return limit
+    new = cfg.input_len - math.floor(cfg.prefix_hit_rate * cfg.input_len)
+    return min(limit, max(1.0, budget_running(d, float(new), float(cfg.output_len), cfg.max_num_tokens)))
+
+
 def prefill_ctx(n: float, hit: float) -> float:
     """Sum over a prompt's uncached tokens of the context each attends (causal): tokens hit*n+1 .. n."""
     cached = math.floor(hit * n)
@@ -192,10 +203,10 @@ def serve_curve(d: Deployment, cfg: ServeConfig, concurrency: ArrayLike) -> Curv
     limit = float(max_concurrency(d, cfg))
     if limit < 1:
         raise InputError("tp", _no_fit(d, cfg))
-    c = np.minimum(clients, limit)
     isl, osl = float(cfg.input_len), float(cfg.output_len)
     hit = cfg.prefix_hit_rate
     new = isl - math.floor(hit * isl)
+    c = np.minimum(clients, running_limit(d, cfg))
     pctx = prefill_ctx(isl, hit)
     ctx = isl + osl / 2.0
     if cfg.scheduler == "static":
@@ -232,14 +243,25 @@ def serve_curve(d: Deployment, cfg: ServeConfig, concurrency: ArrayLike) -> Curv
 
 def concurrency_for_rate(d: Deployment, cfg: ServeConfig, rate_per_s: float) -> float:
     """The concurrency at which the replica completes ``rate_per_s`` requests/s (Little's law on the curve);
-    InputError when the rate exceeds what the replica serves at its memory limit."""
+    InputError when the rate exceeds what the replica serves at its limit (memory, ``max_batch``, or the token
+    budget's :func:`running_limit`: above it the queue grows without bound)."""
     limit = max(max_concurrency(d, cfg), 1)
+    top = max(running_limit(d, cfg), 1.0)
     conc = np.arange(1, limit + 1, dtype=np.float64)
+    if top < limit:  # the budget binds: the curve is flat beyond ``top``
+        conc = np.append(conc[conc < top], top)
     rps = serve_curve(d, cfg, conc).requests_per_s
-    if rate_per_s > rps[-1]:
+    if rate_per_s > rps[-1] and top >= limit:
         raise InputError(
             "qps", f"{rate_per_s:g} requests/s exceeds one replica's capacity, {rps[-1]:.3g} requests/s at its "
             f"limit of {limit} sequences; add replicas or GPUs",
+        )  # fmt: skip
+    if rate_per_s > rps[-1]:
+        raise InputError(
+            "qps", f"{rate_per_s:g} requests/s exceeds one replica's capacity, {rps[-1]:.3g} requests/s: the "
+            f"{cfg.max_num_tokens}-token budget per iteration (max-num-tokens) keeps {top:.1f} sequences running at "
+            f"most (max_num_tokens x output / (new prompt + output)), and the queue grows without bound; raise "
+            "--max-num-tokens, add replicas or GPUs",
         )  # fmt: skip
     if rate_per_s <= rps[0]:
         return 1.0  # below one client's throughput requests rarely overlap: the latencies of one at a time

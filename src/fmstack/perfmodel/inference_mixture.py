@@ -32,10 +32,19 @@ def prompt_budget(d: Deployment, decodes: F, mnt: int) -> F:
     return np.maximum(float(mnt) - decodes / dp, 1.0)
 
 
+def budget_running(d: Deployment, new: float, osl: float, mnt: int) -> float:
+    """The most sequences the token budget keeps running: an iteration holds at most ``max_num_tokens`` tokens (per
+    rank under attention DP), ``R`` decodes and ``a`` admitted prompts of ``new`` tokens, and a sequence stays
+    ``osl`` iterations, so ``R = a x osl`` (Little's law) and ``R + a x new <= max_num_tokens`` give
+    ``R <= max_num_tokens x osl / (new + osl)``; closed-loop clients beyond it wait for their prompt's turn."""
+    dp = float(d.tp) if d.attention_dp else 1.0
+    return dp * float(mnt) * osl / (new + osl)
+
+
 def chunks_per_prompt(new: float, budget: F, mnt: int) -> tuple[F, F]:
     """``(chunks, budget)``: a prompt of ``new`` tokens comes in ``ceil(new / max_num_tokens)`` equal chunks, and at
-    least one chunk progresses per iteration (the budget is floored at a chunk: where the decodes leave less, the
-    engine could not run that many sequences, which the curve does not cap; docs/inference.md)."""
+    least one chunk progresses per iteration (the budget is floored at a chunk; the curve caps the running
+    sequences at :func:`budget_running`, docs/inference.md)."""
     n_ch = np.full(budget.shape, max(1.0, math.ceil(new / mnt)))
     return n_ch, np.maximum(budget, new / n_ch)
 
