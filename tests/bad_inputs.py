@@ -403,3 +403,9 @@ BAD_ARGV += [
     (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "2", "--placement", "split",
       "--offload"], "offload: needs --placement colocated (split GPUs never switch between the phases)"),
 ]  # fmt: skip
+
+# session 7, serving token budget (helper H's case)
+BAD_ARGV += [
+    (["estimate", "serve", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--input-len", "2048",
+      "--output-len", "128", "--max-num-tokens", "2048", "--qps", "20"], "qps: 20 requests/s exceeds one replica"),
+]  # fmt: skip
