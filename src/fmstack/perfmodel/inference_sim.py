@@ -313,7 +313,7 @@ class BatchingSim:
         k_max = min(q.output_len - q.generated for q in reqs)
         next_event_s = self._events[0][0] if self._events else math.inf
         ends: list[float] = []
-        clock_s, k0, block = self.clock_s, 0, 16
+        clock_s, k0, block = self.clock_s, 0, 64  # about the cost of 1 context up to 64; then doubling
         while k0 < k_max:
             ks = np.arange(k0, min(k0 + block, k_max), dtype=np.int64)
             ctx = (ctx_sum + ks * n) / n
