@@ -230,7 +230,8 @@ def step_time(
         "pp": pp_comm,
         "overhead": overhead,
     }
-    scaled = {k: np.asarray(v * pp, dtype=np.float64) for k, v in parts.items()}  # pp stage-times per iteration
+    # pp stage-times per iteration (x 1.0 changes no float: skipped, it costs a pass over large arrays)
+    scaled = {k: np.asarray(v * pp if d.pp != 1 else v, dtype=np.float64) for k, v in parts.items()}
     total = np.asarray(sum(scaled.values()), dtype=np.float64)
     return StepParts(
         gemm_s=scaled["gemm"],
