@@ -27,58 +27,10 @@ import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
+from fmstack.perfmodel.inference_sim_io import PERCENTILES, SimConfig, SimResult
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
 
-PERCENTILES = (50, 90, 99)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SimConfig:
-    """Load and scheduler options of one simulation run."""
-
-    request_rate_per_s: float | None = None
-    """Poisson arrivals per second (open loop); None = closed loop with ``concurrency`` clients."""
-    concurrency: int | None = None
-    ramp_s: float = 0.0
-    """Closed loop: clients start uniformly over [0, ramp_s] (about one request latency gives the steady state;
-    0 = a synchronised burst whose waves persist when every request has the same lengths)."""
-    num_requests: int = 300
-    warmup_requests: int = 30
-    """Requests excluded from the statistics while the system fills."""
-    cooldown_requests: int = 0
-    """The last requests excluded from the statistics while the system drains. Closed loop: the last
-    ``concurrency`` requests are exactly those still running when the last one is sent, so they alone see fewer
-    than ``concurrency`` clients (shorter iterations, fewer prompts to wait behind)."""
-    length_spread: float = 0.0
-    """Input and output lengths uniform in [1 - spread, 1 + spread] x the mean (bench_serving --random-range-ratio)."""
-    chunked_prefill: bool = True
-    stationary_start: bool = False
-    """Closed loop without attention DP: at t = 0 every client's first request is already running (while the KV
-    pool and the sequence limit allow; the rest wait in the queue) with a uniform share of its output generated,
-    as if the loop had been running for long: the clients at independent phases of the request cycle, the closed
-    loop's steady state (``ramp_s`` is not used). Without it, equal lengths keep whatever phases the start left
-    forever: a ramp's clusters (a long iteration collects more starts, so the next one is longer too) or a burst's
-    waves."""
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if (self.request_rate_per_s is None) == (self.concurrency is None):
-            raise InputError("load", "give exactly one of request_rate_per_s and concurrency")
-        if self.request_rate_per_s is not None and self.request_rate_per_s <= 0:
-            raise InputError("qps", f"must be > 0, got {self.request_rate_per_s}")
-        if self.concurrency is not None and self.concurrency < 1:
-            raise InputError("concurrency", f"must be >= 1, got {self.concurrency}")
-        if self.ramp_s < 0:
-            raise InputError("ramp", f"must be >= 0, got {self.ramp_s}")
-        if not 0 <= self.length_spread < 1:
-            raise InputError("length-spread", f"must be in [0, 1), got {self.length_spread}")
-        if self.cooldown_requests < 0:
-            raise InputError("cooldown", f"must be >= 0, got {self.cooldown_requests}")
-        if self.num_requests <= self.warmup_requests + self.cooldown_requests:
-            raise InputError(
-                "num-requests", f"must exceed warmup_requests({self.warmup_requests}) + "
-                f"cooldown_requests({self.cooldown_requests})",
-            )  # fmt: skip
+__all__ = ["PERCENTILES", "BatchingSim", "SimConfig", "SimResult", "simulate"]
 
 
 @dataclass(slots=True)
@@ -94,62 +46,6 @@ class _Request:
     first_token_s: float = math.nan
     last_token_s: float = math.nan
     gaps_s: list[float] = field(default_factory=list)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SimResult:
-    """Percentiles and means over the measured requests."""
-
-    completed: int
-    duration_s: float
-    requests_per_s: float
-    output_tokens_per_s: float
-    ttft_s: dict[int, float]
-    itl_s: dict[int, float]
-    latency_s: dict[int, float]
-    mean_ttft_s: float
-    mean_itl_s: float
-    mean_latency_s: float
-    iterations: int
-    completion_rate_per_s: float = math.nan
-    """Completions per second while the measured requests finish (the gaps between their completion times)."""
-    clients_simulated: int = 0
-    """Closed loop: the clients simulated; the rest of the loop's clients were only queued (:func:`simulate_closed_loop`)."""
-    queue_wait_s: float = 0.0
-    """Closed loop: the wait added to every TTFT and latency for the clients queued but not simulated."""
-    requests_simulated: int = 0
-    makespan_s: float = math.nan
-    """From time 0 to the last token of the last request simulated, measured or not (a finite batch's length)."""
-
-    def percentiles(self) -> dict[str, float]:
-        """Flat JSON keys: ttft_p50_s, itl_p99_s, latency_p90_s, ..."""
-        out: dict[str, float] = {}
-        for name, values in (("ttft", self.ttft_s), ("itl", self.itl_s), ("latency", self.latency_s)):
-            for p, v in values.items():
-                out[f"{name}_p{p}_s"] = v
-        return out
-
-    def means(self) -> dict[str, float]:
-        """The simulation's own means, keyed apart from the analytic model's (``*_sim``)."""
-        return {"ttft_mean_s_sim": self.mean_ttft_s, "itl_mean_s_sim": self.mean_itl_s,
-                "latency_mean_s_sim": self.mean_latency_s, "requests_measured_sim": float(self.completed),
-                "requests_simulated_sim": float(self.requests_simulated),
-                "clients_simulated_sim": float(self.clients_simulated),
-                "queue_wait_s_sim": self.queue_wait_s}  # fmt: skip
-
-    def queued(self, clients: int) -> SimResult:
-        """The same engine with ``clients`` more closed-loop clients that only queue: each request waits for
-        ``clients`` more admissions, at the engine's completion rate, before its own (FIFO; see
-        :func:`simulate_closed_loop`)."""
-        wait = clients / self.completion_rate_per_s
-
-        def shift(d: dict[int, float]) -> dict[int, float]:
-            return {p: v + wait for p, v in d.items()}
-
-        return replace(
-            self, ttft_s=shift(self.ttft_s), latency_s=shift(self.latency_s), mean_ttft_s=self.mean_ttft_s + wait,
-            mean_latency_s=self.mean_latency_s + wait, queue_wait_s=self.queue_wait_s + wait,
-        )  # fmt: skip
 
 
 class BatchingSim:
