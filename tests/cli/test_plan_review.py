@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shlex
 from pathlib import Path
@@ -14,7 +12,6 @@ import pytest
 
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import build_cluster
-from fmstack.cli.main import main
 from fmstack.cli.plan_cmd import parse_gpus
 from fmstack.errors import InputError
 from fmstack.perfmodel.config import TrainConfig, validate_config
@@ -23,6 +20,7 @@ from fmstack.perfmodel.scaling import run_sweep
 from fmstack.perfmodel.training import estimate_training
 from fmstack.reports.plan_report import breakdown_figure
 from tests.cli.test_plan_cli import _commands
+from tests.cli.test_plan_ux import _invoke
 
 
 def test_html_breakdown_bars_add_up_to_the_step_time() -> None:
@@ -39,17 +37,6 @@ def test_html_breakdown_bars_add_up_to_the_step_time() -> None:
     for row, est in enumerate(result.ranked):
         total = sum(float(trace.x[row]) for trace in fig.data)  # type: ignore[attr-defined]
         assert total == pytest.approx(est.step_time_s, rel=1e-12)
-
-
-def _invoke(*args: str) -> tuple[int, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(list(args))
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return code, out.getvalue() + err.getvalue()
 
 
 @pytest.mark.parametrize("command", [("plan", "train"), ("estimate", "train")])
