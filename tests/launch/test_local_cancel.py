@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from fmstack.cli.main import cli
 from fmstack.orchestration.launchers import shell
-from fmstack.orchestration.launchers.local import DEFAULT_GRACE_S, LocalLauncher, _group_alive
+from fmstack.orchestration.launchers.local import DEFAULT_GRACE_S, LocalLauncher, _job_processes
 
 
 def _start(root: Path, name: str, body: str) -> int:
@@ -40,7 +40,7 @@ def test_a_job_that_obeys_sigterm_stops_without_sigkill(state: Path) -> None:
     pid = _start(state, "obeys", "echo up; sleep 60")
     outcome = LocalLauncher().stop("obeys", grace_s=20)
     assert outcome.startswith("stopped by SIGTERM in "), outcome
-    assert not _group_alive(pid)
+    assert not _job_processes(pid)
     assert LocalLauncher().status("obeys").state == "CANCELLED"
 
 
@@ -53,9 +53,9 @@ def test_a_job_that_ignores_sigterm_is_killed_after_the_grace_period(state: Path
     assert outcome == "SIGKILL after 0.5 s: SIGTERM did not stop it"
     assert 0.5 <= time.monotonic() - t0 < 5
     deadline = time.monotonic() + 5
-    while _group_alive(pid) and time.monotonic() < deadline:
+    while _job_processes(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _group_alive(pid)
+    assert not _job_processes(pid)
     assert LocalLauncher().status("stubborn").state == "CANCELLED"
 
 
@@ -64,3 +64,36 @@ def test_cancel_cli_reports_which_signal_stopped_the_job(state: Path) -> None:
     result = CliRunner().invoke(cli, ["cancel", "local:cli-job", "--grace-s", "0.2"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert result.stdout == "local:cli-job cancel requested; SIGKILL after 0.2 s: SIGTERM did not stop it\n"
+
+
+def test_workers_in_their_own_session_are_stopped_too(state: Path) -> None:
+    """torchrun starts each worker in a new session (start_new_session=True), outside the script's process group: a
+    worker that traps SIGTERM used to outlive the cancel while status said CANCELLED (review of session 7)."""
+    import os
+    import signal
+
+    d = state / "workers"
+    pidfile = state / "worker.pid"
+    body = f"trap '' TERM; setsid bash -c 'trap \"\" TERM; echo $$ > {pidfile}; sleep 60' & echo up; wait"
+    pid = _start(state, "workers", body)
+    deadline = time.monotonic() + 10
+    while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker = int(pidfile.read_text())
+    assert os.getpgid(worker) != pid  # its own session and group
+    outcome = LocalLauncher().stop("workers", grace_s=0.5)
+    assert outcome.startswith("SIGKILL after 0.5 s"), outcome
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            break
+        with open(f"/proc/{worker}/stat", encoding="utf-8") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        time.sleep(0.05)
+    else:
+        os.kill(worker, signal.SIGKILL)
+        raise AssertionError("the worker outlived the cancel")
+    assert d.exists() and LocalLauncher().status("workers").state == "CANCELLED"

@@ -8,6 +8,7 @@ environment and in the job's ``restarts`` file, which ``status`` reports.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -112,7 +113,8 @@ class LocalLauncher:
         self.stop(native_id)
 
     def stop(self, native_id: str, grace_s: float = DEFAULT_GRACE_S, poll_s: float = 0.1) -> str:
-        """SIGTERM to the job's process group, then SIGKILL to whatever of it is still alive ``grace_s`` later (as
+        """SIGTERM to the job's process group and every descendant of its script (torchrun's workers run in
+        sessions of their own), then SIGKILL to whatever of them is still alive ``grace_s`` later (as
         Slurm's KillWait, 30 s by default, and Kubernetes' terminationGracePeriodSeconds, 30 s by default, do: a
         process that ignores or traps SIGTERM cannot outlive a cancel). Returns what happened, in words."""
         d = self._dir(native_id)
@@ -123,14 +125,19 @@ class LocalLauncher:
         (d / "cancelled").touch()
         if not _is_job_script(pid, d / "job.sh"):
             return "it had already exited"
-        os.killpg(pid, signal.SIGTERM)
+        # torchrun starts each worker in a session of its own (start_new_session=True in
+        # torch/distributed/elastic/multiprocessing/subprocess_handler), out of the script's process group: signal
+        # the group and every descendant, and keep the ones seen here even after their parent dies (re-parented)
+        procs = _job_processes(pid)
+        _signal(pid, procs, signal.SIGTERM)
         start = time.monotonic()
-        while _group_alive(pid):
+        while alive := _alive(pid, procs):
             waited = time.monotonic() - start
             if waited >= grace_s:
-                os.killpg(pid, signal.SIGKILL)
+                _signal(pid, alive, signal.SIGKILL)
                 return f"SIGKILL after {grace_s:g} s: SIGTERM did not stop it"
             time.sleep(min(poll_s, max(grace_s - waited, 0.0)))
+            procs |= _job_processes(pid)  # workers a restart started meanwhile
         return f"stopped by SIGTERM in {time.monotonic() - start:.1f} s"
 
 
@@ -157,20 +164,52 @@ def _pid(job_dir: Path) -> int:
     return int(text)
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether any process of process group ``pgid`` is alive and not a zombie (``killpg(pgid, 0)`` also counts
-    zombies nobody has reaped yet, e.g. the job script when the process that started it still runs)."""
+def _proc_table() -> dict[int, tuple[str, int, int, str]]:
+    """Every process now: pid -> (state, parent pid, process group, start time in clock ticks since boot)."""
+    table: dict[int, tuple[str, int, int, str]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            table[int(entry)] = (fields[0], int(fields[1]), int(fields[2]), fields[19])
+        except (OSError, IndexError, ValueError):
             continue
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            return True
-    return False
+    return table
+
+
+def _job_processes(pgid: int) -> set[tuple[int, str]]:
+    """The job's live processes as (pid, start time): its process group and every descendant of its script, which
+    may sit in other sessions; zombies left out (``kill -0`` would still count them)."""
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for p, (_, ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(p)
+    found = {p for p, (_, _, grp, _) in table.items() if grp == pgid}
+    todo = [pgid, *found]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in found:
+                found.add(c)
+                todo.append(c)
+    return {(p, table[p][3]) for p in found if table[p][0] not in ("Z", "X")}
+
+
+def _alive(pgid: int, procs: set[tuple[int, str]]) -> set[tuple[int, str]]:
+    """Which of ``procs`` still run (the same pid with the same start time: not a reused pid), with the group's."""
+    table = _proc_table()
+    now = {(p, table[p][3]) for p in table if table[p][0] not in ("Z", "X")}
+    return (procs & now) | _job_processes(pgid)
+
+
+def _signal(pgid: int, procs: set[tuple[int, str]], sig: signal.Signals) -> None:
+    """``sig`` to the process group and to each of ``procs``; one that has just exited is skipped."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
+    for p, _ in procs:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p, sig)
 
 
 def _is_job_script(pid: int, script: Path) -> bool:
