@@ -409,3 +409,7 @@ BAD_ARGV += [
     (["estimate", "serve", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--input-len", "2048",
       "--output-len", "128", "--max-num-tokens", "2048", "--qps", "20"], "qps: 20 requests/s exceeds one replica"),
 ]  # fmt: skip
+BAD_ARGV += [
+    (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--length-spread", "0.3", "--seed", "-1"],
+     "seed: must be >= 0, got -1"),
+]  # fmt: skip

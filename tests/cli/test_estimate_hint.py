@@ -27,3 +27,11 @@ def test_hint_names_the_largest_part_and_its_levers() -> None:
     assert "the largest part is activations" in memory_hint(long) and "--recompute selective or full" in memory_hint(
         long
     )
+
+
+def test_hint_does_not_suggest_the_sharding_already_used() -> None:
+    # Llama 3.1 405B on 8 GPUs with FSDP does not fit: the hint offers model parallelism or more nodes, not FSDP again
+    est = _est("llama3.1-405b", seq_len=8192, sharding="fsdp")
+    assert not est.memory.fits
+    hint = memory_hint(est)
+    assert "--sharding" not in hint and "more --tp / --pp, or more nodes" in hint

@@ -339,6 +339,8 @@ def memory_hint(est: TrainingEstimate) -> str:
         levers = "--recompute selective or full, a smaller --micro-batch, or more --tp (with --sp), --cp or --pp"
     elif top == "optimizer" and c.sharding == "none":
         levers = "--sharding zero1 (the optimizer state split over data parallelism), or more --tp / --pp"
+    elif c.sharding in ("zero3", "fsdp", "hsdp"):
+        levers = "more --tp / --pp, or more nodes to shard over"
     else:
         levers = "--sharding fsdp (weights, gradients and optimizer split over data parallelism), or more --tp / --pp"
     return (

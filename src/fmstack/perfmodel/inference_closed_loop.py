@@ -54,6 +54,9 @@ def closed_loop_config(
     - Measured: ``max(100, 3 x clients)`` requests, at most ``max(MEASURED_REQUESTS, clients)``, and at most
       ``ITERATION_BUDGET`` iterations' worth (``n x output_len / running``), never fewer than 10.
     - Cool-down: the last ``clients`` requests (they run while the clients stop).
+    - Start: without attention DP every client starts mid-request at an independent phase (``stationary_start``);
+      under attention DP the simulation ignores that flag and the clients ramp in over ``ramp_s`` (the ranks are
+      assigned at arrival), so the extra warm-up above only lengthens the run there.
     """
     sim_clients = max(1, min(clients, 2 * running_bound(d, cfg, length_spread)))
     engine = min(sim_clients, max(1, max_concurrency(d, cfg)))  # what the KV pool and max_batch admit

@@ -207,6 +207,7 @@ class BatchingSim:
         n = len(reqs)
         ctx_sum = sum(q.input_len + q.generated for q in reqs)
         k_max = min(q.output_len - q.generated for q in reqs)
+        assert k_max > 0, "a running request has produced all its tokens but was not retired"
         next_event_s = self._events[0][0] if self._events else math.inf
         ends: list[float] = []
         clock_s, k0, block = self.clock_s, 0, 64  # about the cost of 1 context up to 64; then doubling

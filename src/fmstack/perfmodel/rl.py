@@ -149,6 +149,8 @@ def _check(cfg: RLConfig, cluster: Cluster) -> None:
     f = cfg.rollout_memory_fraction
     if f is not None and not (math.isfinite(f) and 0.0 < f <= 1.0):
         raise InputError("rollout-memory-fraction", f"must be in (0, 1], got {f}")
+    if cfg.seed < 0:
+        raise InputError("seed", f"must be >= 0, got {cfg.seed}")
     if not (math.isfinite(cfg.length_spread) and 0.0 <= cfg.length_spread < 1.0):
         raise InputError("length-spread", f"must be in [0, 1), got {cfg.length_spread}")
     if cfg.rollout_nodes is not None and cfg.rollout_nodes < 1:

@@ -12,7 +12,7 @@ counts is the batch's makespan, not the engine's throughput:
   discrete-event simulation (:mod:`fmstack.perfmodel.inference_sim`) runs the batch from an empty engine, which
   holds its start and its drain (the long tail: the longest responses finish alone, at low batch). Beyond four
   fills it runs the last ``(3c, 4c]`` requests and adds the waves before them at the engine's mixed steady rate,
-  one wave per mean latency of the simulated requests between its start and its drain (Little's law; within 5 %
+  one wave per mean latency of the simulated requests between its start and its drain (Little's law; within 4 %
   of the whole batch simulated, on average over seeds).
   The long tail of RL rollouts is the phase's known bottleneck (Sheng et al. 2025, HybridFlow, sec. 2.3; veRL's
   and slime's partial / asynchronous rollouts exist to hide it).

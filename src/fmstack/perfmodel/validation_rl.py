@@ -127,7 +127,7 @@ def row_config(row: dict[str, str], prompt_len: int) -> RLConfig:
 
 
 def differences(row: dict[str, str]) -> tuple[list[str], bool]:
-    """What the run does that the model does not, and whether the layout itself is expressed (CP / EP are not)."""
+    """What the run does that the model does not, and whether the run is expressed exactly (not the 8-step-off row)."""
     out = []
     exact = True
     if row["policy"] == "8off":
