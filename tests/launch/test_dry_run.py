@@ -58,3 +58,14 @@ def test_dry_run_still_refuses_a_bad_shape() -> None:
     bad_url = parse_jobspec({"name": "a", "command": ["true"], "checkpoint": {"location": "/x", "durable": "s3:///k"}})
     with pytest.raises(InputError, match=r"checkpoint\.durable: 's3:///k' is not a path or a URL"):
         check_checkpoint_shape(bad_url)
+
+
+def test_topology_outside_kubernetes_is_named_as_ignored(tmp_path: Path, no_side_effects: None) -> None:
+    """Kueue's topology request means nothing to Slurm: the launch says it ignores it (review of session 7)."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({**P5_SPEC, "queue": "q", "topology": {"mode": "required"}}))
+    result = CliRunner().invoke(cli, ["launch", str(spec), "--on", "slurm", "--dry-run"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "warning: topology.mode 'required' applies to Kubernetes with Kueue only; --on slurm ignores it" in (
+        result.stderr
+    )

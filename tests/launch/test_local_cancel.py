@@ -97,3 +97,18 @@ def test_workers_in_their_own_session_are_stopped_too(state: Path) -> None:
         os.kill(worker, signal.SIGKILL)
         raise AssertionError("the worker outlived the cancel")
     assert d.exists() and LocalLauncher().status("workers").state == "CANCELLED"
+
+
+def test_a_job_started_with_a_relative_script_path_is_still_recognised(state: Path) -> None:
+    """``bash job.sh`` run from its own directory (an older submission with a relative state dir): status still
+    reads RUNNING, and cancel acts on it (it used to read FAILED and refuse; review of session 7)."""
+    d = state / "rel"
+    d.mkdir()
+    (d / "job.sh").write_text("#!/usr/bin/env bash\necho up; sleep 60\n", encoding="utf-8")
+    import subprocess
+
+    proc = subprocess.Popen(["bash", "job.sh"], cwd=d, start_new_session=True, stdout=subprocess.DEVNULL)
+    (d / "pid").write_text(str(proc.pid), encoding="utf-8")
+    assert LocalLauncher().status("rel").state == "RUNNING"
+    assert LocalLauncher().stop("rel", grace_s=5).startswith("stopped by SIGTERM")
+    proc.wait(timeout=5)

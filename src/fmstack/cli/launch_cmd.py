@@ -48,6 +48,11 @@ def launch(spec: Path, on: str, dry_run: bool, catalog_dir: Path | None, as_json
         check_checkpoint_location(job.spec, fast_tier_on_this_host=not in_pods)
     if on != "local" and (warning := node_local_warning(job.spec, target=on)):
         click.echo(warning, err=True)
+    topo = job.spec.topology
+    if topo.mode != "none" and on not in ("kubernetes", "pytorchjob"):
+        # Kueue's topology-aware scheduling has no meaning on Slurm or a local run (Slurm: --switches / topology.conf)
+        click.echo(f"warning: topology.mode {topo.mode!r} applies to Kubernetes with Kueue only; --on {on} ignores it",
+                   err=True)  # fmt: skip
     sub = launcher.submit(job, dry_run=dry_run)
     if as_json:
         print_json({"job_id": sub.job_id, "dry_run": sub.dry_run, "rendered": sub.rendered})

@@ -225,4 +225,12 @@ def _is_job_script(pid: int, script: Path) -> bool:
             argv = fb.read().split(b"\0")
     except (OSError, IndexError):
         return False
-    return os.fsencode(str(script)) in argv
+    if os.fsencode(str(script)) in argv:
+        return True
+    # the same file under another spelling (a relative FMSTACK_STATE_DIR of an older submission, a symlink)
+    for arg in argv[1:]:
+        path = os.path.join(f"/proc/{pid}/cwd", os.fsdecode(arg))  # an absolute arg replaces the cwd
+        with contextlib.suppress(OSError):
+            if arg and os.path.samefile(path, script):
+                return True
+    return False
