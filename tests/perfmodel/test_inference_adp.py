@@ -124,3 +124,19 @@ def test_open_loop_busiest_rank_mixture_matches_the_simulation(catalog: Catalog)
     _, closed = _small(catalog, concurrency=round(est.concurrency))
     in_step = float(serve_curve(d, closed, np.array([est.concurrency])).itl_s[0])
     assert float(share) < in_step < sim.mean_itl_s
+
+
+def test_closed_loop_own_prompt_iteration_carries_a_prompt_on_every_rank(adp: Deployment) -> None:
+    """Closed loop the ranks run in step (``mean_iteration``): the iteration that admits a request admits one on
+    every rank, so its experts take 8 prompts. With 8 clients and one output token in 10,000 per prompt, the other
+    groups' count is binomial(0, q) = 0: the own iteration is exactly 8 prompts over the ranks, the request's rank
+    one prompt next to its decodes (review of session 7: it was priced as one prompt for the whole engine)."""
+    from fmstack.perfmodel.inference_mixture import own_prompt_time
+
+    c = np.array([8.0])
+    t = own_prompt_time(adp, c, CTX, P, PCTX, 10_000.0, 8192, open_loop=False)
+    busy = RankLoad(decode_seqs=7.0 / 8.0, decode_ctx=CTX, prefill_tokens=P, prefill_token_ctx=PCTX, prefill_seqs=1.0)
+    eight = step_time(adp, 7.0, CTX, 8 * P, 8 * PCTX, 8.0, busiest=busy).total_s
+    assert float(t[0]) == pytest.approx(float(eight), rel=1e-12)
+    one = step_time(adp, 7.0, CTX, P, PCTX, 1.0, busiest=busy).total_s
+    assert float(eight) > float(one)  # the experts' share of 8 prompts

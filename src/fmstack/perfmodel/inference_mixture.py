@@ -146,15 +146,20 @@ def own_prompt_time(
     ``ceil((1 + k) chunk / budget)`` iterations first come, first served; the request, at a uniform place among
     them, waits for the iterations up to its own. A prompt of several chunks repeats this per chunk. Attention
     DP: the request's own rank carries its chunk and ``ceil((1 + k) / tp) - 1`` of the others (the heap spreads
-    them), the experts all ``1 + k``; the iteration takes that rank's time."""
+    them), the experts all ``1 + k``; the iteration takes that rank's time. Closed loop the ranks are in step
+    (:func:`mean_iteration`): ``tp`` prompts at a time, the others' count that of ``c / tp - 1`` such groups, the
+    request's rank ``1 + k`` chunks and the experts ``tp (1 + k)``."""
     c = np.asarray(c, dtype=np.float64)
     dp = float(d.tp) if d.attention_dp else 1.0
-    others = np.maximum(c - 1.0, 0.0)
-    n_ch, budget = chunks_per_prompt(new, prompt_budget(d, others, mnt), mnt)
-    k, pk, pi = counts(others, np.minimum(1.0, n_ch / osl), np.full(c.shape, open_loop))
-    os_, chunk, chunk_ctx, b, nc = others[pi], new / n_ch[pi], pctx / n_ch[pi], budget[pi], n_ch[pi]
-    total = 1.0 + k
-    r = np.ceil(total / dp)  # the request's rank (the whole engine without attention DP)
+    # prompts admitted together: closed loop under attention DP the ranks are in step (one prompt on every rank at
+    # once, as :func:`mean_iteration` prices it); otherwise one at a time
+    group = 1.0 if open_loop else dp
+    decodes = np.maximum(c - 1.0, 0.0)
+    n_ch, budget = chunks_per_prompt(new, prompt_budget(d, decodes, mnt), mnt)
+    k, pk, pi = counts(np.maximum(c / group - 1.0, 0.0), np.minimum(1.0, n_ch / osl), np.full(c.shape, open_loop))
+    os_, chunk, chunk_ctx, b, nc = decodes[pi], new / n_ch[pi], pctx / n_ch[pi], budget[pi], n_ch[pi]
+    total = group * (1.0 + k)  # chunks in the iteration, all ranks
+    r = np.ceil(total / dp - 1e-9)  # the request's rank (the whole engine without attention DP)
     spill = np.maximum(1.0, np.ceil(r * chunk / b - 1e-9))
     # place j = 1 .. r uniformly (FCFS among simultaneous arrivals): the chunk is done after ceil(j spill / r)
     # of the spill iterations (equal shares)
