@@ -17,8 +17,9 @@ sec. 4.1; the phases as veRL's HybridFlow runs them, Sheng et al. 2025, EuroSys,
    split placement adds the broadcast of those shards from the trainer nodes to every rollout replica over the
    scale-out fabric;
 5. colocated switch (colocated only): the host <-> device copies when the GPUs change from training to generation
-   and back, vLLM sleep / wake_up of the rollout engine's weights and, with host offload (``offload``, NeMo RL's
-   colocated default), the trained models' weights and optimizer state (:mod:`fmstack.perfmodel.rl_switch`).
+   and back, vLLM sleep / wake_up of the rollout engine's weights and, with host offload (``offload``: off by
+   default as in veRL, always on in NeMo RL), the trained models' weights and optimizer state
+   (:mod:`fmstack.perfmodel.rl_switch`).
 Colocated time-shares all GPUs between the phases; split gives rollout and training their own nodes and runs the
 phases one after another (on-policy) or overlapped one step apart (``async_split``, one-step off-policy).
 """
