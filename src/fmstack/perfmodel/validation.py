@@ -323,3 +323,14 @@ def summary(
     if not errors:
         return math.nan, math.nan, 0
     return statistics.median(errors), max(errors), len(errors)
+
+
+def error_stats(errors: list[float]) -> dict[str, float]:
+    """Signed median, absolute median and worst absolute error (%) of a side check's rows; NaN when none compare.
+    Keys as the side checks' summaries name them: ``median_error_pct``, ``median_abs_error_pct``,
+    ``worst_abs_error_pct``."""
+    if not errors:
+        return {"median_error_pct": math.nan, "median_abs_error_pct": math.nan, "worst_abs_error_pct": math.nan}
+    absolute = [abs(e) for e in errors]
+    return {"median_error_pct": statistics.median(errors), "median_abs_error_pct": statistics.median(absolute),
+            "worst_abs_error_pct": max(absolute)}  # fmt: skip

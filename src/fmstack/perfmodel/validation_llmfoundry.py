@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import math
-import statistics
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -30,6 +29,7 @@ from fmstack.catalog.topology import build_cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.config import TrainConfig, describe_config
 from fmstack.perfmodel.training import estimate_training
+from fmstack.perfmodel.validation import error_stats
 
 SOURCE = "mosaicml/llm-foundry scripts/train/benchmarking/README.md @ 061f2c7ce64e655100286584a7629e2a09f827ba"
 """The README's benchmark tables as of 2023-10-17 (the commit read; later commits add an H100 >= 128 GPU table)."""
@@ -161,11 +161,4 @@ class TableSummary:
 def summarize(checks: list[SideCheck], table: str) -> TableSummary:
     """Median signed, median absolute and worst absolute error of ``table``'s rows."""
     errors = [c.error_pct for c in checks if c.table == table and c.error_pct is not None]
-    if not errors:
-        return TableSummary(table=table, compared=0, median_error_pct=math.nan, median_abs_error_pct=math.nan,
-                            worst_abs_error_pct=math.nan)  # fmt: skip
-    absolute = [abs(e) for e in errors]
-    return TableSummary(
-        table=table, compared=len(errors), median_error_pct=statistics.median(errors),
-        median_abs_error_pct=statistics.median(absolute), worst_abs_error_pct=max(absolute),
-    )  # fmt: skip
+    return TableSummary(table=table, compared=len(errors), **error_stats(errors))

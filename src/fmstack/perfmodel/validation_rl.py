@@ -43,6 +43,7 @@ from fmstack.catalog.loader import Catalog
 from fmstack.catalog.topology import build_cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.rl import RLConfig, estimate_rl
+from fmstack.perfmodel.validation import error_stats
 
 SOURCE = (
     "NVIDIA-NeMo/RL docs/about/performance-summary.md @ tag v0.6.0 5fb588932bf835506a8a5bac01de4f8c7ab0a065 "
@@ -204,11 +205,4 @@ def summarize(checks: list[RLCheck], scope: str) -> RLSummary:
         return {"all": True, "exact": c.exact, "on": c.policy == "on", "off": c.policy != "on"}[scope]
 
     errors = [c.step_error_pct for c in checks if keep(c) and c.step_error_pct is not None]
-    if not errors:
-        return RLSummary(scope=scope, compared=0, median_error_pct=math.nan, median_abs_error_pct=math.nan,
-                         worst_abs_error_pct=math.nan)  # fmt: skip
-    absolute = [abs(e) for e in errors]
-    return RLSummary(
-        scope=scope, compared=len(errors), median_error_pct=statistics.median(errors),
-        median_abs_error_pct=statistics.median(absolute), worst_abs_error_pct=max(absolute),
-    )  # fmt: skip
+    return RLSummary(scope=scope, compared=len(errors), **error_stats(errors))
