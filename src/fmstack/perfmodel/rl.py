@@ -310,7 +310,14 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
         conc = max(1, min(per_replica, first.max_concurrency))
         gen = estimate_serve(actor, rollout_cl, replace(serve, concurrency=conc))
         batch = rollout_time(
-            actor, rollout_cl, serve, per_replica, conc, length_spread=cfg.length_spread, seed=cfg.seed
+            actor,
+            rollout_cl,
+            serve,
+            per_replica,
+            conc,
+            length_spread=cfg.length_spread,
+            seed=cfg.seed,
+            at_concurrency=gen,
         )
     rollout = batch.time_s
 

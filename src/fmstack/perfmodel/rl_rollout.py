@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
-from fmstack.perfmodel.inference import ServeConfig, deployment, estimate_serve
+from fmstack.perfmodel.inference import ServeConfig, ServeEstimate, deployment, estimate_serve
 from fmstack.perfmodel.inference_sim import SimConfig, simulate
 
 
@@ -49,11 +49,14 @@ class RolloutTime:
 
 def rollout_time(
     model: ModelArch, cluster: Cluster, serve: ServeConfig, requests: int, concurrency: int, *,
-    length_spread: float = 0.0, seed: int = 0,
+    length_spread: float = 0.0, seed: int = 0, at_concurrency: ServeEstimate | None = None,
 ) -> RolloutTime:  # fmt: skip
-    """Makespan of ``requests`` responses on one replica that runs at most ``concurrency`` at once."""
+    """Makespan of ``requests`` responses on one replica that runs at most ``concurrency`` at once
+    (``at_concurrency``: the serving estimate at that many clients, when the caller has it already)."""
     c = max(1, min(concurrency, requests))
-    full = estimate_serve(model, cluster, replace(serve, concurrency=c))
+    full = at_concurrency
+    if full is None or full.config.concurrency != c:
+        full = estimate_serve(model, cluster, replace(serve, concurrency=c))
     steady_s = requests / full.requests_per_s
     if length_spread == 0.0:
         waves_full, last = divmod(requests, c)
