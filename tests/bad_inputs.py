@@ -413,3 +413,18 @@ BAD_ARGV += [
     (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--length-spread", "0.3", "--seed", "-1"],
      "seed: must be >= 0, got -1"),
 ]  # fmt: skip
+
+# session 8, fleet twin review (helper A): add rows here
+BAD_ARGV += []  # fmt: skip
+
+# session 8, observability review (helper B): add rows here
+BAD_ARGV += []  # fmt: skip
+
+# session 8, launch review (helper C): add rows here
+BAD_ARGV += []  # fmt: skip
+
+# session 8, bench review (helper D): add rows here
+BAD_ARGV += []  # fmt: skip
+
+# session 8, lead
+BAD_ARGV += []  # fmt: skip
