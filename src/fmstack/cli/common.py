@@ -63,3 +63,13 @@ def parts_table(title: str, first_column: str, parts: dict[str, float], total_s:
             table.add_row(name, f"{value:.{digits}f}", f"{100 * value / total_s:5.1f} %")
     table.add_row("[bold]total", f"[bold]{total_s:.{digits}f}", "100.0 %")
     return table
+
+
+def duration_text(seconds: float) -> str:
+    """A duration in the unit that shows it: ``4.2 s``, ``13 min``, ``2.5 h``, ``1,234 h`` (never ``0 h`` for 13 min)."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    hours = seconds / 3600
+    return f"{hours:.1f} h" if hours < 10 else f"{hours:,.0f} h"

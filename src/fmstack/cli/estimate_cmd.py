@@ -11,7 +11,7 @@ from rich.table import Table
 
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import build_cluster, resolve_instance
-from fmstack.cli.common import catalog_option, console, json_option, parts_table, print_json
+from fmstack.cli.common import catalog_option, console, duration_text, json_option, parts_table, print_json
 from fmstack.errors import InputError
 from fmstack.perfmodel.config import (
     PRECISION_CHOICES,
@@ -19,6 +19,7 @@ from fmstack.perfmodel.config import (
     RECOMPUTE_MODULES,
     SHARDING_CHOICES,
     TrainConfig,
+    default_seq_len,
     fill_defaults,
 )
 from fmstack.perfmodel.training import TrainingEstimate, estimate_training
@@ -110,7 +111,7 @@ def resolve_nodes(nodes: int | None, gpus: int | None, gpus_per_node: int) -> in
     help="Sequences per step [dp * mb, one micro-batch per replica as Megatron's default; with pp > 1, "
     "dp * mb * 4 * pp, so the 1F1B bubble (pp - 1) / micro-batches stays <= 25 %].",
 )
-@click.option("--seq-len", type=int, default=None, help="Sequence length in tokens [2048].")
+@click.option("--seq-len", type=int, default=None, help="Sequence length in tokens [min(8192, the model's context)].")
 @click.option("--precision", type=_choice(PRECISION_CHOICES), default=None, help="Linear-layer precision [bf16].")
 @click.option("--recompute", type=_choice(RECOMPUTE_CHOICES), default=None, help="Activation recomputation [none].")
 @click.option(
@@ -176,6 +177,8 @@ def train_cmd(
     modules = degrees.pop("recompute_modules")
     if modules is not None:
         degrees["recompute_modules"] = tuple(m.strip() for m in modules.split(",") if m.strip())
+    if degrees.get("seq_len") is None:
+        degrees["seq_len"] = default_seq_len(arch)
     cfg = fill_defaults(cluster.num_gpus, degrees)
     efficiency = None
     if calibration_force and calibration is None:
@@ -302,7 +305,7 @@ def render_estimate(est: TrainingEstimate, data: dict[str, Any]) -> None:
             f"MFU {est.mfu_causal * 100:.1f} %, {est.tflops_per_gpu_causal:.0f} model TFLOP/s/GPU"
         )
     if "time_to_train_s" in data:
-        lost = ", ".join(f"{k} {v / 3600:,.0f} h" for k, v in data["lost_time_s"].items() if v > 0)
+        lost = ", ".join(f"{k} {duration_text(v)}" for k, v in data["lost_time_s"].items() if v > 0)
         out.print(
             f"checkpoint {data['checkpoint_size_gib']:,.0f} GiB to {data['checkpoint_tier']}: write "
             f"{data['checkpoint_write_s']:,.1f} s ({'async' if data['checkpoint_async'] else 'sync'}, stalls "
@@ -310,8 +313,8 @@ def render_estimate(est: TrainingEstimate, data: dict[str, Any]) -> None:
             f"FSx {data['fsx_tier']} {data['fsx_capacity_tib_needed']:,.1f} TiB needed ({_fsx_needs(data)})"
         )
         out.print(
-            f"failures: MTBF {data['mtbf_s'] / 3600:,.2f} h at this scale ({data['failure_model']}), "
-            f"{data['expected_failures']:,.0f} expected; recovery {data['recovery']}; goodput "
+            f"failures: MTBF {duration_text(data['mtbf_s'])} at this scale ({data['failure_model']}), "
+            f"{_count_text(data['expected_failures'])} expected; recovery {data['recovery']}; goodput "
             f"{data['goodput'] * 100:.1f} %; lost: {lost or 'nothing'}"
         )
         out.print(
@@ -319,6 +322,11 @@ def render_estimate(est: TrainingEstimate, data: dict[str, Any]) -> None:
             f"(ideal {data['ideal_time_to_train_s'] / 86400:,.1f} days without failures or checkpoints)"
         )
     out.print(f"bottleneck: [bold]{est.bottleneck}[/]")
+
+
+def _count_text(expected: float) -> str:
+    """An expected count: two significant digits below 10 (0.0045 failures is not "0"), thousands separators above."""
+    return f"{expected:.2g}" if expected < 10 else f"{expected:,.0f}"
 
 
 def _fsx_needs(data: dict[str, Any]) -> str:

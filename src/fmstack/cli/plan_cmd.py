@@ -12,11 +12,18 @@ from rich.table import Table
 
 from fmstack.catalog import load_catalog
 from fmstack.catalog.loader import Catalog
+from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster, build_cluster, resolve_instance
 from fmstack.cli.common import catalog_option, console, json_option, print_json
 from fmstack.cli.estimate_cmd import estimate_argv
 from fmstack.errors import InputError
-from fmstack.perfmodel.config import PRECISION_CHOICES, RECOMPUTE_CHOICES, describe_config
+from fmstack.perfmodel.config import (
+    DEFAULT_SEQ_LEN,
+    PRECISION_CHOICES,
+    RECOMPUTE_CHOICES,
+    default_seq_len,
+    describe_config,
+)
 from fmstack.perfmodel.efficiency import Efficiency
 from fmstack.perfmodel.planner import OBJECTIVES, PlanResult, SearchSpace, plan_training
 from fmstack.perfmodel.scaling import ScalePoint, run_sweep
@@ -118,8 +125,16 @@ def build_clusters(cat: Catalog, instances: str, gpus: str) -> tuple[list[Cluste
 
 
 def _space(
-    seq_len: int, global_batch: int | None, precisions: str, recompute: str | None, overlap_ep: bool = True
+    seq_len: int | None,
+    global_batch: int | None,
+    precisions: str,
+    recompute: str | None,
+    overlap_ep: bool = True,
+    model: ModelArch | None = None,
 ) -> SearchSpace:
+    """The search space from the CLI options; ``seq_len`` None means the model's default (``default_seq_len``)."""
+    if seq_len is None:
+        seq_len = DEFAULT_SEQ_LEN if model is None else default_seq_len(model)
     precs = tuple(p.strip().lower() for p in precisions.split(","))
     for p in precs:
         if p not in PRECISION_CHOICES:
@@ -171,7 +186,9 @@ def search_options(func: Any) -> Any:
                 show_default=True,
                 help="Rank by time to train, cost, or MFU.",
             ),
-            click.option("--seq-len", type=int, default=8192, show_default=True, help="Sequence length (tokens)."),
+            click.option(
+                "--seq-len", type=int, default=None, help="Sequence length (tokens) [min(8192, the model's context)]."
+            ),
             click.option("--global-batch", type=int, default=None, help="Sequences per step [about 4M tokens]."),
             click.option(
                 "--precision",
@@ -215,7 +232,7 @@ def plan() -> None:
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write an HTML report.")
 @json_option
 def plan_train(
-    model: str, instance: str, gpus: str, tokens: float, objective: str, seq_len: int, global_batch: int | None,
+    model: str, instance: str, gpus: str, tokens: float, objective: str, seq_len: int | None, global_batch: int | None,
     precisions: str, recompute: str | None, overlap_ep: bool, calibration: Path | None, calibration_force: bool,
     catalog_dir: Path | None, top: int, html_path: Path | None, as_json: bool,
 ) -> None:  # fmt: skip
@@ -223,7 +240,7 @@ def plan_train(
     cat = load_catalog(catalog_dir)
     arch = cat.model(model)
     clusters, skipped = build_clusters(cat, instance, gpus)
-    space = _space(seq_len, global_batch, precisions, recompute, overlap_ep)
+    space = _space(seq_len, global_batch, precisions, recompute, overlap_ep, arch)
     efficiency_for = _efficiency_for(calibration, clusters, calibration_force)
     with_failures = objective == "time-with-failures"
     if with_failures:
@@ -332,13 +349,34 @@ def _ideal_s(result: PlanResult, est: TrainingEstimate) -> float | None:
     return result.tokens / est.tokens_per_s if result.tokens else None
 
 
+def _ranked_table(result: PlanResult) -> Table:
+    """The ranked rows as a terminal table: instance and GPU count move to the title when every row shares them,
+    so do the global batch and sequence length when the search fixed them, and the bottleneck drops its "of the
+    step" (the columns that are left fit 140 characters without wrapping)."""
+    rows = ranked_rows(result)
+    header = list(RANKED_HEADER)
+    title = f"best ways to train {result.model} (by {result.objective})"
+    shared = [i for i in (1, 2) if len({row[i] for row in rows}) == 1]
+    if len(shared) == 2:  # one instance and one GPU count: say them once
+        title += f" on {rows[0][2]} x {rows[0][1]} GPUs"
+        header = [h for i, h in enumerate(header) if i not in shared]
+        rows = [[c for i, c in enumerate(row) if i not in shared] for row in rows]
+    config = header.index("configuration")
+    words = [row[config].split() for row in rows]
+    common = [w for w in words[0] if w.startswith(("gb", "seq")) and all(w in ws for ws in words)]
+    if common:  # the batch and sequence the search fixed: once in the title
+        title += f", {' '.join(common)}"
+        for row, ws in zip(rows, words, strict=True):
+            row[config] = " ".join(w for w in ws if w not in common)
+    table = Table(*header, title=title, title_justify="left")
+    for row in rows:
+        table.add_row(*row[:-1], row[-1].removesuffix(" of the step"))
+    return table
+
+
 def render_plan(result: PlanResult, *, skipped: list[str] | None = None, command: str | None = None) -> None:
     out = console()
-    table = Table(*RANKED_HEADER, title=f"best ways to train {result.model} (by {result.objective})",
-                  title_justify="left")  # fmt: skip
-    for row in ranked_rows(result):
-        table.add_row(*row)
-    out.print(table)
+    out.print(_ranked_table(result))
     out.print(
         f"{result.considered:,} configurations considered, {result.rejected_shape:,} rejected for shape, "
         f"{result.rejected_memory:,} rejected for memory"

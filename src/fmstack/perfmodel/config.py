@@ -191,6 +191,16 @@ MAX_SEQ_LEN_FACTOR = 4
 times past it; beyond that the catalog model is not the model being trained)."""
 
 
+DEFAULT_SEQ_LEN = 8192
+"""Training sequence length when none is given: Llama 3's pre-training context (Llama 3 paper, section 3.4.1),
+capped at the model's own published context (GPT-3 trained at 2048)."""
+
+
+def default_seq_len(model: ModelArch) -> int:
+    """min(8192, the model's max_seq_len): the sequence length ``estimate train`` and ``plan train`` assume."""
+    return min(DEFAULT_SEQ_LEN, model.max_seq_len)
+
+
 def check_seq_len(seq_len: int, model: ModelArch) -> None:
     """The sequence-length rule shared by ``estimate train`` and the planner (which must not rank a sequence length
     that the estimate it prints would refuse)."""
