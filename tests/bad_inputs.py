@@ -427,4 +427,9 @@ BAD_ARGV += []  # fmt: skip
 BAD_ARGV += []  # fmt: skip
 
 # session 8, lead
-BAD_ARGV += []  # fmt: skip
+BAD_ARGV += [
+    (["estimate", "train", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--nodes", "8", "--tp", "8",
+      "--no-sp", "--overlap-tp"], "overlap-tp: overlaps the all-gather / reduce-scatter of sequence parallelism"),
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "1", "--overlap-tp"],
+     "overlap-tp: overlaps the all-gather / reduce-scatter of sequence parallelism"),
+]  # fmt: skip

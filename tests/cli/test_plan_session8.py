@@ -74,3 +74,44 @@ def test_ranked_table_says_shared_columns_once_and_does_not_wrap() -> None:
     body = [x for x in lines if x.startswith("│")]
     assert len(body) == len(result.ranked)  # one line per row
     assert all("of the step" not in x for x in body)
+
+
+def test_planner_overlaps_tp_where_megatron_allows_it_and_the_flag_turns_it_off() -> None:
+    """The planner searched TP without its GEMM overlap, which Megatron-Bridge's Llama recipes turn on (T067,
+    T068, T073); every tp > 1 row now overlaps, never faster than the same row with --no-overlap-tp in reverse."""
+    cat = load_catalog()
+    arch, cluster = cat.model("llama3.1-70b"), build_cluster(cat, "p5.48xlarge", 64)
+    on = plan_training(arch, [cluster], tokens=2e12, space=SearchSpace(seq_len=8192, global_batch=512), top=50)
+    off = plan_training(arch, [cluster], tokens=2e12, space=SearchSpace(seq_len=8192, global_batch=512,
+                                                                       overlap_tp=False), top=50)  # fmt: skip
+    assert any(e.config.tp > 1 for e in on.ranked)
+    assert all(e.config.overlap_tp == (e.config.tp > 1) for e in on.ranked)
+    assert not any(e.config.overlap_tp for e in off.ranked)
+    assert on.best.step_time_s <= off.best.step_time_s
+    by_config = {e.config.with_(overlap_tp=False): e.step_time_s for e in off.ranked}
+    faster = [by_config[e.config.with_(overlap_tp=False)] - e.step_time_s
+              for e in on.ranked if e.config.tp > 1 and e.config.with_(overlap_tp=False) in by_config]  # fmt: skip
+    assert faster and all(d > 0 for d in faster)
+
+
+def test_estimate_command_of_an_overlapped_row_reproduces_it() -> None:
+    code, out = _invoke("plan", "train", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--gpus", "512",
+                        "--tokens", "2e12", "--global-batch", "512", "--top", "10", "--json")  # fmt: skip
+    assert code == 0, out
+    row = next(r for r in json.loads(out)["ranked"] if r["config"]["tp"] > 1)
+    assert "--overlap-tp" in row["estimate_command"]
+    code, out = _invoke(*row["estimate_command"].split()[1:], "--json")
+    assert code == 0, out
+    assert json.loads(out)["step_time_s"] == row["step_time_s"]
+
+
+def test_validation_rows_whose_recipes_overlap_tp_are_run_with_it() -> None:
+    """tp_comm_overlap as each row's recipe sets it (notes cite the file): on for the NeMo 24.07 Llama 70B rows and
+    Megatron-Bridge 0.2.0's Llama 3 70B / 3.1 405B, off for its Qwen3-235B H100 recipe."""
+    from fmstack.perfmodel.validation import validate_training
+
+    configs = {c.id: c.config for c in validate_training(load_catalog())}
+    for case in ("T062", "T065", "T067", "T068", "T073"):
+        assert "tp-overlap" in configs[case], case
+    for case in ("T060", "T061", "T063", "T071"):
+        assert "tp-overlap" not in configs[case], case

@@ -48,13 +48,13 @@ def test_chunked_evaluation_equals_one_pass(catalog: Catalog) -> None:
                         precision="fp16", recompute="selective", sharding="none", sequence_parallel=True,
                         flash_attention=False),
             SearchSpace(seq_len=2048, global_batch=64, precisions=("fp16",), sharding=("none", "zero1", "fsdp"),
-                        flash_attention=False),
+                        flash_attention=False, overlap_tp=False),  # 2022 Megatron-LM: no TE userbuffers overlap
         ),
-        # T065: NeMo 24.07 Llama 3 70B on 64 H100, FP8
+        # T065: NeMo 24.07 Llama 3 70B on 64 H100, FP8 (the launcher's llama3_70b.yaml: ub_tp_comm_overlap true)
         (
             "llama3-70b", "dgx-h100", 8,
             TrainConfig(tp=4, pp=4, dp=2, cp=2, virtual_stages=5, micro_batch=1, global_batch=128, seq_len=8192,
-                        precision="fp8", recompute="none", sharding="zero1", sequence_parallel=True),
+                        precision="fp8", recompute="none", sharding="zero1", sequence_parallel=True, overlap_tp=True),
             SearchSpace(seq_len=8192, global_batch=128, precisions=("fp8",)),
         ),
     ],

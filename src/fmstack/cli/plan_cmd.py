@@ -131,6 +131,7 @@ def _space(
     recompute: str | None,
     overlap_ep: bool = True,
     model: ModelArch | None = None,
+    overlap_tp: bool = True,
 ) -> SearchSpace:
     """The search space from the CLI options; ``seq_len`` None means the model's default (``default_seq_len``)."""
     if seq_len is None:
@@ -148,8 +149,9 @@ def _space(
     if seq_len <= 0:
         raise InputError("seq_len", f"must be > 0, got {seq_len}")
     return SearchSpace(
-        seq_len=seq_len, global_batch=global_batch, precisions=precs, recompute=rec, overlap_ep=overlap_ep
-    )
+        seq_len=seq_len, global_batch=global_batch, precisions=precs, recompute=rec, overlap_ep=overlap_ep,
+        overlap_tp=overlap_tp,
+    )  # fmt: skip
 
 
 def _efficiency_for(calibration: Path | None, clusters: list[Cluster], force: bool) -> Any:
@@ -199,6 +201,13 @@ def search_options(func: Any) -> Any:
             ),
             click.option("--recompute", default=None, help="Recompute choices allowed [none,selective,full]."),
             click.option(
+                "--overlap-tp/--no-overlap-tp",
+                default=True,
+                show_default=True,
+                help="Allow overlapping the tensor-parallel collectives with the GEMMs on rows with tp > 1 "
+                "(Megatron-LM --tp-comm-overlap, Transformer Engine userbuffers).",
+            ),
+            click.option(
                 "--overlap-ep/--no-overlap-ep",
                 default=True,
                 show_default=True,
@@ -233,14 +242,14 @@ def plan() -> None:
 @json_option
 def plan_train(
     model: str, instance: str, gpus: str, tokens: float, objective: str, seq_len: int | None, global_batch: int | None,
-    precisions: str, recompute: str | None, overlap_ep: bool, calibration: Path | None, calibration_force: bool,
-    catalog_dir: Path | None, top: int, html_path: Path | None, as_json: bool,
+    precisions: str, recompute: str | None, overlap_tp: bool, overlap_ep: bool, calibration: Path | None,
+    calibration_force: bool, catalog_dir: Path | None, top: int, html_path: Path | None, as_json: bool,
 ) -> None:  # fmt: skip
     """Find the best way to train MODEL on these instances: parallelism, time, cost and bottleneck."""
     cat = load_catalog(catalog_dir)
     arch = cat.model(model)
     clusters, skipped = build_clusters(cat, instance, gpus)
-    space = _space(seq_len, global_batch, precisions, recompute, overlap_ep, arch)
+    space = _space(seq_len, global_batch, precisions, recompute, overlap_ep, arch, overlap_tp)
     efficiency_for = _efficiency_for(calibration, clusters, calibration_force)
     with_failures = objective == "time-with-failures"
     if with_failures:

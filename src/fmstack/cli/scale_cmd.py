@@ -45,8 +45,8 @@ VALUES_HELP = (
 @json_option
 def scale(
     model: str, instance: str, gpus: str, tokens: float, objective: str, seq_len: int | None, global_batch: int | None,
-    precisions: str, recompute: str | None, overlap_ep: bool, calibration: Path | None, calibration_force: bool,
-    catalog_dir: Path | None, axis: str, values: str | None, weak: bool, html_path: Path | None, as_json: bool,
+    precisions: str, recompute: str | None, overlap_tp: bool, overlap_ep: bool, calibration: Path | None,
+    calibration_force: bool, catalog_dir: Path | None, axis: str, values: str | None, weak: bool, html_path: Path | None, as_json: bool,
 ) -> None:  # fmt: skip
     """Sweep one axis (nodes, GPU generation, EFA generation, NVLink domain, sequence length) and re-plan.
 
@@ -63,7 +63,7 @@ def scale(
     counts = parse_gpus(gpus)
     if len(counts) != 1:
         raise InputError("gpus", "scale takes one GPU count (the sweep's starting point)")
-    space = _space(seq_len, global_batch, precisions, recompute, overlap_ep, arch)
+    space = _space(seq_len, global_batch, precisions, recompute, overlap_ep, arch, overlap_tp)
     defaults = {
         "nodes": ",".join(str(max(1, counts[0] // resolve_instance(cat, instance).num_gpus * f)) for f in (1, 2, 4, 8)),
         "gpu": ",".join(GPU_GENERATIONS), "efa": ",".join(EFA_GENERATIONS), "nvlink": "8,16,32,72",

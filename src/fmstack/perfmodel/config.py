@@ -159,6 +159,13 @@ def validate_config(cfg: TrainConfig, model: ModelArch, num_gpus: int) -> None:
     if cfg.sequence_parallel and cfg.tp == 1:
         # Megatron-LM switches it off with a warning when tp is 1 (megatron/training/arguments.py)
         raise InputError("sp", "sequence parallelism splits activations over the tensor-parallel group; tp is 1")
+    if cfg.overlap_tp and not cfg.sequence_parallel:
+        # Megatron-LM: "Tensor parallel communication/GEMM overlap can happen only when sequence parallelism is
+        # enabled" (megatron/training/arguments.py); torchtitan's async TP also overlaps sequence-parallel collectives
+        raise InputError(
+            "overlap-tp",
+            "overlaps the all-gather / reduce-scatter of sequence parallelism with the GEMMs: needs --sp (tp > 1)",
+        )
     if model.moe is None:
         if cfg.ep > 1:
             raise InputError("ep", f"{model.name} is dense; ep({cfg.ep}) must be 1")
@@ -291,6 +298,8 @@ def describe_config(c: TrainConfig) -> str:
     parts += [f"mb{c.micro_batch}", f"gb{c.global_batch}", f"seq{c.seq_len}", c.precision, recompute, c.sharding]
     if c.sequence_parallel:
         parts.append("sp")
+    if c.overlap_tp:
+        parts.append("tp-overlap")
     if c.overlap_ep:
         parts.append("ep-overlap")
     return " ".join(parts)

@@ -57,6 +57,9 @@ class SearchSpace:
     cp: tuple[int, ...] = (1, 2, 4, 8)
     max_pp: int = MAX_PP
     flash_attention: bool = True
+    overlap_tp: bool = True
+    """Overlap the tensor-parallel all-gather / reduce-scatter with the GEMMs on rows with tp > 1 (sequence parallel:
+    Megatron-LM ``--tp-comm-overlap``, Transformer Engine userbuffers; on in Megatron-Bridge's Llama recipes)."""
     overlap_ep: bool = True
     """MoE: overlap the expert all-to-all with another micro-batch's compute where ep > 1 and there are several
     micro-batches (Megatron-Core >= 0.14 ``--overlap-moe-expert-parallel-comm --delay-wgrad-compute``)."""
@@ -157,11 +160,14 @@ def enumerate_space(model: ModelArch, cluster: Cluster, space: SearchSpace) -> t
     can_overlap = space.overlap_ep and model.moe is not None
     # with pp > 1 Megatron-Core allows it only on an interleaved schedule (config.validate_config)
     overlap = ((ep[idx] > 1) & (m[idx] > 1) & ((pp[idx] == 1) | (vpp[idx] > 1)) & can_overlap).astype(np.float64)
+    # the same holds for TP overlap (step.py: exposed (1 - h) link plus the overlap slowdown 0.189 h link), which
+    # Megatron-LM allows only with sequence parallelism, on for every tp > 1 row here
+    overlap_tp = ((tp[idx] > 1) & space.overlap_tp).astype(np.float64)
     ones = np.ones(idx.shape[0])
     cols = Columns(
         tp=tp[idx], pp=pp[idx], dp=dp[idx], cp=cp[idx], ep=ep[idx], etp=ones.copy(), sp=(tp[idx] > 1).astype(np.float64),
         vpp=vpp[idx], mb=mb[idx], gb=gb[idx], seq=ones * space.seq_len, precision=pr[idx], recompute=rc[idx],
-        sharding=sh[idx], hsdp=ones * 8, overlap_dp=ones.copy(), overlap_tp=ones * 0.0, flash=ones * float(space.flash_attention),
+        sharding=sh[idx], hsdp=ones * 8, overlap_dp=ones.copy(), overlap_tp=overlap_tp, flash=ones * float(space.flash_attention),
         grad_bytes=ones * 4, reduce_bytes=ones * 2, rc_modules=rcm[idx], rc_layers=ones * 0.0, overlap_ep=overlap,
     )  # fmt: skip
     return cols, considered
@@ -333,5 +339,6 @@ def _included_score(
         match &= getattr(cols, key) == want
     overlap = cols.overlap_ep if cols.overlap_ep is not None else np.zeros(len(cols))
     match &= overlap == float(cfg.overlap_ep)
+    match &= cols.overlap_tp == float(cfg.overlap_tp)
     hits = np.nonzero(match)[0]
     return float(score[hits[0]]) if hits.size else None

@@ -183,7 +183,7 @@ def case_config(row: dict[str, str], model: ModelArch, assumptions: list[str]) -
         recompute_modules=modules,
         sharding=sharding,  # type: ignore[arg-type]
         grad_bytes=2 if bf16_grads else 4,
-        overlap_dp=year >= 2023, overlap_tp="AsyncTP" in notes, overlap_ep="moe_a2a_overlap=True" in notes,
+        overlap_dp=year >= 2023, overlap_tp="AsyncTP" in notes or "tp_comm_overlap=True" in notes, overlap_ep="moe_a2a_overlap=True" in notes,
         flash_attention=year >= 2023,
     )  # fmt: skip
 
