@@ -182,7 +182,9 @@ def kernel_time_per_call_s(
     return kernel_timing(fn, kind, min_time_s=min_time_s, warmup=warmup, trials=best_of).best_s
 
 
-def kernel_timing(fn: Callable[[], object], kind: str, *, min_time_s: float, warmup: int = 2, trials: int = 1) -> Timing:
+def kernel_timing(
+    fn: Callable[[], object], kind: str, *, min_time_s: float, warmup: int = 2, trials: int = 1
+) -> Timing:
     """Device time per call of ``fn``: on CUDA, ``GRAPH_CALLS`` calls are captured in one CUDA graph and
     the graph's replays are timed, so the host's cost of dispatching each call (10-20 us for ``torch.matmul``, which
     is longer than a 1024^3 bf16 GEMM on an H100) is not counted; a large training step queues its kernels far ahead

@@ -136,7 +136,9 @@ def _spec_line(dev: Any) -> str:
         return (f"spec: none in the catalog for {dev.name!r}; % of peak is not computed, and the profile's peaks are "
                 "the best rates measured in this run")  # fmt: skip
     rates = ", ".join(f"{k} {v:g}" for k, v in peaks.items())
-    return f"spec: catalog {dev.catalog_gpu.name}: {rates} TFLOP/s dense; memory {mem:g} GB/s; % of peak is against these"
+    return (
+        f"spec: catalog {dev.catalog_gpu.name}: {rates} TFLOP/s dense; memory {mem:g} GB/s; % of peak is against these"
+    )
 
 
 def _ms(v: float | None) -> str:
