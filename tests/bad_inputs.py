@@ -424,7 +424,11 @@ BAD_ARGV += []  # fmt: skip
 BAD_ARGV += []  # fmt: skip
 
 # session 8, bench review (helper D): add rows here
-BAD_ARGV += []  # fmt: skip
+BAD_ARGV += [
+    (["bench", "gemm", "--trials", "0"], "trials: 0; allowed: >= 1"),
+    (["bench", "collectives", "--trials", "-3"], "trials: -3; allowed: >= 1"),
+    (["bench", "memory", "--out", "/proc/profile.json"], "in /proc"),
+]  # fmt: skip
 
 # session 8, lead
 BAD_ARGV += [

@@ -48,6 +48,12 @@ def test_gemm_rows(bench_all: tuple[dict[str, Any], Path]) -> None:
         assert r["tflops"] == pytest.approx(r["flops"] / r["time_s"] / 1e12)
         assert max(s["m"], s["n"], s["k"]) <= 1024  # scaled down on CPU
         assert r["pct_of_peak"] is None  # a CPU has no catalog peak
+        # spread: the median of 5 timed batches lies between the fastest and the slowest
+        assert r["trials"] == 5 and r["calls"] >= 1 and r["warmup"] == 2
+        assert r["time_min_s"] <= r["time_s"] <= r["time_max_s"]
+    assert data["device"]["spec_tflops"] is None and data["device"]["spec_memory_bw_gbps"] is None
+    assert data["timing"]["trials"] == 5 and data["timing"]["min_time_s"] == 0.02
+    assert set(data["timing"]) == {"min_time_s", "trials", "gemm", "memory", "collectives", "storage"}
 
 
 def test_memory_rows(bench_all: tuple[dict[str, Any], Path]) -> None:
@@ -57,6 +63,7 @@ def test_memory_rows(bench_all: tuple[dict[str, Any], Path]) -> None:
         words = 2 if r["kernel"] == "copy" else 3  # STREAM's counting
         assert r["bytes_moved"] == words * r["buffer_bytes"]
         assert r["bw_gbps"] == pytest.approx(r["bytes_moved"] / r["time_s"] / 1e9)
+        assert r["trials"] == 5 and r["time_s"] <= r["time_median_s"] <= r["time_max_s"]  # time_s: the fastest
 
 
 def test_collectives_are_correct_and_busbw_is_nccl_tests(bench_all: tuple[dict[str, Any], Path]) -> None:
@@ -67,6 +74,10 @@ def test_collectives_are_correct_and_busbw_is_nccl_tests(bench_all: tuple[dict[s
         assert r["num_ranks"] == 2 and r["backend"] == "gloo"
         assert r["algbw_gbps"] == pytest.approx(r["size_bytes"] / r["time_s"] / 1e9)
         assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * bus_factor(r["op"], 2))
+        # time_s is the mean over all iterations, i.e. the parts' means weighted by their iterations, plus the
+        # microseconds between parts: never below the fastest part
+        assert r["trials"] == 5 and r["iters"] >= 5 and r["time_min_s"] <= r["time_s"]
+        assert r["time_min_s"] <= r["time_max_s"]
 
 
 def test_storage_rows_and_nothing_left(bench_all: tuple[dict[str, Any], Path]) -> None:
@@ -118,6 +129,12 @@ def test_nccl_tests_text_layout(tmp_path: Path) -> None:
         assert int(count) == int(size) // 4 and (dtype, redop, root, wrong) == ("float", "sum", "-1", "0")
         assert float(busbw) == pytest.approx(float(algbw), abs=0.011)  # 2 ranks: 2(n-1)/n = 1
     assert any(ln.startswith("# Avg bus bandwidth") for ln in lines)
+    # what was measured and how: no catalog spec for a CPU, the timing, the spread of each size
+    assert any(ln.startswith("spec: none in the catalog for") for ln in lines)
+    assert any(ln.startswith("timing: every batch runs >= 0.01 s") for ln in lines)
+    spread = lines.index(next(ln for ln in lines if ln.startswith("# spread: the timed loop in 5 parts")))
+    assert lines[spread + 1].split()[1:] == ["size", "iters", "min", "max"]
+    assert [int(ln.split()[1]) for ln in lines[spread + 2 : spread + 4]] == [1024, 16384]
 
 
 def test_bench_help_does_not_import_torch() -> None:

@@ -60,6 +60,16 @@ class CollectiveResult:
     busbw_gbps: float
     wrong: int
     """Elements that differed from the expected result in a checked call (nccl-tests' #wrong)."""
+    time_min_s: float | None = None
+    """Fastest of the ``trials`` parts of the timed loop, seconds per iteration (averaged over ranks)."""
+    time_max_s: float | None = None
+    """Slowest part, seconds per iteration."""
+    iters: int = 0
+    """Timed iterations in all (``time_s`` is their mean, as nccl-tests reports)."""
+    trials: int = 0
+    """Parts the timed loop was split into for the spread."""
+    warmup: int = 0
+    """Untimed calls before the timed loop (the checked call, one warm-up call, the call that sizes the loop)."""
 
 
 def message_sizes(device: str, quick: bool, num_ranks: int, max_bytes: int | None = None) -> list[int]:
@@ -84,7 +94,7 @@ def _count(op: str, size: int, n: int) -> int:
 
 
 def _worker(rank: int, n: int, port: int, device: str, ops: list[str], sizes: list[int], min_time_s: float,
-            out: Any) -> None:  # fmt: skip
+            trials: int, out: Any) -> None:  # fmt: skip
     """One rank: join the group, run every op at every size, report averages from rank 0."""
     import torch
     import torch.distributed as dist
@@ -99,7 +109,7 @@ def _worker(rank: int, n: int, port: int, device: str, ops: list[str], sizes: li
         results = []
         for op in ops:
             for size in sizes:
-                results.append(time_collective(op, size, rank, n, dev, min_time_s, backend))
+                results.append(time_collective(op, size, rank, n, dev, min_time_s, backend, trials=trials))
                 if rank == 0:
                     out.put(("step", op, size))
         if rank == 0:
@@ -112,8 +122,10 @@ def _worker(rank: int, n: int, port: int, device: str, ops: list[str], sizes: li
 
 
 def time_collective(
-    op: str, size: int, rank: int, n: int, dev: Any, min_time_s: float, backend: str
+    op: str, size: int, rank: int, n: int, dev: Any, min_time_s: float, backend: str, *, trials: int = 1
 ) -> CollectiveResult:
+    """One collective at one size on this rank (every rank calls it): checked once, warmed up, then a timed loop
+    of iterations split into ``trials`` consecutive parts, each timed (device synchronised at its ends)."""
     import torch
     import torch.distributed as dist
 
@@ -138,9 +150,11 @@ def time_collective(
         src = torch.full((per,), float(rank + 1), dtype=f32, device=dev)
         got = torch.empty(per * n, dtype=f32, device=dev)
         expect = torch.arange(1, n + 1, dtype=f32, device=dev).repeat_interleave(per)
+        # torch 2.13 renamed all_gather_into_tensor to all_gather_single (the old name warns on every rank)
+        ag = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
 
         def call() -> None:
-            dist.all_gather_into_tensor(got, src)
+            ag(got, src)
     elif op == "reduce_scatter":
         src = torch.full((per * n,), float(rank + 1), dtype=f32, device=dev)
         got = torch.empty(per, dtype=f32, device=dev)
@@ -163,19 +177,28 @@ def time_collective(
     wrong = torch.tensor([int((got != expect).sum())], dtype=torch.int64, device=dev)
     dist.all_reduce(wrong)
     call()
-    iters = _agree_iters(call, dev, min_time_s)
+    iters = max(trials, _agree_iters(call, dev, min_time_s))
+    parts = [iters // trials + (1 if i < iters % trials else 0) for i in range(trials)]
     _sync(dev)
     dist.barrier()
+    part_s = []
     start = time.perf_counter()
-    for _ in range(iters):
-        call()
+    for count in parts:
+        part_start = time.perf_counter()
+        for _ in range(count):
+            call()
+        if trials > 1:
+            _sync(dev)
+        part_s.append((time.perf_counter() - part_start) / count)
     _sync(dev)
-    per_iter = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64, device=dev)
+    per_iter = torch.tensor([(time.perf_counter() - start) / iters, *part_s], dtype=torch.float64, device=dev)
     dist.all_reduce(per_iter)
-    time_s = float(per_iter) / n
+    mean = [float(v) / n for v in per_iter.tolist()]
+    time_s = mean[0]
     return CollectiveResult(op=op, size_bytes=size, count=_count(op, size, n), num_ranks=n, backend=backend,
                             time_s=time_s, algbw_gbps=algbw_gbps(size, time_s),
-                            busbw_gbps=busbw_gbps(op, size, time_s, n), wrong=int(wrong))  # fmt: skip
+                            busbw_gbps=busbw_gbps(op, size, time_s, n), wrong=int(wrong), time_min_s=min(mean[1:]),
+                            time_max_s=max(mean[1:]), iters=iters, trials=trials, warmup=3)  # fmt: skip
 
 
 def _sync(dev: Any) -> None:
@@ -206,6 +229,7 @@ def run_collectives(
     *,
     num_ranks: int = 2,
     min_time_s: float = 0.05,
+    trials: int = 1,
     timeout_s: float = 600.0,
     on_step: Callable[[], None] | None = None,
 ) -> list[CollectiveResult]:
@@ -220,7 +244,7 @@ def run_collectives(
         have = torch.cuda.device_count()
         if have < num_ranks:
             raise InputError("ranks", f"{num_ranks} ranks but {have} CUDA devices; allowed: 2..{have}")
-    (rows,) = run_ranks(_worker, (num_ranks, free_port(), device, ops, sizes, min_time_s), num_ranks=num_ranks,
+    (rows,) = run_ranks(_worker, (num_ranks, free_port(), device, ops, sizes, min_time_s, trials), num_ranks=num_ranks,
                         what="collectives bench", timeout_s=timeout_s, on_step=on_step)  # fmt: skip
     return [CollectiveResult(**d) for d in rows]
 
@@ -252,5 +276,12 @@ def format_nccl_tests(results: list[CollectiveResult]) -> str:
             )
         avg = sum(r.busbw_gbps for r in rows) / len(rows)
         lines.append(f"# Avg bus bandwidth    : {avg:g}")
+        if all(r.trials for r in rows):
+            lines.append(f"# spread: the timed loop in {rows[0].trials} parts, per-iteration time of the fastest and "
+                         f"slowest part (us), after {rows[0].warmup} untimed calls")  # fmt: skip
+            lines.append(f"# {'size':>10}  {'iters':>7}  {'min':>9}  {'max':>9}")
+            for r in rows:
+                lo, hi = (r.time_min_s or 0.0) * 1e6, (r.time_max_s or 0.0) * 1e6
+                lines.append(f"# {r.size_bytes:10d}  {r.iters:7d}  {lo:9.2f}  {hi:9.2f}")
         lines.append("#")
     return "\n".join(lines)

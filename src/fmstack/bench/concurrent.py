@@ -35,7 +35,8 @@ def gemm_slowest(dtype: str, shape: GemmShape, min_time_s: float, peak: float | 
     (g,) = run_gemm("cpu", [dtype], [shape], min_time_s=min_time_s)
     t = slowest(g.time_s)
     tflops = shape.flops / t / 1e12
-    return replace(g, time_s=t, tflops=tflops, pct_of_peak=100.0 * tflops / peak if peak else None)
+    return replace(g, time_s=t, tflops=tflops, pct_of_peak=100.0 * tflops / peak if peak else None, time_min_s=t,
+                   time_max_s=t)  # fmt: skip
 
 
 def memory_slowest(size: int, min_time_s: float) -> list[MemoryResult]:
@@ -47,7 +48,7 @@ def memory_slowest(size: int, min_time_s: float) -> list[MemoryResult]:
     # one batch, not the best of several: the ranks' batches must overlap to measure the contention a step sees
     for m in run_memory("cpu", [size], min_time_s=min_time_s, trials=1):
         t = slowest(m.time_s)
-        out.append(replace(m, time_s=t, bw_gbps=m.bytes_moved / t / 1e9))
+        out.append(replace(m, time_s=t, bw_gbps=m.bytes_moved / t / 1e9, time_median_s=t, time_max_s=t))
     return out
 
 

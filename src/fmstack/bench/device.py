@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import platform
 import re
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -114,23 +115,60 @@ def _batch_s(fn: Callable[[], object], kind: str, calls: int) -> float:
     return time.perf_counter() - start
 
 
-def time_per_call_s(
-    fn: Callable[[], object], kind: str, *, min_time_s: float, warmup: int = 2, best_of: int = 1
-) -> float:
-    """Mean seconds per call of ``fn``: warm-up calls, then batches of calls, doubled until one batch lasts
-    ``min_time_s``. The device is synchronised around each batch, so asynchronous CUDA work is counted in full.
-    With ``best_of`` > 1, that batch is timed ``best_of`` times in all and the fastest batch is kept: interference
-    from other work can only slow a batch down, so the minimum is the machine's own rate (STREAM reports the best
-    of its NTIMES trials the same way).
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Timing:
+    """Seconds per call of one timed operation: ``trials`` batches of ``calls`` calls each, after ``warmup`` calls."""
+
+    per_call_s: tuple[float, ...]
+    """Mean seconds per call of each timed batch, in the order they ran (the first is the sizing batch)."""
+    calls: int
+    """Calls in each timed batch (doubled until one batch lasted ``min_time_s``)."""
+    warmup: int
+    """Untimed calls before the first batch."""
+
+    @property
+    def trials(self) -> int:
+        return len(self.per_call_s)
+
+    @property
+    def best_s(self) -> float:
+        return min(self.per_call_s)
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.per_call_s)
+
+    @property
+    def worst_s(self) -> float:
+        return max(self.per_call_s)
+
+
+def time_calls(fn: Callable[[], object], kind: str, *, min_time_s: float, warmup: int = 2, trials: int = 1) -> Timing:
+    """``warmup`` calls, then batches of calls doubled until one batch lasts ``min_time_s``; that batch and
+    ``trials - 1`` more of the same size are the timed trials. The device is synchronised around each batch, so
+    asynchronous CUDA work is counted in full.
     """
+    if trials < 1:
+        raise InputError("trials", f"{trials}; allowed: >= 1")
     for _ in range(warmup):
         fn()
     calls = 1
     while True:
         elapsed = _batch_s(fn, kind, calls)
         if elapsed >= min_time_s or calls >= 1 << 20:
-            return min([elapsed, *(_batch_s(fn, kind, calls) for _ in range(best_of - 1))]) / calls
+            batches = [elapsed, *(_batch_s(fn, kind, calls) for _ in range(trials - 1))]
+            return Timing(per_call_s=tuple(b / calls for b in batches), calls=calls, warmup=warmup)
         calls = calls * 2 if elapsed <= 0 else max(calls * 2, int(calls * 1.2 * min_time_s / elapsed))
+
+
+def time_per_call_s(
+    fn: Callable[[], object], kind: str, *, min_time_s: float, warmup: int = 2, best_of: int = 1
+) -> float:
+    """Mean seconds per call of ``fn`` (:func:`time_calls`). With ``best_of`` > 1, the batch is timed ``best_of``
+    times in all and the fastest batch is kept: interference from other work can only slow a batch down, so the
+    minimum is the machine's own rate (STREAM reports the best of its NTIMES trials the same way).
+    """
+    return time_calls(fn, kind, min_time_s=min_time_s, warmup=warmup, trials=best_of).best_s
 
 
 GRAPH_CALLS = 16
@@ -140,14 +178,21 @@ GRAPH_CALLS = 16
 def kernel_time_per_call_s(
     fn: Callable[[], object], kind: str, *, min_time_s: float, warmup: int = 2, best_of: int = 1
 ) -> float:
-    """Seconds of device time per call of ``fn``: on CUDA, ``GRAPH_CALLS`` calls are captured in one CUDA graph and
+    """Seconds of device time per call of ``fn`` (:func:`kernel_timing`), the fastest of ``best_of`` batches."""
+    return kernel_timing(fn, kind, min_time_s=min_time_s, warmup=warmup, trials=best_of).best_s
+
+
+def kernel_timing(
+    fn: Callable[[], object], kind: str, *, min_time_s: float, warmup: int = 2, trials: int = 1
+) -> Timing:
+    """Device time per call of ``fn``: on CUDA, ``GRAPH_CALLS`` calls are captured in one CUDA graph and
     the graph's replays are timed, so the host's cost of dispatching each call (10-20 us for ``torch.matmul``, which
     is longer than a 1024^3 bf16 GEMM on an H100) is not counted; a large training step queues its kernels far ahead
-    of the GPU, so the kernel's own time is what the model needs. Falls back to :func:`time_per_call_s` where the
-    operation cannot be captured, and on a CPU. ``best_of`` as in :func:`time_per_call_s`.
+    of the GPU, so the kernel's own time is what the model needs. Falls back to :func:`time_calls` where the
+    operation cannot be captured, and on a CPU. ``calls`` and ``warmup`` count calls of ``fn``.
     """
     if kind != "cuda":
-        return time_per_call_s(fn, kind, min_time_s=min_time_s, warmup=warmup, best_of=best_of)
+        return time_calls(fn, kind, min_time_s=min_time_s, warmup=warmup, trials=trials)
     import torch
 
     for _ in range(warmup):
@@ -165,5 +210,7 @@ def kernel_time_per_call_s(
                 fn()
     except RuntimeError:
         torch.cuda.synchronize()
-        return time_per_call_s(fn, kind, min_time_s=min_time_s, warmup=0, best_of=best_of)
-    return time_per_call_s(graph.replay, kind, min_time_s=min_time_s, warmup=1, best_of=best_of) / GRAPH_CALLS
+        return time_calls(fn, kind, min_time_s=min_time_s, warmup=0, trials=trials)
+    t = time_calls(graph.replay, kind, min_time_s=min_time_s, warmup=1, trials=trials)
+    per_call = tuple(v / GRAPH_CALLS for v in t.per_call_s)
+    return Timing(per_call_s=per_call, calls=t.calls * GRAPH_CALLS, warmup=warmup + 1 + GRAPH_CALLS * t.warmup)

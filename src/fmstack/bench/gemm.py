@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fmstack.bench.device import check_dtype, kernel_time_per_call_s, torch_dtype
+from fmstack.bench.device import check_dtype, kernel_timing, torch_dtype
 from fmstack.catalog.schema import ModelArch
 from fmstack.errors import InputError
 
@@ -40,6 +40,16 @@ class GemmResult:
     tflops: float
     pct_of_peak: float | None
     """Achieved / catalog peak x 100 on a catalog GPU; None on a CPU (its peak is the best measured rate)."""
+    time_min_s: float | None = None
+    """Fastest timed batch, seconds per call (``time_s`` is the median of the batches)."""
+    time_max_s: float | None = None
+    """Slowest timed batch, seconds per call."""
+    calls: int = 0
+    """Calls per timed batch."""
+    trials: int = 0
+    """Timed batches."""
+    warmup: int = 0
+    """Untimed calls before the first batch."""
 
 
 def square_sizes(device: str, quick: bool) -> list[int]:
@@ -87,9 +97,15 @@ def run_gemm(
     *,
     peak_tflops: dict[str, float] | None = None,
     min_time_s: float = 0.05,
+    trials: int = 1,
     on_step: Callable[[], None] | None = None,
 ) -> list[GemmResult]:
-    """Time every shape in every dtype on ``device``; % of peak when ``peak_tflops`` (catalog) is given."""
+    """Time every shape in every dtype on ``device``; % of peak when ``peak_tflops`` (catalog) is given.
+
+    Each point is ``trials`` batches (:func:`fmstack.bench.device.kernel_timing`); ``time_s`` is their median, the
+    rate a long run sustains (a GPU's clock can drop under sustained load, so the fastest batch would flatter it),
+    with the fastest and slowest batch kept as the spread.
+    """
     import torch
 
     if not shapes:
@@ -106,11 +122,13 @@ def run_gemm(
             def call(a: torch.Tensor = a, b: torch.Tensor = b, c: torch.Tensor = c) -> None:
                 torch.matmul(a, b, out=c)
 
-            time_s = kernel_time_per_call_s(call, device, min_time_s=min_time_s)
-            tflops = shape.flops / time_s / 1e12
+            t = kernel_timing(call, device, min_time_s=min_time_s, trials=trials)
+            tflops = shape.flops / t.median_s / 1e12
             peak = (peak_tflops or {}).get(dtype)
             pct = 100.0 * tflops / peak if peak else None
-            results.append(GemmResult(shape=shape, dtype=dtype, time_s=time_s, tflops=tflops, pct_of_peak=pct))
+            results.append(GemmResult(shape=shape, dtype=dtype, time_s=t.median_s, tflops=tflops, pct_of_peak=pct,
+                                      time_min_s=t.best_s, time_max_s=t.worst_s, calls=t.calls, trials=t.trials,
+                                      warmup=t.warmup))  # fmt: skip
             if on_step:
                 on_step()
     return results

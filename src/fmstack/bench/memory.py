@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fmstack.bench.device import kernel_time_per_call_s
+from fmstack.bench.device import kernel_timing
 from fmstack.errors import InputError
 
 KERNELS = {"copy": 2, "triad": 3}
@@ -32,8 +32,19 @@ class MemoryResult:
     bytes_moved: int
     """Bytes the kernel reads and writes per call (STREAM's count)."""
     time_s: float
+    """Seconds per call of the fastest timed batch (STREAM's best of NTIMES)."""
     bw_gbps: float
     pct_of_peak: float | None
+    time_median_s: float | None = None
+    """Median timed batch, seconds per call."""
+    time_max_s: float | None = None
+    """Slowest timed batch, seconds per call."""
+    calls: int = 0
+    """Calls per timed batch."""
+    trials: int = 0
+    """Timed batches."""
+    warmup: int = 0
+    """Untimed calls before the first batch."""
 
 
 def buffer_sizes(device: str, quick: bool, max_bytes: int | None = None) -> list[int]:
@@ -80,13 +91,14 @@ def run_memory(
 
         kernels: dict[str, Callable[[], None]] = {"copy": copy, "triad": triad}
         for kernel, call in kernels.items():
-            time_s = kernel_time_per_call_s(call, device, min_time_s=min_time_s, best_of=trials)
+            t = kernel_timing(call, device, min_time_s=min_time_s, trials=trials)
             moved = KERNELS[kernel] * n * 4
-            bw = moved / time_s / 1e9
+            bw = moved / t.best_s / 1e9
             pct = 100.0 * bw / peak_gbps if peak_gbps else None
             results.append(
-                MemoryResult(kernel=kernel, buffer_bytes=n * 4, bytes_moved=moved, time_s=time_s, bw_gbps=bw,
-                             pct_of_peak=pct)
+                MemoryResult(kernel=kernel, buffer_bytes=n * 4, bytes_moved=moved, time_s=t.best_s, bw_gbps=bw,
+                             pct_of_peak=pct, time_median_s=t.median_s, time_max_s=t.worst_s, calls=t.calls,
+                             trials=t.trials, warmup=t.warmup)
             )  # fmt: skip
             if on_step:
                 on_step()

@@ -105,7 +105,8 @@ def build_profile(
         peak_memory_bw_gbps=peak_mem,
         peak_source=source,
         num_threads=num_threads if gemm else old_dev.get("num_threads", num_threads),
-        concurrent_processes=concurrent_processes,
+        # a run that measured neither GEMM nor memory keeps the process count its curves were measured with
+        concurrent_processes=concurrent_processes if (gemm or memory) else old_dev.get("concurrent_processes", 1),
     )
     merged = {k: v for k, v in old.items() if k not in ("device", "measured_at", "schema_version")}
     merged.update(update)

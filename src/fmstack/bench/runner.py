@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,9 @@ class BenchOptions:
     storage_path: str | None = None
     endpoint_url: str | None = None
     min_time_s: float = 0.05
+    trials: int = 5
+    """Timed batches per point, for the spread: GEMM keeps their median, memory the fastest (STREAM), collectives
+    split their timed loop into this many parts (their mean over all iterations is nccl-tests' time)."""
     out: Path | None = None
 
 
@@ -65,6 +69,8 @@ class BenchReport:
     storage: list[sto_mod.StorageResult] = field(default_factory=list)
     profile: CalibrationProfile | None = None
     out: Path | None = None
+    timing: dict[str, object] = field(default_factory=dict)
+    """How points were timed (:func:`timing_summary`)."""
 
 
 def _check_out(out: Path | None) -> CalibrationProfile | None:
@@ -78,9 +84,26 @@ def _check_out(out: Path | None) -> CalibrationProfile | None:
         raise InputError("out", f"directory {parent} does not exist")
     if not os.access(parent, os.W_OK):
         raise InputError("out", f"no write permission in {parent}")
-    if out.exists():
-        return load_profile(out)
-    return None
+    if out.exists() and not out.is_file():
+        raise InputError("out", f"{out} is not a regular file; give a file name such as profile.json")
+    base = load_profile(out) if out.exists() else None
+    try:  # os.access says yes to root everywhere (and to read-only mounts): try it, before minutes of measuring
+        fd, probe = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".probe", dir=parent)
+    except OSError as exc:
+        raise InputError("out", f"cannot write in {parent}: {exc.strerror}") from None
+    os.close(fd)
+    os.unlink(probe)
+    return base
+
+
+def _check_same_procs(base: CalibrationProfile, opts: BenchOptions) -> None:
+    """Refuse a merge that would mix per-process rates of different --procs under one ``concurrent_processes``."""
+    measures = "gemm" in opts.kinds or "memory" in opts.kinds
+    kept = (base.gemm_tflops and "gemm" not in opts.kinds) or (base.memory_bw_gbps and "memory" not in opts.kinds)
+    old = base.device.concurrent_processes
+    if measures and kept and old != opts.procs:
+        raise InputError("procs", f"{opts.procs}, but {opts.out} holds GEMM/memory curves measured with --procs {old}; "
+                         f"the merged profile would mix them: pass --procs {old} or write to another file")  # fmt: skip
 
 
 def plan_gemm_shapes(opts: BenchOptions, catalog: Catalog) -> list[gemm_mod.GemmShape]:
@@ -128,6 +151,8 @@ def check_options(opts: BenchOptions) -> None:
             raise InputError("ranks", f"{opts.ranks}; a collective needs at least 2 processes; allowed: >= 2")
         for op in opts.ops:
             coll.bus_factor(op, opts.ranks)
+    if opts.trials < 1:
+        raise InputError("trials", f"{opts.trials}; allowed: >= 1 timed batches per point")
     if not (math.isfinite(opts.min_time_s) and opts.min_time_s > 0):
         raise InputError("min-time", f"{opts.min_time_s}; allowed: a finite number > 0 seconds")
     if opts.max_dim is not None and opts.max_dim < 8:
@@ -151,8 +176,10 @@ def run_bench(opts: BenchOptions, catalog: Catalog, on_step: Callable[[], None] 
     if base is not None and base.device.name != spec.name:
         raise InputError("out", f"{opts.out} is the profile of {base.device.name!r}, not of this device "
                          f"{spec.name!r}; write to another file")  # fmt: skip
+    if base is not None:
+        _check_same_procs(base, opts)
     peaks, mem_peak = catalog_peaks(spec)
-    report = BenchReport(device=spec)
+    report = BenchReport(device=spec, timing=timing_summary(opts))
     import torch
 
     previous_threads = torch.get_num_threads()
@@ -184,15 +211,16 @@ def _measure(opts: BenchOptions, catalog: Catalog, report: BenchReport, peaks: d
     elif "gemm" in opts.kinds:
         shapes = plan_gemm_shapes(opts, catalog)
         report.gemm = gemm_mod.run_gemm(opts.device, _dtypes(opts), shapes, peak_tflops=peaks,
-                                        min_time_s=opts.min_time_s, on_step=on_step)  # fmt: skip
+                                        min_time_s=opts.min_time_s, trials=opts.trials, on_step=on_step)  # fmt: skip
     if "memory" in opts.kinds and opts.procs == 1:
         sizes = mem_mod.buffer_sizes(opts.device, opts.quick, opts.max_bytes)
         report.memory = mem_mod.run_memory(opts.device, sizes, peak_gbps=mem_peak, min_time_s=opts.min_time_s,
-                                           on_step=on_step)  # fmt: skip
+                                           trials=opts.trials, on_step=on_step)  # fmt: skip
     if "collectives" in opts.kinds:
         sizes = coll.message_sizes(opts.device, opts.quick, opts.ranks, opts.max_bytes)
         report.collectives = coll.run_collectives(opts.device, list(opts.ops), sizes, num_ranks=opts.ranks,
-                                                  min_time_s=opts.min_time_s, on_step=on_step)  # fmt: skip
+                                                  min_time_s=opts.min_time_s, trials=opts.trials,
+                                                  on_step=on_step)  # fmt: skip
     if "storage" in opts.kinds:
         assert opts.storage_path is not None
         report.storage = sto_mod.run_storage(opts.storage_path, sto_mod.default_sweep(opts.quick),
@@ -208,9 +236,12 @@ def report_dict(report: BenchReport) -> dict[str, object]:
 
     storage = [{**asdict(s), "write_gbps": s.write_gbps, "read_gbps": s.read_gbps} for s in report.storage]
     spec = report.device
+    peaks, mem_peak = catalog_peaks(spec)
     return {
         "device": {"kind": spec.kind, "name": spec.name,
-                   "catalog_gpu": spec.catalog_gpu.name if spec.catalog_gpu else None},
+                   "catalog_gpu": spec.catalog_gpu.name if spec.catalog_gpu else None,
+                   "spec_tflops": peaks or None, "spec_memory_bw_gbps": mem_peak},
+        "timing": dict(report.timing),
         "gemm": [{**asdict(g), "flops": g.shape.flops} for g in report.gemm],
         "memory": rows(list(report.memory)),
         "collectives": rows(list(report.collectives)),
@@ -218,3 +249,18 @@ def report_dict(report: BenchReport) -> dict[str, object]:
         "profile": json.loads(report.profile.model_dump_json()) if report.profile else None,
         "out": str(report.out) if report.out else None,
     }  # fmt: skip
+
+
+def timing_summary(opts: BenchOptions) -> dict[str, object]:
+    """How each bench timed its points (the text output's timing lines and the ``timing`` JSON key)."""
+    concurrent = opts.procs > 1
+    how = {
+        "gemm": "1 batch per process, slowest process kept" if concurrent else
+                f"median of {opts.trials} batches; spread = fastest..slowest batch",
+        "memory": "1 batch per process, slowest process kept" if concurrent else
+                  f"fastest of {opts.trials} batches (STREAM); spread = median..slowest batch",
+        "collectives": f"mean over all iterations (nccl-tests), averaged over ranks; spread = fastest..slowest of "
+                       f"{opts.trials} parts of the loop",
+        "storage": "one pass per (file size, count); no spread",
+    }  # fmt: skip
+    return {"min_time_s": opts.min_time_s, "trials": opts.trials, **{k: v for k, v in how.items() if k in opts.kinds}}

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import click
 from rich.console import Console
@@ -25,7 +27,10 @@ def _common(func: _F) -> _F:
                      help="Write the calibration profile here (an existing profile is updated, atomically)."),
         click.option("--quick", is_flag=True, help="Small sizes (seconds; what CI runs)."),
         click.option("--min-time", "min_time_s", type=float, default=0.05, show_default=True,
-                     help="Seconds each measurement runs at least."),
+                     help="Seconds each timed batch runs at least."),
+        click.option("--trials", type=int, default=5, show_default=True,
+                     help="Timed batches per point, reported as a spread (GEMM keeps the median, memory the "
+                     "fastest, collectives the mean over all of them)."),
         catalog_option,
         json_option,
     ]):  # fmt: skip
@@ -79,6 +84,26 @@ def _max_bytes(func: _F) -> _F:
     return click.option("--max-bytes", type=int, default=None, help="Largest buffer or message in bytes.")(func)
 
 
+class LineProgress:
+    """Progress as plain lines on a stream that is not a terminal (a batch job's log): at most one line every
+    ``interval_s`` seconds, so a sweep of minutes shows it is alive and how far it got, and a run of seconds prints
+    nothing."""
+
+    def __init__(self, what: str, total: int, stream: TextIO, *, interval_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        self.what, self.total, self.stream, self.interval_s, self.clock = what, total, stream, interval_s, clock
+        self.done = 0
+        self.start = self.last = clock()
+
+    def advance(self) -> None:
+        self.done += 1
+        now = self.clock()
+        if now - self.last >= self.interval_s:
+            self.last = now
+            print(f"bench {self.what}: {self.done}/{self.total} points, {now - self.start:.0f} s", file=self.stream,
+                  flush=True)  # fmt: skip
+
+
 def _run(kinds: tuple[str, ...], as_json: bool, catalog_dir: Path | None, **kw: Any) -> None:
     from fmstack.bench.collectives import OPS
     from fmstack.bench.runner import BenchOptions, count_steps, report_dict, run_bench
@@ -88,14 +113,36 @@ def _run(kinds: tuple[str, ...], as_json: bool, catalog_dir: Path | None, **kw: 
     opts = BenchOptions(kinds=kinds, **kw)
     cat = load_catalog(catalog_dir)
     err = Console(stderr=True)
-    with Progress(TextColumn("bench {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True, disable=not err.is_terminal) as progress:  # fmt: skip
-        task = progress.add_task(", ".join(kinds), total=count_steps(opts, cat))
-        report = run_bench(opts, cat, on_step=lambda: progress.advance(task))
+    total = count_steps(opts, cat)
+    if err.is_terminal:
+        with Progress(TextColumn("bench {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=err, transient=True) as progress:  # fmt: skip
+            task = progress.add_task(", ".join(kinds), total=total)
+            report = run_bench(opts, cat, on_step=lambda: progress.advance(task))
+    else:
+        lines = LineProgress(", ".join(kinds), total, sys.stderr)
+        report = run_bench(opts, cat, on_step=lines.advance)
     if as_json:
         print_json(report_dict(report))
         return
     _render(report)
+
+
+def _spec_line(dev: Any) -> str:
+    from fmstack.bench.profile import catalog_peaks
+
+    peaks, mem = catalog_peaks(dev)
+    if not peaks:
+        return (f"spec: none in the catalog for {dev.name!r}; % of peak is not computed, and the profile's peaks are "
+                "the best rates measured in this run")  # fmt: skip
+    rates = ", ".join(f"{k} {v:g}" for k, v in peaks.items())
+    return (
+        f"spec: catalog {dev.catalog_gpu.name}: {rates} TFLOP/s dense; memory {mem:g} GB/s; % of peak is against these"
+    )
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1e3:.3f}"
 
 
 def _render(report: Any) -> None:
@@ -104,28 +151,37 @@ def _render(report: Any) -> None:
     out = console()
     dev = report.device
     where = f" (catalog {dev.catalog_gpu.name})" if dev.catalog_gpu else ""
-    out.print(f"device: {dev.kind} {dev.name}{where}")
+    out.print(f"device: {dev.kind} {dev.name}{where}", highlight=False)
+    out.print(_spec_line(dev), highlight=False)
+    timing = dict(report.timing)
+    out.print(f"timing: every batch runs >= {timing.pop('min_time_s')} s after warm-up calls; "
+              f"{timing.pop('trials')} timed batches per point", highlight=False)  # fmt: skip
+    for kind, how in timing.items():
+        out.print(f"  {kind}: {how}", highlight=False)
     if report.gemm:
-        t = Table("shape", "m", "n", "k", "dtype", "GFLOP", "time ms", "TFLOP/s", "% of peak", title="GEMM",
-                  title_justify="left")  # fmt: skip
+        t = Table("shape", "m", "n", "k", "dtype", "GFLOP", "time ms", "min..max ms", "TFLOP/s", "% of peak",
+                  "calls x batches", title="GEMM (time: median batch)", title_justify="left")  # fmt: skip
         for g in report.gemm:
             pct = f"{g.pct_of_peak:.1f}" if g.pct_of_peak is not None else "-"
             t.add_row(g.shape.label, str(g.shape.m), str(g.shape.n), str(g.shape.k), g.dtype,
-                      f"{g.shape.flops / 1e9:.3g}", f"{g.time_s * 1e3:.3f}", f"{g.tflops:.4g}", pct)  # fmt: skip
+                      f"{g.shape.flops / 1e9:.3g}", _ms(g.time_s), f"{_ms(g.time_min_s)}..{_ms(g.time_max_s)}",
+                      f"{g.tflops:.4g}", pct, f"{g.calls} x {g.trials}")  # fmt: skip
         out.print(t)
     if report.memory:
-        t = Table("kernel", "buffer MiB", "bytes moved", "time ms", "GB/s", "% of peak", title="memory",
+        t = Table("kernel", "buffer MiB", "bytes moved", "time ms", "median..max ms", "GB/s", "% of peak",
+                  "calls x batches", title="memory (time: fastest batch, as STREAM)",
                   title_justify="left")  # fmt: skip
         for m in report.memory:
             pct = f"{m.pct_of_peak:.1f}" if m.pct_of_peak is not None else "-"
-            t.add_row(m.kernel, f"{m.buffer_bytes / 2**20:g}", f"{m.bytes_moved:,}", f"{m.time_s * 1e3:.3f}",
-                      f"{m.bw_gbps:.2f}", pct)  # fmt: skip
+            t.add_row(m.kernel, f"{m.buffer_bytes / 2**20:g}", f"{m.bytes_moved:,}", _ms(m.time_s),
+                      f"{_ms(m.time_median_s)}..{_ms(m.time_max_s)}", f"{m.bw_gbps:.2f}", pct,
+                      f"{m.calls} x {m.trials}")  # fmt: skip
         out.print(t)
     if report.collectives:
         out.print("collectives (nccl-tests layout):")
         click.echo(format_nccl_tests(report.collectives))
     if report.storage:
-        t = Table("file MiB", "files", "write GB/s", "read GB/s", title=f"storage {report.storage[0].target}",
+        t = Table("file MiB", "files", "write GB/s", "read GB/s", title=f"storage {report.storage[0].target} (one pass)",
                   title_justify="left")  # fmt: skip
         for s in report.storage:
             t.add_row(f"{s.file_bytes / 2**20:g}", str(s.num_files), f"{s.write_gbps:.3f}", f"{s.read_gbps:.3f}")
