@@ -421,6 +421,8 @@ BAD_ARGV += [
     (["simulate", "--days", "1e9", "--jobs", "5"], "days: must be > 0 and <= 366"),
     (["simulate", "--nodes", "10000000", "--days", "1"], "nodes: must be 1 to 100,000"),
     (["simulate", "--nodes", "4", "--spares", "100000000", "--days", "1"], "spares: must be 0 to nodes (4)"),
+    (["simulate", "elastic", "--nodes", "100000000"], "nodes (100,000,000) must be <= 1,024"),
+    (["simulate", "elastic", "--gpus-per-node", "100000000"], "gpus_per_node (100,000,000) <= 16"),
 ]
 
 # session 8, observability review (helper B): add rows here
