@@ -57,6 +57,7 @@ def summarise(sim: SimState) -> dict[str, Any]:
         "restart": sum(j.restart_gpu_s for j in jobs),
         "hang_until_detected": sum(j.hang_gpu_s for j in jobs),
     }
+    _, idle, down, standby = sim.fleet_gpu_s
     started = [j for j in jobs if j.first_start_s >= 0]
     done = [j for j in jobs if j.end_s >= 0]
     ettr_num = sum(j.productive_gpu_s for j in started)
@@ -86,7 +87,9 @@ def summarise(sim: SimState) -> dict[str, Any]:
         },
         "utilization": round(alloc / (sim.fleet.total_gpus * horizon), r),
         "gpu_hours": {"capacity": round(sim.fleet.total_gpus * horizon / h, 3), "allocated": round(alloc / h, 3),
-                      **{k: round(v / h, 3) for k, v in parts.items()}},
+                      **{k: round(v / h, 3) for k, v in parts.items()},
+                      "idle": round(idle / h, 3), "down": round(down / h, 3), "spare_standby": round(standby / h, 3),
+                      "spare_capacity": round(cfg.spares * sim.gpn * horizon / h, 3)},
         "goodput": round(parts["productive"] / alloc, r) if alloc else 0.0,
         "ettr": round(ettr_num / ettr_den, r) if ettr_den else 0.0,
         "jobs": {"submitted": len(jobs), "started": len(started), "completed": len(done),

@@ -47,7 +47,14 @@ class Simulator(FaultHandling):
             MAINT: self._on_maint, DETECT: self._on_detect, REPAIRED: self._on_repaired, TICK: self._on_tick,
             SAMPLE: self._on_sample, PRIORITY: self._on_priority,
         }  # fmt: skip
-        env.run(horizon, lambda kind, data: handlers[kind](data))
+        meter = self._meter
+
+        def handle(kind: int, data: Any) -> None:
+            meter(env.now_s)
+            handlers[kind](data)
+
+        env.run(horizon, handle)
+        meter(horizon)
         for jid in sorted(self.running.ids()):
             self._close(self.jobs[jid], horizon, graceful=True, kind="horizon")
         for j in self.jobs.values():
