@@ -31,8 +31,10 @@ from fmstack.sim.state import (
 class Simulator(FaultHandling):
     """One run: build it, call :meth:`run`, then summarise it."""
 
-    def run(self) -> Simulator:
+    def run(self, progress: Callable[[float], None] | None = None) -> Simulator:
+        """Run to the horizon; ``progress(now_s)`` is called at every sample (each simulated hour) and at the end."""
         env, horizon = self.env, self.cfg.horizon_s
+        self.on_progress = progress
         for j in self.jobs.values():
             env.schedule(j.submit_s, SUBMIT, j.job_id)
         if self.failures is not None:
@@ -55,6 +57,8 @@ class Simulator(FaultHandling):
 
         env.run(horizon, handle)
         meter(horizon)
+        if progress is not None:
+            progress(horizon)
         for jid in sorted(self.running.ids()):
             self._close(self.jobs[jid], horizon, graceful=True, kind="horizon")
         for j in self.jobs.values():

@@ -8,7 +8,7 @@ skipped).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fmstack.catalog.loader import Catalog
@@ -141,6 +141,8 @@ class SimState:
         """Integrals over time of the fleet's GPUs by what they are doing: held by jobs (allocated), free on
         schedulable nodes (idle), on out-of-service nodes and held by no job (down), spares on standby."""
         self.metered_to_s = 0.0
+        self.on_progress: Callable[[float], None] | None = None
+        """Called with the simulated time at every sample (a CLI progress bar)."""
         self.prio: MultifactorPriority | None = None
         if config.priority in ("multifactor", "fairtree"):
             users = sorted({j.user for j in self.jobs.values()})
