@@ -58,3 +58,20 @@ def test_gpu_hours_add_up_in_a_faulty_run(catalog: Catalog) -> None:
         total = g["allocated"] + g["idle"] + g["down"] + g["spare_standby"]
         assert abs(total - (g["capacity"] + g["spare_capacity"])) < 0.01, (recovery, g)
         assert min(g["idle"], g["down"], g["spare_standby"]) >= 0
+
+
+def test_jobs_pending_at_the_horizon_count_in_wait_incl_pending(catalog: Catalog) -> None:
+    # one node, fifo, no faults: job 1 holds the node all day; job 2 (submitted at 1 h) never starts. "wait" sees
+    # job 1 alone (0 s); "wait_incl_pending" also job 2's 24 h - 1 h = 82,800 s so far: p50 = mean = 41,400 s,
+    # p90 = 0.9 x 82,800, p99 = 0.99 x 82,800 (numpy linear percentiles of [0, 82,800])
+    jobs = [
+        Job(job_id=1, submit_s=0.0, num_gpus=8, work_s=2 * 86400.0, time_limit_s=3 * 86400.0),
+        Job(job_id=2, submit_s=3600.0, num_gpus=8, work_s=600.0, time_limit_s=3600.0),
+    ]
+    cfg = SimConfig(nodes=1, days=1.0, policy="fifo", faults=None)
+    s = summarise(Simulator(cfg, catalog, speed=FlatSpeed(), jobs=jobs).run())
+    c = s["by_size_class"]["1-8"]
+    assert c["wait"]["count"] == 1 and c["wait"]["mean_s"] == 0.0
+    assert c["wait_incl_pending"] == {"count": 2, "p50_s": 41400.0, "p90_s": 74520.0, "p99_s": 81972.0,
+                                      "mean_s": 41400.0}  # fmt: skip
+    assert s["jobs"]["pending_at_end"] == 1

@@ -219,14 +219,15 @@ def _table(rows: list[dict[str, Any]]) -> None:
 
     t = Table(title="fleet twin")
     for col in ("policy", "recovery", "utilization", "goodput", "ETTR", "completed", "wait p90 s (1-8)",
-                "wait p90 s (65-512)", "interruptions", "lost GPU-h (failures + preemptions)"):  # fmt: skip
+                "wait p90 s (65-512)", "pending at end", "interruptions", "lost GPU-h (failures + preemptions)"):  # fmt: skip
         t.add_column(col)
     for s in rows:
         c = s["config"]
         t.add_row(
             c["policy"], c["recovery"], f"{s['utilization']:.3f}", f"{s['goodput']:.3f}", f"{s['ettr']:.3f}",
             str(s["jobs"]["completed"]), f"{s['by_size_class']['1-8']['wait']['p90_s']:.0f}",
-            f"{s['by_size_class']['65-512']['wait']['p90_s']:.0f}", str(s["failures"]["job_interruptions"]),
+            f"{s['by_size_class']['65-512']['wait']['p90_s']:.0f}", str(s["jobs"]["pending_at_end"]),
+            str(s["failures"]["job_interruptions"]),
             f"{s['gpu_hours']['lost_work']:.1f}",
         )  # fmt: skip
     console().print(t)
