@@ -37,5 +37,5 @@ def test_trace_over_the_job_limit_names_the_line(tmp_path: Path) -> None:
     trace = tmp_path / "t.csv"
     trace.write_text("job_id,submit_s,num_gpus,duration_s\n1,0,8,600\n2,10,8,600\n3,20,8,600\n")
     assert len(read_trace(trace, fleet_gpus=16, gpus_per_node=8, max_jobs=3)) == 3
-    with pytest.raises(InputError, match="t.csv line 4: more than 2 jobs"):
+    with pytest.raises(InputError, match=r"t\.csv line 4: more than 2 jobs"):
         read_trace(trace, fleet_gpus=16, gpus_per_node=8, max_jobs=2)

@@ -92,9 +92,26 @@ def _options(func: Any) -> Any:
         click.option("--instance", default="p5.48xlarge", show_default=True, help="Instance type or UltraServer."),
         click.option("--nodes", type=int, default=64, show_default=True, help="Schedulable nodes (1 to 100,000)."),
         click.option("--days", type=float, default=7.0, show_default=True, help="Simulated days (at most 366)."),
-        click.option("--jobs", type=int, default=1000, show_default=True, help="Synthetic jobs (without --trace; 1 to 1,000,000)."),
-        click.option("--trace", type=click.Path(path_type=Path), default=None, help="CSV trace instead (docs/simulate.md, Trace CSV)."),
-        click.option("--load", type=float, default=0.85, show_default=True, help="Offered load of the generator: GPU-seconds asked / GPU-seconds of the pool, (0, 2]."),
+        click.option(
+            "--jobs",
+            type=int,
+            default=1000,
+            show_default=True,
+            help="Synthetic jobs (without --trace; 1 to 1,000,000).",
+        ),
+        click.option(
+            "--trace",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="CSV trace instead (docs/simulate.md, Trace CSV).",
+        ),
+        click.option(
+            "--load",
+            type=float,
+            default=0.85,
+            show_default=True,
+            help="Offered load of the generator: GPU-seconds asked / GPU-seconds of the pool, (0, 2].",
+        ),
         click.option(
             "--priority",
             default="fifo",
@@ -103,10 +120,28 @@ def _options(func: Any) -> Any:
             "(fair share, age, size; Slurm-like policies only) or fairtree (multifactor with Fair Tree fair share, "
             "accounts = queues).",
         ),
-        click.option("--faults", default="llama3", show_default=True, help="Failure model: llama3 (Llama 3 405B pre-training rates), meta-rsc1, meta-rsc2, or none."),
-        click.option("--spares", type=int, default=0, show_default=True, help="Spare nodes on standby outside the pool (at most --nodes)."),
-        click.option("--ckpt-interval", default="young", show_default=True, help="Checkpoint interval: young or daly (optimum for the job's MTBF) or minutes."),
-        click.option("--ckpt-cost", type=float, default=60.0, show_default=True, help="Seconds one checkpoint stalls training."),
+        click.option(
+            "--faults",
+            default="llama3",
+            show_default=True,
+            help="Failure model: llama3 (Llama 3 405B pre-training rates), meta-rsc1, meta-rsc2, or none.",
+        ),
+        click.option(
+            "--spares",
+            type=int,
+            default=0,
+            show_default=True,
+            help="Spare nodes on standby outside the pool (at most --nodes).",
+        ),
+        click.option(
+            "--ckpt-interval",
+            default="young",
+            show_default=True,
+            help="Checkpoint interval: young or daly (optimum for the job's MTBF) or minutes.",
+        ),
+        click.option(
+            "--ckpt-cost", type=float, default=60.0, show_default=True, help="Seconds one checkpoint stalls training."
+        ),
         click.option("--seed", type=int, default=1, show_default=True, help="Random seed: same seed, same output."),
         catalog_option,
         json_option,
@@ -117,8 +152,18 @@ def _options(func: Any) -> Any:
 
 
 @click.group("simulate", invoke_without_command=True, epilog=EPILOG)
-@click.option("--policy", default="slurm-backfill", show_default=True, help="Scheduling policy: fifo, sjf, slurm-backfill (conservative), easy-backfill, kueue.")
-@click.option("--recovery", default="auto-resume", show_default=True, help="Recovery mode: checkpoint-restart, auto-resume, checkpointless, elastic.")
+@click.option(
+    "--policy",
+    default="slurm-backfill",
+    show_default=True,
+    help="Scheduling policy: fifo, sjf, slurm-backfill (conservative), easy-backfill, kueue.",
+)
+@click.option(
+    "--recovery",
+    default="auto-resume",
+    show_default=True,
+    help="Recovery mode: checkpoint-restart, auto-resume, checkpointless, elastic.",
+)
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write an HTML report.")
 @click.option("--metrics", "metrics_path", type=click.Path(path_type=Path), default=None,
               help="Write the time series as OpenMetrics (promtool tsdb create-blocks-from openmetrics).")  # fmt: skip
@@ -149,7 +194,13 @@ def simulate(ctx: click.Context, /, policy: str, recovery: str, html_path: Path 
 
 
 @simulate.command("compare", epilog=EPILOG)
-@click.option("--policy", "policies", default="fifo,slurm-backfill", show_default=True, help="Comma-separated policies (see simulate --help).")
+@click.option(
+    "--policy",
+    "policies",
+    default="fifo,slurm-backfill",
+    show_default=True,
+    help="Comma-separated policies (see simulate --help).",
+)
 @click.option("--recovery", "recoveries", default="auto-resume", show_default=True,
               help="Comma-separated recovery modes.")  # fmt: skip
 @_options
