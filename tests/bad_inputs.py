@@ -415,7 +415,15 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 8, fleet twin review (helper A): add rows here
-BAD_ARGV += []  # fmt: skip
+BAD_ARGV += [
+    (["simulate", "--jobs", "100000000"], "jobs: must be 1 to 1,000,000"),
+    (["simulate", "compare", "--jobs", "2000000"], "jobs: must be 1 to 1,000,000"),
+    (["simulate", "--days", "1e9", "--jobs", "5"], "days: must be > 0 and <= 366"),
+    (["simulate", "--nodes", "10000000", "--days", "1"], "nodes: must be 1 to 100,000"),
+    (["simulate", "--nodes", "4", "--spares", "100000000", "--days", "1"], "spares: must be 0 to nodes (4)"),
+    (["simulate", "elastic", "--nodes", "100000000"], "nodes (100,000,000) must be <= 1,024"),
+    (["simulate", "elastic", "--gpus-per-node", "100000000"], "gpus_per_node (100,000,000) <= 16"),
+]
 
 # session 8, observability review (helper B): add rows here
 BAD_ARGV += []  # fmt: skip

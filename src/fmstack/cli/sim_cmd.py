@@ -23,7 +23,40 @@ EPILOG = """Example:
 """
 
 
-def _run(opts: dict[str, Any], policy: str, recovery: str) -> tuple[Any, dict[str, Any]]:
+class _DaysBar:
+    """A progress bar over simulated days on stderr, shown only when stderr is a terminal (transient)."""
+
+    def __init__(self, runs: int, days: float) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        err = Console(stderr=True)
+        self.bar = Progress(TextColumn("simulating {task.description}"), BarColumn(),
+                            TextColumn("{task.completed:.1f}/{task.total:g} simulated days"), TimeElapsedColumn(),
+                            TimeRemainingColumn(), console=err, transient=True, disable=not err.is_terminal)  # fmt: skip
+        self.task = self.bar.add_task("", total=runs * days)
+        self.done_days = 0.0
+
+    def __enter__(self) -> _DaysBar:
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.__exit__(None, None, None)
+
+    def run(self, label: str) -> Any:
+        """The ``progress`` callback of one run, labelled; runs are counted one after another."""
+        base = self.done_days
+        self.bar.update(self.task, description=label)
+
+        def tick(now_s: float) -> None:
+            self.bar.update(self.task, completed=base + now_s / 86400.0)
+            self.done_days = base + now_s / 86400.0
+
+        return tick
+
+
+def _run(opts: dict[str, Any], policy: str, recovery: str, bar: _DaysBar | None = None) -> tuple[Any, dict[str, Any]]:
     from fmstack.catalog import load_catalog
     from fmstack.sim.config import SimConfig
     from fmstack.sim.metrics import summarise
@@ -39,7 +72,7 @@ def _run(opts: dict[str, Any], policy: str, recovery: str) -> tuple[Any, dict[st
         load=opts["load"], policy=policy, priority=opts["priority"], faults=faults, recovery=settings,
         spares=opts["spares"], seed=opts["seed"],
     )  # fmt: skip
-    sim = Simulator(cfg, load_catalog(opts["catalog_dir"])).run()
+    sim = Simulator(cfg, load_catalog(opts["catalog_dir"])).run(bar.run(f"{policy}, {recovery}") if bar else None)
     return sim, summarise(sim)
 
 
@@ -57,11 +90,28 @@ def _write(path: Path, text: str) -> None:
 def _options(func: Any) -> Any:
     opts = [
         click.option("--instance", default="p5.48xlarge", show_default=True, help="Instance type or UltraServer."),
-        click.option("--nodes", type=int, default=64, show_default=True, help="Schedulable nodes."),
-        click.option("--days", type=float, default=7.0, show_default=True, help="Simulated days."),
-        click.option("--jobs", type=int, default=1000, show_default=True, help="Synthetic jobs (without --trace)."),
-        click.option("--trace", type=click.Path(path_type=Path), default=None, help="CSV trace instead."),
-        click.option("--load", type=float, default=0.85, show_default=True, help="Offered load of the generator."),
+        click.option("--nodes", type=int, default=64, show_default=True, help="Schedulable nodes (1 to 100,000)."),
+        click.option("--days", type=float, default=7.0, show_default=True, help="Simulated days (at most 366)."),
+        click.option(
+            "--jobs",
+            type=int,
+            default=1000,
+            show_default=True,
+            help="Synthetic jobs (without --trace; 1 to 1,000,000).",
+        ),
+        click.option(
+            "--trace",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="CSV trace instead (docs/simulate.md, Trace CSV).",
+        ),
+        click.option(
+            "--load",
+            type=float,
+            default=0.85,
+            show_default=True,
+            help="Offered load of the generator: GPU-seconds asked / GPU-seconds of the pool, (0, 2].",
+        ),
         click.option(
             "--priority",
             default="fifo",
@@ -70,11 +120,29 @@ def _options(func: Any) -> Any:
             "(fair share, age, size; Slurm-like policies only) or fairtree (multifactor with Fair Tree fair share, "
             "accounts = queues).",
         ),
-        click.option("--faults", default="llama3", show_default=True, help="Failure model name, or none."),
-        click.option("--spares", type=int, default=0, show_default=True, help="Spare nodes on standby."),
-        click.option("--ckpt-interval", default="young", show_default=True, help="young, daly or minutes."),
-        click.option("--ckpt-cost", type=float, default=60.0, show_default=True, help="Checkpoint stall, s."),
-        click.option("--seed", type=int, default=1, show_default=True),
+        click.option(
+            "--faults",
+            default="llama3",
+            show_default=True,
+            help="Failure model: llama3 (Llama 3 405B pre-training rates), meta-rsc1, meta-rsc2, or none.",
+        ),
+        click.option(
+            "--spares",
+            type=int,
+            default=0,
+            show_default=True,
+            help="Spare nodes on standby outside the pool (at most --nodes).",
+        ),
+        click.option(
+            "--ckpt-interval",
+            default="young",
+            show_default=True,
+            help="Checkpoint interval: young or daly (optimum for the job's MTBF) or minutes.",
+        ),
+        click.option(
+            "--ckpt-cost", type=float, default=60.0, show_default=True, help="Seconds one checkpoint stalls training."
+        ),
+        click.option("--seed", type=int, default=1, show_default=True, help="Random seed: same seed, same output."),
         catalog_option,
         json_option,
     ]
@@ -84,8 +152,18 @@ def _options(func: Any) -> Any:
 
 
 @click.group("simulate", invoke_without_command=True, epilog=EPILOG)
-@click.option("--policy", default="slurm-backfill", show_default=True, help="Scheduling policy.")
-@click.option("--recovery", default="auto-resume", show_default=True, help="Recovery mode.")
+@click.option(
+    "--policy",
+    default="slurm-backfill",
+    show_default=True,
+    help="Scheduling policy: fifo, sjf, slurm-backfill (conservative), easy-backfill, kueue.",
+)
+@click.option(
+    "--recovery",
+    default="auto-resume",
+    show_default=True,
+    help="Recovery mode: checkpoint-restart, auto-resume, checkpointless, elastic.",
+)
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write an HTML report.")
 @click.option("--metrics", "metrics_path", type=click.Path(path_type=Path), default=None,
               help="Write the time series as OpenMetrics (promtool tsdb create-blocks-from openmetrics).")  # fmt: skip
@@ -101,7 +179,8 @@ def simulate(ctx: click.Context, /, policy: str, recovery: str, html_path: Path 
     from fmstack.sim.export import to_chrome_trace, to_openmetrics
     from fmstack.sim.report_html import render_html
 
-    sim, summary = _run(opts, policy, recovery)
+    with _DaysBar(1, opts["days"]) as bar:
+        sim, summary = _run(opts, policy, recovery, bar)
     if html_path is not None:
         _write(html_path, render_html(sim, summary))
     if metrics_path is not None:
@@ -115,12 +194,21 @@ def simulate(ctx: click.Context, /, policy: str, recovery: str, html_path: Path 
 
 
 @simulate.command("compare", epilog=EPILOG)
-@click.option("--policy", "policies", default="fifo,slurm-backfill", show_default=True, help="Comma-separated.")
-@click.option("--recovery", "recoveries", default="auto-resume", show_default=True, help="Comma-separated.")
+@click.option(
+    "--policy",
+    "policies",
+    default="fifo,slurm-backfill",
+    show_default=True,
+    help="Comma-separated policies (see simulate --help).",
+)
+@click.option("--recovery", "recoveries", default="auto-resume", show_default=True,
+              help="Comma-separated recovery modes.")  # fmt: skip
 @_options
 def compare(policies: str, recoveries: str, **opts: Any) -> None:
     """Run several policies x recovery modes on the same trace and seed."""
-    rows = [_run(opts, p.strip(), r.strip())[1] for p in policies.split(",") for r in recoveries.split(",")]
+    combos = [(p.strip(), r.strip()) for p in policies.split(",") for r in recoveries.split(",")]
+    with _DaysBar(len(combos), opts["days"]) as bar:
+        rows = [_run(opts, p, r, bar)[1] for p, r in combos]
     if opts["as_json"]:
         print_json(rows)
         return
@@ -182,14 +270,15 @@ def _table(rows: list[dict[str, Any]]) -> None:
 
     t = Table(title="fleet twin")
     for col in ("policy", "recovery", "utilization", "goodput", "ETTR", "completed", "wait p90 s (1-8)",
-                "wait p90 s (65-512)", "interruptions", "lost GPU-h (failures + preemptions)"):  # fmt: skip
+                "wait p90 s (65-512)", "pending at end", "interruptions", "lost GPU-h (failures + preemptions)"):  # fmt: skip
         t.add_column(col)
     for s in rows:
         c = s["config"]
         t.add_row(
             c["policy"], c["recovery"], f"{s['utilization']:.3f}", f"{s['goodput']:.3f}", f"{s['ettr']:.3f}",
             str(s["jobs"]["completed"]), f"{s['by_size_class']['1-8']['wait']['p90_s']:.0f}",
-            f"{s['by_size_class']['65-512']['wait']['p90_s']:.0f}", str(s["failures"]["job_interruptions"]),
+            f"{s['by_size_class']['65-512']['wait']['p90_s']:.0f}", str(s["jobs"]["pending_at_end"]),
+            str(s["failures"]["job_interruptions"]),
             f"{s['gpu_hours']['lost_work']:.1f}",
         )  # fmt: skip
     console().print(t)

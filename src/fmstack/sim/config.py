@@ -10,6 +10,16 @@ from fmstack.errors import InputError
 from fmstack.sim.recovery import RecoverySettings
 
 PRIORITIES = ("fifo", "multifactor", "fairtree")
+MAX_JOBS = 1_000_000
+"""Most jobs in one run (generated or in a trace). A run keeps every job in memory (411 MB peak RSS after building
+500,000 generated jobs, 2026-11-23) and costs about 0.6 ms of wall time per job at 2,048 nodes with
+``slurm-backfill`` (50,000 jobs in 30-36 s, benchmarks/bench_sim.py), so the limit is runs of about 1 GB and 10+
+minutes: about four months of the GPU jobs of SenseTime's Helios trace (1,580,464 GPU jobs in six months on over
+12,000 GPUs; shared/reference/orchestration-03-simulators-and-traces.md)."""
+MAX_DAYS = 366.0
+"""Longest horizon: a year. Fault, maintenance and sample events grow with nodes x days."""
+MAX_NODES = 100_000
+"""Largest pool (800,000 GPUs of 8-GPU nodes, beyond the largest clusters built); spares at most as many."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -45,10 +55,14 @@ class SimConfig:
         for name, value in (("days", self.days), ("load", self.load), ("sample", self.sample_s)):
             if not math.isfinite(value):
                 raise InputError(name, f"must be a finite number, got {value}")
-        if self.days <= 0:
-            raise InputError("days", f"must be > 0, got {self.days}")
-        if self.spares < 0:
-            raise InputError("spares", f"must be >= 0, got {self.spares}")
+        if not 0 < self.days <= MAX_DAYS:
+            raise InputError("days", f"must be > 0 and <= {MAX_DAYS:g} (a year), got {self.days:g}")
+        if not 1 <= self.jobs <= MAX_JOBS:
+            raise InputError("jobs", f"must be 1 to {MAX_JOBS:,} (a run keeps every job in memory), got {self.jobs:,}")
+        if not 1 <= self.nodes <= MAX_NODES:
+            raise InputError("nodes", f"must be 1 to {MAX_NODES:,}, got {self.nodes:,}")
+        if not 0 <= self.spares <= self.nodes:
+            raise InputError("spares", f"must be 0 to nodes ({self.nodes:,}), got {self.spares:,}")
         if self.seed < 0:  # numpy's SeedSequence takes non-negative integers only
             raise InputError("seed", f"must be >= 0, got {self.seed}")
         if self.priority not in PRIORITIES:

@@ -41,6 +41,10 @@ from fmstack.sim.goodput import AppModel, load_apps
 RESCALE_S = 30.0
 """Pause after each (re-)allocation: checkpoint and restart (the Pollux simulator's re-scale countdown)."""
 MIN_INTERVAL_S = 1.0
+MAX_NODES = 1024
+"""Largest cluster of a replay (64x Pollux's 16 nodes; 256 nodes x 4 GPUs took 17 s for three policies on the
+shared VM, 2026-11-23, and the cost grows with the GPU count): beyond it a replay runs for ever or out of memory."""
+MAX_GPUS_PER_NODE = 16
 MAX_INTERVAL_S = 86400.0
 """Scheduling intervals allowed (the Pollux simulator uses 60 s); below 1 s a 60-day cap is > 5 million steps."""
 PUBLISHED_INTERVAL_S = 60.0
@@ -326,6 +330,9 @@ def replay(policy: str, rows: Sequence[WorkloadRow] | None = None, *, nodes: int
     """Replay ``rows`` (default: workload 6) under ``policy`` (pollux, tiresias or optimus)."""
     if nodes < 1 or gpus_per_node < 1:
         raise InputError("cluster", f"nodes ({nodes}) and gpus_per_node ({gpus_per_node}) must be >= 1")
+    if nodes > MAX_NODES or gpus_per_node > MAX_GPUS_PER_NODE:
+        raise InputError("cluster", f"nodes ({nodes:,}) must be <= {MAX_NODES:,} and gpus_per_node "
+                         f"({gpus_per_node:,}) <= {MAX_GPUS_PER_NODE}")  # fmt: skip
     if not MIN_INTERVAL_S <= interval_s <= MAX_INTERVAL_S:  # also refuses nan
         raise InputError("interval", f"must be {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g} s, got {interval_s}")
     cluster = ElasticCluster(policy=make_elastic_policy(policy, gpus_per_node), rows=read_workload() if rows is None else rows,

@@ -42,7 +42,8 @@ def to_prometheus_text(summary: dict[str, Any]) -> str:
         "# HELP fmstack_sim_gpu_seconds_total GPU-seconds of the run by what they were spent on.",
         "# TYPE fmstack_sim_gpu_seconds_total counter",
     ]
-    for kind in ("allocated", "productive", "checkpoint", "lost_work", "restart", "hang_until_detected"):
+    for kind in ("allocated", "productive", "checkpoint", "lost_work", "restart", "hang_until_detected", "idle", "down",
+                 "spare_standby"):  # fmt: skip
         out.append(f'fmstack_sim_gpu_seconds_total{{{lab},kind="{kind}"}} {gh[kind] * 3600.0:.3f}')
     out += [
         "# HELP fmstack_sim_failures_total Node failures and planned maintenance events by category.",

@@ -175,3 +175,5 @@ class FaultHandling(SimState):
              len(self.fleet.spares))
         )  # fmt: skip
         self.env.schedule(self.env.now_s + self.cfg.sample_s, SAMPLE)
+        if self.on_progress is not None:
+            self.on_progress(self.env.now_s)

@@ -26,6 +26,10 @@ class NodeState(enum.IntEnum):
     SPARE = 6
 
 
+OUT_OF_SERVICE = frozenset({NodeState.DOWN, NodeState.RESETTING, NodeState.REBOOTING, NodeState.REPLACING})
+"""States of a node that is neither schedulable (UP, DRAINING) nor a spare on standby."""
+_IN_SERVICE = (NodeState.UP, NodeState.DRAINING)
+
 Alloc = list[tuple[int, int]]
 """(node, GPUs) pairs of one job."""
 
@@ -49,6 +53,10 @@ class Fleet:
         self.spares: list[int] = list(range(cluster.num_nodes, total))
         self.allocated_gpus = 0
         self.schedulable_gpus = cluster.num_nodes * self.gpn
+        self.out_nodes = 0
+        """Nodes in an :data:`OUT_OF_SERVICE` state."""
+        self.out_held_gpus = 0
+        """GPUs jobs still hold on out-of-service nodes (a failed node's jobs hold it until the failure is detected)."""
         self.version = 0
         """Changes with every change of a node's free GPUs or state (a placement that failed fails again until)."""
         for n in range(cluster.num_nodes):
@@ -127,6 +135,7 @@ class Fleet:
         idle, idle_count, partial = self.idle_by_leaf, self.idle_count, self.partial
         up = NodeState.UP
         total = 0
+        held_out = 0
         for n, g in alloc:
             f = free[n]
             lf = n // per_leaf
@@ -144,7 +153,10 @@ class Fleet:
                     idle_count[lf] = len(idle[lf])
                 elif f > 0:
                     partial[f].add(n)
+            elif state[n] in OUT_OF_SERVICE:
+                held_out += g
         self.allocated_gpus -= sign * total
+        self.out_held_gpus -= sign * held_out
         self.version += 1
 
     def leaves_of(self, alloc: Alloc) -> int:
@@ -157,17 +169,25 @@ class Fleet:
             return
         if old == NodeState.UP:
             self._unindex(node)
-        if (old in (NodeState.UP, NodeState.DRAINING)) and state not in (NodeState.UP, NodeState.DRAINING):
+        if (old in _IN_SERVICE) and state not in _IN_SERVICE:
             self.schedulable_gpus -= self.gpn
-        if old not in (NodeState.UP, NodeState.DRAINING) and state in (NodeState.UP, NodeState.DRAINING):
+        if old not in _IN_SERVICE and state in _IN_SERVICE:
             self.schedulable_gpus += self.gpn
         if old == NodeState.SPARE:
             self.free[node] = self.gpn
-            self.schedulable_gpus += 0
+        self._move_out(node, old, state)
         self.state[node] = state
         if state == NodeState.UP:
             self._index(node)
         self.version += 1
+
+    def _move_out(self, node: int, old: NodeState, new: NodeState) -> None:
+        """Keep :attr:`out_nodes` and :attr:`out_held_gpus` as a node enters or leaves the out-of-service states."""
+        was, now = old in OUT_OF_SERVICE, new in OUT_OF_SERVICE
+        if was != now:
+            sign = 1 if now else -1
+            self.out_nodes += sign
+            self.out_held_gpus += sign * (self.gpn - self.free[node])
 
     def take_spare(self) -> int | None:
         """A spare node joins the pool (UP), or None if there is none."""
@@ -184,8 +204,9 @@ class Fleet:
     def to_spare(self, node: int) -> None:
         """A repaired node goes back to the spare pool instead of the schedulable pool."""
         self._unindex(node)
-        if self.state[node] in (NodeState.UP, NodeState.DRAINING):
+        if self.state[node] in _IN_SERVICE:
             self.schedulable_gpus -= self.gpn
+        self._move_out(node, self.state[node], NodeState.SPARE)
         self.state[node] = NodeState.SPARE
         self.free[node] = 0
         self.spares.append(node)

@@ -31,8 +31,10 @@ from fmstack.sim.state import (
 class Simulator(FaultHandling):
     """One run: build it, call :meth:`run`, then summarise it."""
 
-    def run(self) -> Simulator:
+    def run(self, progress: Callable[[float], None] | None = None) -> Simulator:
+        """Run to the horizon; ``progress(now_s)`` is called at every sample (each simulated hour) and at the end."""
         env, horizon = self.env, self.cfg.horizon_s
+        self.on_progress = progress
         for j in self.jobs.values():
             env.schedule(j.submit_s, SUBMIT, j.job_id)
         if self.failures is not None:
@@ -47,7 +49,16 @@ class Simulator(FaultHandling):
             MAINT: self._on_maint, DETECT: self._on_detect, REPAIRED: self._on_repaired, TICK: self._on_tick,
             SAMPLE: self._on_sample, PRIORITY: self._on_priority,
         }  # fmt: skip
-        env.run(horizon, lambda kind, data: handlers[kind](data))
+        meter = self._meter
+
+        def handle(kind: int, data: Any) -> None:
+            meter(env.now_s)
+            handlers[kind](data)
+
+        env.run(horizon, handle)
+        meter(horizon)
+        if progress is not None:
+            progress(horizon)
         for jid in sorted(self.running.ids()):
             self._close(self.jobs[jid], horizon, graceful=True, kind="horizon")
         for j in self.jobs.values():

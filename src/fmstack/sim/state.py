@@ -8,7 +8,7 @@ skipped).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fmstack.catalog.loader import Catalog
@@ -137,6 +137,12 @@ class SimState:
         self.preempted_lost_gpu_s = 0.0
         """Work lost to preemptions (compute since the victim's last checkpoint); the rest of lost work is failures'."""
         self.no_room: tuple[int, set[int]] = (-1, set())
+        self.fleet_gpu_s = [0.0, 0.0, 0.0, 0.0]
+        """Integrals over time of the fleet's GPUs by what they are doing: held by jobs (allocated), free on
+        schedulable nodes (idle), on out-of-service nodes and held by no job (down), spares on standby."""
+        self.metered_to_s = 0.0
+        self.on_progress: Callable[[float], None] | None = None
+        """Called with the simulated time at every sample (a CLI progress bar)."""
         self.prio: MultifactorPriority | None = None
         if config.priority in ("multifactor", "fairtree"):
             users = sorted({j.user for j in self.jobs.values()})
@@ -158,6 +164,18 @@ class SimState:
             j.tokens = j.work_s * self.speed.tokens_per_s(j.model, j.num_gpus, True)
         j.time_limit_s = max(j.time_limit_s, j.work_s)
         self.jobs[j.job_id] = j
+
+    def _meter(self, now_s: float) -> None:
+        """Add the fleet's GPU-seconds since the last event to :attr:`fleet_gpu_s` (the state was constant)."""
+        dt = now_s - self.metered_to_s
+        if dt > 0:
+            f = self.fleet
+            m = self.fleet_gpu_s
+            m[0] += dt * f.allocated_gpus
+            m[1] += dt * (f.schedulable_gpus - (f.allocated_gpus - f.out_held_gpus))
+            m[2] += dt * (f.out_nodes * f.gpn - f.out_held_gpus)
+            m[3] += dt * len(f.spares) * f.gpn
+            self.metered_to_s = now_s
 
     # scheduling
 

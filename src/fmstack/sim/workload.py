@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from fmstack.errors import InputError
+from fmstack.sim.config import MAX_JOBS
 
 SIZE_MIX: dict[int, float] = {
     1: 0.45, 2: 0.07, 4: 0.08, 8: 0.20, 16: 0.06, 32: 0.05, 64: 0.04,
@@ -121,11 +122,16 @@ def generate(
 
 
 _REQUIRED = ("job_id", "submit_s", "num_gpus")
+MAX_TRACE_BYTES = 256 * 2**20
+"""Largest trace file read (256 bytes a row at :data:`fmstack.sim.config.MAX_JOBS` rows; a row is ~40-100)."""
 
 
-def read_trace(path: Path, *, fleet_gpus: int, gpus_per_node: int) -> list[Job]:
-    """Jobs from a CSV trace; a malformed row raises InputError naming its line number."""
+def read_trace(path: Path, *, fleet_gpus: int, gpus_per_node: int, max_jobs: int = MAX_JOBS) -> list[Job]:
+    """Jobs from a CSV trace, at most ``max_jobs``; a malformed row raises InputError naming its line number."""
     try:
+        size = path.stat().st_size
+        if size > MAX_TRACE_BYTES:
+            raise InputError("trace", f"{path.name} is {size / 2**20:,.0f} MiB; at most {MAX_TRACE_BYTES // 2**20} MiB")
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError("trace", f"cannot read {path}: {exc.strerror}") from None
@@ -140,6 +146,8 @@ def read_trace(path: Path, *, fleet_gpus: int, gpus_per_node: int) -> list[Job]:
     jobs: list[Job] = []
     for row in reader:
         line = reader.line_num
+        if len(jobs) == max_jobs:
+            raise InputError("trace", f"{path.name} line {line}: more than {max_jobs:,} jobs (the limit of a run)")
         try:
             jobs.append(_row(row, fleet_gpus, gpus_per_node))
         except (ValueError, TypeError) as exc:
