@@ -269,7 +269,7 @@ BAD_ARGV += [
       "@file:cpu_profile.json"], "calibration: profile measured on 'AMD EPYC 7B13' (cpu, no catalog GPU) but the "
      "cluster's GPU is H100"),
     ([*_PLAN8, "--instance", "p5.48xlarge", "--gpus", "8", "--calibration", "@file:cpu_profile.json"],
-     "pass --calibration-force to apply it anyway"),
+     "measure on H100 (fmstack bench all --device cuda --out profile.json)"),
     (["scale", "--model", "llama3.1-8b", "--tokens", "1e12", "--instance", "p5.48xlarge", "--gpus", "8", "--axis",
       "nodes", "--calibration", "@file:cpu_profile.json"], "calibration: fmstack scale does not apply"),
     ([*_PLAN8, "--instance", "u-p6e-gb200x72", "--gpus", "2048"], "must be a multiple of 18 p6e-gb200.36xlarge"),
@@ -444,4 +444,6 @@ BAD_ARGV += [
       "--no-sp", "--overlap-tp"], "overlap-tp: overlaps the all-gather / reduce-scatter of sequence parallelism"),
     (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "1", "--overlap-tp"],
      "overlap-tp: overlaps the all-gather / reduce-scatter of sequence parallelism"),
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--calibration",
+      "@file:cpu_profile.json", "--calibration-force"], "cannot calibrate a GPU even with --calibration-force"),
 ]  # fmt: skip

@@ -49,15 +49,19 @@ H100 = DeviceInfo(name="NVIDIA H100 80GB HBM3", kind="cuda", catalog_gpu="H100",
 def test_profile_of_another_device_is_refused_naming_both(catalog: Catalog) -> None:
     with pytest.raises(InputError, match=r"'AMD EPYC 7B13' \(cpu, no catalog GPU\) but the cluster's GPU is H100") as e:
         efficiency_from_profile(_profile(CPU), catalog.gpu("H100"))
-    assert e.value.field == "calibration" and "--calibration-force" in e.value.message
-    with pytest.raises(InputError, match=r"catalog GPU H100\) but the cluster's GPU is B200"):
+    assert e.value.field == "calibration" and "--calibration-force" not in e.value.message  # no use for a CPU's
+    with pytest.raises(InputError, match=r"catalog GPU H100\) but the cluster's GPU is B200") as e:
         efficiency_from_profile(_profile(H100), catalog.gpu("B200"))
+    assert "--calibration-force" in e.value.message
     # the profile's own GPU takes it; the fp32 curve replaces fp32, bf16 keeps its default
     own = efficiency_from_profile(_profile(H100), catalog.gpu("H100"))
     assert own.gemm["fp32"].y == [0.3, 0.6]
 
 
-def test_estimate_refuses_a_cpu_profile_and_force_applies_it(tmp_path: Path) -> None:
+def test_estimate_refuses_a_cpu_profile_even_forced_and_force_applies_another_gpus(tmp_path: Path) -> None:
+    """A CPU profile's efficiencies are fractions of the CPU's own best rate (about 1.0 at the top by construction):
+    forced onto an H100 it predicted about 100 % of the H100's peak (bench review, session 8), so force no longer
+    applies it; force still applies a profile of another catalog GPU, as the user asked."""
     path = tmp_path / "profile.json"
     path.write_text(_profile(CPU).model_dump_json())
     base = ["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "1", "--json"]
@@ -65,6 +69,13 @@ def test_estimate_refuses_a_cpu_profile_and_force_applies_it(tmp_path: Path) -> 
     assert code == 0
     code, err = _invoke(*base, "--calibration", str(path))
     assert code == 2 and "calibration: profile measured on 'AMD EPYC 7B13'" in err
+    assert "--calibration-force to apply it anyway" not in err
+    code, err = _invoke(*base, "--calibration", str(path), "--calibration-force")
+    assert code == 2 and "cannot calibrate a GPU even with --calibration-force" in err
+    b200 = DeviceInfo(name="NVIDIA B200", kind="cuda", catalog_gpu="B200", peak_memory_bw_gbps=8000.0)
+    path.write_text(_profile(b200).model_dump_json())
+    code, err = _invoke(*base, "--calibration", str(path))
+    assert code == 2 and "--calibration-force to apply it anyway" in err
     code, forced = _invoke(*base, "--calibration", str(path), "--calibration-force")
     assert code == 0
     assert json.loads(forced)["mfu"] != json.loads(out)["mfu"]  # applied, as the user asked

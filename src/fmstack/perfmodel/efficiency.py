@@ -93,12 +93,29 @@ def check_profile_gpu(profile: CalibrationProfile, gpu: GPU) -> None:
     if measured is not None and measured.strip().lower() == gpu.name.strip().lower():
         return
     on = f"catalog GPU {measured}" if measured else "no catalog GPU"
+    anyway = " or pass --calibration-force to apply it anyway" if measured else ""
     raise InputError(
         "calibration",
         f"profile measured on {profile.device.name!r} ({profile.device.kind}, {on}) but the cluster's GPU is "
         f"{gpu.name}; a profile calibrates only the GPU it was measured on: measure on {gpu.name} "
-        "(fmstack bench all --device cuda --out profile.json) or pass --calibration-force to apply it anyway",
+        f"(fmstack bench all --device cuda --out profile.json){anyway}",
     )
+
+
+def check_profile_has_catalog_peak(profile: CalibrationProfile) -> None:
+    """InputError for a profile of a device the catalog does not know (a CPU), even with --calibration-force.
+
+    Its efficiencies are fractions of the device's own best measured rate (``peak_source`` measured), so the curve
+    tops out near 1.0 by construction: applied to a GPU it would claim that GPU's whole peak.
+    """
+    if profile.device.catalog_gpu is None:
+        raise InputError(
+            "calibration",
+            f"profile measured on {profile.device.name!r} ({profile.device.kind}, no catalog GPU): its efficiencies "
+            "are fractions of that device's own best measured rate, not of a catalog peak, so it cannot calibrate a "
+            "GPU even with --calibration-force; measure on the cluster's GPU (fmstack bench all --device cuda --out "
+            "profile.json)",
+        )
 
 
 def efficiency_from_profile(profile: CalibrationProfile, gpu: GPU, *, force: bool = False) -> Efficiency:
@@ -111,6 +128,7 @@ def efficiency_from_profile(profile: CalibrationProfile, gpu: GPU, *, force: boo
     """
     if not force:
         check_profile_gpu(profile, gpu)
+    check_profile_has_catalog_peak(profile)
     base = default_efficiency(gpu)
     gemm = dict(base.gemm)
     for dtype, curve in profile.gemm_efficiency.items():
