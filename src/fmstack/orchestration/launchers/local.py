@@ -27,6 +27,10 @@ DEFAULT_GRACE_S = 30.0
 terminationGracePeriodSeconds default are both 30 s."""
 
 
+CHECKPOINT_FILE = "checkpoint_location"
+"""In a job's state directory: the absolute checkpoint location, so a second job that would save there is refused."""
+
+
 def state_root() -> Path:
     """Absolute: the job script changes into ``log_dir`` before it writes its state, and ``status`` matches the
     script's path in the process's command line."""
@@ -79,13 +83,39 @@ class LocalLauncher:
         text = self.render(job, str(job_dir))
         if dry_run:
             return Submission(job_id=f"local:{native}", rendered=text, dry_run=True)
+        ck = job.spec.checkpoint
+        ck_dir = os.path.abspath(ck.location) if ck is not None else None
+        if ck_dir is not None and (other := self._running_with_checkpoint(ck_dir)):
+            raise InputError(
+                "checkpoint.location",
+                f"{ck_dir} is in use by running job local:{other}: two jobs saving into one directory overwrite each "
+                "other's checkpoints and a resume may load a mix of both; cancel that job or give this one another "
+                "location",
+            )
         job_dir.mkdir(parents=True, exist_ok=False)
         Path(job.log_dir).mkdir(parents=True, exist_ok=True)
+        if ck_dir is not None:
+            (job_dir / CHECKPOINT_FILE).write_text(ck_dir, encoding="utf-8")
         script = job_dir / "job.sh"
         script.write_text(text, encoding="utf-8")
         pid = shell.spawn(["bash", str(script)], log_path=job_dir / "output.log")
         (job_dir / "pid").write_text(str(pid), encoding="utf-8")
         return Submission(job_id=f"local:{native}", rendered=text, dry_run=False)
+
+    def _running_with_checkpoint(self, ck_dir: str) -> str | None:
+        """A running local job (under this state directory) whose checkpoint location is ``ck_dir``, if any."""
+        root = state_root()
+        if not root.is_dir():
+            return None
+        for d in sorted(root.iterdir()):
+            try:
+                if (d / CHECKPOINT_FILE).read_text(encoding="utf-8") != ck_dir:
+                    continue
+                if self.status(d.name).state == "RUNNING":
+                    return d.name
+            except (OSError, InputError):
+                continue
+        return None
 
     def _dir(self, native_id: str) -> Path:
         d = state_root() / native_id
