@@ -18,8 +18,10 @@ from pathlib import Path
 from fmstack.errors import InputError
 from fmstack.orchestration.jobspec import ResolvedJob
 from fmstack.orchestration.launchers import shell
-from fmstack.orchestration.launchers.base import JobStatus, Submission
+from fmstack.orchestration.launchers.base import AlreadyEnded, JobStatus, Submission
 from fmstack.orchestration.launchers.torchrun import job_env, program_argv, torchrun_prefix
+
+__all__ = ["AlreadyEnded", "LocalLauncher", "backoff_delays_s", "state_root"]
 
 STATE_ENV = "FMSTACK_STATE_DIR"
 DEFAULT_GRACE_S = 30.0
@@ -169,14 +171,6 @@ class LocalLauncher:
             time.sleep(min(poll_s, max(grace_s - waited, 0.0)))
             procs |= _job_processes(pid)  # workers a restart started meanwhile
         return f"stopped by SIGTERM in {time.monotonic() - start:.1f} s"
-
-
-class AlreadyEnded(Exception):
-    """Cancel of a job that has already ended (its final state in ``state``)."""
-
-    def __init__(self, state: str) -> None:
-        super().__init__(state)
-        self.state = state
 
 
 def _restarts(job_dir: Path) -> int:
