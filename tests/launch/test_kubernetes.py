@@ -31,6 +31,7 @@ class _Stub(BaseHTTPRequestHandler):
     log: list[tuple[str, str, Any]]
     status: dict[str, Any]  # what a GET returns as the object's status (default: Completed, restarts 1)
     pods: list[dict[str, Any]]  # what a pod list returns (serialised V1Pod models)
+    pods_forbidden = False  # a user without RBAC to list pods
 
     def _reply(self, code: int, body: Any) -> None:
         data = json.dumps(body).encode()
@@ -49,6 +50,9 @@ class _Stub(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self.log.append(("GET", self.path, None))
         if self.path.split("?")[0].endswith("/pods"):
+            if self.pods_forbidden:
+                self._reply(403, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403})
+                return
             self._reply(200, {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": self.pods})
             return
         obj = self.store.get(self.path)
@@ -284,3 +288,21 @@ def test_status_line_names_why_a_jobset_is_pending(
     assert proc.stdout.strip() == (
         f"kubernetes:research/gpt-small PENDING restarts=0 4/4 pods pending; Unschedulable: {UNSCHEDULABLE}"
     )
+
+
+def test_status_without_rights_to_list_pods_still_answers(
+    api_server: tuple[Path, list[tuple[str, str, Any]]], stub: type[_Stub], catalog: Catalog
+) -> None:
+    from kubernetes import client as k
+
+    from fmstack.orchestration.launchers.kubernetes import KubernetesLauncher
+
+    server = yaml.safe_load(api_server[0].read_text())["clusters"][0]["cluster"]["server"]
+    cfg = k.Configuration()
+    cfg.host = server
+    launcher = KubernetesLauncher(lambda: k.ApiClient(cfg))
+    launcher.submit(resolve(parse_jobspec(P5_SPEC), catalog))
+    _admit(stub)
+    stub.status, stub.pods_forbidden = RUNNING_STATUS, True
+    st = launcher.status("research/gpt-small")
+    assert (st.state, st.detail) == ("RUNNING", "(pods not checked: list pods failed: HTTP 403 Forbidden)")

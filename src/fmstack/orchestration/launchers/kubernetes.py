@@ -90,7 +90,10 @@ class KubernetesLauncher:
         true = {c.get("type") for c in st.get("conditions") or [] if c.get("status") == "True"}
         state, detail = self.state_of(obj, true), ",".join(sorted(true))
         if state == "RUNNING":  # the job's conditions say nothing of pods still waiting for a node: ask the pods
-            waiting = pods_waiting(self._pods(ns, name), self.expected_pods(obj))
+            try:
+                waiting = pods_waiting(self._pods(ns, name), self.expected_pods(obj))
+            except InputError as exc:  # no RBAC to list pods, say: the job's own state, and that pods went unread
+                waiting, detail = "", f"{detail} (pods not checked: {exc.message})".strip()
             if waiting:
                 state, detail = "PENDING", waiting
         elif state == "PENDING" and not detail and self.suspended(obj):
