@@ -429,7 +429,17 @@ BAD_ARGV += [
 BAD_ARGV += []  # fmt: skip
 
 # session 8, launch review (helper C): add rows here
-BAD_ARGV += []  # fmt: skip
+BAD_FILES.update(
+    {
+        "job_mem.yaml": "name: a\nimage: x:1\ncommand: ['true']\ninstance: p5.48xlarge\nmemory_gib: 4096\n",
+        "job_mem0.yaml": "name: a\nimage: x:1\ncommand: ['true']\nmemory_gib: 0\n",
+    }
+)
+BAD_ARGV += [
+    (["launch", "@file:job_mem.yaml", "--on", "kubernetes", "--dry-run"],
+     "memory_gib: 4096 > 2048, the memory of one p5.48xlarge"),
+    (["launch", "@file:job_mem0.yaml", "--on", "kubernetes", "--dry-run"], "field 'memory_gib'"),
+]  # fmt: skip
 
 # session 8, bench review (helper D): add rows here
 BAD_ARGV += [

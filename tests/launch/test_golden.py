@@ -53,7 +53,8 @@ def test_jobset_requests_gpus_efa_and_a_queue(p5_job: ResolvedJob) -> None:
     job = m["spec"]["replicatedJobs"][0]["template"]["spec"]
     assert (job["parallelism"], job["completions"], job["completionMode"]) == (4, 4, "Indexed")
     limits = job["template"]["spec"]["containers"][0]["resources"]["limits"]
-    assert limits == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"}
+    # EKS node-efa: EFA pods also request 2 MiB huge pages (test_k8s_efa.py)
+    assert limits == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32", "hugepages-2Mi": "5120Mi"}
 
 
 def test_local_refuses_more_than_one_node(p5_job: ResolvedJob) -> None:

@@ -104,3 +104,27 @@ def test_checkpoint_location_on_a_virtual_file_system_is_refused(tmp_path: Path,
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert lines[0].startswith(f"fmstack: error: checkpoint.location: '{location}': cannot create a directory in ")
     assert not (tmp_path / "state").exists()
+
+
+def test_a_second_job_saving_into_a_running_jobs_checkpoint_is_refused(tmp_path: Path) -> None:
+    # two runs of one spec both saved step_000000NN into the same directory, overwriting each other's shards
+    # (launch review, session 8): the second launch is refused while the first runs, and allowed once it ended
+    ck = {"location": str(tmp_path / "ckpt"), "interval_steps": 5}
+    spec = _spec(tmp_path, ["/bin/sleep", "120"], checkpoint=ck)
+    first = _fm(tmp_path, "launch", str(spec), "--on", "local").stdout.strip()
+    try:
+        proc = _fm(tmp_path, "launch", str(spec), "--on", "local", check=False)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip() == (
+            f"fmstack: error: checkpoint.location: {tmp_path / 'ckpt'} is in use by running job {first}: two jobs "
+            "saving into one directory overwrite each other's checkpoints and a resume may load a mix of both; "
+            "cancel that job or give this one another location"
+        )
+        assert len(list((tmp_path / "state").iterdir())) == 1  # nothing was started
+        assert _fm(tmp_path, "launch", str(spec), "--on", "local", "--dry-run").returncode == 0  # submits nothing
+    finally:
+        for d in (tmp_path / "state").iterdir():  # no job outlives the test, whatever failed
+            _fm(tmp_path, "cancel", f"local:{d.name}", "--grace-s", "5", check=False)
+    assert _wait(tmp_path, first, {"CANCELLED", "FAILED"}, 60).split()[1] == "CANCELLED"
+    second = _fm(tmp_path, "launch", str(spec), "--on", "local").stdout.strip()
+    _fm(tmp_path, "cancel", second, "--grace-s", "5")

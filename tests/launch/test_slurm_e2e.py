@@ -131,3 +131,19 @@ def test_health_action_drains_a_node(slurm: SlurmLauncher) -> None:
     out = subprocess.run(["sinfo", "-h", "-n", "n4", "-o", "%T"], capture_output=True, text=True, check=True)
     # back in service; sinfo may append '*' (no recent ping) for a moment on a loaded machine
     assert out.stdout.strip().rstrip("*") == "idle"
+
+
+def test_cancel_of_an_ended_job_says_so(slurm: SlurmLauncher, tmp_path: Path) -> None:
+    # scancel of a finished job exits 0 silently: `fmstack cancel` printed "cancel requested" for a job that had
+    # completed (launch review, session 8); now it says so, as for a local job, and the state stays COMPLETED
+    from click.testing import CliRunner
+
+    from fmstack.cli.main import cli
+
+    (tmp_path / "logs").mkdir()
+    spec = _spec(tmp_path, nodes=1, command=["/bin/true"], workload=None, checkpoint=None)
+    native = slurm.submit(resolve(parse_jobspec(spec), load_catalog())).job_id.split(":")[1]
+    assert _wait(slurm, native, {"COMPLETED", "FAILED", "CANCELLED"}, 120).state == "COMPLETED"
+    out = CliRunner().invoke(cli, ["cancel", f"slurm:{native}"])
+    assert (out.exit_code, out.output.strip()) == (0, f"slurm:{native} already ended (COMPLETED); nothing to cancel")
+    assert slurm.status(native).state == "COMPLETED"

@@ -87,7 +87,8 @@ def status(job_id: str, as_json: bool) -> None:
 def cancel(job_id: str, grace_s: float | None) -> None:
     """Cancel a job. One that has already ended keeps its final state: says so, exit 0. A local job gets SIGTERM,
     then SIGKILL if still alive after --grace-s; the line says which stopped it."""
-    from fmstack.orchestration.launchers.local import DEFAULT_GRACE_S, AlreadyEnded, LocalLauncher
+    from fmstack.orchestration.launchers.base import AlreadyEnded
+    from fmstack.orchestration.launchers.local import DEFAULT_GRACE_S, LocalLauncher
 
     launcher, native = split_job_id(job_id)
     if grace_s is not None and not isinstance(launcher, LocalLauncher):

@@ -140,6 +140,7 @@ class JobSpec(_Strict):
     command: list[str] | None = Field(default=None, description="argv run by torchrun instead of the workload")
     nodes: int = Field(default=1, gt=0)
     gpus_per_node: int | None = Field(default=None, ge=0)
+    memory_gib: float | None = Field(default=None, gt=0, description="Kubernetes: memory each pod requests")
     procs_per_node: int | None = Field(default=None, gt=0, description="defaults to gpus_per_node, or 1 on CPU")
     instance: str | None = None
     partition: str | None = None
@@ -252,6 +253,8 @@ def resolve(spec: JobSpec, catalog: Catalog) -> ResolvedJob:
             )
         efa = inst.network_interfaces if inst.network.startswith("efa") else 0
         memory = inst.host_memory_gib
+        if spec.memory_gib is not None and spec.memory_gib > memory:
+            raise InputError("memory_gib", f"{spec.memory_gib:g} > {memory:g}, the memory of one {inst.name}")
     gpus = gpus or 0
     procs = spec.procs_per_node or gpus or 1
     if gpus and procs > gpus:

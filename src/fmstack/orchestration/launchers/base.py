@@ -29,6 +29,18 @@ class JobStatus:
     restarts: int = 0
 
 
+ENDED = ("COMPLETED", "FAILED", "CANCELLED")
+"""Final states: a cancel has nothing to stop."""
+
+
+class AlreadyEnded(Exception):
+    """Cancel of a job that has already ended (its final state in ``state``): the CLI says so and exits 0."""
+
+    def __init__(self, state: str) -> None:
+        super().__init__(state)
+        self.state = state
+
+
 class Launcher(Protocol):
     """Render a resolved job to text, submit it through the one seam, query and cancel it."""
 

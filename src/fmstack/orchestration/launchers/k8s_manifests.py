@@ -13,6 +13,8 @@ vendored schemas in ``orchestration/data`` with jsonschema.
 from __future__ import annotations
 
 import json
+import math
+import re
 from importlib import resources
 from typing import Any
 
@@ -24,6 +26,11 @@ K8S_VERSION = "1.30"
 RDZV_PORT = 29500
 JOBSET_RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 RJOB = "trainer"
+EFA_HUGEPAGES_2MI_MIB = 5120
+"""2 MiB huge pages a pod with EFA devices requests (EKS user guide node-efa; see _resources)."""
+MEMORY_SHARE = 0.9
+"""Share of the instance's memory a pod requests by default: a chosen margin (not measured) for what the kernel,
+the kubelet, the eviction threshold and daemon pods keep; JobSpec ``memory_gib`` overrides it."""
 
 
 def _escape(arg: str) -> str:
@@ -57,11 +64,6 @@ def _container(job: ResolvedJob, rdzv: list[str], indexed: bool) -> dict[str, An
                     "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOBSET_RESTART_ATTEMPT}']"}},
                 }
             )
-    limits: dict[str, str] = {}
-    if job.gpus_per_node:
-        limits["nvidia.com/gpu"] = str(job.gpus_per_node)
-    if job.efa_devices:
-        limits["vpc.amazonaws.com/efa"] = str(job.efa_devices)
     container: dict[str, Any] = {
         "name": "trainer",
         "image": spec.image,
@@ -71,9 +73,80 @@ def _container(job: ResolvedJob, rdzv: list[str], indexed: bool) -> dict[str, An
         "ports": [{"containerPort": RDZV_PORT, "name": "rdzv"}],
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, *_checkpoint_mount(job)],
     }
-    if limits:
-        container["resources"] = {"limits": limits, "requests": dict(limits)}
+    resources = _resources(job)
+    if resources:
+        container["resources"] = resources
     return container
+
+
+def _resources(job: ResolvedJob) -> dict[str, dict[str, str]]:
+    """GPUs and EFA devices (extended resources: request = limit), the 2 MiB huge pages libfabric's EFA provider
+    allocates its buffers from, and a memory request.
+
+    Huge pages: the EKS user guide (node-efa, "Run machine learning training on Amazon EKS with Elastic Fabric
+    Adapter") says EFA nodes pre-allocate 5128 2 MiB huge pages for pods to request, and its p5.48xlarge example
+    (the same as aws-samples/awsome-distributed-training micro-benchmarks/nccl-tests/kubernetes/nccl-tests.yaml)
+    requests ``hugepages-2Mi: 5120Mi`` with ``vpc.amazonaws.com/efa: 32``: the same 5120Mi per pod whatever the EFA
+    count, which comes from the catalog (p5 32, p5en 16, p6-b200 8, p6e-gb200 4). Kubernetes refuses huge pages
+    without a cpu or memory request ("HugePages require cpu or memory", see :func:`check_resources`), and a memory
+    request is also what keeps the scheduler off a node whose memory is taken: the pod requests ``memory_gib`` or
+    else MEMORY_SHARE of the instance's memory less the huge pages, as a whole number of GiB. Allocatable memory is
+    below the nominal size (the kernel's own, kube-reserved, the eviction threshold and the huge pages come off:
+    Kubernetes "Reserve Compute Resources for System Daemons"), so asking for all of it would never schedule. No
+    memory limit: the trainer may use what the node has left rather than be OOM-killed at a guess."""
+    limits: dict[str, str] = {}
+    if job.gpus_per_node:
+        limits["nvidia.com/gpu"] = str(job.gpus_per_node)
+    if job.efa_devices:
+        limits["vpc.amazonaws.com/efa"] = str(job.efa_devices)
+        limits["hugepages-2Mi"] = f"{EFA_HUGEPAGES_2MI_MIB}Mi"
+    requests = dict(limits)
+    memory_gib = job.spec.memory_gib
+    if memory_gib is None and job.memory_gib is not None:
+        memory_gib = math.floor(
+            job.memory_gib * MEMORY_SHARE - (EFA_HUGEPAGES_2MI_MIB / 1024 if job.efa_devices else 0)
+        )
+    if memory_gib is not None:
+        requests["memory"] = (
+            f"{memory_gib:g}Gi" if float(memory_gib).is_integer() else f"{math.floor(memory_gib * 1024)}Mi"
+        )
+    if not limits and not requests:
+        return {}
+    return {"limits": limits, "requests": requests}
+
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_DECIMAL = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+
+
+def _bytes(quantity: str) -> float:
+    """A Kubernetes quantity in bytes (the suffixes a resource request uses; Kubernetes "Resource Management for
+    Pods and Containers", meaning of memory)."""
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T|)", quantity)
+    if m is None:
+        raise InputError("resources", f"quantity {quantity!r}: expected a number with Ki, Mi, Gi, Ti, k, M, G or T")
+    return float(m.group(1)) * {**_BINARY, **_DECIMAL}[m.group(2)]
+
+
+def check_resources(where: str, resources: dict[str, dict[str, str]]) -> None:
+    """The API server's rules for a container's resources that its OpenAPI schema (hence kubernetes-validate) does
+    not carry (kubernetes pkg/apis/core/validation ValidateResourceRequirements): huge pages come in whole pages and
+    need a cpu or memory request or limit; resources that cannot be overcommitted (extended resources such as
+    nvidia.com/gpu and vpc.amazonaws.com/efa, and huge pages) have a limit equal to their request."""
+    limits, requests = resources.get("limits", {}), resources.get("requests", {})
+    huge = [k for k in {**limits, **requests} if k.startswith("hugepages-")]
+    for key in huge:
+        page = _bytes(key.removeprefix("hugepages-"))
+        for kind, values in (("limits", limits), ("requests", requests)):
+            if key in values and _bytes(values[key]) % page:
+                raise InputError(f"{where} {kind}.{key}", f"{values[key]} is not a whole number of {key[10:]} pages")
+    if huge and not {"cpu", "memory"} & {*limits, *requests}:
+        raise InputError(where, f"HugePages require cpu or memory: {', '.join(huge)} without a cpu or memory request")
+    for key, value in requests.items():
+        overcommit = key in ("cpu", "memory", "ephemeral-storage")
+        if not overcommit and limits.get(key) != value:
+            raise InputError(f"{where} limits.{key}", f"must equal the request {value} (not overcommittable), got "
+                             f"{limits.get(key)}")  # fmt: skip
 
 
 def _checkpoint_mount(job: ResolvedJob) -> list[dict[str, Any]]:
@@ -223,6 +296,9 @@ def validate_manifest(manifest: dict[str, Any]) -> None:
         where = ".".join(str(p) for p in err.absolute_path) or "(root)"
         raise InputError(f"{kind} {where}", err.message)
     for obj in core_objects(manifest):
+        pod = obj["spec"]["template"]["spec"] if obj["kind"] == "Job" else obj["spec"]
+        for c in pod["containers"]:
+            check_resources(f"{kind} {obj['kind']} container {c['name']} resources", c.get("resources", {}))
         try:
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
         except kubernetes_validate.ValidationError as exc:

@@ -88,12 +88,45 @@ class KubernetesLauncher:
         )
         st = obj.get("status") or {}
         true = {c.get("type") for c in st.get("conditions") or [] if c.get("status") == "True"}
+        state, detail = self.state_of(obj, true), ",".join(sorted(true))
+        if state == "RUNNING":  # the job's conditions say nothing of pods still waiting for a node: ask the pods
+            try:
+                waiting = pods_waiting(self._pods(ns, name), self.expected_pods(obj))
+            except InputError as exc:  # no RBAC to list pods, say: the job's own state, and that pods went unread
+                waiting, detail = "", f"{detail} (pods not checked: {exc.message})".strip()
+            if waiting:
+                state, detail = "PENDING", waiting
+        elif state == "PENDING" and not detail and self.suspended(obj):
+            queue = ((obj.get("metadata") or {}).get("labels") or {}).get("kueue.x-k8s.io/queue-name")
+            detail = f"suspended: waiting for Kueue to admit it (queue {queue})" if queue else "suspended"
         return JobStatus(
-            job_id=f"{self.name}:{native_id}",
-            state=self.state_of(obj, true),
-            detail=",".join(sorted(true)),
-            restarts=int(st.get("restarts", 0)),
+            job_id=f"{self.name}:{native_id}", state=state, detail=detail, restarts=int(st.get("restarts", 0))
         )
+
+    def _pods(self, ns: str, name: str) -> list[dict[str, Any]]:
+        """The job's pods as plain dicts (the client's V1Pod models serialised: the API's camelCase keys)."""
+        from kubernetes import client
+
+        api_client = self._api_client_factory()
+        selector = f"{self.pod_label}={name}"
+        pods = self._call(
+            "list pods", lambda _: client.CoreV1Api(api_client).list_namespaced_pod(ns, label_selector=selector)
+        )
+        items: list[dict[str, Any]] = api_client.sanitize_for_serialization(pods).get("items") or []
+        return items
+
+    pod_label = "jobset.sigs.k8s.io/jobset-name"
+    """The label JobSet puts on every pod of a JobSet (jobset api/jobset/v1alpha2 JobSetNameKey)."""
+
+    @staticmethod
+    def expected_pods(obj: dict[str, Any]) -> int:
+        """Pods a JobSet runs at once: replicas x parallelism over its replicated Jobs."""
+        rjobs = (obj.get("spec") or {}).get("replicatedJobs") or []
+        return sum(int(rj.get("replicas", 1)) * int(rj["template"]["spec"].get("parallelism", 1)) for rj in rjobs)
+
+    @staticmethod
+    def suspended(obj: dict[str, Any]) -> bool:
+        return bool((obj.get("spec") or {}).get("suspend"))
 
     @staticmethod
     def state_of(obj: dict[str, Any], true: set[str]) -> str:
@@ -103,7 +136,7 @@ class KubernetesLauncher:
             return "COMPLETED"
         if "Failed" in true:
             return "FAILED"
-        if "Suspended" in true or (obj.get("spec") or {}).get("suspend") or not obj.get("status"):
+        if "Suspended" in true or KubernetesLauncher.suspended(obj) or not obj.get("status"):
             return "PENDING"
         return "RUNNING"
 
@@ -112,3 +145,34 @@ class KubernetesLauncher:
         self._call(
             "delete", lambda api: api.delete_namespaced_custom_object(self.group, self.version, ns, self.plural, name)
         )
+
+
+def pods_waiting(pods: list[dict[str, Any]], expected: int) -> str:
+    """Why a job whose conditions say running is not running yet, or "" if all its pods run (or have ended).
+
+    A pod waits while its phase is Pending: not yet bound to a node (condition PodScheduled False, reason
+    Unschedulable, the scheduler's message: "0/8 nodes are available: 8 Insufficient vpc.amazonaws.com/efa.") or
+    bound with containers not started (a container's state.waiting: ErrImagePull, ImagePullBackOff,
+    ContainerCreating). Pods the Job controller has not created yet (a ResourceQuota refused them, say) wait too.
+    Kubernetes docs, "Pod Lifecycle" (phase, conditions, container states)."""
+    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    pending = [p for p in live if (p.get("status") or {}).get("phase") == "Pending"]
+    missing = max(0, expected - len(live))
+    if not pending and not missing:
+        return ""
+    reasons: list[str] = []
+    for pod in pending:
+        st = pod.get("status") or {}
+        found = [(c.get("reason") or "Unschedulable", c.get("message")) for c in st.get("conditions") or []
+                 if c.get("type") == "PodScheduled" and c.get("status") == "False"]  # fmt: skip
+        for cs in st.get("containerStatuses") or []:
+            if waiting := (cs.get("state") or {}).get("waiting"):
+                found.append((waiting.get("reason") or "Waiting", waiting.get("message")))
+        for reason, message in found:
+            text = " ".join(str(message or "").split())
+            reasons.append(f"{reason}: {text}" if text else reason)
+    parts = [f"{len(pending)}/{max(expected, len(live))} pods pending"] if pending else []
+    if missing:
+        parts.append(f"{missing} of {expected} pods not created yet")
+    seen = list(dict.fromkeys(reasons))  # the same reason on every pod once
+    return "; ".join(parts + seen[:2])

@@ -18,13 +18,19 @@ from pathlib import Path
 from fmstack.errors import InputError
 from fmstack.orchestration.jobspec import ResolvedJob
 from fmstack.orchestration.launchers import shell
-from fmstack.orchestration.launchers.base import JobStatus, Submission
+from fmstack.orchestration.launchers.base import AlreadyEnded, JobStatus, Submission
 from fmstack.orchestration.launchers.torchrun import job_env, program_argv, torchrun_prefix
+
+__all__ = ["AlreadyEnded", "LocalLauncher", "backoff_delays_s", "state_root"]
 
 STATE_ENV = "FMSTACK_STATE_DIR"
 DEFAULT_GRACE_S = 30.0
 """Seconds between SIGTERM and SIGKILL on cancel: Slurm's KillWait default (slurm.conf) and Kubernetes'
 terminationGracePeriodSeconds default are both 30 s."""
+
+
+CHECKPOINT_FILE = "checkpoint_location"
+"""In a job's state directory: the absolute checkpoint location, so a second job that would save there is refused."""
 
 
 def state_root() -> Path:
@@ -79,13 +85,39 @@ class LocalLauncher:
         text = self.render(job, str(job_dir))
         if dry_run:
             return Submission(job_id=f"local:{native}", rendered=text, dry_run=True)
+        ck = job.spec.checkpoint
+        ck_dir = os.path.abspath(ck.location) if ck is not None else None
+        if ck_dir is not None and (other := self._running_with_checkpoint(ck_dir)):
+            raise InputError(
+                "checkpoint.location",
+                f"{ck_dir} is in use by running job local:{other}: two jobs saving into one directory overwrite each "
+                "other's checkpoints and a resume may load a mix of both; cancel that job or give this one another "
+                "location",
+            )
         job_dir.mkdir(parents=True, exist_ok=False)
         Path(job.log_dir).mkdir(parents=True, exist_ok=True)
+        if ck_dir is not None:
+            (job_dir / CHECKPOINT_FILE).write_text(ck_dir, encoding="utf-8")
         script = job_dir / "job.sh"
         script.write_text(text, encoding="utf-8")
         pid = shell.spawn(["bash", str(script)], log_path=job_dir / "output.log")
         (job_dir / "pid").write_text(str(pid), encoding="utf-8")
         return Submission(job_id=f"local:{native}", rendered=text, dry_run=False)
+
+    def _running_with_checkpoint(self, ck_dir: str) -> str | None:
+        """A running local job (under this state directory) whose checkpoint location is ``ck_dir``, if any."""
+        root = state_root()
+        if not root.is_dir():
+            return None
+        for d in sorted(root.iterdir()):
+            try:
+                if (d / CHECKPOINT_FILE).read_text(encoding="utf-8") != ck_dir:
+                    continue
+                if self.status(d.name).state == "RUNNING":
+                    return d.name
+            except (OSError, InputError):
+                continue
+        return None
 
     def _dir(self, native_id: str) -> Path:
         d = state_root() / native_id
@@ -139,14 +171,6 @@ class LocalLauncher:
             time.sleep(min(poll_s, max(grace_s - waited, 0.0)))
             procs |= _job_processes(pid)  # workers a restart started meanwhile
         return f"stopped by SIGTERM in {time.monotonic() - start:.1f} s"
-
-
-class AlreadyEnded(Exception):
-    """Cancel of a job that has already ended (its final state in ``state``)."""
-
-    def __init__(self, state: str) -> None:
-        super().__init__(state)
-        self.state = state
 
 
 def _restarts(job_dir: Path) -> int:

@@ -14,6 +14,18 @@ class PyTorchJobLauncher(KubernetesLauncher):
     name = "pytorchjob"
     group, version, plural = "kubeflow.org", "v1", "pytorchjobs"
     render_manifest: Callable[[ResolvedJob], dict[str, Any]] = staticmethod(render_pytorchjob)
+    pod_label = "training.kubeflow.org/job-name"
+    """The label the training operator puts on a PyTorchJob's pods (kubeflow/training-operator JobNameLabel)."""
+
+    @staticmethod
+    def expected_pods(obj: dict[str, Any]) -> int:
+        """One pod per replica, Master and Workers."""
+        specs = (obj.get("spec") or {}).get("pytorchReplicaSpecs") or {}
+        return sum(int(r.get("replicas", 1)) for r in specs.values())
+
+    @staticmethod
+    def suspended(obj: dict[str, Any]) -> bool:
+        return bool(((obj.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
 
     @staticmethod
     def state_of(obj: dict[str, Any], true: set[str]) -> str:
@@ -25,7 +37,7 @@ class PyTorchJobLauncher(KubernetesLauncher):
             return "COMPLETED"
         if "Failed" in true:
             return "FAILED"
-        if "Suspended" in true or (obj.get("spec") or {}).get("runPolicy", {}).get("suspend"):
+        if "Suspended" in true or PyTorchJobLauncher.suspended(obj):
             return "PENDING"
         if true & {"Running", "Restarting"}:
             return "RUNNING"

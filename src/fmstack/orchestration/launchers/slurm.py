@@ -16,7 +16,7 @@ from fmstack.errors import InputError
 from fmstack.observability.actions import Action
 from fmstack.orchestration.jobspec import ResolvedJob
 from fmstack.orchestration.launchers import shell
-from fmstack.orchestration.launchers.base import JobStatus, Submission
+from fmstack.orchestration.launchers.base import ENDED, AlreadyEnded, JobStatus, Submission
 from fmstack.orchestration.launchers.torchrun import job_env, program_argv, torchrun_prefix
 
 _STATES = {
@@ -207,7 +207,13 @@ class SlurmLauncher:
         return JobStatus(job_id=f"slurm:{native_id}", state=_combined([raw for _, raw, _ in tasks]), detail=detail)
 
     def cancel(self, native_id: str) -> None:
+        """scancel a job that is pending or running. One that has already ended raises :class:`AlreadyEnded`, as
+        the local launcher does: scancel of a finished job exits 0 and says nothing, so the CLI used to print
+        "cancel requested" for a job that had completed long before."""
         self._check(native_id)
+        st = self.status(native_id)
+        if st.state in ENDED:
+            raise AlreadyEnded(st.state)
         shell.run(["scancel", native_id])
 
     def requeue(self, native_id: str) -> None:
