@@ -418,7 +418,24 @@ BAD_ARGV += [
 BAD_ARGV += []  # fmt: skip
 
 # session 8, observability review (helper B): add rows here
-BAD_ARGV += []  # fmt: skip
+BAD_FILES.update(
+    {
+        # a second "xids" key silently replaced the first: Xid 79 (reboot) became Xid 13 (restart job)
+        "obs_signals_dup_key.json": '{"node": "n1", "xids": [79], "xids": [13]}',
+        "obs_signals_nodes_extra.json": '{"nodes": [{"node": "n1", "xids": [79]}], "colour": "red"}',
+        "obs_signals_nodes_int.json": '{"nodes": 5}',
+        "obs_signals_bad_node.json": '[{"node": "n1", "xids": [79]}, {"node": "n2;reboot", "xids": [79]}]',
+    }
+)
+BAD_ARGV += [
+    (["health", "--signals", "@file:obs_signals_dup_key.json"], "obs_signals_dup_key.json: key 'xids' appears twice in one object"),
+    (["health", "--signals", "@file:obs_signals_nodes_extra.json"], "signals.colour: unknown top-level field; allowed: nodes"),
+    (["health", "--signals", "@file:obs_signals_nodes_int.json"], "signals.nodes: expected a list of node objects, got int"),
+    (["health", "--signals", "@file:obs_signals_bad_node.json"], "signals[1].node: 'n2;reboot' is not a valid node name"),
+    (["health", "--xid", "79", "--node", "n1 n2"], "--node: 'n1 n2' is not a valid node name"),
+    # no GPU source, so fmstack_gpus_expected was silently not exported and FmstackGpuMissing could never fire
+    (["exporter", "--backend", "none", "--no-efa", "--expected-gpus", "8", "--once"], "--expected-gpus: not with --backend none"),
+]  # fmt: skip
 
 # session 8, launch review (helper C): add rows here
 BAD_ARGV += []  # fmt: skip

@@ -128,6 +128,9 @@ def exporter(
         raise InputError("--fake-script", "only with --backend fake")
     if no_efa and expected_efa is not None:
         raise InputError("--expected-efa", "not with --no-efa")
+    if backend == "none" and expected_gpus is not None:
+        # no GPU source would export fmstack_gpus_expected: FmstackGpuMissing could never fire
+        raise InputError("--expected-gpus", "not with --backend none (no GPU source to count GPUs)")
     if app_dir is not None and not app_dir.is_dir():
         raise InputError("--app-dir", f"{app_dir} is not a directory")
     if not sysfs_root.is_dir():
@@ -163,21 +166,33 @@ def exporter(
         server.shutdown()
 
 
+class _DuplicateKey(ValueError):
+    """A JSON object names the same key twice (``json`` would keep the last one silently)."""
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def _load_signals(path: Path) -> list[Any]:
-    from fmstack.observability.health_io import signals_from_dict
+    from fmstack.observability.health_io import signals_from_json
 
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_no_duplicate_keys)
+    except _DuplicateKey as exc:
+        raise InputError("--signals", f"{path}: key {exc.args[0]!r} appears twice in one object") from None
     except OSError as exc:
         raise InputError("--signals", f"cannot read {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         raise InputError("--signals", f"{path} is not UTF-8 JSON text (byte {exc.start}); a binary file?") from None
     except json.JSONDecodeError as exc:
         raise InputError("--signals", f"{path} is not valid JSON at line {exc.lineno}: {exc.msg}") from None
-    if isinstance(data, dict) and "nodes" in data:
-        data = data["nodes"]
-    items = data if isinstance(data, list) else [data]
-    return [signals_from_dict(item, where=f"signals[{i}]") for i, item in enumerate(items)]
+    return signals_from_json(data)
 
 
 @click.command(
@@ -204,9 +219,9 @@ def health(signals_file: Path | None, xids: tuple[int, ...], node: str | None, f
         for s in nodes:
             if not s.node:
                 raise InputError("--node", f"--format {fmt} needs a node name (--node, or 'node' in the signals)")
-            check_node_name(s.node)
+            check_node_name(s.node, "--node" if node else "node")
     elif node:
-        check_node_name(node)
+        check_node_name(node, "--node")
     engine = HealthEngine()
     results = []
     for s in nodes:

@@ -42,10 +42,11 @@ _NODE_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,252})$")
 _LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def check_node_name(node: str) -> str:
-    """A Slurm / Kubernetes node name: letters, digits, '.', '_', '-' (no spaces or shell characters)."""
+def check_node_name(node: str, where: str = "node") -> str:
+    """A Slurm / Kubernetes node name: letters, digits, '.', '_', '-' (no spaces or shell characters); ``where``
+    names the field in the error (``--node``, ``signals[1].node``)."""
     if not _NODE_RE.match(node):
-        raise InputError("node", f"{node!r} is not a valid node name; allowed: letters, digits, '.', '_', '-'")
+        raise InputError(where, f"{node!r} is not a valid node name; allowed: letters, digits, '.', '_', '-'")
     return node
 
 
@@ -62,8 +63,22 @@ def signals_from_dict(data: Any, where: str = "signals") -> NodeSignals:
         kwargs[key] = _coerce(f"{where}.{key}", key, value)
     signals = NodeSignals(**kwargs)
     if signals.node:
-        check_node_name(signals.node)
+        check_node_name(signals.node, f"{where}.node")
     return signals
+
+
+def signals_from_json(data: Any) -> list[NodeSignals]:
+    """A parsed signals file: one node object, a list of them, or ``{"nodes": [...]}`` (no other top-level key)."""
+    where = "signals"
+    if isinstance(data, dict) and "nodes" in data:
+        extra = sorted(set(data) - {"nodes"})
+        if extra:
+            raise InputError(f"signals.{extra[0]}", "unknown top-level field; allowed: nodes (or one node object)")
+        data = data["nodes"]
+        if not isinstance(data, list):
+            raise InputError("signals.nodes", f"expected a list of node objects, got {type(data).__name__}")
+    items = data if isinstance(data, list) else [data]
+    return [signals_from_dict(item, where=f"{where}[{i}]") for i, item in enumerate(items)]
 
 
 def _coerce(where: str, key: str, value: Any) -> Any:
