@@ -149,6 +149,7 @@ def exporter(
         gpu_poll_interval_s=None if once else gpu_poll_interval,
         gpu_deadline_s=gpu_deadline,
         efa=not no_efa,
+        warn=lambda msg: click.echo(msg, err=True),
     )
     if once:
         click.echo(exp.render().decode(), nl=False)
