@@ -201,8 +201,8 @@ def test_every_dashboard_panel_and_variable_has_data(node_stack: str) -> None:
     from fmstack.observability.dashboards import _VARIABLE_QUERIES, all_queries, substitute_variables
 
     def query(expr: str) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = _get(f"{node_stack}/api/v1/query?" + urlencode({"query": expr}))["data"]["result"]
-        return result
+        data = _get(f"{node_stack}/api/v1/query?" + urlencode({"query": expr}))["data"]
+        return list(data["result"])
 
     _poll("prometheus ready", lambda: urllib.request.urlopen(f"{node_stack}/-/ready", timeout=5).status == 200)
     # rates and the recording rules need a few scrapes and evaluations: wait until the slowest panel has data
@@ -220,4 +220,3 @@ def test_every_dashboard_panel_and_variable_has_data(node_stack: str) -> None:
     for var, expr in _VARIABLE_QUERIES.items():
         metric, label = (x.strip() for x in expr.removeprefix("label_values(").removesuffix(")").split(","))
         assert [r["metric"][label] for r in query(f"count by ({label}) ({metric})")], var
-

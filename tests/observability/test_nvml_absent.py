@@ -49,12 +49,12 @@ def _pynvml(state: dict[str, bool]) -> types.ModuleType:
         NVML_NVLINK_ERROR_DL_CRC_FLIT=2, NVML_NVLINK_ERROR_DL_CRC_DATA=3, NVML_FEATURE_ENABLED=1,
         nvmlEventTypeXidCriticalError=8,
     )  # fmt: skip
-    for name in (
-        "nvmlDeviceGetUtilizationRates nvmlDeviceGetClockInfo nvmlDeviceGetMemoryInfo nvmlDeviceGetPowerUsage "
-        "nvmlDeviceGetTotalEnergyConsumption nvmlDeviceGetPcieReplayCounter nvmlDeviceGetTotalEccErrors "
-        "nvmlDeviceGetRemappedRows nvmlDeviceGetViolationStatus nvmlDeviceGetCurrentClocksEventReasons "
-        "nvmlDeviceGetNvLinkState nvmlGpmQueryDeviceSupport"
-    ).split():
+    for name in [
+        "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetClockInfo", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetPowerUsage",
+        "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetPcieReplayCounter", "nvmlDeviceGetTotalEccErrors",
+        "nvmlDeviceGetRemappedRows", "nvmlDeviceGetViolationStatus", "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetNvLinkState", "nvmlGpmQueryDeviceSupport",
+    ]:  # fmt: skip
         funcs[name] = unsupported
     for k, v in funcs.items():
         setattr(m, k, v)

@@ -313,4 +313,3 @@ class NvmlWhenReady:
     def close(self) -> None:
         if self._inner is not None:
             self._inner.close()
-

@@ -50,7 +50,7 @@ def make_gpu_backend(
                 if warn is not None:
                     warn(
                         f"fmstack exporter: {exc}; the node should have {expected_gpus} GPUs (--expected-gpus), so the"
-                        " GPU source reports down (fmstack_exporter_source_up{source=\"gpu\"} 0) until NVML starts"
+                        ' GPU source reports down (fmstack_exporter_source_up{source="gpu"} 0) until NVML starts'
                     )
                 return NvmlWhenReady(str(exc))
             raise InputError("--backend", f"nvml: {exc}; on a node without GPUs use --backend none") from None
