@@ -425,6 +425,9 @@ BAD_FILES.update(
         "obs_signals_nodes_extra.json": '{"nodes": [{"node": "n1", "xids": [79]}], "colour": "red"}',
         "obs_signals_nodes_int.json": '{"nodes": 5}',
         "obs_signals_bad_node.json": '[{"node": "n1", "xids": [79]}, {"node": "n2;reboot", "xids": [79]}]',
+        # 7 GPUs seen and nothing to compare with: the engine decided NONE without a word
+        "obs_signals_visible_only.json": '{"node": "n1", "gpus_visible": 7}',
+        "obs_signals_efa_expected_only.json": '{"node": "n1", "efa_expected": 32}',
     }
 )
 BAD_ARGV += [
@@ -433,6 +436,8 @@ BAD_ARGV += [
     (["health", "--signals", "@file:obs_signals_nodes_int.json"], "signals.nodes: expected a list of node objects, got int"),
     (["health", "--signals", "@file:obs_signals_bad_node.json"], "signals[1].node: 'n2;reboot' is not a valid node name"),
     (["health", "--xid", "79", "--node", "n1 n2"], "--node: 'n1 n2' is not a valid node name"),
+    (["health", "--signals", "@file:obs_signals_visible_only.json"], "signals[0].gpus_visible: needs gpus_expected"),
+    (["health", "--signals", "@file:obs_signals_efa_expected_only.json"], "signals[0].efa_expected: needs efa_visible"),
     # no GPU source, so fmstack_gpus_expected was silently not exported and FmstackGpuMissing could never fire
     (["exporter", "--backend", "none", "--no-efa", "--expected-gpus", "8", "--once"], "--expected-gpus: not with --backend none"),
 ]  # fmt: skip
