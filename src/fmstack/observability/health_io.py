@@ -65,7 +65,9 @@ def signals_from_dict(data: Any, where: str = "signals") -> NodeSignals:
         given = [k for k in (seen, expected) if kwargs.get(k) is not None]
         if len(given) == 1:  # a count with nothing to compare it to: the engine could only ignore it
             other = expected if given[0] == seen else seen
-            raise InputError(f"{where}.{given[0]}", f"needs {other} too (the counts are compared); give both or neither")
+            raise InputError(
+                f"{where}.{given[0]}", f"needs {other} too (the counts are compared); give both or neither"
+            )
     signals = NodeSignals(**kwargs)
     if signals.node:
         check_node_name(signals.node, f"{where}.node")
