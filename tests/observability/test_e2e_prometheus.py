@@ -190,6 +190,7 @@ def node_stack(tmp_path: Path, fixtures: Path) -> Iterator[str]:
         log.close()
         server.shutdown()
         server.server_close()
+        exporter.sources[0].stop(join_s=5)  # type: ignore[attr-defined]  # no poll thread left for other tests
 
 
 def test_every_dashboard_panel_and_variable_has_data(node_stack: str) -> None:

@@ -103,3 +103,17 @@ def test_cli_on_this_gpu_less_machine(tmp_path: Path) -> None:
     assert 'fmstack_exporter_source_up{source="gpu",Hostname="n1"} 0.0' in result.stdout
     assert "DCGM_FI_" not in result.stdout
     assert "GPU source reports down" in result.stderr
+
+
+@pytest.mark.parametrize("backend", ["fake", "none"])
+def test_the_gpu_backend_is_in_the_scrape(backend: str, tmp_path: Path) -> None:
+    """A fake node looks like a real H100 node under the real host name: the scrape says which backend served it
+    (fmstack_exporter_build_info{gpu_backend}), and a fake one is announced on stderr."""
+    import fmstack
+
+    warnings: list[str] = []
+    exp = build_node_exporter(hostname="n1", backend=backend, sysfs_root=tmp_path, efa=False, warn=warnings.append)
+    text = exp.render().decode()
+    line = f'fmstack_exporter_build_info{{version="{fmstack.__version__}",gpu_backend="{backend}",Hostname="n1"}} 1.0'
+    assert line in text.splitlines()
+    assert ("fake GPU data" in " ".join(warnings)) is (backend == "fake")

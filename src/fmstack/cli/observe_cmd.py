@@ -137,6 +137,7 @@ def exporter(
         raise InputError("--sysfs-root", f"{sysfs_root} is not a directory")
     from fmstack.observability.node import build_node_exporter
 
+    notes: list[str] = []  # printed after the "serving" line, which scripts read first
     exp = build_node_exporter(
         hostname=hostname or socket.gethostname(),
         backend=backend,
@@ -149,9 +150,11 @@ def exporter(
         gpu_poll_interval_s=None if once else gpu_poll_interval,
         gpu_deadline_s=gpu_deadline,
         efa=not no_efa,
-        warn=lambda msg: click.echo(msg, err=True),
+        warn=notes.append,
     )
     if once:
+        for note in notes:
+            click.echo(note, err=True)
         click.echo(exp.render().decode(), nl=False)
         return
     try:
@@ -160,6 +163,8 @@ def exporter(
         raise InputError("--port", f"cannot listen on {bind}:{port}: {exc.strerror}") from None
     real_port = server.server_address[1]
     click.echo(f"fmstack exporter: serving http://{bind}:{real_port}/metrics (Ctrl-C to stop)", err=True)
+    for note in notes:
+        click.echo(note, err=True)
     try:
         while True:
             time.sleep(3600)

@@ -95,4 +95,6 @@ def build_node_exporter(
     sources.append(LustreSource(fs, hostname=hostname))
     if app_dir is not None:
         sources.append(AppDirSource(app_dir) if app_max_age_s is None else AppDirSource(app_dir, app_max_age_s))
-    return Exporter(sources, hostname=hostname)
+    if backend == "fake" and warn is not None:
+        warn(f"fmstack exporter: serving fake GPU data (--backend fake) as {hostname}: not a reading of a real GPU")
+    return Exporter(sources, hostname=hostname, info={"gpu_backend": backend})
