@@ -231,6 +231,30 @@ def signals_from_alerts(alerts: list[dict[str, Any]], node_label: str = "Hostnam
     return out
 
 
+def alerts_from_json(data: Any) -> list[dict[str, Any]]:
+    """The alerts of a saved ``/api/v1/alerts`` answer (``{"status": "success", "data": {"alerts": [...]}}``), or a
+    bare list of them; each must be an object with a ``labels`` object of strings and a ``state`` string."""
+    where = "alerts"
+    if isinstance(data, dict):
+        inner = data.get("data")
+        if not isinstance(inner, dict) or not isinstance(inner.get("alerts"), list):
+            raise InputError(
+                "alerts", 'expected the JSON of Prometheus /api/v1/alerts ({"data": {"alerts": [...]}}) or a list'
+            )
+        data, where = inner["alerts"], "alerts.data.alerts"
+    if not isinstance(data, list):
+        raise InputError("alerts", f"expected a list of alerts or /api/v1/alerts JSON, got {type(data).__name__}")
+    for i, alert in enumerate(data):
+        if not isinstance(alert, dict):
+            raise InputError(f"{where}[{i}]", f"expected an alert object, got {type(alert).__name__}")
+        labels = alert.get("labels")
+        if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+            raise InputError(f"{where}[{i}].labels", f"expected an object of string labels, got {labels!r}")
+        if not isinstance(alert.get("state"), str):
+            raise InputError(f"{where}[{i}].state", f"expected 'firing' or 'pending', got {alert.get('state')!r}")
+    return list(data)
+
+
 def _reason_text(decision: Decision, limit: int = 200) -> str:
     text = f"fmstack {decision.action.name.lower()}: " + "; ".join(decision.reasons)
     return text if len(text) <= limit else text[: limit - 3] + "..."
