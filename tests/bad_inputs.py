@@ -426,7 +426,38 @@ BAD_ARGV += [
 ]
 
 # session 8, observability review (helper B): add rows here
-BAD_ARGV += []  # fmt: skip
+BAD_FILES.update(
+    {
+        # a second "xids" key silently replaced the first: Xid 79 (reboot) became Xid 13 (restart job)
+        "obs_signals_dup_key.json": '{"node": "n1", "xids": [79], "xids": [13]}',
+        "obs_signals_nodes_extra.json": '{"nodes": [{"node": "n1", "xids": [79]}], "colour": "red"}',
+        "obs_signals_nodes_int.json": '{"nodes": 5}',
+        "obs_signals_bad_node.json": '[{"node": "n1", "xids": [79]}, {"node": "n2;reboot", "xids": [79]}]',
+        # 7 GPUs seen and nothing to compare with: the engine decided NONE without a word
+        "obs_signals_visible_only.json": '{"node": "n1", "gpus_visible": 7}',
+        "obs_signals_efa_expected_only.json": '{"node": "n1", "efa_expected": 32}',
+        "obs_alerts_not_api.json": '{"status": "success", "data": {"groups": []}}',
+        "obs_alerts_labels.json": '[{"labels": {"alertname": "FmstackGpuMissing", "gpu": 3}, "state": "firing"}]',
+        "obs_alerts_state.json": '{"data": {"alerts": [{"labels": {"alertname": "FmstackGpuMissing"}}]}}',
+    }
+)
+BAD_ARGV += [
+    (["health", "--signals", "@file:obs_signals_dup_key.json"], "obs_signals_dup_key.json: key 'xids' appears twice in one object"),
+    (["health", "--signals", "@file:obs_signals_nodes_extra.json"], "signals.colour: unknown top-level field; allowed: nodes"),
+    (["health", "--signals", "@file:obs_signals_nodes_int.json"], "signals.nodes: expected a list of node objects, got int"),
+    (["health", "--signals", "@file:obs_signals_bad_node.json"], "signals[1].node: 'n2;reboot' is not a valid node name"),
+    (["health", "--xid", "79", "--node", "n1 n2"], "--node: 'n1 n2' is not a valid node name"),
+    (["health", "--signals", "@file:obs_signals_visible_only.json"], "signals[0].gpus_visible: needs gpus_expected"),
+    (["health", "--signals", "@file:obs_signals_efa_expected_only.json"], "signals[0].efa_expected: needs efa_visible"),
+    (["health", "--alerts", "@file:obs_alerts_not_api.json"], "alerts: expected the JSON of Prometheus /api/v1/alerts"),
+    (["health", "--alerts", "@file:obs_alerts_labels.json"], "alerts[0].labels: expected an object of string labels"),
+    (["health", "--alerts", "@file:obs_alerts_state.json"], "alerts.data.alerts[0].state: expected 'firing' or 'pending'"),
+    (["health", "--alerts", "/nonexistent/alerts.json"], "--alerts: cannot read /nonexistent/alerts.json"),
+    (["health", "--alerts", "@file:obs_alerts_state.json", "--xid", "79"], "--xid: use one of --signals, --alerts, --xid"),
+    (["health", "--alerts", "@file:obs_alerts_state.json", "--node", "n1"], "--node: only with --xid"),
+    # no GPU source, so fmstack_gpus_expected was silently not exported and FmstackGpuMissing could never fire
+    (["exporter", "--backend", "none", "--no-efa", "--expected-gpus", "8", "--once"], "--expected-gpus: not with --backend none"),
+]  # fmt: skip
 
 # session 8, launch review (helper C): add rows here
 BAD_FILES.update(

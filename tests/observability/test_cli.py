@@ -118,3 +118,35 @@ def test_exporter_names_pass_promtool_lint(fixtures: Path) -> None:
     assert "should not have" not in lint.stdout + lint.stderr, (
         lint.stdout + lint.stderr
     )  # DCGM names mirror dcgm-exporter
+
+
+def test_health_from_saved_prometheus_alerts(tmp_path: Path) -> None:
+    """`curl .../api/v1/alerts > alerts.json; fmstack health --alerts alerts.json`: firing node alerts -> signals per
+    node (Hostname, else instance without the port) -> decisions; pending and job alerts do not act."""
+
+    def alert(name: str, state: str = "firing", value: str = "1e+00", **labels: str) -> dict[str, object]:
+        return {"labels": {"alertname": name, **labels}, "annotations": {}, "state": state, "value": value}
+
+    alerts = [
+        alert("FmstackGpuXidRebootRequired", Hostname="n1", gpu="3", xid="79"),
+        alert("FmstackGpuMissing", "pending", Hostname="n1"),
+        alert("FmstackGpuRowRemapFailure", Hostname="n2", gpu="0"),
+        alert("FmstackEfaRetransmitTimeouts", value="3e+00", instance="10.0.0.3:9400", device="rdmap16s27"),
+        alert("FmstackTrainingStalled", job_id="j1"),
+        alert("FmstackGpuEccDbe", "pending", Hostname="n4", gpu="1"),
+    ]
+    path = tmp_path / "alerts.json"
+    path.write_text(json.dumps({"status": "success", "data": {"alerts": alerts}}))
+    rows = json.loads(_run("health", "--alerts", str(path), "--json"))
+    assert [(r["node"], r["action"]) for r in rows] == [
+        ("10.0.0.3", "NONE"),
+        ("n1", "REBOOT_NODE"),
+        ("n2", "REPLACE_NODE"),
+    ]
+    assert rows[0]["reasons"] == ["watch: 3 EFA errors / retransmit timeouts"]
+    slurm = _run("health", "--alerts", str(path), "--format", "slurm").splitlines()
+    assert [ln.split()[-1] if ln.startswith("scontrol reboot") else ln.split()[2] for ln in slurm] == [
+        "n1", "nodename=n2",
+    ]  # fmt: skip
+    path.write_text(json.dumps(alerts))  # a bare list of alerts works too
+    assert json.loads(_run("health", "--alerts", str(path), "--json")) == rows

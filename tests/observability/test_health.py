@@ -228,3 +228,13 @@ def test_signals_from_alerts() -> None:
     assert ENGINE.decide(by_node["n4"]).action is Action.REBOOT_NODE
     assert ENGINE.decide(by_node["n1"]).action is Action.REBOOT_NODE
     assert ENGINE.decide(by_node["n2"]).action is Action.REPLACE_NODE
+
+
+def test_xid154_without_its_text_says_so() -> None:
+    """Xid 154 seen (e.g. from an alert) without the recovery text: no action, and the reason must not claim the
+    driver announced 'None'."""
+    d = ENGINE.decide(NodeSignals(xids=[154]))
+    assert d.action is Action.NONE
+    assert d.reasons == ["xid 154 (GPU_RECOVERY_ACTION_CHANGED): recovery action not given -> none"]
+    announced = ENGINE.decide(NodeSignals(xids=[154], xid154_action="Node Reboot Required")).reasons
+    assert announced == ["xid 154 (GPU_RECOVERY_ACTION_CHANGED) announces 'Node Reboot Required' -> reboot_node"]

@@ -128,12 +128,16 @@ def exporter(
         raise InputError("--fake-script", "only with --backend fake")
     if no_efa and expected_efa is not None:
         raise InputError("--expected-efa", "not with --no-efa")
+    if backend == "none" and expected_gpus is not None:
+        # no GPU source would export fmstack_gpus_expected: FmstackGpuMissing could never fire
+        raise InputError("--expected-gpus", "not with --backend none (no GPU source to count GPUs)")
     if app_dir is not None and not app_dir.is_dir():
         raise InputError("--app-dir", f"{app_dir} is not a directory")
     if not sysfs_root.is_dir():
         raise InputError("--sysfs-root", f"{sysfs_root} is not a directory")
     from fmstack.observability.node import build_node_exporter
 
+    notes: list[str] = []  # printed after the "serving" line, which scripts read first
     exp = build_node_exporter(
         hostname=hostname or socket.gethostname(),
         backend=backend,
@@ -146,8 +150,11 @@ def exporter(
         gpu_poll_interval_s=None if once else gpu_poll_interval,
         gpu_deadline_s=gpu_deadline,
         efa=not no_efa,
+        warn=notes.append,
     )
     if once:
+        for note in notes:
+            click.echo(note, err=True)
         click.echo(exp.render().decode(), nl=False)
         return
     try:
@@ -156,6 +163,8 @@ def exporter(
         raise InputError("--port", f"cannot listen on {bind}:{port}: {exc.strerror}") from None
     real_port = server.server_address[1]
     click.echo(f"fmstack exporter: serving http://{bind}:{real_port}/metrics (Ctrl-C to stop)", err=True)
+    for note in notes:
+        click.echo(note, err=True)
     try:
         while True:
             time.sleep(3600)
@@ -163,50 +172,95 @@ def exporter(
         server.shutdown()
 
 
-def _load_signals(path: Path) -> list[Any]:
-    from fmstack.observability.health_io import signals_from_dict
+class _DuplicateKey(ValueError):
+    """A JSON object names the same key twice (``json`` would keep the last one silently)."""
 
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _read_json(path: Path, option: str) -> Any:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_no_duplicate_keys)
+    except _DuplicateKey as exc:
+        raise InputError(option, f"{path}: key {exc.args[0]!r} appears twice in one object") from None
     except OSError as exc:
-        raise InputError("--signals", f"cannot read {path}: {exc.strerror}") from None
+        raise InputError(option, f"cannot read {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
-        raise InputError("--signals", f"{path} is not UTF-8 JSON text (byte {exc.start}); a binary file?") from None
+        raise InputError(option, f"{path} is not UTF-8 JSON text (byte {exc.start}); a binary file?") from None
     except json.JSONDecodeError as exc:
-        raise InputError("--signals", f"{path} is not valid JSON at line {exc.lineno}: {exc.msg}") from None
-    if isinstance(data, dict) and "nodes" in data:
-        data = data["nodes"]
-    items = data if isinstance(data, list) else [data]
-    return [signals_from_dict(item, where=f"signals[{i}]") for i, item in enumerate(items)]
+        raise InputError(option, f"{path} is not valid JSON at line {exc.lineno}: {exc.msg}") from None
+
+
+def _load_signals(path: Path) -> list[Any]:
+    from fmstack.observability.health_io import signals_from_json
+
+    return signals_from_json(_read_json(path, "--signals"))
+
+
+def _load_alerts(path: Path) -> list[Any]:
+    """Firing fmstack alerts (saved ``/api/v1/alerts`` JSON) -> signals per node, sorted by node."""
+    from fmstack.observability.health_io import alerts_from_json, signals_from_alerts
+
+    by_node = signals_from_alerts(alerts_from_json(_read_json(path, "--alerts")))
+    return [by_node[n] for n in sorted(by_node)]
 
 
 @click.command(
     "health",
     epilog="Example:\n\n\b\n  fmstack health --xid 79 --node n1 --format slurm\n"
-    "  fmstack health --signals node-signals.json --format k8s --json",
+    "  fmstack health --signals node-signals.json --format k8s --json\n"
+    "  curl -s prometheus:9090/api/v1/alerts > alerts.json && fmstack health --alerts alerts.json --format slurm",
 )
 @click.option("--signals", "signals_file", type=click.Path(path_type=Path), help="JSON: one node, a list, or {nodes}.")
+@click.option(
+    "--alerts",
+    "alerts_file",
+    type=click.Path(path_type=Path),
+    help="JSON of Prometheus /api/v1/alerts: the firing fmstack alerts become signals per node (Hostname label).",
+)
 @click.option("--xid", "xids", type=click.IntRange(1, 1023), multiple=True, help="An Xid seen on the node (repeat).")
 @click.option("--node", default=None, help="Node name (with --xid).")
 @click.option("--format", "fmt", type=click.Choice(["text", "slurm", "k8s"]), default="text", show_default=True)
 @json_option
-def health(signals_file: Path | None, xids: tuple[int, ...], node: str | None, fmt: str, as_json: bool) -> None:
+def health(
+    signals_file: Path | None,
+    alerts_file: Path | None,
+    xids: tuple[int, ...],
+    node: str | None,
+    fmt: str,
+    as_json: bool,
+) -> None:
     """Decide per node: none, restart job, reset GPU, reboot or replace; render as Slurm or Kubernetes actions."""
     from fmstack.observability.health import HealthEngine, NodeSignals
     from fmstack.observability.health_io import check_node_name, k8s_node_state, render_k8s, render_slurm
 
-    if signals_file is None and not xids:
-        raise InputError("--signals", "give --signals FILE.json or at least one --xid")
-    if signals_file is not None and xids:
-        raise InputError("--xid", "use either --signals or --xid, not both")
-    nodes = _load_signals(signals_file) if signals_file else [NodeSignals(node=node or "", xids=list(xids))]
+    given = [name for name, v in (("--signals", signals_file), ("--alerts", alerts_file), ("--xid", xids)) if v]
+    if not given:
+        raise InputError("--signals", "give --signals FILE.json or at least one --xid (or --alerts FILE.json)")
+    if len(given) > 1:
+        raise InputError(given[1], f"use one of --signals, --alerts, --xid, not {' and '.join(given)}")
+    if node and not xids:
+        raise InputError("--node", f"only with --xid (with {given[0]} the node names come from the file)")
+    if signals_file:
+        nodes = _load_signals(signals_file)
+    elif alerts_file:
+        nodes = _load_alerts(alerts_file)
+    else:
+        nodes = [NodeSignals(node=node or "", xids=list(xids))]
     if fmt != "text":
         for s in nodes:
             if not s.node:
                 raise InputError("--node", f"--format {fmt} needs a node name (--node, or 'node' in the signals)")
-            check_node_name(s.node)
+            check_node_name(s.node, "--node" if node else "node")
     elif node:
-        check_node_name(node)
+        check_node_name(node, "--node")
     engine = HealthEngine()
     results = []
     for s in nodes:

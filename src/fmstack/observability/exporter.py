@@ -8,7 +8,9 @@ a source that raises is reported as ``fmstack_exporter_source_up{source} 0`` and
 ``fmstack_exporter_source_last_success_timestamp_seconds{source}`` the last time it was read successfully.
 A source that can hang (NVML) is wrapped in :class:`~fmstack.observability.poller.PolledSource`: it is read on a
 background thread and the scrape serves its last good read, so a hung read never holds the scrape.
-With ``hostname``, these families carry a ``Hostname`` label as the GPU and EFA series do.
+With ``hostname``, these families carry a ``Hostname`` label as the GPU and EFA series do. With ``info``,
+``fmstack_exporter_build_info{version, <info labels>}`` says what served the scrape (``gpu_backend``: nvml, fake,
+none), so data from the scripted fake can be told from a real GPU's.
 
 The HTTP server binds 127.0.0.1 unless told otherwise.
 """
@@ -49,6 +51,7 @@ class Exporter:
         *,
         hostname: str | None = None,
         wall_clock: Callable[[], float] = time.time,
+        info: dict[str, str] | None = None,
     ) -> None:
         names = [s.name for s in sources]
         if len(set(names)) != len(names):
@@ -57,6 +60,8 @@ class Exporter:
         self._clock = clock
         self._wall_clock = wall_clock
         self.hostname = hostname
+        self.info = info
+        """Labels of ``fmstack_exporter_build_info`` besides ``version`` (e.g. ``gpu_backend``); None: not exported."""
         self.last_success: dict[str, float] = {}
         self._lock = threading.Lock()
         self.errors: dict[str, int] = dict.fromkeys(names, 0)
@@ -103,6 +108,13 @@ class Exporter:
             scrapes = CounterMetricFamily("fmstack_exporter_scrapes", "Scrapes served by this exporter")
             scrapes.add_metric([], float(self.scrapes))
         yield from (up, errs, dur, last, scrapes)
+        if self.info is not None:
+            from fmstack import __version__
+
+            names = ["version", *self.info, *(["Hostname"] if host else [])]
+            build = GaugeMetricFamily("fmstack_exporter_build_info", "fmstack version and GPU backend", labels=names)
+            build.add_metric([__version__, *self.info.values(), *host], 1.0)
+            yield build
 
     def render(self) -> bytes:
         """One scrape as Prometheus text."""

@@ -278,3 +278,38 @@ class NvmlBackend:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class NvmlWhenReady:
+    """NVML on a node that should have GPUs but whose NVML does not initialise yet (driver not loaded, a GPU lost at
+    boot): every call retries ``NvmlBackend()`` and raises :class:`GpuReadError` until it succeeds, so the GPU
+    source reports down (``fmstack_exporter_source_up{source="gpu"} 0`` -> FmstackGpuSourceDown -> reboot) while
+    the EFA and Lustre sources are still served. Nothing is made up meanwhile: no GPU series at all."""
+
+    def __init__(self, first_error: str, factory: Any = None) -> None:
+        self._factory: Any = factory or NvmlBackend
+        self._inner: Any = None
+        self.last_init_error = first_error
+
+    def _backend(self) -> Any:
+        if self._inner is None:
+            try:
+                self._inner = self._factory()
+            except GpuReadError as exc:
+                self.last_init_error = str(exc)
+                raise
+        return self._inner
+
+    def device_count(self) -> int:
+        return int(self._backend().device_count())
+
+    def read(self, index: int) -> GpuReading:
+        reading: GpuReading = self._backend().read(index)
+        return reading
+
+    def poll_xids(self) -> list[tuple[int, int]]:
+        return [] if self._inner is None else list(self._inner.poll_xids())
+
+    def close(self) -> None:
+        if self._inner is not None:
+            self._inner.close()

@@ -175,9 +175,12 @@ class HealthEngine:
                 continue
             name = rule.meaning.split(":")[0]
             if xid == 154:
-                text = (s.xid154_action or "none").strip().lower()
-                action = XID154_ACTIONS.get(text, Action.RESTART_JOB)
-                hits.append((action, f"xid 154 ({name}) announces '{s.xid154_action}'", SRC_XID))
+                if s.xid154_action is None:  # e.g. from an alert: the recovery text is in the kernel log only
+                    hits.append((Action.NONE, f"xid 154 ({name}): recovery action not given -> none", SRC_XID))
+                    continue
+                action = XID154_ACTIONS.get(s.xid154_action.strip().lower(), Action.RESTART_JOB)
+                msg = f"xid 154 ({name}) announces '{s.xid154_action}' -> {action.name.lower()}"
+                hits.append((action, msg, SRC_XID))
                 continue
             action = rule.action
             bucket = rule.catalog_action.split(";")[0].removeprefix("immediate=").split(" ")[0]

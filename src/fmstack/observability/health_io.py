@@ -42,10 +42,11 @@ _NODE_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,252})$")
 _LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def check_node_name(node: str) -> str:
-    """A Slurm / Kubernetes node name: letters, digits, '.', '_', '-' (no spaces or shell characters)."""
+def check_node_name(node: str, where: str = "node") -> str:
+    """A Slurm / Kubernetes node name: letters, digits, '.', '_', '-' (no spaces or shell characters); ``where``
+    names the field in the error (``--node``, ``signals[1].node``)."""
     if not _NODE_RE.match(node):
-        raise InputError("node", f"{node!r} is not a valid node name; allowed: letters, digits, '.', '_', '-'")
+        raise InputError(where, f"{node!r} is not a valid node name; allowed: letters, digits, '.', '_', '-'")
     return node
 
 
@@ -60,10 +61,31 @@ def signals_from_dict(data: Any, where: str = "signals") -> NodeSignals:
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         kwargs[key] = _coerce(f"{where}.{key}", key, value)
+    for seen, expected in (("gpus_visible", "gpus_expected"), ("efa_visible", "efa_expected")):
+        given = [k for k in (seen, expected) if kwargs.get(k) is not None]
+        if len(given) == 1:  # a count with nothing to compare it to: the engine could only ignore it
+            other = expected if given[0] == seen else seen
+            raise InputError(
+                f"{where}.{given[0]}", f"needs {other} too (the counts are compared); give both or neither"
+            )
     signals = NodeSignals(**kwargs)
     if signals.node:
-        check_node_name(signals.node)
+        check_node_name(signals.node, f"{where}.node")
     return signals
+
+
+def signals_from_json(data: Any) -> list[NodeSignals]:
+    """A parsed signals file: one node object, a list of them, or ``{"nodes": [...]}`` (no other top-level key)."""
+    where = "signals"
+    if isinstance(data, dict) and "nodes" in data:
+        extra = sorted(set(data) - {"nodes"})
+        if extra:
+            raise InputError(f"signals.{extra[0]}", "unknown top-level field; allowed: nodes (or one node object)")
+        data = data["nodes"]
+        if not isinstance(data, list):
+            raise InputError("signals.nodes", f"expected a list of node objects, got {type(data).__name__}")
+    items = data if isinstance(data, list) else [data]
+    return [signals_from_dict(item, where=f"{where}[{i}]") for i, item in enumerate(items)]
 
 
 def _coerce(where: str, key: str, value: Any) -> Any:
@@ -207,6 +229,30 @@ def signals_from_alerts(alerts: list[dict[str, Any]], node_label: str = "Hostnam
             continue
         apply(out.setdefault(node, NodeSignals(node=node)), labels, alert)
     return out
+
+
+def alerts_from_json(data: Any) -> list[dict[str, Any]]:
+    """The alerts of a saved ``/api/v1/alerts`` answer (``{"status": "success", "data": {"alerts": [...]}}``), or a
+    bare list of them; each must be an object with a ``labels`` object of strings and a ``state`` string."""
+    where = "alerts"
+    if isinstance(data, dict):
+        inner = data.get("data")
+        if not isinstance(inner, dict) or not isinstance(inner.get("alerts"), list):
+            raise InputError(
+                "alerts", 'expected the JSON of Prometheus /api/v1/alerts ({"data": {"alerts": [...]}}) or a list'
+            )
+        data, where = inner["alerts"], "alerts.data.alerts"
+    if not isinstance(data, list):
+        raise InputError("alerts", f"expected a list of alerts or /api/v1/alerts JSON, got {type(data).__name__}")
+    for i, alert in enumerate(data):
+        if not isinstance(alert, dict):
+            raise InputError(f"{where}[{i}]", f"expected an alert object, got {type(alert).__name__}")
+        labels = alert.get("labels")
+        if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+            raise InputError(f"{where}[{i}].labels", f"expected an object of string labels, got {labels!r}")
+        if not isinstance(alert.get("state"), str):
+            raise InputError(f"{where}[{i}].state", f"expected 'firing' or 'pending', got {alert.get('state')!r}")
+    return list(data)
 
 
 def _reason_text(decision: Decision, limit: int = 200) -> str:

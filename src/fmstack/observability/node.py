@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from fmstack.errors import InputError
@@ -13,8 +14,17 @@ from fmstack.observability.lustre import LustreSource
 from fmstack.observability.sysfs import OsFs
 
 
-def make_gpu_backend(kind: str, fake_script: Path | None = None) -> GpuBackend:
-    """``nvml``: the real NVML; ``fake``: the scripted fake (8 x H100, or ``fake_script``)."""
+def make_gpu_backend(
+    kind: str,
+    fake_script: Path | None = None,
+    expected_gpus: int | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> GpuBackend:
+    """``nvml``: the real NVML; ``fake``: the scripted fake (8 x H100, or ``fake_script``).
+
+    NVML that does not initialise is bad input (exit 2), unless ``expected_gpus`` says the node has GPUs: then the
+    source keeps retrying and reports down until NVML comes up (:class:`~fmstack.observability.gpu.NvmlWhenReady`),
+    and ``warn`` is told once."""
     from fmstack.observability.fake import FakeGpuBackend
 
     if kind == "fake":
@@ -34,6 +44,15 @@ def make_gpu_backend(kind: str, fake_script: Path | None = None) -> GpuBackend:
         except ImportError:
             raise InputError("--backend", "nvml needs nvidia-ml-py: pip install 'fmstack[observe]'") from None
         except GpuReadError as exc:
+            if expected_gpus:
+                from fmstack.observability.gpu import NvmlWhenReady
+
+                if warn is not None:
+                    warn(
+                        f"fmstack exporter: {exc}; the node should have {expected_gpus} GPUs (--expected-gpus), so the"
+                        ' GPU source reports down (fmstack_exporter_source_up{source="gpu"} 0) until NVML starts'
+                    )
+                return NvmlWhenReady(str(exc))
             raise InputError("--backend", f"nvml: {exc}; on a node without GPUs use --backend none") from None
     raise InputError("--backend", f"unknown backend {kind!r}; allowed: nvml, fake, none")
 
@@ -51,6 +70,7 @@ def build_node_exporter(
     gpu_deadline_s: float | None = None,
     app_max_age_s: float | None = None,
     efa: bool = True,
+    warn: Callable[[str], None] | None = None,
 ) -> Exporter:
     """GPU (unless ``backend == "none"``), EFA (unless ``efa`` is false), Lustre and, with ``app_dir``, app sources.
 
@@ -62,7 +82,8 @@ def build_node_exporter(
 
     sources: list[Source] = []
     if backend != "none":
-        gpu: Source = GpuSource(make_gpu_backend(backend, fake_script), hostname, expected_gpus)
+        gpu_backend = make_gpu_backend(backend, fake_script, expected_gpus, warn)
+        gpu: Source = GpuSource(gpu_backend, hostname, expected_gpus)
         if gpu_poll_interval_s is not None:
             from fmstack.observability.poller import PolledSource
 
@@ -74,4 +95,6 @@ def build_node_exporter(
     sources.append(LustreSource(fs, hostname=hostname))
     if app_dir is not None:
         sources.append(AppDirSource(app_dir) if app_max_age_s is None else AppDirSource(app_dir, app_max_age_s))
-    return Exporter(sources, hostname=hostname)
+    if backend == "fake" and warn is not None:
+        warn(f"fmstack exporter: serving fake GPU data (--backend fake) as {hostname}: not a reading of a real GPU")
+    return Exporter(sources, hostname=hostname, info={"gpu_backend": backend})

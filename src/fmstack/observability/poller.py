@@ -79,9 +79,12 @@ class PolledSource:
         self._thread.start()
         self._first.wait(self.deadline_s)
 
-    def stop(self) -> None:
-        """Ask the thread to stop after its current read (a hung read keeps its daemon thread)."""
+    def stop(self, join_s: float = 0.0) -> None:
+        """Ask the thread to stop after its current read (a hung read keeps its daemon thread); with ``join_s``,
+        wait up to that long for it to end."""
         self._stop.set()
+        if join_s > 0 and self._thread is not None:
+            self._thread.join(join_s)
 
     def _run(self) -> None:
         while not self._stop.is_set():
