@@ -488,3 +488,15 @@ BAD_ARGV += [
     (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--calibration",
       "@file:cpu_profile.json", "--calibration-force"], "cannot calibrate a GPU even with --calibration-force"),
 ]  # fmt: skip
+
+# session 8, simulator speed (helper E): add rows here
+BAD_ARGV += []  # fmt: skip
+
+# session 8, workload checkpoint on signal (helper F): add rows here
+BAD_ARGV += []  # fmt: skip
+
+# session 8, multi-node serving plan (helper G): add rows here
+BAD_ARGV += []  # fmt: skip
+
+# session 8, kubernetes partial nodes (helper H): add rows here
+BAD_ARGV += []  # fmt: skip
