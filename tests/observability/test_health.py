@@ -133,9 +133,33 @@ def test_recurrence_escalates() -> None:
     assert lenient.decide(NodeSignals(xids=[48], resets_in_window=2)).action is Action.RESET_GPU
 
 
+def test_repeated_restart_job_escalates_to_a_reset_then_follows_the_reset_rules() -> None:
+    """Xid catalog, Xid 13 / 31: "restart job; repeated on same GPU -> diag" (orchestration-05-xid-ecc.md;
+    observability.md section 7: "Repeated restart_job on same GPU within window: escalate one level")."""
+    assert ENGINE.decide(NodeSignals(xids=[13])).action is Action.RESTART_JOB
+    d = ENGINE.decide(NodeSignals(xids=[13], restarts_in_window=1))
+    assert d.action is Action.RESET_GPU
+    assert d.deciding_reason == "escalated restart -> reset: 1 job restarts already in the window"
+    # the reset it became is escalated like any reset: two resets already -> reboot, and a reboot already -> replace
+    d = ENGINE.decide(NodeSignals(xids=[31], restarts_in_window=3, resets_in_window=2))
+    assert d.action is Action.REBOOT_NODE
+    assert (
+        d.deciding_reason.startswith("escalated restart -> reset: 3 job restarts")
+        and "reset -> reboot" in d.deciding_reason
+    )
+    assert ENGINE.decide(NodeSignals(xids=[13], restarts_in_window=1, resets_in_window=2,
+                                     reboots_in_window=1)).action is Action.REPLACE_NODE  # fmt: skip
+    # an Xid that takes no action is not a restart, so it never escalates
+    assert ENGINE.decide(NodeSignals(xids=[45], restarts_in_window=5)).action is Action.NONE
+    lenient = HealthEngine(HealthPolicy(restarts_to_reset=3))
+    assert lenient.decide(NodeSignals(xids=[13], restarts_in_window=2)).action is Action.RESTART_JOB
+
+
 def test_policy_rejects_nonsense() -> None:
     with pytest.raises(ValueError, match=r"resets_to_reboot\(0\)"):
         HealthPolicy(resets_to_reboot=0)
+    with pytest.raises(ValueError, match=r"restarts_to_reset\(0\)"):
+        HealthPolicy(restarts_to_reset=0)
 
 
 _signals = st.builds(
@@ -147,6 +171,7 @@ _signals = st.builds(
     gpus_visible=st.integers(6, 8),
     gpus_expected=st.just(8),
     nvlink_error_count=st.integers(0, 200),
+    restarts_in_window=st.integers(0, 2),
     resets_in_window=st.integers(0, 3),
     reboots_in_window=st.integers(0, 2),
 )

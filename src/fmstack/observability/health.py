@@ -17,7 +17,9 @@ Rules and their sources (shared/reference/observability.md §7, orchestration-05
 - NVLink CRC / replay / recovery errors above ``nvlink_errors_reset`` in the window: reset the GPU (healthcheck
   NVLINK default);
 - single-bit ECC rate, thermal violation, EFA retransmit timeouts: no automatic action, a reason to watch;
-- recurrence: a reset on a node already reset ``resets_to_reboot`` times in the window becomes a reboot; a reboot
+- recurrence: a restart-job signal on a node whose signals already restarted the job ``restarts_to_reset`` times
+  in the window becomes a GPU reset (Xid 13 / 31 "repeated on same GPU -> diag"); a reset on a node already reset
+  ``resets_to_reboot`` times in the window becomes a reboot; a reboot
   on a node already rebooted ``reboots_to_replace`` times becomes a replacement (Xid 79 "repeat -> replace").
 """
 
@@ -77,6 +79,8 @@ class NodeSignals:
     """A GPU is known to be gone (fallen off the bus, NVML cannot reach it) even if counts are unknown."""
     efa_missing: bool = False
     """An EFA device is known to be gone even if counts are unknown."""
+    restarts_in_window: int = 0
+    """Job restarts this node's restart-job signals (Xid 13, 31, ...) already caused in the recurrence window."""
     resets_in_window: int = 0
     """GPU resets already done on this node in the recurrence window."""
     reboots_in_window: int = 0
@@ -93,6 +97,10 @@ class HealthPolicy:
     """Fraction of time thermally throttled above which the node is flagged to watch."""
     nvlink_errors_reset: int = 100
     """NVLink errors in the window at or above which the GPU is reset."""
+    restarts_to_reset: int = 1
+    """Earlier job restarts in the window after which another restart-job signal becomes a GPU reset (Xid catalog
+    for Xid 13 / 31: "restart job; repeated on same GPU -> diag"; the GPU is drained and reset, the diagnostics run
+    before it returns)."""
     resets_to_reboot: int = 2
     """Earlier resets in the window after which another reset becomes a reboot."""
     reboots_to_replace: int = 1
@@ -102,10 +110,10 @@ class HealthPolicy:
         for name in ("sbe_rate_watch_per_hour", "thermal_watch_ratio", "nvlink_errors_reset"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.resets_to_reboot < 1 or self.reboots_to_replace < 1:
+        if self.restarts_to_reset < 1 or self.resets_to_reboot < 1 or self.reboots_to_replace < 1:
             raise ValueError(
-                f"resets_to_reboot({self.resets_to_reboot}) and reboots_to_replace({self.reboots_to_replace}) "
-                "must be >= 1"
+                f"restarts_to_reset({self.restarts_to_reset}), resets_to_reboot({self.resets_to_reboot}) and "
+                f"reboots_to_replace({self.reboots_to_replace}) must be >= 1"
             )
 
 
@@ -239,6 +247,10 @@ class HealthEngine:
 
     def _escalate(self, action: Action, s: NodeSignals) -> tuple[Action, tuple[str, str] | None]:
         p = self.policy
+        if action is Action.RESTART_JOB and s.restarts_in_window >= p.restarts_to_reset:
+            restart = f"escalated restart -> reset: {s.restarts_in_window} job restarts already in the window"
+            escalated, more = self._escalate(Action.RESET_GPU, s)
+            return escalated, (restart + (f"; {more[0]}" if more else ""), SRC_DERIVED)
         if action is Action.RESET_GPU and s.resets_in_window >= p.resets_to_reboot:
             action = Action.REBOOT_NODE
             reason = f"escalated reset -> reboot: {s.resets_in_window} resets already in the window"
