@@ -487,6 +487,10 @@ BAD_ARGV += [
      "overlap-tp: overlaps the all-gather / reduce-scatter of sequence parallelism"),
     (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--calibration",
       "@file:cpu_profile.json", "--calibration-force"], "cannot calibrate a GPU even with --calibration-force"),
+    (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "2", "--placement", "split",
+      "--max-trajectory-age", "4"], "max-trajectory-age: 4 steps of lag needs --async"),
+    (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "2", "--placement", "split",
+      "--async", "--max-trajectory-age", "0"], "max-trajectory-age: must be >= 1, got 0"),
 ]  # fmt: skip
 
 # session 8, simulator speed (helper E): add rows here

@@ -79,3 +79,32 @@ def test_rl_step_reports_the_batch(catalog: Catalog) -> None:
     assert tail.parts_s["rollout"] > est.parts_s["rollout"]
     with pytest.raises(InputError, match=r"^length-spread: must be in \[0, 1\), got 1.0"):
         estimate_rl(catalog.model("llama3.1-8b"), cluster, replace(cfg, length_spread=1.0))
+
+
+def test_deeper_trajectory_age_streams_the_rollout(catalog: Catalog) -> None:
+    """NeMo RL's async GRPO with max_trajectory_age_steps k: servers holding weights v generate for steps v+1..v+k,
+    so a step's rollout is its share at the engine's steady rate with up to k shares in flight (KV-bounded), not a
+    finite batch with a tail; k = 1 keeps the batch."""
+    m = catalog.model("llama3.1-8b")
+    cluster = build_cluster(catalog, "p5.48xlarge", 4)
+    cfg = RLConfig(rollout_tp=1, train_tp=1, prompts_per_step=64, prompt_len=512, response_len=512,
+                   placement="split", async_split=True, rollout_nodes=2, length_spread=0.5)  # fmt: skip
+    one = estimate_rl(m, cluster, cfg)
+    assert one.rollout["streamed_s"] == 0.0 and one.parts_s["rollout"] == one.rollout["time_s"]
+    deep = estimate_rl(m, cluster, replace(cfg, max_trajectory_age=8))
+    per_replica = 64 * 8 // 16  # 512 samples over 16 single-GPU replicas
+    # by hand: the serving estimate at min(8 x 32, KV capacity) clients, 32 requests at its rate
+    serve = ServeConfig(tp=1, input_len=512, output_len=512, prefix_hit_rate=7 / 8, kv_memory_fraction=0.9)
+    cap = estimate_serve(m, build_cluster(catalog, "p5.48xlarge", 2), serve).max_concurrency
+    at = estimate_serve(
+        m, build_cluster(catalog, "p5.48xlarge", 2), replace(serve, concurrency=min(8 * per_replica, cap))
+    )
+    assert deep.rollout_concurrency == min(8 * per_replica, cap)
+    assert deep.parts_s["rollout"] == pytest.approx(per_replica / at.requests_per_s, rel=1e-12)
+    assert deep.rollout["streamed_s"] == deep.parts_s["rollout"]
+    assert deep.parts_s["rollout"] < one.parts_s["rollout"]  # no tail, larger decode batches
+    for bad, message in (({"max_trajectory_age": 0}, "max-trajectory-age: must be >= 1, got 0"),
+                         ({"max_trajectory_age": 2, "async_split": False}, "max-trajectory-age: 2 steps of lag needs "
+                          "--async")):  # fmt: skip
+        with pytest.raises(InputError, match=f"^{message}"):
+            estimate_rl(m, cluster, replace(cfg, **bad))  # type: ignore[arg-type]

@@ -176,6 +176,9 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
 @click.option("--placement", type=_choice(("colocated", "split")), default="colocated", show_default=True)
 @click.option("--rollout-nodes", type=int, default=None, help="Split: nodes that generate [half].")
 @click.option("--async", "async_split", is_flag=True, help="Split: overlap rollout with training (one step stale).")
+@click.option("--max-trajectory-age", type=int, default=1, show_default=True,
+              help="With --async: training steps a trajectory may lag (NeMo RL max_trajectory_age_steps); >= 2 "
+              "streams the rollout across steps (no batch tail, more in flight).")  # fmt: skip
 @click.option("--rollout-tp", type=int, default=8, show_default=True)
 @click.option("--rollout-precision", type=_choice(PRECISIONS), default="bf16", show_default=True)
 @click.option("--train-tp", type=int, default=8, show_default=True)

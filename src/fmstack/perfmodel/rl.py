@@ -70,6 +70,12 @@ class RLConfig:
     rollout_nodes: int | None = None
     """Split placement: nodes for rollout (the rest train); None = half."""
     async_split: bool = False
+    max_trajectory_age: int = 1
+    """Asynchronous split: training steps a trajectory may lag (NeMo RL ``grpo.async_grpo.max_trajectory_age_steps``):
+    the generation servers holding weights v produce trajectories for steps v+1 .. v+age. With 1, each step's batch
+    runs alone (its last wave and long tail included); with 2 or more the servers start the next steps' prompts while
+    a step's stragglers finish, so the rollout streams at the engine's steady rate with up to age x the step's
+    prompts in flight (bounded by the KV pool)."""
     rollout_tp: int = 8
     rollout_precision: str = "bf16"
     train_tp: int = 8
@@ -123,7 +129,8 @@ class RLEstimate:
     rollout_tokens_per_s: float
     rollout: dict[str, float]
     """One replica's batch (:class:`fmstack.perfmodel.rl_rollout.RolloutTime`): ``time_s``, ``steady_s``,
-    ``drain_s`` (the finite batch's last wave and long tail), ``waves``, ``simulated_requests``."""
+    ``drain_s`` (the finite batch's last wave and long tail), ``waves``, ``simulated_requests``; ``streamed_s``: with
+    ``max_trajectory_age`` > 1 the step's rollout as streamed instead (the ``rollout`` part), else 0."""
     train_step: dict[str, Any]
     bottleneck: str
     fits: bool
@@ -160,6 +167,13 @@ def _check(cfg: RLConfig, cluster: Cluster) -> None:
         raise InputError("placement", f"{cfg.placement!r} unknown; allowed: colocated, split")
     if cfg.placement == "split" and cfg.offload:
         raise InputError("offload", "needs --placement colocated (split GPUs never switch between the phases)")
+    if cfg.max_trajectory_age < 1:
+        raise InputError("max-trajectory-age", f"must be >= 1, got {cfg.max_trajectory_age}")
+    if cfg.max_trajectory_age > 1 and not cfg.async_split:
+        raise InputError(
+            "max-trajectory-age", f"{cfg.max_trajectory_age} steps of lag needs --async (an on-policy step waits for "
+            "its own rollout)",
+        )  # fmt: skip
     if cfg.placement == "colocated":
         if cfg.async_split:
             raise InputError("async", "needs --placement split (rollout and training on their own nodes)")
@@ -320,6 +334,13 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
             at_concurrency=gen,
         )
     rollout = batch.time_s
+    streamed_s = 0.0
+    if cfg.async_split and cfg.max_trajectory_age > 1:
+        # streamed: the engine keeps up to age x its per-step share in flight; a step costs its share at that rate
+        conc = max(1, min(cfg.max_trajectory_age * per_replica, first.max_concurrency))
+        streamed = estimate_serve(actor, rollout_cl, replace(serve, concurrency=conc))
+        rollout = streamed_s = per_replica / streamed.requests_per_s
+        gen = streamed
 
     actor_step = _train(actor, train_cl, cfg, seqs)
     ppo = cfg.algorithm == "ppo"
@@ -357,7 +378,7 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
     bottleneck = f"{top.replace('_', ' ')}: {100 * parts[top] / step:.0f} % of the step"
     if top == "rollout":
         bottleneck += f" (decode {gen.bottleneck}"
-        if batch.drain_s > 0.05 * rollout:
+        if batch.drain_s > 0.05 * rollout and cfg.max_trajectory_age == 1:
             bottleneck += f"; the batch's last wave and longest responses add {100 * batch.drain_s / rollout:.0f} %"
         bottleneck += ")"
     mem = rl_memory(actor=actor_step, critic=critic_step, reward=reward_step, reference=cfg.reference, rollout=gen,
@@ -366,7 +387,7 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
         model=actor.name, instance=cluster.name or cluster.instance.name, num_gpus=cluster.num_gpus, config=cfg,
         step_time_s=step, parts_s=parts, rollout_gpus=rollout_cl.num_gpus, train_gpus=train_cl.num_gpus,
         rollout_concurrency=conc, rollout_tokens_per_s=seqs * cfg.response_len / rollout,
-        rollout={k: float(v) for k, v in asdict(batch).items()},
+        rollout={**{k: float(v) for k, v in asdict(batch).items()}, "streamed_s": streamed_s},
         train_step={"step_time_s": actor_step.step_time_s, "mfu": actor_step.mfu, "fits": actor_step.fits,
                     "config": asdict(actor_step.config)},
         bottleneck=bottleneck, fits=mem.fits, memory=mem.to_json(),
@@ -377,15 +398,18 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
 def compare_placements(
     actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: ModelArch | None = None
 ) -> dict[str, RLEstimate]:
-    """The same step colocated (HybridFlow time sharing), split in sequence and split overlapped one step apart
-    (split needs two nodes or more)."""
+    """The same step colocated (HybridFlow time sharing), split in sequence and split overlapped (split needs two
+    nodes or more; overlapped with ``cfg``'s ``max_trajectory_age``, one step apart by default)."""
+    on_policy = replace(cfg, async_split=False, max_trajectory_age=1)
     out = {
         "colocated": estimate_rl(
-            actor, cluster, replace(cfg, placement="colocated", async_split=False, rollout_nodes=None), critic=critic
+            actor, cluster, replace(on_policy, placement="colocated", rollout_nodes=None), critic=critic
         )
     }
     if cluster.num_nodes >= 2:
-        split = replace(cfg, placement="split", async_split=False, offload=None)
+        split = replace(on_policy, placement="split", offload=None)
         out["split"] = estimate_rl(actor, cluster, split, critic=critic)
-        out["split_async"] = estimate_rl(actor, cluster, replace(split, async_split=True), critic=critic)
+        age = cfg.max_trajectory_age
+        out["split_async"] = estimate_rl(actor, cluster, replace(split, async_split=True, max_trajectory_age=age),
+                                         critic=critic)  # fmt: skip
     return out

@@ -10,9 +10,8 @@ beside it, without a measured counterpart.
 Each row maps to: GRPO, ``prompts x generations`` responses, ``minibatches = samples / T-GBS`` optimizer steps,
 one epoch, a reference policy (the recipes' KL penalty 0.01), a rule reward (math verifier); generation TP from the
 table, BF16; training TP and PP from the table; colocated for on-policy rows, else split placement with the
-recipe's generation nodes and ``async_split`` (one step off; the 8-step-off row is run the same way: the steady
-state of a deeper queue is still the slower of the two sides). System: DGX-H100 -> ``dgx-h100``, GB200-NVL72 ->
-``dgx-gb200`` (4 GPUs a node, a 72-GPU NVLink domain).
+recipe's generation nodes, ``async_split`` and the row's ``max_trajectory_age`` (1 or 8 steps off). System:
+DGX-H100 -> ``dgx-h100``, GB200-NVL72 -> ``dgx-gb200`` (4 GPUs a node, a 72-GPU NVLink domain).
 
 Lengths: the response length is the table's *G-Average Seq len*, which is the mean generated length: the table's
 own tokens/s/GPU x step x GPUs / samples exceeds it by 100-130 tokens on 23 of the 25 rows, the prompt (the math
@@ -119,7 +118,7 @@ def row_config(row: dict[str, str], prompt_len: int) -> RLConfig:
         algorithm="grpo", prompts_per_step=int(row["prompts"]), samples_per_prompt=int(row["generations"]),
         prompt_len=prompt_len, response_len=int(row["avg_gen_len"]),
         placement="colocated" if on else "split", rollout_nodes=None if on else int(row["gen_nodes"]),
-        async_split=not on, rollout_tp=int(row["gen_tp"]), rollout_precision="bf16",
+        async_split=not on, max_trajectory_age=_age(row), rollout_tp=int(row["gen_tp"]), rollout_precision="bf16",
         train_tp=int(row["train_tp"]), train_pp=int(row["train_pp"]), train_cp=int(row["train_cp"]),
         train_ep=int(row["train_ep"]), rollout_memory_fraction=float(row["gpu_memory_utilization"]), epochs=1,
         minibatches=max(1, samples // int(row["train_gbs"])), reward_model=False, reference=True,
@@ -127,13 +126,16 @@ def row_config(row: dict[str, str], prompt_len: int) -> RLConfig:
     )  # fmt: skip
 
 
+def _age(row: dict[str, str]) -> int:
+    """Steps off-policy of an asynchronous row (``1off``, ``8off``): its max_trajectory_age_steps; 1 on-policy."""
+    policy = row["policy"]
+    return int(policy.removesuffix("off")) if policy.endswith("off") else 1
+
+
 def differences(row: dict[str, str]) -> tuple[list[str], bool]:
-    """What the run does that the model does not, and whether the run is expressed exactly (not the 8-step-off row)."""
+    """What the run does that the model does not, and whether the run is expressed exactly."""
     out = []
     exact = True
-    if row["policy"] == "8off":
-        exact = False
-        out.append("8 steps off-policy, predicted as one step off")
     if row["note"]:
         out.append(row["note"])
     return out, exact
