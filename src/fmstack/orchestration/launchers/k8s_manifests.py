@@ -94,10 +94,11 @@ def node_share(job: ResolvedJob) -> Fraction | None:
 def _partial(share: Fraction, efa: int) -> tuple[int, int]:
     """EFA devices and 2 MiB huge pages (MiB) for a pod with ``share`` of a node that has ``efa`` devices.
 
-    EFA: AWS wires the EFA devices to the GPUs evenly, each GPU's devices on its PCIe switch: p5.48xlarge 32 for 8
-    GPUs (4 per GPU), p5en.48xlarge 16 (2), p6-b200.48xlarge 8 (1) (EC2 user guide, "Maximize network bandwidth
-    on Amazon EC2 instances with multiple network cards" and the P5 / P6 instance pages; the EFA count comes from
-    the catalog). A pod with g of N GPUs takes floor(efa x g / N), so pods that split a node's GPUs also split its
+    EFA: the EFA devices are spread evenly over the GPUs: p5.48xlarge has 32 for 8 GPUs (4 per GPU), p5en.48xlarge
+    16 (2), p6-b200.48xlarge 8 (1) (EFA counts from the catalog: EC2 user guide, network cards and "Maximize
+    network bandwidth on Amazon EC2 instances with multiple network cards"); on p5 each PCIe switch holds one H100
+    and its four EFA devices (Perplexity, "High-Performance GPU Memory Transfer on AWS Sagemaker Hyperpod", 2025,
+    read as quoted, not in an AWS document). A pod with g of N GPUs takes floor(efa x g / N), so pods that split a node's GPUs also split its
     EFA devices, and at least 1 (p4d.24xlarge has 4 for 8 GPUs: a 1-GPU pod still gets a device, and only 4 such
     pods fit on a node). The EFA device plugin hands out any free devices (vpc.amazonaws.com/efa is a count, EKS
     user guide node-efa); whether they sit on the GPUs' PCIe switches is up to the kubelet's Topology Manager.
