@@ -503,4 +503,20 @@ BAD_ARGV += []  # fmt: skip
 BAD_ARGV += []  # fmt: skip
 
 # session 8, kubernetes partial nodes (helper H): add rows here
-BAD_ARGV += []  # fmt: skip
+BAD_FILES.update(
+    {
+        "job_huge_odd.yaml": "name: a\nimage: x:1\ncommand: ['true']\ninstance: p5.48xlarge\n"
+        "kubernetes: {hugepages_2mi_mib: 5121}\n",
+        "job_huge_unit.yaml": "name: a\nimage: x:1\ncommand: ['true']\ninstance: p5.48xlarge\n"
+        "kubernetes: {hugepages_2mi_mib: 5120Mi}\n",
+        "job_huge_nomem.yaml": "name: a\nimage: x:1\ncommand: ['true']\nkubernetes: {hugepages_2mi_mib: 2048}\n",
+    }
+)
+BAD_ARGV += [
+    (["launch", "@file:job_huge_odd.yaml", "--on", "kubernetes", "--dry-run"],
+     "field 'kubernetes.hugepages_2mi_mib': Value error, must be a whole number of 2 MiB pages"),
+    (["launch", "@file:job_huge_unit.yaml", "--on", "pytorchjob", "--dry-run"],
+     "field 'kubernetes.hugepages_2mi_mib': Input should be a valid integer"),
+    (["launch", "@file:job_huge_nomem.yaml", "--on", "kubernetes", "--dry-run"],
+     "kubernetes.hugepages_2mi_mib: 2048 MiB of huge pages need a memory request"),
+]  # fmt: skip

@@ -124,6 +124,25 @@ class Topology(_Strict):
         return v
 
 
+class KubernetesOptions(_Strict):
+    """Kubernetes-only settings (ignored by Slurm and local)."""
+
+    hugepages_2mi_mib: int | None = Field(
+        default=None,
+        ge=0,
+        strict=True,
+        description="2 MiB huge pages each pod requests, MiB; default 5120 per whole node with EFA, scaled with the "
+        "GPU share; 0: none (nodes without pre-allocated huge pages)",
+    )
+
+    @field_validator("hugepages_2mi_mib")
+    @classmethod
+    def _whole_pages(cls, v: int | None) -> int | None:
+        if v is not None and v % 2:
+            raise ValueError("must be a whole number of 2 MiB pages (an even number of MiB), or 0 for none")
+        return v
+
+
 class Plan(_Strict):
     """Parallel degrees from ``fmstack plan``; their product must equal the job's GPUs (or processes)."""
 
@@ -146,6 +165,7 @@ class JobSpec(_Strict):
     partition: str | None = None
     queue: str | None = Field(default=None, description="Kueue LocalQueue name (Kubernetes)")
     topology: Topology = Field(default_factory=Topology)
+    kubernetes: KubernetesOptions = Field(default_factory=KubernetesOptions)
     namespace: str = "default"
     time_limit_min: int = Field(default=60, gt=0)
     exclusive: bool = True
@@ -193,6 +213,10 @@ class ResolvedJob:
     memory_gib: float | None
     log_dir: str
     """Absolute log directory."""
+    node_gpus: int = 0
+    """GPUs of the whole instance (0 without an instance): a job with fewer shares the node."""
+    node_vcpus: int = 0
+    """vCPUs of the whole instance (0 without an instance)."""
 
     @property
     def world_size(self) -> int:
@@ -241,7 +265,7 @@ def load_jobspec(path: Path) -> JobSpec:
 
 def resolve(spec: JobSpec, catalog: Catalog) -> ResolvedJob:
     """Fill in from the catalog and check the arithmetic (GPUs per node, plan degrees)."""
-    efa, memory = 0, None
+    efa, memory, node_gpus, node_vcpus = 0, None, 0, 0
     gpus = spec.gpus_per_node
     if spec.instance is not None:
         inst = catalog.instance(spec.instance)
@@ -252,7 +276,7 @@ def resolve(spec: JobSpec, catalog: Catalog) -> ResolvedJob:
                 "gpus_per_node", f"{gpus} > {inst.num_gpus}, the GPUs of one {inst.name}; allowed: 0..{inst.num_gpus}"
             )
         efa = inst.network_interfaces if inst.network.startswith("efa") else 0
-        memory = inst.host_memory_gib
+        memory, node_gpus, node_vcpus = inst.host_memory_gib, inst.num_gpus, inst.vcpus
         if spec.memory_gib is not None and spec.memory_gib > memory:
             raise InputError("memory_gib", f"{spec.memory_gib:g} > {memory:g}, the memory of one {inst.name}")
     gpus = gpus or 0
@@ -281,6 +305,8 @@ def resolve(spec: JobSpec, catalog: Catalog) -> ResolvedJob:
         efa_devices=efa,
         memory_gib=memory,
         log_dir=os.path.abspath(spec.log_dir),
+        node_gpus=node_gpus,
+        node_vcpus=node_vcpus,
     )
 
 

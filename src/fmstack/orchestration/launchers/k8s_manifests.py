@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from fractions import Fraction
 from importlib import resources
 from typing import Any
 
@@ -31,6 +32,9 @@ EFA_HUGEPAGES_2MI_MIB = 5120
 MEMORY_SHARE = 0.9
 """Share of the instance's memory a pod requests by default: a chosen margin (not measured) for what the kernel,
 the kubelet, the eviction threshold and daemon pods keep; JobSpec ``memory_gib`` overrides it."""
+CPU_SHARE = 0.9
+"""Share of its vCPUs a pod with part of a node requests: the same chosen margin, for kube-reserved (EKS reserves
+well under one of 192 vCPUs) and daemon pods."""
 
 
 def _escape(arg: str) -> str:
@@ -79,6 +83,32 @@ def _container(job: ResolvedJob, rdzv: list[str], indexed: bool) -> dict[str, An
     return container
 
 
+def node_share(job: ResolvedJob) -> Fraction | None:
+    """The share of its node a pod takes when the job asks for fewer GPUs than the instance has (4 of a
+    p5.48xlarge's 8: 1/2); None for a whole node, a job without GPUs or without an instance."""
+    if job.node_gpus and 0 < job.gpus_per_node < job.node_gpus:
+        return Fraction(job.gpus_per_node, job.node_gpus)
+    return None
+
+
+def _partial(share: Fraction, efa: int) -> tuple[int, int]:
+    """EFA devices and 2 MiB huge pages (MiB) for a pod with ``share`` of a node that has ``efa`` devices.
+
+    EFA: the EFA devices are spread evenly over the GPUs: p5.48xlarge has 32 for 8 GPUs (4 per GPU), p5en.48xlarge
+    16 (2), p6-b200.48xlarge 8 (1) (EFA counts from the catalog: EC2 user guide, network cards and "Maximize
+    network bandwidth on Amazon EC2 instances with multiple network cards"); on p5 each PCIe switch holds one H100
+    and its four EFA devices (Perplexity, "High-Performance GPU Memory Transfer on AWS Sagemaker Hyperpod", 2025,
+    read as quoted, not in an AWS document). A pod with g of N GPUs takes floor(efa x g / N), so pods that split a node's GPUs also split its
+    EFA devices, and at least 1 (p4d.24xlarge has 4 for 8 GPUs: a 1-GPU pod still gets a device, and only 4 such
+    pods fit on a node). The EFA device plugin hands out any free devices (vpc.amazonaws.com/efa is a count, EKS
+    user guide node-efa); whether they sit on the GPUs' PCIe switches is up to the kubelet's Topology Manager.
+    Huge pages: the node's pool (5128 pages, EKS user guide node-efa) divided as the GPUs are, 5120 MiB x g / N
+    rounded down to whole pages: one process per GPU, each with the whole-node pod's 640 MiB."""
+    devices = max(1, math.floor(efa * share)) if efa else 0
+    huge_mib = math.floor(EFA_HUGEPAGES_2MI_MIB * share / 2) * 2 if efa else 0
+    return devices, huge_mib
+
+
 def _resources(job: ResolvedJob) -> dict[str, dict[str, str]]:
     """GPUs and EFA devices (extended resources: request = limit), the 2 MiB huge pages libfabric's EFA provider
     allocates its buffers from, and a memory request.
@@ -87,28 +117,46 @@ def _resources(job: ResolvedJob) -> dict[str, dict[str, str]]:
     Adapter") says EFA nodes pre-allocate 5128 2 MiB huge pages for pods to request, and its p5.48xlarge example
     (the same as aws-samples/awsome-distributed-training micro-benchmarks/nccl-tests/kubernetes/nccl-tests.yaml)
     requests ``hugepages-2Mi: 5120Mi`` with ``vpc.amazonaws.com/efa: 32``: the same 5120Mi per pod whatever the EFA
-    count, which comes from the catalog (p5 32, p5en 16, p6-b200 8, p6e-gb200 4). Kubernetes refuses huge pages
+    count, which comes from the catalog (p5 32, p5en 16, p6-b200 8, p6e-gb200 4). ``kubernetes.hugepages_2mi_mib``
+    sets the request instead (0: none, for nodes without pre-allocated huge pages). Kubernetes refuses huge pages
     without a cpu or memory request ("HugePages require cpu or memory", see :func:`check_resources`), and a memory
     request is also what keeps the scheduler off a node whose memory is taken: the pod requests ``memory_gib`` or
     else MEMORY_SHARE of the instance's memory less the huge pages, as a whole number of GiB. Allocatable memory is
     below the nominal size (the kernel's own, kube-reserved, the eviction threshold and the huge pages come off:
     Kubernetes "Reserve Compute Resources for System Daemons"), so asking for all of it would never schedule. No
-    memory limit: the trainer may use what the node has left rather than be OOM-killed at a guess."""
+    memory limit: the trainer may use what the node has left rather than be OOM-killed at a guess.
+
+    A pod with fewer GPUs than the node (:func:`node_share`) requests its share of the EFA devices and huge pages
+    (:func:`_partial`), of the memory, and CPU_SHARE of its share of the vCPUs, so that pods splitting a node's GPUs
+    fit on it together; a whole-node pod requests no CPU (it is alone on the node)."""
+    share = node_share(job)
+    efa, huge_mib = (job.efa_devices, EFA_HUGEPAGES_2MI_MIB if job.efa_devices else 0)
+    if share is not None:
+        efa, huge_mib = _partial(share, job.efa_devices)
+    if job.spec.kubernetes.hugepages_2mi_mib is not None:
+        huge_mib = job.spec.kubernetes.hugepages_2mi_mib
     limits: dict[str, str] = {}
     if job.gpus_per_node:
         limits["nvidia.com/gpu"] = str(job.gpus_per_node)
-    if job.efa_devices:
-        limits["vpc.amazonaws.com/efa"] = str(job.efa_devices)
-        limits["hugepages-2Mi"] = f"{EFA_HUGEPAGES_2MI_MIB}Mi"
+    if efa:
+        limits["vpc.amazonaws.com/efa"] = str(efa)
+    if huge_mib:
+        limits["hugepages-2Mi"] = f"{huge_mib}Mi"
     requests = dict(limits)
+    if share is not None and job.node_vcpus:
+        requests["cpu"] = str(max(1, math.floor(job.node_vcpus * share * CPU_SHARE)))
     memory_gib = job.spec.memory_gib
     if memory_gib is None and job.memory_gib is not None:
-        memory_gib = math.floor(
-            job.memory_gib * MEMORY_SHARE - (EFA_HUGEPAGES_2MI_MIB / 1024 if job.efa_devices else 0)
-        )
+        mine = job.memory_gib * MEMORY_SHARE * (float(share) if share is not None else 1)
+        memory_gib = math.floor(mine - huge_mib / 1024)
     if memory_gib is not None:
         requests["memory"] = (
             f"{memory_gib:g}Gi" if float(memory_gib).is_integer() else f"{math.floor(memory_gib * 1024)}Mi"
+        )
+    if huge_mib and not {"cpu", "memory"} & set(requests):
+        raise InputError(
+            "kubernetes.hugepages_2mi_mib",
+            f"{huge_mib} MiB of huge pages need a memory request: set memory_gib or an instance, or 0 for none",
         )
     if not limits and not requests:
         return {}

@@ -175,4 +175,15 @@ def pods_waiting(pods: list[dict[str, Any]], expected: int) -> str:
     if missing:
         parts.append(f"{missing} of {expected} pods not created yet")
     seen = list(dict.fromkeys(reasons))  # the same reason on every pod once
-    return "; ".join(parts + seen[:2])
+    hint = [HUGEPAGES_HINT] if any("Insufficient hugepages-2Mi" in r for r in seen) else []
+    return "; ".join(parts + seen[:2] + hint)
+
+
+HUGEPAGES_HINT = (
+    "if the nodes pre-allocate no 2 MiB huge pages (kubectl describe node: hugepages-2Mi), set "
+    "kubernetes.hugepages_2mi_mib: 0 in the JobSpec, or a size they have"
+)
+"""Appended when the scheduler says "Insufficient hugepages-2Mi": the EFA pods' default request (5120Mi per
+node) needs pages the node pre-allocated (EKS node-efa: 5128 with the EFA driver); AWS's GB200 sample
+(aws-samples/awsome-distributed-training micro-benchmarks/nccl-tests/kubernetes/nccl-tests-gb200.yaml) requests
+none."""
