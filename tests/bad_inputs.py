@@ -496,7 +496,11 @@ BAD_ARGV += []  # fmt: skip
 BAD_ARGV += []  # fmt: skip
 
 # session 8, multi-node serving plan (helper G): add rows here
-BAD_ARGV += []  # fmt: skip
+BAD_ARGV += [
+    (["plan", "serve", "--model", "llama3.1-8b", "--qps", "5", "--input-len", "512", "--output-len", "128",
+      "--ttft-p99", "0.5", "--itl-p99", "0.05", "--max-nodes-per-replica", "0"],
+     "max-nodes-per-replica: must be >= 1, got 0"),
+]  # fmt: skip
 
 # session 8, kubernetes partial nodes (helper H): add rows here
 BAD_ARGV += []  # fmt: skip
