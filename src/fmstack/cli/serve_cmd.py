@@ -39,6 +39,10 @@ PLAN_SERVE_EXAMPLE = """Example:
 \b
   fmstack plan serve --model llama3.1-70b --qps 20 --input-len 2048 --output-len 256 --ttft-p99 0.5 \\
       --itl-p99 0.05 --html serve-plan.html
+
+\b
+  fmstack plan serve --model deepseek-v3 --qps 2 --input-len 2048 --output-len 256 --ttft-p99 2 --itl-p99 0.1 \\
+      --instance p5.48xlarge --max-nodes-per-replica 4
 """
 
 
