@@ -30,7 +30,7 @@ from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster, build_cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.efficiency import default_efficiency
-from fmstack.perfmodel.inference import ServeConfig, deployment, max_concurrency, serve_curve
+from fmstack.perfmodel.inference import ServeConfig, deployment, max_concurrency, serve_curve, validate_serve
 from fmstack.perfmodel.inference_disagg import SLO
 from fmstack.perfmodel.inference_kv import check_tp
 from fmstack.perfmodel.inference_sim import SimConfig, SimResult, simulate
@@ -239,7 +239,10 @@ def _deployment_nodes(replicas: int, c: ServeConfig | Candidate, gpus_per_node: 
 def _analytic(
     cfg: ServeConfig, cluster: Cluster, model: ModelArch, qps: float, slo: SLO, name: str, nodes_per_replica: int
 ) -> Candidate | None:
-    """The highest per-replica rate within the SLO on the analytic curve, and the replicas and nodes it needs."""
+    """The highest per-replica rate within the SLO on the analytic curve, and the replicas and nodes it needs.
+    The configuration passes `estimate serve`'s checks (:func:`validate_serve`: a prompt longer than the model's
+    context is refused here as there)."""
+    validate_serve(cfg, model, cluster)
     d = deployment(model, cluster, cfg, default_efficiency(cluster.gpu))
     limit = max_concurrency(d, cfg)
     if limit < 1:
