@@ -500,7 +500,14 @@ BAD_ARGV += []  # fmt: skip
 BAD_ARGV += []  # fmt: skip
 
 # session 8, multi-node serving plan (helper G): add rows here
-BAD_ARGV += []  # fmt: skip
+BAD_ARGV += [
+    (["plan", "serve", "--model", "llama3.1-8b", "--qps", "5", "--input-len", "512", "--output-len", "128",
+      "--ttft-p99", "0.5", "--itl-p99", "0.05", "--max-nodes-per-replica", "0"],
+     "max-nodes-per-replica: must be >= 1, got 0"),
+    (["plan", "serve", "--model", "llama3.1-8b", "--qps", "1", "--input-len", "200000", "--output-len", "128",
+      "--ttft-p99", "50", "--itl-p99", "0.5", "--instance", "p5.48xlarge"],
+     "input-len: input_len(200000) + output_len(128) > max_seq_len(131072)"),
+]  # fmt: skip
 
 # session 8, kubernetes partial nodes (helper H): add rows here
 BAD_FILES.update(

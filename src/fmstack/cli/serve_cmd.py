@@ -39,6 +39,10 @@ PLAN_SERVE_EXAMPLE = """Example:
 \b
   fmstack plan serve --model llama3.1-70b --qps 20 --input-len 2048 --output-len 256 --ttft-p99 0.5 \\
       --itl-p99 0.05 --html serve-plan.html
+
+\b
+  fmstack plan serve --model deepseek-v3 --qps 2 --input-len 2048 --output-len 256 --ttft-p99 2 --itl-p99 0.1 \\
+      --instance p5.48xlarge --max-nodes-per-replica 4
 """
 
 
@@ -291,16 +295,19 @@ def _render_rl_memory(mem: dict[str, Any]) -> None:
 @click.option("--instance", "instances", multiple=True, help="Instances to consider [every priced one].")
 @click.option("--precision", "precisions", multiple=True, type=_choice(PRECISIONS), help="[bf16 and fp8].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Simulation seed.")
+@click.option("--max-nodes-per-replica", type=int, default=4, show_default=True,
+              help="Largest replica searched, in whole nodes (TP or PP across them); 1 = one node.")  # fmt: skip
 @click.option("--top", type=int, default=8, show_default=True, help="Candidates to show.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write an HTML report.")
 @catalog_option
 @json_option
 def plan_serve_cmd(
     model: str, qps: float, input_len: int, output_len: int, ttft_p99: float, itl_p99: float,
-    instances: tuple[str, ...], precisions: tuple[str, ...], seed: int, top: int, html_path: Path | None,
-    catalog_dir: Path | None, as_json: bool,
+    instances: tuple[str, ...], precisions: tuple[str, ...], seed: int, max_nodes_per_replica: int, top: int,
+    html_path: Path | None, catalog_dir: Path | None, as_json: bool,
 ) -> None:  # fmt: skip
-    """The cheapest deployment (instance, precision, TP, replicas) serving a request rate within p99 targets."""
+    """The cheapest deployment (instance, precision, TP / PP / EP, nodes per replica, replicas) serving a request rate
+    within p99 targets."""
     from fmstack.perfmodel.inference_disagg import SLO
     from fmstack.perfmodel.inference_plan import plan_serve
 
@@ -314,6 +321,7 @@ def plan_serve_cmd(
     plan = plan_serve(
         cat, arch, qps=qps, input_len=input_len, output_len=output_len, slo=SLO(ttft_s=ttft_p99, itl_s=itl_p99),
         instances=instances or None, precisions=tuple(p.lower() for p in precisions) or None, seed=seed,
+        max_nodes_per_replica=max_nodes_per_replica,
     )  # fmt: skip
     if html_path is not None:
         from fmstack.reports.serve_report import write_serve_plan
@@ -327,15 +335,18 @@ def plan_serve_cmd(
     b = plan.best
     out.print(
         f"[bold]{plan.model}[/] at {qps:g} req/s, {input_len}/{output_len} tokens, TTFT p99 <= {ttft_p99:g} s, "
-        f"ITL p99 <= {itl_p99:g} s: [bold]{b.replicas} x {b.instance} tp {b.tp} {b.precision}[/] on {b.nodes} node(s), "
-        f"${b.cost_per_hour_usd:,.2f}/h"
+        f"ITL p99 <= {itl_p99:g} s: [bold]{b.replicas} x {b.instance} tp {b.tp}{f' pp {b.pp}' if b.pp > 1 else ''} "
+        f"{b.precision}[/]{f' ({b.nodes_per_replica} nodes per replica)' if b.nodes_per_replica > 1 else ''} on "
+        f"{b.nodes} node(s), ${b.cost_per_hour_usd:,.2f}/h"
     )
-    table = Table("instance", "prec", "tp", "ep", "chunk", "replicas", "nodes", "$/h", "rate/replica", "TTFT p99",
-                  "ITL p99", "SLO", title="candidates (cheapest verified first)", title_justify="left")  # fmt: skip
+    table = Table("instance", "prec", "tp", "pp", "ep", "chunk", "nodes/replica", "replicas", "nodes", "$/h",
+                  "rate/replica", "TTFT p99", "ITL p99", "SLO", title="candidates (cheapest verified first)",
+                  title_justify="left")  # fmt: skip
     for c in plan.candidates[:top]:
         sim = c.sim or {}
         table.add_row(
-            c.instance, c.precision, str(c.tp), str(c.ep), str(c.max_num_tokens), str(c.replicas), str(c.nodes),
+            c.instance, c.precision, str(c.tp), str(c.pp), str(c.ep), str(c.max_num_tokens), str(c.nodes_per_replica),
+            str(c.replicas), str(c.nodes),
             f"{c.cost_per_hour_usd:,.2f}", f"{c.rate_per_replica_rps:.2f}",
             f"{sim['ttft_p99_s']:.3f}" if sim else "-", f"{sim['itl_p99_s']:.4f}" if sim else "-",
             {True: "meets", False: "misses", None: "not simulated"}[c.meets_slo],

@@ -1,8 +1,15 @@
-"""`plan_serve`: the cheapest deployment (instance, precision, TP / EP, replicas) that serves a request rate at an SLO.
+"""`plan_serve`: the cheapest deployment (instance, precision, TP / PP / EP, nodes per replica, replicas) that serves
+a request rate at an SLO.
 
-Search: every priced instance x precision x TP (x EP = 1 or TP for MoE) that fits is evaluated on the vectorised analytic curve
-(:func:`fmstack.perfmodel.inference.serve_curve`, every concurrency at once); the highest per-replica request
-rate whose mean TTFT and ITL meet the targets gives ``replicas = ceil(qps / rate)`` and whole nodes give the cost.
+Search: every priced instance x precision x layout (x EP = 1 or TP for MoE) that fits is evaluated on the vectorised
+analytic curve (:func:`fmstack.perfmodel.inference.serve_curve`, every concurrency at once); the highest per-replica
+request rate whose mean TTFT and ITL meet the targets gives ``replicas = ceil(qps / rate)`` and whole nodes give the
+cost. Layouts (:func:`layouts`): within one node TP 1, 2, 4, ...; a replica of ``n = 2, 4, ...`` whole nodes runs TP
+across the nodes (``tp = n x gpus_per_node``, vLLM / SGLang TP 16 over two H100 nodes) or TP in each node and PP across
+them (``pp = n``, vLLM's TP 8 x PP 2), the same deployments ``fmstack estimate serve --nodes n --tp .. --pp ..`` prices.
+Node counts per replica are searched in doublings from 1 up to the first count at which some layout meets the SLO on
+the analytic curve, and one doubling past it (a larger replica can hold more KV per GPU), at most
+``max_nodes_per_replica``.
 Means are optimistic for p99 targets: the filter also asks that an iteration carrying a whole prompt chunk meets
 the ITL target and adds it to the TTFT (a prompt may queue behind one). The cheapest candidates are then checked with the batching simulation
 (:mod:`fmstack.perfmodel.inference_sim`, Poisson arrivals at ``qps / replicas`` per replica): a candidate whose
@@ -12,6 +19,7 @@ simulated p99 misses the SLO gets more replicas until it meets it (or is dropped
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -22,7 +30,7 @@ from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster, build_cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.efficiency import default_efficiency
-from fmstack.perfmodel.inference import ServeConfig, deployment, max_concurrency, serve_curve
+from fmstack.perfmodel.inference import ServeConfig, deployment, max_concurrency, serve_curve, validate_serve
 from fmstack.perfmodel.inference_disagg import SLO
 from fmstack.perfmodel.inference_kv import check_tp
 from fmstack.perfmodel.inference_sim import SimConfig, SimResult, simulate
@@ -38,6 +46,10 @@ REPLICA_FACTORS = (1.0, 1.5, 2.0, 3.0)
 """Replica counts tried, as multiples of the analytic count, for a candidate whose simulated p99 misses the SLO
 before it is dropped (means understate p99: queueing behind another prompt's prefill)."""
 CHUNK_CHOICES = (2048, 512)
+MAX_NODES_PER_REPLICA = 4
+"""Default bound on the nodes of one replica (4 x 8 H100 = 32 GPUs hold DeepSeek-V3 in bf16, 1.34 TB)."""
+DOUBLINGS_PAST_FIRST = 0
+"""Node counts searched past the smallest one at which a layout meets the SLO on the analytic curve."""
 """Prompt-token budgets per iteration the plan tries (vLLM's ``max_num_batched_tokens`` with chunked prefill): a
 smaller chunk keeps a prompt from dominating p99 ITL at the price of more iterations to the first token."""
 
@@ -52,14 +64,21 @@ class Candidate:
     tp: int
     ep: int
     """Expert parallel degree inside TP (MoE: 1 or tp)."""
+    pp: int
+    """Pipeline stages of a replica (across its nodes)."""
+    nodes_per_replica: int
+    """Whole nodes one replica spans (1: a replica takes ``tp x pp`` GPUs of a node, replicas share nodes)."""
     replicas: int
     nodes: int
+    """Nodes of the whole deployment: ``ceil(replicas x tp x pp / gpus_per_node)``."""
     num_gpus: int
     cost_per_hour_usd: float
     max_num_tokens: int
     """Prompt-token budget per iteration (chunked prefill) the deployment runs with."""
     rate_per_replica_rps: float
     """Highest request rate one replica serves within the SLO (analytic means)."""
+    concurrency: int
+    """Sequences in flight at that rate (the analytic curve's point: ``estimate serve --concurrency`` reproduces it)."""
     mean_ttft_s: float
     mean_itl_s: float
     sim: dict[str, float] | None = None
@@ -95,6 +114,27 @@ def _precisions(gpu_has: list[str], wanted: tuple[str, ...] | None) -> list[str]
     return [p for p in (wanted or ("bf16", "fp8")) if p in gpu_has]
 
 
+def layouts(model: ModelArch, nodes: int, gpus_per_node: int, gpus_per_domain: int) -> list[tuple[int, int, int]]:
+    """(tp, pp, ep) of one replica on ``nodes`` nodes that :func:`fmstack.perfmodel.inference.validate_serve` and
+    the deployment accept. One node: TP 1, 2, 4, ... dividing the node. More: the replica takes every GPU of its
+    nodes, TP across them (``tp = nodes x gpus_per_node``) or TP over a node and PP across them (``pp = nodes``).
+    MoE adds EP = TP (experts spread over the TP group, across nodes when TP spans them) where the experts divide."""
+    if nodes == 1:
+        tp_pp = [(t, 1) for t in (1, 2, 4, 8, 16, 32, 64, 72) if t <= gpus_per_node and gpus_per_node % t == 0]
+    else:
+        tp_pp = [(nodes * gpus_per_node, 1)]
+        if nodes <= model.num_layers:
+            tp_pp.append((gpus_per_node, nodes))
+    out: list[tuple[int, int, int]] = []
+    for tp, pp in tp_pp:
+        if not _fits_tp(model, tp, gpus_per_domain):
+            continue
+        out.append((tp, pp, 1))
+        if model.moe is not None and tp > 1 and model.moe.num_experts % tp == 0:
+            out.append((tp, pp, tp))
+    return out
+
+
 def plan_serve(
     catalog: Catalog,
     model: ModelArch,
@@ -106,49 +146,61 @@ def plan_serve(
     instances: tuple[str, ...] | None = None,
     precisions: tuple[str, ...] | None = None,
     seed: int = 0,
+    max_nodes_per_replica: int = MAX_NODES_PER_REPLICA,
 ) -> ServePlan:
     """The cheapest deployment of ``model`` serving ``qps`` requests/s within ``slo`` (p99 checked by simulation)."""
     if qps <= 0:
         raise InputError("qps", f"must be > 0, got {qps}")
+    if max_nodes_per_replica < 1:
+        raise InputError("max-nodes-per-replica", f"must be >= 1, got {max_nodes_per_replica}")
     names = list(instances) if instances else [n for n in catalog.names("instance")]
+    clusters: dict[tuple[str, int], Cluster] = {}
+
+    def cluster_of(name: str, nodes: int) -> Cluster:
+        if (name, nodes) not in clusters:
+            clusters[name, nodes] = build_cluster(catalog, name, nodes)
+        return clusters[name, nodes]
+
     found: list[Candidate] = []
     for name in names:
-        cluster = build_cluster(catalog, name, 1)
+        cluster = cluster_of(name, 1)
         inst = cluster.instance
         if inst.price_per_hour_usd is None:
             if instances:
                 raise InputError("instance", f"{name} has no price in the catalog; add price_per_hour_usd")
             continue
-        gpn = inst.num_gpus
         has = [p for p in ("bf16", "fp8", "fp4") if getattr(cluster.gpu, f"{p}_dense_tflops", None) is not None]
         for precision in _precisions(has, precisions):
-            for tp in (t for t in (1, 2, 4, 8, 16, 32, 64, 72) if t <= gpn and gpn % t == 0):
-                if not _fits_tp(model, tp, cluster.gpus_per_domain):
-                    continue
-                eps = [1] + ([tp] if model.moe is not None and tp > 1 and model.moe.num_experts % tp == 0 else [])
-                for ep in eps:
+            first: int | None = None  # the fewest nodes per replica at which a layout meets the SLO
+            nodes = 1
+            while nodes <= max_nodes_per_replica and (first is None or nodes <= first * 2**DOUBLINGS_PAST_FIRST):
+                if nodes > 1 and _one_node_holds(cluster_of, names, name, nodes):
+                    break
+                c = cluster_of(name, nodes)
+                for tp, pp, ep in layouts(model, nodes, inst.num_gpus, c.gpus_per_domain):
                     for chunk in CHUNK_CHOICES:
-                        cfg = ServeConfig(tp=tp, ep=ep, precision=precision, input_len=input_len,
+                        cfg = ServeConfig(tp=tp, pp=pp, ep=ep, precision=precision, input_len=input_len,
                                           output_len=output_len, max_num_tokens=chunk)  # fmt: skip
-                        option = _analytic(cfg, cluster, model, qps, slo, name)
+                        option = _analytic(cfg, c, model, qps, slo, name, nodes)
                         if option is not None:
                             found.append(option)
+                            first = nodes if first is None else first
+                nodes *= 2
     if not found:
         raise InputError(
             "slo", f"no deployment meets TTFT {slo.ttft_s:g} s and ITL {slo.itl_s:g} s for {model.name} at "
-            f"{input_len}/{output_len} tokens on any priced instance, precision and TP (even one request at a time)",
+            f"{input_len}/{output_len} tokens on any priced instance, precision and TP / PP layout of up to "
+            f"{max_nodes_per_replica} node(s) per replica (even one request at a time)",
         )  # fmt: skip
-    ranked = _verify_cheapest(catalog, model, found, qps, input_len, output_len, slo, seed)
+    ranked = _verify_cheapest(cluster_of, model, found, qps, input_len, output_len, slo, seed)
     best = ranked[0]
     if not best.meets_slo:
         raise InputError(
             "slo", f"no deployment meets the p99 SLO (TTFT {slo.ttft_s:g} s, ITL {slo.itl_s:g} s) in simulation; "
-            f"the cheapest analytic candidate {best.instance} tp {best.tp} {best.precision} misses it",
+            f"the cheapest analytic candidate {best.instance} tp {best.tp} pp {best.pp} {best.precision} misses it",
         )  # fmt: skip
-    cluster = build_cluster(catalog, best.instance, 1)
-    cfg = ServeConfig(tp=best.tp, ep=best.ep, precision=best.precision, input_len=input_len, output_len=output_len,
-                      max_num_tokens=best.max_num_tokens)  # fmt: skip
-    d = deployment(model, cluster, cfg)
+    cfg = _config(best, input_len, output_len)
+    d = deployment(model, cluster_of(best.instance, best.nodes_per_replica), cfg)
     conc = np.arange(1, max_concurrency(d, cfg) + 1, dtype=np.float64)
     curve = serve_curve(d, cfg, conc)
     return ServePlan(
@@ -159,10 +211,38 @@ def plan_serve(
     )  # fmt: skip
 
 
+def _one_node_holds(cluster_of: Callable[[str, int], Cluster], names: list[str], name: str, nodes: int) -> bool:
+    """Another searched instance with the same GPU at no higher price per GPU holds ``nodes`` of ``name``'s GPUs in
+    one node (NVLink, not the scale-out fabric): the multi-node replica is not searched (8 x p5.4xlarge vs one
+    p5.48xlarge)."""
+    own = cluster_of(name, 1).instance
+    per_gpu = (own.price_per_hour_usd or 0.0) / own.num_gpus
+    for other in names:
+        inst = cluster_of(other, 1).instance
+        if other == name or inst.price_per_hour_usd is None or inst.gpu != own.gpu:
+            continue
+        if inst.num_gpus >= nodes * own.num_gpus and inst.price_per_hour_usd / inst.num_gpus <= per_gpu:
+            return True
+    return False
+
+
+def _config(c: Candidate, input_len: int, output_len: int) -> ServeConfig:
+    return ServeConfig(tp=c.tp, pp=c.pp, ep=c.ep, precision=c.precision, input_len=input_len, output_len=output_len,
+                       max_num_tokens=c.max_num_tokens)  # fmt: skip
+
+
+def _deployment_nodes(replicas: int, c: ServeConfig | Candidate, gpus_per_node: int) -> int:
+    """Whole nodes for ``replicas`` replicas of ``tp x pp`` GPUs (a multi-node replica takes all of its nodes)."""
+    return math.ceil(replicas * c.tp * c.pp / gpus_per_node)
+
+
 def _analytic(
-    cfg: ServeConfig, cluster: Cluster, model: ModelArch, qps: float, slo: SLO, name: str
+    cfg: ServeConfig, cluster: Cluster, model: ModelArch, qps: float, slo: SLO, name: str, nodes_per_replica: int
 ) -> Candidate | None:
-    """The highest per-replica rate within the SLO on the analytic curve, and the replicas and nodes it needs."""
+    """The highest per-replica rate within the SLO on the analytic curve, and the replicas and nodes it needs.
+    The configuration passes `estimate serve`'s checks (:func:`validate_serve`: a prompt longer than the model's
+    context is refused here as there)."""
+    validate_serve(cfg, model, cluster)
     d = deployment(model, cluster, cfg, default_efficiency(cluster.gpu))
     limit = max_concurrency(d, cfg)
     if limit < 1:
@@ -177,11 +257,12 @@ def _analytic(
     rate = float(curve.requests_per_s[i])
     gpn = cluster.instance.num_gpus
     replicas = math.ceil(qps / rate)
-    nodes = math.ceil(replicas * cfg.tp / gpn)
+    nodes = _deployment_nodes(replicas, cfg, gpn)
     return Candidate(
-        instance=name, gpu=cluster.gpu.name, precision=cfg.precision, tp=cfg.tp, ep=cfg.ep, replicas=replicas, nodes=nodes,
-        num_gpus=nodes * gpn, cost_per_hour_usd=nodes * (cluster.instance.price_per_hour_usd or 0.0),
-        max_num_tokens=cfg.max_num_tokens, rate_per_replica_rps=rate, mean_ttft_s=float(curve.ttft_s[i]),
+        instance=name, gpu=cluster.gpu.name, precision=cfg.precision, tp=cfg.tp, ep=cfg.ep, pp=cfg.pp,
+        nodes_per_replica=nodes_per_replica, replicas=replicas, nodes=nodes, num_gpus=nodes * gpn,
+        cost_per_hour_usd=nodes * (cluster.instance.price_per_hour_usd or 0.0), max_num_tokens=cfg.max_num_tokens,
+        rate_per_replica_rps=rate, concurrency=i + 1, mean_ttft_s=float(curve.ttft_s[i]),
         mean_itl_s=float(curve.itl_s[i]),
     )  # fmt: skip
 
@@ -194,11 +275,14 @@ def _chunk_iteration_s(d: Deployment, cfg: ServeConfig, conc: F) -> F:
     return step_time(d, conc - 1.0, ctx, chunk, chunk * (chunk + 1.0) / 2.0, 1.0).total_s
 
 
+ClusterOf = Callable[[str, int], Cluster]
+
+
 def _verify_cheapest(
-    catalog: Catalog, model: ModelArch, found: list[Candidate], qps: float, isl: int, osl: int, slo: SLO, seed: int
+    cluster_of: ClusterOf, model: ModelArch, found: list[Candidate], qps: float, isl: int, osl: int, slo: SLO, seed: int
 ) -> list[Candidate]:
     def key(c: Candidate) -> tuple[float, int, float]:
-        return (c.cost_per_hour_usd, c.replicas * c.tp, -c.rate_per_replica_rps)  # then fewest GPUs busy
+        return (c.cost_per_hour_usd, c.replicas * c.tp * c.pp, -c.rate_per_replica_rps)  # then fewest GPUs busy
 
     pending = sorted(found, key=key)
     checked: list[Candidate] = []
@@ -206,17 +290,15 @@ def _verify_cheapest(
         passing = [c.cost_per_hour_usd for c in checked if c.meets_slo]
         if len(checked) >= VERIFY_TOP and passing and min(passing) <= pending[0].cost_per_hour_usd:
             break
-        checked.append(_verify(catalog, model, pending.pop(0), qps, isl, osl, slo, seed))
+        checked.append(_verify(cluster_of, model, pending.pop(0), qps, isl, osl, slo, seed))
     return sorted(checked, key=lambda c: (not c.meets_slo, *key(c))) + pending
 
 
 def _verify(
-    catalog: Catalog, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, slo: SLO, seed: int
+    cluster_of: ClusterOf, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, slo: SLO, seed: int
 ) -> Candidate:
-    cluster = build_cluster(catalog, c.instance, 1)
-    cfg = ServeConfig(
-        tp=c.tp, ep=c.ep, precision=c.precision, input_len=isl, output_len=osl, max_num_tokens=c.max_num_tokens
-    )
+    cluster = cluster_of(c.instance, c.nodes_per_replica)
+    cfg = _config(c, isl, osl)
     d = deployment(model, cluster, cfg)
     gpn = cluster.instance.num_gpus
     result: SimResult | None = None
@@ -225,7 +307,7 @@ def _verify(
         sim = SimConfig(request_rate_per_s=qps / replicas, num_requests=150, warmup_requests=15, seed=seed)
         result = simulate(d, cfg, sim)
         if result.ttft_s[99] <= slo.ttft_s and result.itl_s[99] <= slo.itl_s:
-            nodes = math.ceil(replicas * c.tp / gpn)
+            nodes = _deployment_nodes(replicas, c, gpn)
             price = cluster.instance.price_per_hour_usd or 0.0
             return replace(c, replicas=replicas, nodes=nodes, num_gpus=nodes * gpn, cost_per_hour_usd=nodes * price,
                            sim=result.percentiles(), meets_slo=True)  # fmt: skip

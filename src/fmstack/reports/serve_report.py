@@ -36,22 +36,29 @@ def _curve_figure(plan: ServePlan) -> Any:
         title_text=f"requests/s per replica (green: planned {best.rate_per_replica_rps:.2f})", row=2, col=1
     )
     fig.update_layout(
-        title=f"one replica: {best.instance}, tp {best.tp}, {best.precision} (concurrency 1 .. {len(c['ttft_s'])})",
+        title=f"one replica: {_layout(best)}, {best.precision} (concurrency 1 .. {len(c['ttft_s'])})",
         height=620,
     )
     return fig
 
 
+def _layout(c: Any) -> str:
+    """``p5.48xlarge, tp 8`` or ``2 x p5.48xlarge, tp 8, pp 2`` (a replica of several nodes)."""
+    nodes = f"{c.nodes_per_replica} x " if c.nodes_per_replica > 1 else ""
+    return f"{nodes}{c.instance}, tp {c.tp}" + (f", pp {c.pp}" if c.pp > 1 else "")
+
+
 def serve_plan_html(plan: ServePlan) -> str:
     """The page as a string (tested in headless Chromium)."""
     b = plan.best
-    header = ["rank", "instance", "precision", "tp", "ep", "chunk", "replicas", "nodes", "GPUs", "$/h", "rate/replica",
-              "sim TTFT p99", "sim ITL p99", "meets SLO"]  # fmt: skip
+    header = ["rank", "instance", "precision", "tp", "pp", "ep", "chunk", "nodes/replica", "replicas", "nodes", "GPUs",
+              "$/h", "rate/replica", "sim TTFT p99", "sim ITL p99", "meets SLO"]  # fmt: skip
     rows = []
     for i, c in enumerate(plan.candidates[:20], 1):
         sim = c.sim or {}
         rows.append([
-            i, c.instance, c.precision, c.tp, c.ep, c.max_num_tokens, c.replicas, c.nodes, c.num_gpus,
+            i, c.instance, c.precision, c.tp, c.pp, c.ep, c.max_num_tokens, c.nodes_per_replica, c.replicas, c.nodes,
+            c.num_gpus,
             f"{c.cost_per_hour_usd:,.2f}", f"{c.rate_per_replica_rps:.2f}",
             f"{sim['ttft_p99_s']:.3f}" if sim else "-", f"{sim['itl_p99_s']:.4f}" if sim else "-",
             {True: "yes", False: "no", None: "not simulated"}[c.meets_slo],
@@ -60,7 +67,7 @@ def serve_plan_html(plan: ServePlan) -> str:
         Section(
             title="cheapest deployment",
             text=(
-                f"{b.replicas} replica(s) of {plan.model} on {b.instance} (tp {b.tp}, {b.precision}, prompt chunk "
+                f"{b.replicas} replica(s) of {plan.model}, each on {_layout(b)} ({b.precision}, prompt chunk "
                 f"{b.max_num_tokens} tokens): {b.nodes} node(s), {b.num_gpus} GPUs, ${b.cost_per_hour_usd:,.2f}/h "
                 f"for {plan.qps:g} requests/s of {plan.input_len}/{plan.output_len} tokens within TTFT p99 "
                 f"{plan.slo.ttft_s:g} s and ITL p99 {plan.slo.itl_s:g} s (p99 from the batching simulation)."

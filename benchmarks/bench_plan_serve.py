@@ -1,0 +1,69 @@
+"""`plan serve` search time: one node per replica (the search before multi-node replicas) against the default bound
+(``MAX_NODES_PER_REPLICA``), same process, alternating, best of ``--repeat`` runs each.
+
+Cases: the README / ``--help`` examples (single-node models, where the multi-node search must cost little), an MoE
+model, and models that do not fit one p5.48xlarge in bf16 (Llama 3.1 405B, DeepSeek-V3: one node finds nothing).
+Usage: PYTHONPATH=src python benchmarks/bench_plan_serve.py [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from fmstack.catalog import load_catalog
+from fmstack.errors import InputError
+from fmstack.perfmodel.inference_disagg import SLO
+from fmstack.perfmodel.inference_plan import MAX_NODES_PER_REPLICA, plan_serve
+
+CASES: dict[str, dict[str, Any]] = {
+    "README: llama3.1-70b 20 QPS 2048/256, every instance": dict(
+        model="llama3.1-70b", qps=20.0, input_len=2048, output_len=256, slo=SLO(ttft_s=0.5, itl_s=0.05)),
+    "bench_serve_sim: llama3.1-8b 5 QPS 512/128, p5": dict(
+        model="llama3.1-8b", qps=5.0, input_len=512, output_len=128, slo=SLO(ttft_s=0.5, itl_s=0.05),
+        instances=("p5.48xlarge",)),
+    "qwen3-235b-a22b 5 QPS 2048/256, every instance": dict(
+        model="qwen3-235b-a22b", qps=5.0, input_len=2048, output_len=256, slo=SLO(ttft_s=1.0, itl_s=0.05)),
+    "llama3.1-405b bf16 2 QPS 2048/256, p5": dict(
+        model="llama3.1-405b", qps=2.0, input_len=2048, output_len=256, slo=SLO(ttft_s=2.0, itl_s=0.1),
+        instances=("p5.48xlarge",), precisions=("bf16",)),
+    "deepseek-v3 2 QPS 2048/256, p5": dict(
+        model="deepseek-v3", qps=2.0, input_len=2048, output_len=256, slo=SLO(ttft_s=2.0, itl_s=0.1),
+        instances=("p5.48xlarge",)),
+}  # fmt: skip
+
+
+def _run(cat: Any, case: dict[str, Any], max_nodes: int) -> tuple[float, str]:
+    args = dict(case)
+    model = cat.model(args.pop("model"))
+    t0 = time.perf_counter()
+    try:
+        b = plan_serve(cat, model, max_nodes_per_replica=max_nodes, **args).best
+        what = (f"{b.replicas} x ({b.nodes_per_replica} x {b.instance} tp {b.tp} pp {b.pp} ep {b.ep} {b.precision}) "
+                f"on {b.nodes} nodes, ${b.cost_per_hour_usd:,.2f}/h")  # fmt: skip
+    except InputError as exc:
+        what = f"no plan ({exc.field})"
+    return time.perf_counter() - t0, what
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=3, help="Best of this many runs per bound.")
+    a = ap.parse_args()
+    cat = load_catalog()
+    _run(cat, CASES["bench_serve_sim: llama3.1-8b 5 QPS 512/128, p5"], 1)  # warm imports and caches
+    for name, case in CASES.items():
+        times: dict[int, float] = {1: float("inf"), MAX_NODES_PER_REPLICA: float("inf")}
+        plans: dict[int, str] = {}
+        for _ in range(a.repeat):
+            for bound in times:
+                t, plans[bound] = _run(cat, case, bound)
+                times[bound] = min(times[bound], t)
+        one, multi = times[1], times[MAX_NODES_PER_REPLICA]
+        print(f"{name}: one node {one:.2f} s -> up to {MAX_NODES_PER_REPLICA} nodes {multi:.2f} s "
+              f"(ratio {multi / one:.2f}x)\n    one node: {plans[1]}\n    multi:    {plans[MAX_NODES_PER_REPLICA]}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
