@@ -527,3 +527,6 @@ BAD_ARGV += [
     (["launch", "@file:job_huge_nomem.yaml", "--on", "kubernetes", "--dry-run"],
      "kubernetes.hugepages_2mi_mib: 2048 MiB of huge pages need a memory request"),
 ]  # fmt: skip
+
+# session 8, fresh-user walk-through (helper I): add rows here
+BAD_ARGV += []  # fmt: skip
