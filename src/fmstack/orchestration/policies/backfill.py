@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
@@ -147,8 +147,6 @@ class BackfillPolicy:
     name: str = "slurm-backfill"
     reference: bool = False
     """Run the cycle as written before session 8 (:mod:`backfill_ref`), to check the faster one against."""
-    _quiet: list[tuple[object, ...]] = field(default_factory=list, init=False, repr=False, compare=False)
-    """The inputs of the last cycle if it tried to place no job (see :meth:`schedule`); else empty."""
 
     @property
     def interval_s(self) -> float:
@@ -166,20 +164,8 @@ class BackfillPolicy:
         order = priority_order(pending)
         if not periodic:
             return Plan(start_in_order(order, capacity))
-        if self.reference or not isinstance(pending, PendingQueue):
-            return Plan(self.backfill(now_s, order, running, capacity))
-        res = self.params.bf_resolution_s
-        inputs = (pending, pending.version, running, getattr(running, "version", None), capacity.free_gpus,
-                  math.floor(now_s / res), math.floor((now_s + self.params.bf_window_s) / res))  # fmt: skip
-        if isinstance(running, RunningSet) and self._quiet == [inputs]:
-            return Plan([])
-        tried: list[int] = []
-        starts = self.backfill(now_s, order, running, capacity, columns=pending.columns(), tried=tried)
-        # A cycle that asked the fleet to place no job (no job could start now on the map) depends on nothing
-        # but the map's inputs: the next cycle with the same queue, running jobs, free GPUs and map slots
-        # (the same bf_resolution slot) would make the same reservations and start nothing.
-        self._quiet[:] = [inputs] if not tried else []
-        return Plan(starts)
+        columns = pending.columns() if isinstance(pending, PendingQueue) and not self.reference else None
+        return Plan(self.backfill(now_s, order, running, capacity, columns=columns))
 
     def backfill(
         self,
@@ -190,14 +176,13 @@ class BackfillPolicy:
         *,
         reservations: list[tuple[int, float]] | None = None,
         columns: tuple[Sequence[int], Sequence[float]] | None = None,
-        tried: list[int] | None = None,
     ) -> list[int]:
         """One backfill cycle over jobs already in priority order; returns the ids started now.
 
         ``reservations``, when given, receives (job id, planned start s, a multiple of ``bf_resolution_s``) of
         each reservation made; the cycle stops once no remaining job could start now, so later jobs get none.
         ``columns``: the GPUs and time limits of ``order``'s jobs, position by position, if the caller keeps them
-        (:meth:`PendingQueue.columns`); ``tried``, when given, receives the ids of the jobs offered to the fleet. Makes the same decisions as :func:`reference_backfill` (tests compare).
+        (:meth:`PendingQueue.columns`). Makes the same decisions as :func:`reference_backfill` (tests compare).
 
         Faster than the reference by keeping the running jobs' ends and sizes (and the queue's sizes and limits)
         as they change instead of gathering them every cycle, and by doing its searches inline; durations are
@@ -284,8 +269,6 @@ class BackfillPolicy:
                     if never_d[k] > duration:
                         never_d[k] = duration
                 continue
-            if t == 0 and tried is not None:
-                tried.append(order[i].job_id)
             if t == 0 and capacity.try_start(order[i]):
                 starts.append(order[i].job_id)
             elif not limited or reserved < p.reserve_count:

@@ -69,8 +69,6 @@ class RunningSet:
         self.gpus_by_queue_priority: dict[tuple[str, float], int] = {}
         self._by_queue: dict[str, tuple[list[PreemptKey], list[RunningJob]]] | None = None
         """Built on the first :meth:`preemption_order` call, then kept up to date."""
-        self.version = 0
-        """Bumped at every start and end: equal versions of one set, same jobs."""
         self._slot: dict[int, int] | None = None
         """Each job's index in :attr:`_ends` / :attr:`_gpus`; built on the first :meth:`ends_and_gpus` call."""
         self._ids: list[int] = []
@@ -113,7 +111,6 @@ class RunningSet:
 
     def __setitem__(self, job_id: int, job: RunningJob) -> None:
         self.pop(job_id)
-        self.version += 1
         self._jobs[job_id] = job
         key = (job.queue, job.priority)
         self.gpus_by_queue_priority[key] = self.gpus_by_queue_priority.get(key, 0) + job.num_gpus
@@ -129,7 +126,6 @@ class RunningSet:
         job = self._jobs.pop(job_id, None)
         if job is None:
             return default
-        self.version += 1
         key = (job.queue, job.priority)
         left = self.gpus_by_queue_priority[key] - job.num_gpus
         if left:

@@ -80,8 +80,6 @@ class PendingQueue:
         self._jobs: dict[int, PendingJob] = {}
         self._keys: list[tuple[float, float, int]] = []
         self._order: list[PendingJob] = []
-        self.version = 0
-        """Bumped at every change: equal versions of one queue, same jobs in the same order."""
         self._gpus: list[int] = []
         self._limits: list[float] = []
         """``num_gpus`` and ``time_limit_s`` of :attr:`_order`'s jobs, position by position (:meth:`columns`)."""
@@ -90,7 +88,6 @@ class PendingQueue:
 
     def __setitem__(self, job_id: int, job: PendingJob) -> None:
         self.pop(job_id)
-        self.version += 1
         key = _key(job)
         i = bisect_left(self._keys, key)
         self._keys.insert(i, key)
@@ -108,7 +105,6 @@ class PendingQueue:
         job = self._jobs.pop(job_id, None)
         if job is None:
             return default
-        self.version += 1
         i = bisect_left(self._keys, _key(job))
         del self._keys[i]
         del self._order[i]
