@@ -232,6 +232,10 @@ class BackfillPolicy:
         # <= sizes[k] (built at the first failure)
         size_ix: dict[int, int] = {}
         never_d: list[float] = []
+        # the slots with enough GPUs (1 = enough) for the job at hand, written in place (no new array per job)
+        enough = bytearray(width)
+        enough_a = np.frombuffer(enough, dtype=np.bool_)
+        ge = np.greater_equal
         changed = False
         for i in range(last + 1):
             if changed and last >= i and needs[last] > free[: durs[last]].min():
@@ -247,8 +251,8 @@ class BackfillPolicy:
                 continue
             # earliest slot where need GPUs stay free for duration slots (or to the map's end): jump past the
             # last short slot of each candidate window (a C rfind) until a window has none (SlotMap.earliest)
-            enough = (free >= need).tobytes()
             t = 0
+            ge(free, need, out=enough_a)
             while True:
                 end = t + duration
                 if end >= width:
