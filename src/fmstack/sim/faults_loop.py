@@ -135,6 +135,7 @@ class FaultHandling(SimState):
         if mode == RecoveryMode.elastic and bad:
             if keep:
                 job.alloc = keep
+                job.restarts_in_place += 1
                 self.running.pop(job.job_id, None)
                 self._run_on(job, keep, restart)
                 return
@@ -148,6 +149,7 @@ class FaultHandling(SimState):
                     return
                 got = self.fleet.place_on(swap, g)
                 keep.append(got)
+            job.restarts_in_place += 1
             self.running.pop(job.job_id, None)
             self._run_on(job, keep, restart)
             return

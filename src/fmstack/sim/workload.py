@@ -67,6 +67,8 @@ class Job:
     epoch: int = 0
     restarts: int = 0
     """Requeues of any cause (failures and preemptions), as Slurm's SLURM_RESTART_COUNT."""
+    restarts_in_place: int = 0
+    """Restarts without a requeue: auto-resume / checkpointless on a spare, or an elastic job dropping a node."""
     fault_requeues: int = 0
     """Requeues after a failure (the Kueue backoff's exponent)."""
     preemptions: int = 0

@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from fmstack.errors import InputError
-from fmstack.orchestration.policies.base import Capacity, PendingJob, Plan, RunningJob
-from fmstack.orchestration.policies.fifo import priority_order, start_in_order
+from fmstack.orchestration.policies.backfill_ref import reference_backfill
+from fmstack.orchestration.policies.base import Capacity, PendingJob, Plan, RunningJob, RunningSet
+from fmstack.orchestration.policies.fifo import PendingQueue, priority_order, start_in_order
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -144,6 +145,8 @@ class BackfillPolicy:
     params: BackfillParams = BackfillParams()
     gpus_per_node: int = 8
     name: str = "slurm-backfill"
+    reference: bool = False
+    """Run the cycle as written before session 8 (:mod:`backfill_ref`), to check the faster one against."""
 
     @property
     def interval_s(self) -> float:
@@ -161,7 +164,8 @@ class BackfillPolicy:
         order = priority_order(pending)
         if not periodic:
             return Plan(start_in_order(order, capacity))
-        return Plan(self.backfill(now_s, order, running, capacity))
+        columns = pending.columns() if isinstance(pending, PendingQueue) and not self.reference else None
+        return Plan(self.backfill(now_s, order, running, capacity, columns=columns))
 
     def backfill(
         self,
@@ -171,71 +175,113 @@ class BackfillPolicy:
         capacity: Capacity,
         *,
         reservations: list[tuple[int, float]] | None = None,
+        columns: tuple[Sequence[int], Sequence[float]] | None = None,
     ) -> list[int]:
         """One backfill cycle over jobs already in priority order; returns the ids started now.
 
         ``reservations``, when given, receives (job id, planned start s, a multiple of ``bf_resolution_s``) of
         each reservation made; the cycle stops once no remaining job could start now, so later jobs get none.
+        ``columns``: the GPUs and time limits of ``order``'s jobs, position by position, if the caller keeps them
+        (:meth:`PendingQueue.columns`). Makes the same decisions as :func:`reference_backfill` (tests compare).
+
+        Faster than the reference by keeping the running jobs' ends and sizes (and the queue's sizes and limits)
+        as they change instead of gathering them every cycle, and by doing its searches inline; durations are
+        cut at the map's width (past it every window reaches the map's end alike).
         """
+        if self.reference:
+            return reference_backfill(self, now_s, order, running, capacity, reservations=reservations)
         p = self.params
         res = p.bf_resolution_s
         gpn = self.gpus_per_node
         begin = math.floor(now_s / res)
         width = max(1, math.floor((now_s + p.bf_window_s) / res) - begin)
-        run = list(running)
-        nrun = len(run)
         # a running job holds its GPUs (whole nodes) through the slot its expected end falls in
-        ends = np.fromiter(map(_START, run), float, nrun) + np.fromiter(map(_LIMIT, run), float, nrun)
-        gpus = np.fromiter(map(_GPUS, run), np.int64, nrun)
+        if isinstance(running, RunningSet):
+            ends, gpus = running.ends_and_gpus()
+        else:
+            run = list(running)
+            ends = np.fromiter(map(_START, run), float, len(run)) + np.fromiter(map(_LIMIT, run), float, len(run))
+            gpus = np.fromiter(map(_GPUS, run), np.int64, len(run))
         gpus = np.where(gpus <= gpn, gpus, -(-gpus // gpn) * gpn)
-        slot_map = SlotMap.from_releases(capacity.free_gpus, np.ceil(ends / res - begin).astype(np.int64), gpus, width)
-        starts: list[int] = []
-        reserved = 0
-        tested = list(order[: p.bf_max_job_test])
-        m = len(tested)
-        needs_a = np.fromiter(map(_GPUS, tested), np.int64, m)
+        free = SlotMap.from_releases(capacity.free_gpus, np.ceil(ends / res - begin).astype(np.int64), gpus, width).free
+        m = min(len(order), p.bf_max_job_test)
+        if columns is None:
+            tested = order[:m]
+            needs_a = np.fromiter(map(_GPUS, tested), np.int64, m)
+            limits_a = np.fromiter(map(_LIMIT, tested), float, m)
+        else:
+            needs_a = np.array(columns[0][:m], dtype=np.int64)
+            limits_a = np.array(columns[1][:m], dtype=np.float64)
         needs_a = np.where(needs_a <= gpn, needs_a, -(-needs_a // gpn) * gpn)
-        # a job holds every slot its time limit touches, at least one
-        slots_a = np.maximum(1, np.ceil(np.fromiter(map(_LIMIT, tested), float, m) / res)).astype(np.int64)
+        # a job holds every slot its time limit touches, at least one; past the map's end all are alike
+        slots_a = np.minimum(np.maximum(1, np.ceil(limits_a / res)).astype(np.int64), width)
         needs: list[int] = needs_a.tolist()
         durs: list[int] = slots_a.tolist()
         # Only starts now matter, and the map only shrinks during a cycle: once no remaining job could start
         # now, later reservations change nothing. ``last`` is the last job that still could.
-        last = slot_map.last_startable(needs_a, slots_a, 0, m - 1)
+        low = np.minimum.accumulate(free)
+        ok = (needs_a <= low[slots_a - 1]).nonzero()[0]
+        if not len(ok):
+            return []
+        last = int(ok[-1])
+        starts: list[int] = []
+        reserved = 0
+        limited = p.reserve_count > 0
         # A job that cannot start within the window neither starts nor reserves; nor does any later job
-        # needing as many GPUs for as long.
-        sizes = sorted(set(needs))
-        size_ix = {g: k for k, g in enumerate(sizes)}
-        never_d = [math.inf] * len(sizes)
-        # never_d[k]: the shortest duration that failed so far for a size <= sizes[k]
+        # needing as many GPUs for as long. never_d[k]: the shortest duration that failed so far for a size
+        # <= sizes[k] (built at the first failure)
+        size_ix: dict[int, int] = {}
+        never_d: list[float] = []
+        # the slots with enough GPUs (1 = enough) for the job at hand, written in place (no new array per job)
+        enough = bytearray(width)
+        enough_a = np.frombuffer(enough, dtype=np.bool_)
+        ge = np.greater_equal
         changed = False
-        free = slot_map.free
-        earliest = slot_map.earliest
-        for i, job in enumerate(tested):
-            if changed and last >= i and not slot_map.startable(needs[last], durs[last]):
-                last = slot_map.last_startable(needs_a, slots_a, i, last - 1)
+        for i in range(last + 1):
+            if changed and last >= i and needs[last] > free[: durs[last]].min():
+                low = np.minimum.accumulate(free)
+                ok = (needs_a[i:last] <= low[slots_a[i:last] - 1]).nonzero()[0]
+                last = i + int(ok[-1]) if len(ok) else i - 1
             changed = False
             if i > last:
                 break
             need = needs[i]
             duration = durs[i]
-            k = size_ix[need]
-            if never_d[k] <= duration:
+            if never_d and never_d[size_ix[need]] <= duration:
                 continue
-            t = earliest(need, duration)
-            if t == 0 and capacity.try_start(job):
-                free[:duration] -= need
-                starts.append(job.job_id)
-                changed = True
-            elif t >= 0 and (p.reserve_count == 0 or reserved < p.reserve_count):
-                free[t : t + duration] -= need
+            # earliest slot where need GPUs stay free for duration slots (or to the map's end): jump past the
+            # last short slot of each candidate window (a C rfind) until a window has none (SlotMap.earliest)
+            t = 0
+            ge(free, need, out=enough_a)
+            while True:
+                end = t + duration
+                if end >= width:
+                    short = enough.rfind(b"\x00", t)
+                    if short >= 0:
+                        t = short + 1
+                    break
+                short = enough.rfind(b"\x00", t, end)
+                if short < 0:
+                    break
+                t = short + 1
+            if t >= width:
+                if not never_d:
+                    sizes = sorted(set(needs))
+                    size_ix = {g: k for k, g in enumerate(sizes)}
+                    never_d = [math.inf] * len(sizes)
+                for k in range(size_ix[need], len(never_d)):
+                    if never_d[k] > duration:
+                        never_d[k] = duration
+                continue
+            if t == 0 and capacity.try_start(order[i]):
+                starts.append(order[i].job_id)
+            elif not limited or reserved < p.reserve_count:
                 reserved += 1
                 if reservations is not None:
-                    reservations.append((job.job_id, (begin + t) * res))
-                # a reservation from slot t on cannot change what is free in the first durs[last] slots
-                changed = t < durs[last]
-            elif t < 0:
-                for kk in range(k, len(sizes)):
-                    if never_d[kk] > duration:
-                        never_d[kk] = duration
+                    reservations.append((order[i].job_id, (begin + t) * res))
+            else:
+                continue
+            free[t : t + duration] -= need
+            # a change from slot t on cannot touch the first durs[last] slots
+            changed = t < durs[last]
         return starts

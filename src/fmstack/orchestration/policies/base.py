@@ -10,7 +10,9 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
+
+import numpy as np
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -67,12 +69,53 @@ class RunningSet:
         self.gpus_by_queue_priority: dict[tuple[str, float], int] = {}
         self._by_queue: dict[str, tuple[list[PreemptKey], list[RunningJob]]] | None = None
         """Built on the first :meth:`preemption_order` call, then kept up to date."""
+        self._slot: dict[int, int] | None = None
+        """Each job's index in :attr:`_ends` / :attr:`_gpus`; built on the first :meth:`ends_and_gpus` call."""
+        self._ids: list[int] = []
+        self._ends = np.empty(0, dtype=np.float64)
+        self._gpus = np.empty(0, dtype=np.int64)
+
+    def _put(self, job: RunningJob) -> None:
+        assert self._slot is not None
+        n = len(self._ids)
+        if n == len(self._ends):
+            cap = max(64, 2 * n)
+            self._ends = np.resize(self._ends, cap)
+            self._gpus = np.resize(self._gpus, cap)
+        self._slot[job.job_id] = n
+        self._ids.append(job.job_id)
+        self._ends[n] = job.start_s + job.time_limit_s
+        self._gpus[n] = job.num_gpus
+
+    def _drop(self, job_id: int) -> None:
+        assert self._slot is not None
+        i = self._slot.pop(job_id)
+        last = self._ids.pop()
+        if last != job_id:  # the last entry moves into the hole
+            n = len(self._ids)
+            self._ids[i] = last
+            self._slot[last] = i
+            self._ends[i] = self._ends[n]
+            self._gpus[i] = self._gpus[n]
+
+    def ends_and_gpus(self) -> tuple[np.ndarray[Any, np.dtype[np.float64]], np.ndarray[Any, np.dtype[np.int64]]]:
+        """Every running job's expected end (``start_s + time_limit_s``) and GPUs, as arrays in no set order
+        (views: do not change them); kept up to date as jobs come and go once first asked for, so a backfill
+        cycle does not walk every running job."""
+        if self._slot is None:
+            self._slot = {}
+            for job in self._jobs.values():
+                self._put(job)
+        n = len(self._ids)
+        return self._ends[:n], self._gpus[:n]
 
     def __setitem__(self, job_id: int, job: RunningJob) -> None:
         self.pop(job_id)
         self._jobs[job_id] = job
         key = (job.queue, job.priority)
         self.gpus_by_queue_priority[key] = self.gpus_by_queue_priority.get(key, 0) + job.num_gpus
+        if self._slot is not None:
+            self._put(job)
         if self._by_queue is not None:
             keys, jobs = self._by_queue.setdefault(job.queue, ([], []))
             i = bisect_left(keys, preempt_key(job))
@@ -89,6 +132,8 @@ class RunningSet:
             self.gpus_by_queue_priority[key] = left
         else:
             del self.gpus_by_queue_priority[key]
+        if self._slot is not None:
+            self._drop(job_id)
         if self._by_queue is not None:
             keys, jobs = self._by_queue[job.queue]
             i = bisect_left(keys, preempt_key(job))

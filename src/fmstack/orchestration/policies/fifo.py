@@ -80,6 +80,9 @@ class PendingQueue:
         self._jobs: dict[int, PendingJob] = {}
         self._keys: list[tuple[float, float, int]] = []
         self._order: list[PendingJob] = []
+        self._gpus: list[int] = []
+        self._limits: list[float] = []
+        """``num_gpus`` and ``time_limit_s`` of :attr:`_order`'s jobs, position by position (:meth:`columns`)."""
         self._groups: dict[GroupKey, Group] | None = None
         """Built on the first :meth:`groups` call (only policies that group pay for it), then kept up to date."""
 
@@ -89,6 +92,8 @@ class PendingQueue:
         i = bisect_left(self._keys, key)
         self._keys.insert(i, key)
         self._order.insert(i, job)
+        self._gpus.insert(i, job.num_gpus)
+        self._limits.insert(i, job.time_limit_s)
         self._jobs[job_id] = job
         if self._groups is not None:
             g = self._groups.get(group_key(job))
@@ -103,6 +108,8 @@ class PendingQueue:
         i = bisect_left(self._keys, _key(job))
         del self._keys[i]
         del self._order[i]
+        del self._gpus[i]
+        del self._limits[i]
         if self._groups is not None:
             gk = group_key(job)
             g = self._groups[gk]
@@ -118,6 +125,8 @@ class PendingQueue:
         q._order = sorted(jobs, key=_key)
         q._keys = [_key(j) for j in q._order]
         q._jobs = {j.job_id: j for j in q._order}
+        q._gpus = [j.num_gpus for j in q._order]
+        q._limits = [j.time_limit_s for j in q._order]
         return q
 
     def groups(self) -> dict[GroupKey, Group]:
@@ -129,6 +138,10 @@ class PendingQueue:
     def ordered(self) -> Sequence[PendingJob]:
         """The jobs in priority order (a view: do not change it)."""
         return self._order
+
+    def columns(self) -> tuple[Sequence[int], Sequence[float]]:
+        """``num_gpus`` and ``time_limit_s`` of :meth:`ordered`'s jobs, position by position (views)."""
+        return self._gpus, self._limits
 
     def __len__(self) -> int:
         return len(self._jobs)

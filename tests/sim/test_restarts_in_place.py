@@ -1,0 +1,51 @@
+"""``jobs.restarts`` counts requeues only; ``jobs.restarts_in_place`` the restarts without one (auto-resume on a
+spare, an elastic job dropping a node). One host failure on the job's node, counted by hand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fmstack.catalog import Catalog
+from fmstack.sim.config import SimConfig
+from fmstack.sim.metrics import summarise
+from fmstack.sim.recovery import RecoverySettings, parse_mode
+from fmstack.sim.simulator import Simulator
+from fmstack.sim.workload import Job
+from tests.sim.conftest import FlatSpeed
+
+
+class _OneHostFailure(Simulator):
+    """One host failure at t = 3,600 s on the first node of job 1, and no other fault."""
+
+    def _next_fault(self) -> float:
+        return 3600.0 if not self.fault_log else 1e12
+
+    def _on_fault(self, _: Any) -> None:
+        self._strike(self.jobs[1].alloc[0][0], "host", planned=False)
+
+
+@pytest.mark.parametrize(
+    ("recovery", "gpus", "requeues", "in_place"),
+    [
+        # the failed node is replaced, the spare joins the pool, the job restarts on it without a requeue
+        ("auto-resume", 8, 0, 1),
+        # Slurm: the allocation ends and the job is requeued with the same id (SLURM_RESTART_COUNT 1)
+        ("checkpoint-restart", 8, 1, 0),
+        # a 2-node job drops the failed node and goes on with one node: no requeue
+        ("elastic", 16, 0, 1),
+    ],
+)
+def test_one_failure_is_one_restart_of_the_right_kind(
+    catalog: Catalog, recovery: str, gpus: int, requeues: int, in_place: int
+) -> None:
+    cfg = SimConfig(nodes=2, days=1.0, spares=1, faults="llama3", planned=False,
+                    recovery=RecoverySettings(mode=parse_mode(recovery)))  # fmt: skip
+    job = Job(job_id=1, submit_s=0.0, num_gpus=gpus, work_s=7200.0, time_limit_s=86400.0)
+    sim = _OneHostFailure(cfg, catalog, speed=FlatSpeed(), jobs=[job]).run()
+    s = summarise(sim)
+    assert len(sim.fault_log) == 1 and s["failures"]["job_interruptions"] == 1
+    assert s["jobs"]["restarts"] == requeues
+    assert s["jobs"]["restarts_in_place"] == in_place
+    assert s["jobs"]["completed"] == 1
