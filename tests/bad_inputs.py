@@ -497,7 +497,16 @@ BAD_ARGV += [
 BAD_ARGV += []  # fmt: skip
 
 # session 8, workload checkpoint on signal (helper F): add rows here
-BAD_ARGV += []  # fmt: skip
+BAD_FILES.update(
+    {
+        "job_stop_warning.yaml": "name: a\nworkload: {steps: 10}\ngpus_per_node: 0\nlog_dir: /tmp\n"
+        "checkpoint: {location: /tmp/fmstack-bad-stop}\nenv: {FMSTACK_STOP_WARNING_S: 2m}\n",
+    }
+)
+BAD_ARGV += [
+    (["launch", "@file:job_stop_warning.yaml", "--on", "slurm", "--dry-run"],
+     "env.FMSTACK_STOP_WARNING_S: '2m': seconds before the time limit, an integer 0..65535"),
+]  # fmt: skip
 
 # session 8, multi-node serving plan (helper G): add rows here
 BAD_ARGV += [

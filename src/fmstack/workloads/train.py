@@ -2,10 +2,12 @@
 
 A small GPT (``fmstack.workloads.gpt``) on deterministic synthetic data, DDP or FSDP2 (``fully_shard``), optional
 bf16 autocast, per-step wall time and tokens/s, two-tier async checkpoints and auto-resume from the newest complete
-checkpoint. Without torchrun's environment it runs as a single process (world size 1).
+checkpoint. Without torchrun's environment it runs as a single process (world size 1). On SIGTERM or SIGUSR1 every
+rank finishes the current step, they agree on it, the step is checkpointed and the run exits ``128 + signal``
+(``fmstack.workloads.stop``).
 
-Lines on stdout that tools parse: ``step=N loss=... step_time_s=... tokens_per_s=...``, ``ckpt ...`` events and a
-final ``done {json}``.
+Lines on stdout that tools parse: ``step=N loss=... step_time_s=... tokens_per_s=...``, ``ckpt ...`` events, ``stop ...``
+when a signal ended the run early, and a final ``done {json}``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch.nn.functional as F
 from fmstack.workloads.checkpoint import CheckpointConfig, TieredCheckpointer
 from fmstack.workloads.gpt import PRESETS, GPTConfig, build_model, flops_per_step, synthetic_batch
 from fmstack.workloads.metrics import AppMetricsSink, FanOut, JsonlMetrics, NullMetrics, StepMetrics, StepRecord
+from fmstack.workloads.stop import StopRequest, exit_status
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -107,7 +110,10 @@ def _metrics(args: argparse.Namespace, rank: int) -> StepMetrics:
     return FanOut(*sinks)
 
 
-def train(args: argparse.Namespace) -> dict[str, Any]:
+def train(args: argparse.Namespace, stop: StopRequest | None = None) -> dict[str, Any]:
+    """Train; with ``stop`` (handlers installed by the caller) a stop signal ends the run early at a step every rank
+    agrees on, with that step checkpointed (``summary["stop_signal"]`` then names the signal)."""
+    stop = stop or StopRequest()
     rank, world, device = _init_dist()
     cfg = model_config(args)
     torch.manual_seed(args.seed)
@@ -130,6 +136,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     tokens_per_step = args.batch_size * cfg.seq_len * world
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     loss_val = float("nan")
+    saved_step = stopped_at = None
     for step in range(start + 1, args.steps + 1):
         t0 = time.perf_counter()
         x, y = synthetic_batch(cfg, seed=args.seed, step=step, rank=rank, batch_size=args.batch_size)
@@ -139,10 +146,12 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         optim.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
         optim.step()
-        # the mean over ranks, so the curve does not depend on which rank logs it
-        reduced = loss.detach().clone()
-        dist.all_reduce(reduced)
-        loss_val = reduced.item() / world
+        # the mean loss over ranks (the curve does not depend on which rank logs it) and, in the same all-reduce,
+        # how many ranks have been asked to stop: every rank sees the same sum after the same step
+        packed = torch.stack([loss.detach().float(), loss.new_tensor(1.0 if stop.requested else 0.0)])
+        dist.all_reduce(packed)
+        loss_sum, stop_votes = packed.tolist()
+        loss_val = loss_sum / world
         if args.step_sleep_s:
             time.sleep(args.step_sleep_s)
         dt = time.perf_counter() - t0
@@ -156,10 +165,17 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             ckpt.poll()
             if step % args.ckpt_interval == 0:
                 ckpt.save(step, model, optim)
+                saved_step = step
+        if stop_votes > 0 and step < args.steps:
+            log(f"stop signal={_signal_name(stop.signum)} step={step} ranks_signalled={int(stop_votes)}/{world}")
+            if ckpt and saved_step != step:
+                ckpt.save(step, model, optim)
+            stopped_at = step
+            break
         if args.crash_at_step == step and rank == 0:
             os.kill(os.getpid(), signal.SIGKILL)
     if ckpt:
-        ckpt.close()
+        ckpt.close()  # a stop's save is committed here, before the exit
     metrics.close()
     summary = {
         "steps": args.steps,
@@ -169,15 +185,27 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         "flops_per_step": flops_per_step(cfg, global_batch_size=args.batch_size * world),
         # retries so far: the local launcher's FMSTACK_RESTART_COUNT, else Slurm's SLURM_RESTART_COUNT
         "restart_count": int(os.environ.get("FMSTACK_RESTART_COUNT") or os.environ.get("SLURM_RESTART_COUNT", "0")),
+        "stopped_at_step": stopped_at,
+        # this rank's signal; a rank that was not signalled itself stops with the others and reports SIGTERM
+        "stop_signal": None if stopped_at is None else _signal_name(stop.signum),
     }
     log("done " + json.dumps(summary))
     dist.destroy_process_group()
     return summary
 
 
+def _signal_name(signum: int | None) -> str:
+    return signal.Signals(signum if signum is not None else signal.SIGTERM).name
+
+
 def main(argv: list[str] | None = None) -> int:
-    train(parse_args(argv))
-    return 0
+    """0 when every step ran; ``128 + signal`` when a stop signal ended the run early (after its checkpoint)."""
+    args = parse_args(argv)
+    with StopRequest() as stop:
+        summary = train(args, stop)
+    if summary["stopped_at_step"] is None:
+        return 0
+    return exit_status(stop.signum if stop.signum is not None else signal.SIGTERM)
 
 
 if __name__ == "__main__":

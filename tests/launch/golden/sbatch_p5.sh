@@ -9,6 +9,7 @@
 #SBATCH --requeue
 #SBATCH --open-mode=append
 #SBATCH --output=/fsx/logs/%x-%j.out
+#SBATCH --signal=B:USR1@120
 # fmstack: 4 node(s) x 8 process(es), 8 GPU(s) per node
 set -uo pipefail
 export FI_EFA_FORK_SAFE=1
@@ -20,6 +21,7 @@ export FMSTACK_TP=1
 export HF_HOME=/fsx/hf
 export NCCL_DEBUG=WARN
 export NCCL_SOCKET_IFNAME='^lo,docker'
+export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=120
 HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 MASTER_ADDR=$(scontrol show node "$HEAD_NODE" | tr " " "\n" | sed -n "s/^NodeAddr=//p")
 MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
@@ -28,8 +30,18 @@ echo "fmstack: job $SLURM_JOB_ID restart ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB
 # container mounts need their source directories on every node (pyxis/enroot bind mounts)
 srun --nodes=4 --ntasks-per-node=1 mkdir -p -- /fsx/ckpt/gpt-small || { echo 'fmstack: cannot create the container mount source(s) /fsx/ckpt/gpt-small' >&2; exit 1; }
 # node rank comes from each srun task's own SLURM_NODEID, hence bash -c
-srun --kill-on-bad-exit=1 --nodes=4 --ntasks-per-node=1 --container-image=123456789012.dkr.ecr.us-east-1.amazonaws.com/fmstack:0.1 --container-mounts=/fsx/logs:/fsx/logs,/fsx/ckpt/gpt-small:/fsx/ckpt/gpt-small bash -c 'exec python3 -m torch.distributed.run --nnodes=4 --nproc-per-node=8 --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" -m fmstack.workloads.train --model small --parallel fsdp --precision bf16 --steps 1000 --batch-size 4 --seed 0 --ckpt-dir /fsx/ckpt/gpt-small --ckpt-interval 50 --ckpt-keep 3 --ckpt-durable s3://ckpts/gpt-small'
-rc=$?
+stop=""
+# time limit in ~120 s (--signal=B:USR1): the steps checkpoint and stop; the job is requeued
+trap 'stop=USR1; echo "fmstack: time-limit warning: checkpoint and stop"; scancel --signal=TERM "$SLURM_JOB_ID"' USR1
+trap 'stop=${stop:-TERM}; echo "fmstack: SIGTERM: waiting for the steps to checkpoint"' TERM
+srun --kill-on-bad-exit=1 --nodes=4 --ntasks-per-node=1 --container-image=123456789012.dkr.ecr.us-east-1.amazonaws.com/fmstack:0.1 --container-mounts=/fsx/logs:/fsx/logs,/fsx/ckpt/gpt-small:/fsx/ckpt/gpt-small bash -c 'exec python3 -m torch.distributed.run --nnodes=4 --nproc-per-node=8 --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" -m fmstack.workloads.train --model small --parallel fsdp --precision bf16 --steps 1000 --batch-size 4 --seed 0 --ckpt-dir /fsx/ckpt/gpt-small --ckpt-interval 50 --ckpt-keep 3 --ckpt-durable s3://ckpts/gpt-small' &
+srun_pid=$!
+# wait returns early (status > 128) when a trap runs: wait again until srun has exited
+while :; do wait "$srun_pid"; rc=$?; kill -0 "$srun_pid" 2>/dev/null || break; done
+# a run that finished its steps inside the warning exits 0 and is not requeued
+if [ "$stop" = USR1 ] && [ "$rc" -ne 0 ]; then
+  echo "fmstack: stopped for the time limit (exit $rc); requeue to resume"; scontrol requeue "$SLURM_JOB_ID"; exit 0
+fi
 for code in 75; do
   if [ "$rc" -eq "$code" ] && [ "${SLURM_RESTART_COUNT:-0}" -lt 3 ]; then
     echo "fmstack: exit $rc asks for a requeue"; scontrol requeue "$SLURM_JOB_ID"; exit 0

@@ -5,6 +5,14 @@ Directives follow sbatch(1): ``--nodes``, ``--ntasks-per-node=1`` (torchrun star
 ``--gres=gpu:N``, ``--exclusive``, ``--time``, ``--requeue`` (Slurm requeues on node failure; the script requeues
 itself on the JobSpec's ``requeue_exit_codes`` while ``SLURM_RESTART_COUNT`` < ``max_restarts``), ``--array``.
 The rendezvous host is the first node's NodeAddr (``scontrol show node``), which also resolves for virtual nodes.
+
+Checkpoint before the time limit: a reference-workload job with a checkpoint asks for ``--signal=B:USR1@N``
+(Slurm sends SIGUSR1 to the batch shell N seconds, give or take Slurm's 60 s event resolution, before the limit;
+sbatch(1)). The script's trap turns it into ``scancel --signal=TERM $SLURM_JOB_ID``: SIGTERM to the job steps only,
+not to the batch step where srun runs (srun answers a SIGTERM of its own with SIGKILL to its tasks: "forcing job
+termination", src/srun/srun_job.c). torchrun forwards it, every rank finishes its step, they agree, the step is
+checkpointed (``fmstack.workloads.stop``), and the script requeues the job, which resumes from that step.
+USR1 and not TERM: without ``B:`` Slurm would also signal torchrun, which dies of a SIGUSR1 it does not handle.
 """
 
 from __future__ import annotations
@@ -76,6 +84,62 @@ def _mount_sources(job: ResolvedJob) -> list[str]:
     ]
 
 
+STOP_WARNING_ENV = "FMSTACK_STOP_WARNING_S"
+"""JobSpec ``env`` key that sets the time-limit warning's lead in seconds (0: no warning)."""
+DEFAULT_STOP_WARNING_S = 120
+"""Lead of the time-limit warning: one step, the checkpoint save and the exit must fit, and Slurm may send the
+signal up to 60 s early or late (sbatch(1), ``--signal``); PyTorch Lightning's SLURM docs use 90 s."""
+
+
+def stop_warning_s(job: ResolvedJob) -> int:
+    """Seconds before the time limit at which the job is told to checkpoint and stop; 0 for none. Only the
+    reference workload with a checkpoint gets one: a program that cannot save would just stop early and restart
+    from scratch. At most half the time limit, so a short job still trains before it is warned."""
+    spec = job.spec
+    raw = spec.env.get(STOP_WARNING_ENV)
+    if raw is not None:
+        if not raw.isdigit() or int(raw) > 65535:
+            raise InputError(
+                f"env.{STOP_WARNING_ENV}", f"{raw!r}: seconds before the time limit, an integer 0..65535 (0: none)"
+            )
+        lead = int(raw)
+    else:
+        lead = DEFAULT_STOP_WARNING_S
+    if spec.checkpoint is None or spec.command is not None:
+        return 0
+    return min(lead, spec.time_limit_min * 60 // 2)
+
+
+def _stop_lines(lead_s: int) -> list[str]:
+    """Run srun in the background and wait, so the batch shell's traps run while the job steps work. SIGUSR1 (the
+    time-limit warning) becomes SIGTERM to the steps and a requeue once they have exited; SIGTERM to the batch
+    shell itself (scancel, preemption, the time limit) is only noted, so the shell outlives its steps' saves."""
+    lines = ['stop=""']
+    if lead_s:
+        lines += [
+            f"# time limit in ~{lead_s} s (--signal=B:USR1): the steps checkpoint and stop; the job is requeued",
+            'trap \'stop=USR1; echo "fmstack: time-limit warning: checkpoint and stop"; '
+            'scancel --signal=TERM "$SLURM_JOB_ID"\' USR1',
+        ]
+    lines.append("trap 'stop=${stop:-TERM}; echo \"fmstack: SIGTERM: waiting for the steps to checkpoint\"' TERM")
+    return lines
+
+
+def _requeue_after_warning(lead_s: int) -> list[str]:
+    """After the time-limit warning stopped the steps, requeue: the job resumes from the checkpoint of the step it
+    stopped at. Not counted against ``retry.max_restarts`` (a time limit is not a failure), though Slurm's
+    ``SLURM_RESTART_COUNT``, which the exit-code requeue below compares with it, counts every requeue."""
+    if not lead_s:
+        return []
+    return [
+        "# a run that finished its steps inside the warning exits 0 and is not requeued",
+        'if [ "$stop" = USR1 ] && [ "$rc" -ne 0 ]; then',
+        '  echo "fmstack: stopped for the time limit (exit $rc); requeue to resume"; scontrol requeue "$SLURM_JOB_ID"; '
+        "exit 0",
+        "fi",
+    ]
+
+
 def render_sbatch(job: ResolvedJob) -> str:
     """The sbatch script for ``job``; everything user-written is a quoted shell word."""
     spec = job.spec
@@ -89,6 +153,9 @@ def render_sbatch(job: ResolvedJob) -> str:
     if spec.partition:
         d.append(f"--partition={spec.partition}")
     d += ["--requeue", "--open-mode=append", f"--output={job.log_dir}/%x-%j.out"]
+    lead_s = stop_warning_s(job)
+    if lead_s:
+        d.append(f"--signal=B:USR1@{lead_s}")
     if spec.array:
         d.append(f"--array={spec.array}")
     for v in (spec.partition or "", job.log_dir):
@@ -98,12 +165,16 @@ def render_sbatch(job: ResolvedJob) -> str:
     rdzv = '--node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT"'
     inner = f"exec {shlex.join(cmd)} {rdzv} {shlex.join(program_argv(job))}"
     requeue_codes = " ".join(str(c) for c in spec.retry.requeue_exit_codes)
+    env = job_env(job)
+    if lead_s:
+        # torchrun SIGKILLs its workers this long after forwarding a SIGTERM (default 30 s): give them the lead
+        env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(lead_s))
     lines = [
         "#!/bin/bash",
         *(f"#SBATCH {x}" for x in d),
         f"# fmstack: {spec.nodes} node(s) x {job.procs_per_node} process(es), {job.gpus_per_node} GPU(s) per node",
         "set -uo pipefail",
-        *(f"export {k}={q(v)}" for k, v in sorted(job_env(job).items())),
+        *(f"export {k}={q(v)}" for k, v in sorted(env.items())),
         'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         'MASTER_ADDR=$(scontrol show node "$HEAD_NODE" | tr " " "\\n" | sed -n "s/^NodeAddr=//p")',
         "MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))",
@@ -111,8 +182,12 @@ def render_sbatch(job: ResolvedJob) -> str:
         'echo "fmstack: job $SLURM_JOB_ID restart ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB_NODELIST head $MASTER_ADDR"',
         *_mount_sources(job),
         "# node rank comes from each srun task's own SLURM_NODEID, hence bash -c",
-        f"srun --kill-on-bad-exit=1 --nodes={spec.nodes} --ntasks-per-node=1{_container_flags(job)} bash -c {q(inner)}",
-        "rc=$?",
+        *_stop_lines(lead_s),
+        f"srun --kill-on-bad-exit=1 --nodes={spec.nodes} --ntasks-per-node=1{_container_flags(job)} bash -c {q(inner)} &",
+        "srun_pid=$!",
+        "# wait returns early (status > 128) when a trap runs: wait again until srun has exited",
+        'while :; do wait "$srun_pid"; rc=$?; kill -0 "$srun_pid" 2>/dev/null || break; done',
+        *_requeue_after_warning(lead_s),
         f"for code in {requeue_codes}; do",
         f'  if [ "$rc" -eq "$code" ] && [ "${{SLURM_RESTART_COUNT:-0}}" -lt {spec.retry.max_restarts} ]; then',
         '    echo "fmstack: exit $rc asks for a requeue"; scontrol requeue "$SLURM_JOB_ID"; exit 0',
