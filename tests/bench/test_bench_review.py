@@ -5,7 +5,6 @@ batch log, and a profile measured on the cluster's GPU moving `estimate train` t
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
@@ -23,9 +22,9 @@ from fmstack.bench.profile import build_profile
 from fmstack.bench.runner import BenchOptions
 from fmstack.catalog import Catalog
 from fmstack.cli.bench_cmd import LineProgress
-from fmstack.cli.main import main
 from fmstack.errors import InputError
 from fmstack.perfmodel.calibration import CalibrationProfile, Curve, DeviceInfo, save_profile
+from tests.cli.test_plan_ux import _invoke
 
 
 def test_every_timed_batch_is_kept_for_the_spread(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -117,17 +116,6 @@ def test_line_progress_prints_at_most_every_interval() -> None:
         now[0] = t
         p.advance()
     assert stream.getvalue().splitlines() == ["bench gemm: 3/6 points, 10 s", "bench gemm: 5/6 points, 21 s"]
-
-
-def _invoke(*args: str) -> tuple[int, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(list(args))
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return code, out.getvalue() + err.getvalue()
 
 
 def _h100_profile(catalog: Catalog, fraction: float, path: Path) -> Path:

@@ -27,16 +27,9 @@ from fmstack.orchestration.launchers.k8s_manifests import (
 )
 from fmstack.orchestration.launchers.kubernetes import HUGEPAGES_HINT, pods_waiting
 from tests.launch.conftest import P5_SPEC
+from tests.launch.test_k8s_efa import _resources
 
 GIB = 2**30
-
-
-def _resources(m: dict[str, Any]) -> list[dict[str, Any]]:
-    if m["kind"] == "JobSet":
-        pods = [rj["template"]["spec"]["template"]["spec"] for rj in m["spec"]["replicatedJobs"]]
-    else:
-        pods = [r["template"]["spec"] for r in m["spec"]["pytorchReplicaSpecs"].values()]
-    return [c["resources"] for p in pods for c in p["containers"]]
 
 
 def _spec(instance: str, gpus: int | None, **more: Any) -> dict[str, Any]:

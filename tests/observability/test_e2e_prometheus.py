@@ -3,6 +3,7 @@ health engine turns the firing alerts into a reboot."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import socket
@@ -69,7 +70,17 @@ def stack(tmp_path: Path, fixtures: Path) -> Iterator[tuple[FakeGpuBackend, str]
         [GpuSource(gpu, "n1", expected_gpus=8), EfaSource(fs, "n1", 2), LustreSource(fs), AppSource(app)]
     )
     server = exporter.serve("127.0.0.1", 0)
-    exporter_port = server.server_address[1]
+    try:
+        with _prometheus(tmp_path, server.server_address[1]) as base:
+            yield gpu, base
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def _prometheus(tmp_path: Path, exporter_port: int) -> Iterator[str]:
+    """A real Prometheus with fmstack's rules scraping the exporter on ``exporter_port`` every second; its URL."""
     rules = tmp_path / "fmstack-rules.yml"
     rules.write_text(resources.files("fmstack.observability").joinpath("rules/fmstack-rules.yml").read_text())
     config = tmp_path / "prometheus.yml"
@@ -81,29 +92,21 @@ def stack(tmp_path: Path, fixtures: Path) -> Iterator[tuple[FakeGpuBackend, str]
     )
     port = _free_port()
     assert PROMETHEUS is not None
-    log = (tmp_path / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [
-            PROMETHEUS,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-    )
-    try:
-        yield gpu, f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
+    with (tmp_path / "prometheus.log").open("w") as log:
+        proc = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=subprocess.DEVNULL, stderr=log,
+        )  # fmt: skip
         try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        server.shutdown()
-        server.server_close()
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def test_xid79_fires_and_the_engine_reboots(stack: tuple[FakeGpuBackend, str]) -> None:
@@ -161,33 +164,10 @@ def node_stack(tmp_path: Path, fixtures: Path) -> Iterator[str]:
     gpu = exporter.sources[0].inner.backend  # type: ignore[attr-defined]
     gpu.inject_xid(2, 79)
     server = exporter.serve("127.0.0.1", 0)
-    rules = tmp_path / "fmstack-rules.yml"
-    rules.write_text(resources.files("fmstack.observability").joinpath("rules/fmstack-rules.yml").read_text())
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        f"rule_files: ['{rules}']\n"
-        "scrape_configs:\n"
-        f"  - job_name: fmstack\n    static_configs: [{{targets: ['127.0.0.1:{server.server_address[1]}']}}]\n"
-    )
-    port = _free_port()
-    assert PROMETHEUS is not None
-    log = (tmp_path / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=log,
-    )  # fmt: skip
     try:
-        yield f"http://127.0.0.1:{port}"
+        with _prometheus(tmp_path, server.server_address[1]) as base:
+            yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
         server.shutdown()
         server.server_close()
         exporter.sources[0].stop(join_s=5)  # type: ignore[attr-defined]  # no poll thread left for other tests
