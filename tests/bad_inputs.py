@@ -529,4 +529,12 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 8, fresh-user walk-through (helper I): add rows here
-BAD_ARGV += []  # fmt: skip
+BAD_ARGV += [
+    (["plan", "train", "--model", "llama3.1-7b", "--instance", "p5.48xlarge", "--gpus", "512", "--tokens", "2e12"],
+     "did you mean 'llama3.1-70b' or 'llama3.1-8b'?"),
+    (["estimate", "train", "--model", "llama3.1-70b", "--instance", "p5.48xlarg", "--nodes", "4"],
+     "unknown instance 'p5.48xlarg'; did you mean 'p5.48xlarge'"),
+    (["plan", "train", "--model", "llama3.1-70b", "--instance", "u-p6e-gb200x7", "--gpus", "72", "--tokens", "2e12"],
+     "did you mean 'u-p6e-gb200x72'"),
+    (["catalog", "show", "instance", "p5en"], "did you mean 'p5en.48xlarge'?"),
+]  # fmt: skip

@@ -151,7 +151,7 @@ def resolve_instance(catalog: Catalog, name: str) -> Instance:
         try:
             us = catalog.ultraserver(name)
         except InputError:
-            known = sorted(catalog.names("instance") + catalog.names("ultraserver"))
-            raise InputError("instance", f"unknown instance {name!r}; known: {', '.join(known)}") from not_instance
+            message = catalog.unknown_message("instance", name, ["instance", "ultraserver"])
+            raise InputError("instance", message) from not_instance
         base = catalog.instance(us.instance)
         return base.model_copy(update={"nvlink_domain_gpus": us.num_gpus, "ultraserver": us.name})

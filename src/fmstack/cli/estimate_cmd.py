@@ -34,7 +34,7 @@ TRAIN_EXAMPLE = """Example:
 
 @click.group(epilog="Example:\n\n  fmstack estimate train --model llama3.1-8b --instance p5.48xlarge --nodes 1")
 def estimate() -> None:
-    """Estimate one workload on one cluster: training (train), and more as they land."""
+    """Estimate one workload on one cluster: train, serve, or rl (one PPO / GRPO step)."""
 
 
 def _choice(values: tuple[str, ...]) -> click.Choice[str]:

@@ -232,7 +232,7 @@ def search_options(func: Any) -> Any:
 
 @click.group(epilog=PLAN_EXAMPLE)
 def plan() -> None:
-    """Search every configuration, rank it, explain the best (training; serving when available)."""
+    """Search every configuration, rank it, explain the best: training (train) or serving (serve)."""
 
 
 @plan.command("train", epilog=PLAN_EXAMPLE)

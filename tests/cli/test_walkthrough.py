@@ -1,0 +1,54 @@
+"""A new user's walk through the README and docs (session 8): what it found, each with the behaviour expected."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+from fmstack.cli.main import main
+from fmstack.cli.validate_cmd import _number
+
+
+def _invoke(*args: str) -> tuple[int, str, str]:
+    """The real entry point in this process: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(args))
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_group_without_a_command_prints_its_help_not_one_flattened_line() -> None:
+    # `fmstack plan` alone used to print "fmstack: error: Usage: fmstack plan [OPTIONS] ... Commands: serve ..." on
+    # one line; it is the help, laid out as --help lays it out, with click's usage-error exit code
+    for argv in (["plan"], ["estimate"], []):
+        code, _, err = _invoke(*argv)
+        assert code == 2
+        assert not err.startswith("fmstack: error:")
+        lines = err.splitlines()
+        assert lines[0].startswith(f"Usage: fmstack {' '.join(argv)}".rstrip() + " [OPTIONS] COMMAND")
+        assert "Commands:" in lines
+
+
+def test_group_help_names_every_subcommand() -> None:
+    # the estimate and plan groups said "training, and more as they land" / "serving when available"
+    _, out, _ = _invoke("estimate", "--help")
+    assert "train, serve, or rl (one PPO / GRPO step)" in " ".join(out.split())
+    _, out, _ = _invoke("plan", "--help")
+    assert "training (train) or serving (serve)" in " ".join(out.split())
+
+
+def test_validate_numbers_never_print_in_exponent_form() -> None:
+    assert _number(14431.2) == "14,431"  # was f"{x:.4g}": "1.443e+04" beside a measured "12036"
+    assert _number(305.49) == "305.5"
+    assert _number(0.00021994) == "0.0002199"  # the collectives column printed "0.0" for 8-byte all-reduces
+    code, out, _ = _invoke("validate", "--only", "training")
+    assert code == 0
+    table = out.split("training dense:")[0]
+    assert "e+0" not in table
+    # the error column stays on one line: "+156.9 %" was split into "+156.9" and "%"
+    rows = [line for line in table.splitlines() if line.startswith("│ T")]
+    assert rows and all(line.split("│")[7].strip().endswith("%") or line.split("│")[7].strip() == "-" for line in rows)
