@@ -52,3 +52,19 @@ def test_validate_numbers_never_print_in_exponent_form() -> None:
     # the error column stays on one line: "+156.9 %" was split into "+156.9" and "%"
     rows = [line for line in table.splitlines() if line.startswith("│ T")]
     assert rows and all(line.split("│")[7].strip().endswith("%") or line.split("│")[7].strip() == "-" for line in rows)
+
+
+def test_scale_table_fits_140_columns_with_whole_instance_names() -> None:
+    # the gpu axis cut names to "p5en.48xlar…" and headers to "tokens/s/G…"; stdout began with a blank line (the
+    # search's progress bar, finished on stdout in a pipe)
+    code, out, _ = _invoke(
+        "scale", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--gpus", "512", "--tokens", "2e12",
+        "--axis", "gpu", "--values", "p5.48xlarge,p5en.48xlarge",
+    )  # fmt: skip
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("llama3.1-70b: scaling over gpu")
+    table = [line for line in lines if line[:1] in "┏┃┡│└"]
+    assert all(len(line) <= 140 and line.rstrip()[-1] in "┓┃┩│┘" for line in table)  # not cropped either
+    assert any(line.startswith("│ p5en.48xlarge ") for line in table)
+    assert "…" not in "".join(table)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
+from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -410,9 +412,9 @@ class _progress:
 
     def __init__(self, quiet: bool, total: int) -> None:
         self.bar: Progress | None = None
-        if not quiet and total > 1:
+        if not quiet and total > 1 and sys.stderr.isatty():  # on stderr: stdout stays the result alone
             self.bar = Progress(TextColumn("searching"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                                TimeElapsedColumn(), console=console(), transient=True)  # fmt: skip
+                                TimeElapsedColumn(), console=Console(stderr=True), transient=True)  # fmt: skip
             self.task = self.bar.add_task("search", total=total)
 
     def __enter__(self) -> Any:
