@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import io
 
+from fmstack.cli.common import number_text as _number
 from fmstack.cli.main import main
-from fmstack.cli.validate_cmd import _number
 
 
 def _invoke(*args: str) -> tuple[int, str, str]:
@@ -68,3 +68,24 @@ def test_scale_table_fits_140_columns_with_whole_instance_names() -> None:
     assert all(len(line) <= 140 and line.rstrip()[-1] in "┓┃┩│┘" for line in table)  # not cropped either
     assert any(line.startswith("│ p5en.48xlarge ") for line in table)
     assert "…" not in "".join(table)
+
+
+def test_plan_serve_names_replicas_and_whole_instances() -> None:
+    # the summary read "8 x p6-b200.48xlarge tp 1 fp8 on 1 node(s)" (8 replicas, not 8 instances) and the table cut
+    # instance names to "p6-b200.48x…"; --instance took no comma list as plan train's does ("unknown instance
+    # 'p6-b200.48xlarge,p5en.48xlarge'"), only the option repeated
+    code, out, _ = _invoke(
+        "plan", "serve", "--model", "llama3.1-8b", "--qps", "5", "--input-len", "512", "--output-len", "128",
+        "--ttft-p99", "0.5", "--itl-p99", "0.05", "--instance", "p6-b200.48xlarge,p5en.48xlarge",
+    )  # fmt: skip
+    assert code == 0
+    first, *rest = out.splitlines()
+    assert " replica(s) of tp " in first and " x p" in first.split(" on ")[-1]
+    rows = [line for line in rest if line.startswith("│ ")]
+    assert rows and all(line.split("│")[1].strip() in ("p6-b200.48xlarge", "p5en.48xlarge") for line in rows)
+
+
+def test_inference_validation_numbers_never_print_in_exponent_form() -> None:
+    code, out, _ = _invoke("validate", "--only", "inference")
+    assert code == 0
+    assert "e+0" not in out.split("inference:")[1]

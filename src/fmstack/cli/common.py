@@ -73,3 +73,16 @@ def duration_text(seconds: float) -> str:
         return f"{seconds / 60:.0f} min"
     hours = seconds / 3600
     return f"{hours:.1f} h" if hours < 10 else f"{hours:,.0f} h"
+
+
+def number_text(value: float) -> str:
+    """A predicted value: thousands with separators (``13,552``, never ``1.355e+04``), smaller values with four
+    significant digits (``146.8``, ``0.0002199``). Measured values print as published (``:,g``)."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
+def no_wrap(table: Any, *headers: str) -> None:
+    """Keep these columns on one line (an id or ``+156.9 %`` split over two lines reads as two values)."""
+    for column in table.columns:
+        if column.header in headers:
+            column.no_wrap = True

@@ -11,23 +11,10 @@ import click
 from rich.table import Table
 
 from fmstack.catalog import load_catalog
-from fmstack.cli.common import catalog_option, console, json_option, print_json
+from fmstack.cli.common import catalog_option, console, json_option, no_wrap, number_text, print_json
 from fmstack.perfmodel.validation import TrainingCheck, summary, validate_training
 from fmstack.perfmodel.validation_llmfoundry import SOURCE, TABLES, SideCheck, check_llmfoundry, summarize
 from fmstack.perfmodel.validation_rl import RLCheck
-
-
-def _number(value: float) -> str:
-    """A predicted value: thousands with separators (``13,552``, never ``1.355e+04``), smaller values with four
-    significant digits (``146.8``, ``0.0002199``). Measured values print as published (``:,g``)."""
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
-
-
-def _no_wrap(table: Table, *headers: str) -> None:
-    """Keep these columns on one line (an id or ``+156.9 %`` split over two lines reads as two values)."""
-    for column in table.columns:
-        if column.header in headers:
-            column.no_wrap = True
 
 
 def _collective_checks(cat: Any) -> list[Any]:
@@ -104,14 +91,14 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
     if training:
         table = Table("id", "model", "GPUs", "metric", "measured", "predicted", "error", "config / why not",
                       title="training: predicted vs published", title_justify="left")  # fmt: skip
-        _no_wrap(table, "id", "measured", "predicted", "error")
+        no_wrap(table, "id", "measured", "predicted", "error")
         for c in training:
             if c.predicted is None:
                 table.add_row(c.id, c.model, str(c.num_gpus), c.metric, f"{c.measured:,g}", "-", "-",
                               f"[yellow]not expressible: {c.not_expressible}")  # fmt: skip
             else:
                 why = f"{c.config}\n[yellow]known miss: {c.miss_reason}" if c.miss_reason else c.config
-                table.add_row(c.id, c.model, str(c.num_gpus), c.metric, f"{c.measured:,g}", _number(c.predicted),
+                table.add_row(c.id, c.model, str(c.num_gpus), c.metric, f"{c.measured:,g}", number_text(c.predicted),
                               f"{c.error_pct:+.1f} %", why)  # fmt: skip
         out.print(table)
         for scope in ("dense", "moe"):
@@ -125,9 +112,9 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
     if collectives:
         table = Table("id", "op", "system", "GPUs", "bytes", "measured busbw", "predicted", "error", "in scope",
                       title="collectives: busbw GB/s, predicted vs nccl-tests", title_justify="left")  # fmt: skip
-        _no_wrap(table, "id", "measured busbw", "predicted", "error")
+        no_wrap(table, "id", "measured busbw", "predicted", "error")
         for c in collectives:
-            pred = "-" if c.predicted_busbw_gbps is None else _number(c.predicted_busbw_gbps)
+            pred = "-" if c.predicted_busbw_gbps is None else number_text(c.predicted_busbw_gbps)
             err = "-" if c.error_pct is None else f"{c.error_pct:+.1f} %"
             table.add_row(c.id, c.op, c.system, str(c.num_gpus), f"{c.size_bytes:,.0f}" if c.size_bytes else "-",
                           f"{c.measured_busbw_gbps:,g}", pred, err, "yes" if c.in_scope else f"no: {c.note}")  # fmt: skip
