@@ -537,4 +537,10 @@ BAD_ARGV += [
     (["plan", "train", "--model", "llama3.1-70b", "--instance", "u-p6e-gb200x7", "--gpus", "72", "--tokens", "2e12"],
      "did you mean 'u-p6e-gb200x72'"),
     (["catalog", "show", "instance", "p5en"], "did you mean 'p5en.48xlarge'?"),
+    (["plan", "train", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--gpus", "500", "--tokens", "2e12"],
+     "500 is not a multiple of 8 GPUs per p5.48xlarge node; nearest: 496 (62 nodes) or 504 (63 nodes)"),
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "4"],
+     "4 is not a multiple of 8 GPUs per node; nearest: 8 (1 node)"),
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "u-p6e-gb200x72", "--nodes", "20"],
+     "per 72-GPU NVLink domain (18 x 4 GPUs); nearest: 18 nodes (72 GPUs) or 36 nodes (144 GPUs)"),
 ]  # fmt: skip

@@ -89,3 +89,11 @@ def test_inference_validation_numbers_never_print_in_exponent_form() -> None:
     code, out, _ = _invoke("validate", "--only", "inference")
     assert code == 0
     assert "e+0" not in out.split("inference:")[1]
+
+
+def test_whole_nodes_hint_gives_the_counts_either_side() -> None:
+    from fmstack.cli.common import whole_nodes_hint
+
+    assert whole_nodes_hint(500, 8) == "; nearest: 496 (62 nodes) or 504 (63 nodes)"
+    assert whole_nodes_hint(4, 8) == "; nearest: 8 (1 node)"  # no zero-node option
+    assert whole_nodes_hint(12, 8) == "; nearest: 8 (1 node) or 16 (2 nodes)"

@@ -48,7 +48,12 @@ class Cluster:
                 "nodes",
                 f"num_nodes({self.num_nodes}) must be a multiple of {nodes_per_domain} {self.instance.name} nodes "
                 f"per {self.instance.nvlink_domain_gpus}-GPU NVLink domain "
-                f"({nodes_per_domain} x {self.instance.num_gpus} GPUs)",
+                f"({nodes_per_domain} x {self.instance.num_gpus} GPUs); nearest: "
+                + " or ".join(
+                    f"{d * nodes_per_domain} nodes ({d * self.instance.nvlink_domain_gpus} GPUs)"
+                    for d in (self.num_nodes // nodes_per_domain, self.num_nodes // nodes_per_domain + 1)
+                    if d >= 1
+                ),
             )
 
     @property

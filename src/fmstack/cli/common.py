@@ -86,3 +86,10 @@ def no_wrap(table: Any, *headers: str) -> None:
     for column in table.columns:
         if column.header in headers:
             column.no_wrap = True
+
+
+def whole_nodes_hint(gpus: int, per_node: int) -> str:
+    """The whole-node GPU counts either side of ``gpus``: ``"; nearest: 496 (62 nodes) or 504 (63 nodes)"``."""
+    below, above = gpus // per_node, gpus // per_node + 1
+    options = [f"{n * per_node} ({n} node{'s' if n > 1 else ''})" for n in (below, above) if n >= 1]
+    return f"; nearest: {' or '.join(options)}"

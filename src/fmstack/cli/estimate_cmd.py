@@ -11,7 +11,15 @@ from rich.table import Table
 
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import build_cluster, resolve_instance
-from fmstack.cli.common import catalog_option, console, duration_text, json_option, parts_table, print_json
+from fmstack.cli.common import (
+    catalog_option,
+    console,
+    duration_text,
+    json_option,
+    parts_table,
+    print_json,
+    whole_nodes_hint,
+)
 from fmstack.errors import InputError
 from fmstack.perfmodel.config import (
     PRECISION_CHOICES,
@@ -87,7 +95,10 @@ def resolve_nodes(nodes: int | None, gpus: int | None, gpus_per_node: int) -> in
         if gpus <= 0:
             raise InputError("gpus", f"must be a positive number of GPUs, got {gpus}")
         if gpus % gpus_per_node:
-            raise InputError("gpus", f"{gpus} is not a multiple of {gpus_per_node} GPUs per node")
+            raise InputError(
+                "gpus",
+                f"{gpus} is not a multiple of {gpus_per_node} GPUs per node{whole_nodes_hint(gpus, gpus_per_node)}",
+            )
         return gpus // gpus_per_node
     assert nodes is not None
     return nodes

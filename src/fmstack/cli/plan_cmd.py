@@ -16,7 +16,7 @@ from fmstack.catalog import load_catalog
 from fmstack.catalog.loader import Catalog
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster, build_cluster, resolve_instance
-from fmstack.cli.common import catalog_option, console, json_option, print_json
+from fmstack.cli.common import catalog_option, console, json_option, print_json, whole_nodes_hint
 from fmstack.cli.estimate_cmd import estimate_argv
 from fmstack.errors import InputError
 from fmstack.perfmodel.config import (
@@ -113,7 +113,8 @@ def build_clusters(cat: Catalog, instances: str, gpus: str) -> tuple[list[Cluste
         for count in counts:
             try:
                 if count % per_node:
-                    raise InputError("gpus", f"{count} is not a multiple of {per_node} GPUs per {name} node")
+                    hint = whole_nodes_hint(count, per_node)
+                    raise InputError("gpus", f"{count} is not a multiple of {per_node} GPUs per {name} node{hint}")
                 if (canonical, count) not in seen:
                     clusters.append(build_cluster(cat, name, count // per_node))
                     seen.add((canonical, count))
