@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+from pathlib import Path
 
 from fmstack.cli.common import number_text as _number
 from fmstack.cli.main import main
@@ -97,3 +98,13 @@ def test_whole_nodes_hint_gives_the_counts_either_side() -> None:
     assert whole_nodes_hint(500, 8) == "; nearest: 496 (62 nodes) or 504 (63 nodes)"
     assert whole_nodes_hint(4, 8) == "; nearest: 8 (1 node)"  # no zero-node option
     assert whole_nodes_hint(12, 8) == "; nearest: 8 (1 node) or 16 (2 nodes)"
+
+
+def test_health_says_when_the_alerts_leave_nothing_to_do(tmp_path: Path) -> None:
+    # an alerts answer with no firing fmstack node alert printed an empty table and nothing else
+    alerts = tmp_path / "alerts.json"
+    alerts.write_text('{"data": {"alerts": [{"state": "pending", "labels": {"alertname": "FmstackGpuXidRebootRequired"'
+                      ', "Hostname": "n4", "xid": "79"}}]}}')  # fmt: skip
+    code, out, _ = _invoke("health", "--alerts", str(alerts))
+    assert code == 0
+    assert out.strip() == f"{alerts}: no firing fmstack node alert; nothing to do"

@@ -336,7 +336,7 @@ def plan_serve_cmd(
     b = plan.best
     out.print(
         f"[bold]{plan.model}[/] at {qps:g} req/s, {input_len}/{output_len} tokens, TTFT p99 <= {ttft_p99:g} s, "
-        f"ITL p99 <= {itl_p99:g} s: [bold]{b.replicas} replica(s) of tp {b.tp}{f' pp {b.pp}' if b.pp > 1 else ''} "
+        f"ITL p99 <= {itl_p99:g} s: [bold]{b.replicas} replica(s) of tp {b.tp}{f' pp {b.pp}' if b.pp > 1 else ''}{f' ep {b.ep}' if b.ep > 1 else ''} "
         f"{b.precision}[/]{f' ({b.nodes_per_replica} nodes per replica)' if b.nodes_per_replica > 1 else ''} on "
         f"{b.nodes} x {b.instance}, ${b.cost_per_hour_usd:,.2f}/h"
     )
