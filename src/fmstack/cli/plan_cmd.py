@@ -189,7 +189,7 @@ def search_options(func: Any) -> Any:
                 type=click.Choice((*OBJECTIVES, "time-with-failures")),
                 default="time",
                 show_default=True,
-                help="Rank by time to train, cost, or MFU.",
+                help="Rank by time to train, cost, MFU, or time to train with failures, restarts and checkpoints.",
             ),
             click.option(
                 "--seq-len", type=int, default=None, help="Sequence length (tokens) [min(8192, the model's context)]."
