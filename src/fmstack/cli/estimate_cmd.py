@@ -55,7 +55,9 @@ def cluster_options(func: Any) -> Any:
         [
             click.option("--model", required=True, help="Zoo model name or a model YAML file."),
             click.option("--instance", required=True, help="Instance or UltraServer name from the catalog."),
-            click.option("--nodes", type=int, default=None, help="Number of instances (nodes) [1, or --gpus / GPUs per node]."),
+            click.option(
+                "--nodes", type=int, default=None, help="Number of instances (nodes) [1, or --gpus / GPUs per node]."
+            ),
             click.option("--gpus", type=int, default=None, help="Number of GPUs (a multiple of GPUs per node)."),
         ]
     ):
