@@ -108,3 +108,18 @@ def test_health_says_when_the_alerts_leave_nothing_to_do(tmp_path: Path) -> None
     code, out, _ = _invoke("health", "--alerts", str(alerts))
     assert code == 0
     assert out.strip() == f"{alerts}: no firing fmstack node alert; nothing to do"
+
+
+def test_estimate_time_to_train_lines_are_not_broken_mid_phrase() -> None:
+    # the README's estimate command: the checkpoint + FSx line and the failures + lost-time line ran past 140
+    # columns, and a log (fixed width 140) broke them mid-phrase ("... 2.4 TiB needed (read" / "1.2, write ...")
+    code, out, _ = _invoke(
+        "estimate", "train", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--nodes", "64", "--tp", "8",
+        "--pp", "4", "--micro-batch", "1", "--global-batch", "1024", "--seq-len", "8192", "--recompute", "selective",
+        "--tokens", "2e12",
+    )  # fmt: skip
+    assert code == 0
+    lines = out.splitlines()
+    starts = ("checkpoint ", "FSx fsx-persistent-1000 ", "failures: MTBF ", "time lost: ", "time to train ")
+    tail = lines[-len(starts) - 1 : -1]
+    assert [line.startswith(s) for line, s in zip(tail, starts, strict=True)] == [True] * len(starts), tail

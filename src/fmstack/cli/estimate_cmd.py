@@ -322,14 +322,15 @@ def render_estimate(est: TrainingEstimate, data: dict[str, Any]) -> None:
         out.print(
             f"checkpoint {data['checkpoint_size_gib']:,.0f} GiB to {data['checkpoint_tier']}: write "
             f"{data['checkpoint_write_s']:,.1f} s ({'async' if data['checkpoint_async'] else 'sync'}, stalls "
-            f"{data['checkpoint_blocking_s']:.2f} s), every {data['checkpoint_interval_s'] / 60:,.1f} min; "
-            f"FSx {data['fsx_tier']} {data['fsx_capacity_tib_needed']:,.1f} TiB needed ({_fsx_needs(data)})"
-        )
+            f"{data['checkpoint_blocking_s']:.2f} s), every {data['checkpoint_interval_s'] / 60:,.1f} min"
+        )  # one fact per line: a 140-column log broke the longer lines mid-phrase
+        out.print(f"FSx {data['fsx_tier']} {data['fsx_capacity_tib_needed']:,.1f} TiB needed ({_fsx_needs(data)})")
         out.print(
             f"failures: MTBF {duration_text(data['mtbf_s'])} at this scale ({data['failure_model']}), "
             f"{_count_text(data['expected_failures'])} expected; recovery {data['recovery']}; goodput "
-            f"{data['goodput'] * 100:.1f} %; lost: {lost or 'nothing'}"
+            f"{data['goodput'] * 100:.1f} %"
         )
+        out.print(f"time lost: {lost or 'nothing'}")
         out.print(
             f"time to train {data['time_to_train_s'] / 86400:,.1f} days "
             f"(ideal {data['ideal_time_to_train_s'] / 86400:,.1f} days without failures or checkpoints)"
