@@ -543,4 +543,11 @@ BAD_ARGV += [
      "4 is not a multiple of 8 GPUs per node; nearest: 8 (1 node)"),
     (["estimate", "train", "--model", "llama3.1-8b", "--instance", "u-p6e-gb200x72", "--nodes", "20"],
      "per 72-GPU NVLink domain (18 x 4 GPUs); nearest: 18 nodes (72 GPUs) or 36 nodes (144 GPUs)"),
+    # estimate's options on the commands that search them: where they belong, not "Did you mean '--top'?"
+    (["plan", "train", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--gpus", "512", "--tokens", "2e12",
+      "--tp", "8"], "no option --tp: fmstack plan train searches every layout; to price one layout, give it to fmstack"),
+    (["plan", "train", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--nodes", "64", "--tokens", "2e12"],
+     "no option --nodes: fmstack plan train takes the GPU count, --gpus"),
+    (["scale", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--gpus", "512", "--tokens", "2e12", "--axis",
+      "nodes", "--pp", "2"], "no option --pp: fmstack scale searches every layout"),
 ]  # fmt: skip

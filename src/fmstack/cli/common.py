@@ -93,3 +93,27 @@ def whole_nodes_hint(gpus: int, per_node: int) -> str:
     below, above = gpus // per_node, gpus // per_node + 1
     options = [f"{n * per_node} ({n} node{'s' if n > 1 else ''})" for n in (below, above) if n >= 1]
     return f"; nearest: {' or '.join(options)}"
+
+
+class SearchCommand(click.Command):
+    """A command that searches the parallel layout (plan train, scale): an option that fixes one degree (``--tp``)
+    says where it belongs instead of click's "Did you mean '--top'?"."""
+
+    FIXED = ("--tp", "--pp", "--dp", "--cp", "--ep", "--etp", "--vpp", "--micro-batch", "--sharding")
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            if exc.option_name in self.FIXED:
+                exc.message = (
+                    f"no option {exc.option_name}: {ctx.command_path} searches every layout; to price one layout, "
+                    "give it to fmstack estimate train (plan train prints that command for its rows)"
+                )
+                exc.possibilities = None
+            elif exc.option_name == "--nodes":
+                exc.message = (
+                    f"no option --nodes: {ctx.command_path} takes the GPU count, --gpus (nodes x GPUs per node)"
+                )
+                exc.possibilities = None
+            raise

@@ -16,7 +16,7 @@ from fmstack.catalog import load_catalog
 from fmstack.catalog.loader import Catalog
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster, build_cluster, resolve_instance
-from fmstack.cli.common import catalog_option, console, json_option, print_json, whole_nodes_hint
+from fmstack.cli.common import SearchCommand, catalog_option, console, json_option, print_json, whole_nodes_hint
 from fmstack.cli.estimate_cmd import estimate_argv
 from fmstack.errors import InputError
 from fmstack.perfmodel.config import (
@@ -238,7 +238,7 @@ def plan() -> None:
     """Search every configuration, rank it, explain the best: training (train) or serving (serve)."""
 
 
-@plan.command("train", epilog=PLAN_EXAMPLE)
+@plan.command("train", cls=SearchCommand, epilog=PLAN_EXAMPLE)
 @search_options
 @click.option("--top", type=int, default=10, show_default=True, help="How many configurations to show.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write an HTML report.")

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import resolve_instance
-from fmstack.cli.common import console, json_option, print_json
+from fmstack.cli.common import SearchCommand, console, json_option, print_json
 from fmstack.cli.plan_cmd import _progress, _space, parse_gpus, search_options
 from fmstack.errors import InputError
 from fmstack.perfmodel.scaling import AXES, EFA_GENERATIONS, GPU_GENERATIONS, SweepResult, run_sweep
@@ -36,7 +36,7 @@ VALUES_HELP = (
 )
 
 
-@click.command(epilog=SCALE_EXAMPLE)
+@click.command(cls=SearchCommand, epilog=SCALE_EXAMPLE)
 @search_options
 @click.option("--axis", type=click.Choice(AXES), required=True, help="What to sweep.")
 @click.option("--values", default=None, help=VALUES_HELP)
