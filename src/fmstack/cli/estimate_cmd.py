@@ -285,7 +285,7 @@ def render_estimate(est: TrainingEstimate, data: dict[str, Any]) -> None:
     if c.recompute_layers:
         recompute += f" + full on {c.recompute_layers} layers per chunk"
     out.print(
-        f"[bold]{est.model}[/] on {est.num_gpus} x {est.instance} GPUs: tp {c.tp} pp {c.pp}"
+        f"[bold]{est.model}[/] on {est.num_gpus} {est.instance} GPUs: tp {c.tp} pp {c.pp}"
         f"{f' (v{c.virtual_stages})' if c.virtual_stages > 1 else ''} dp {c.dp} cp {c.cp} ep {c.ep}, "
         f"mb {c.micro_batch} x gb {c.global_batch} x seq {c.seq_len}, {c.precision}, recompute {recompute}, "
         f"{c.sharding}{', sp' if c.sequence_parallel else ''}"

@@ -370,7 +370,7 @@ def _ranked_table(result: PlanResult) -> Table:
     title = f"best ways to train {result.model} (by {result.objective})"
     shared = [i for i in (1, 2) if len({row[i] for row in rows}) == 1]
     if len(shared) == 2:  # one instance and one GPU count: say them once
-        title += f" on {rows[0][2]} x {rows[0][1]} GPUs"
+        title += f" on {rows[0][2]} {rows[0][1]} GPUs"  # "512 x p5.48xlarge" read as 512 instances
         header = [h for i, h in enumerate(header) if i not in shared]
         rows = [[c for i, c in enumerate(row) if i not in shared] for row in rows]
     config = header.index("configuration")
@@ -399,7 +399,7 @@ def render_plan(result: PlanResult, *, skipped: list[str] | None = None, command
         out.print("days and cost assume no failures; --objective time-with-failures adds failures, restarts and "
                   "checkpoints", markup=False)  # fmt: skip
     best = result.best
-    out.print(f"best: [bold]{describe_config(best.config)}[/] on {best.num_gpus} x {best.instance} GPUs")
+    out.print(f"best: [bold]{describe_config(best.config)}[/] on {best.num_gpus} {best.instance} GPUs")
     out.print(f"bottleneck: [bold]{best.bottleneck}[/]")
     if command is not None:
         out.print("reproduce the best with:", markup=False)

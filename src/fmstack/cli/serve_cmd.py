@@ -128,7 +128,7 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
     c = est.config
     out = console()
     out.print(
-        f"[bold]{est.model}[/] on {est.num_gpus} x {est.instance} GPUs: tp {c.tp} pp {c.pp} ep {c.ep}, {c.precision} "
+        f"[bold]{est.model}[/] on {est.num_gpus} {est.instance} GPUs: tp {c.tp} pp {c.pp} ep {c.ep}, {c.precision} "
         f"weights, {c.kv} KV, {c.input_len}/{c.output_len} tokens, {est.concurrency:.4g} clients ({est.running} running, "
         f"max {est.max_concurrency}), {c.scheduler} batching"
     )
@@ -238,7 +238,7 @@ def rl_cmd(
         return
     out = console()
     out.print(
-        f"[bold]{est.model}[/] {cfg.algorithm.upper()} on {est.num_gpus} x {est.instance} GPUs ({cfg.placement}"
+        f"[bold]{est.model}[/] {cfg.algorithm.upper()} on {est.num_gpus} {est.instance} GPUs ({cfg.placement}"
         f"{', async' if cfg.async_split else ''}): {cfg.prompts_per_step} prompts x {cfg.samples_per_prompt} samples, "
         f"{cfg.prompt_len}+{cfg.response_len} tokens; rollout on {est.rollout_gpus} GPUs (tp {cfg.rollout_tp}, "
         f"{est.rollout_concurrency} sequences per replica), training on {est.train_gpus} GPUs (tp {cfg.train_tp})"
