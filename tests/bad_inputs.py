@@ -538,4 +538,25 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 8, fresh-user walk-through (helper I): add rows here
-BAD_ARGV += []  # fmt: skip
+BAD_ARGV += [
+    (["plan", "train", "--model", "llama3.1-7b", "--instance", "p5.48xlarge", "--gpus", "512", "--tokens", "2e12"],
+     "did you mean 'llama3.1-70b' or 'llama3.1-8b'?"),
+    (["estimate", "train", "--model", "llama3.1-70b", "--instance", "p5.48xlarg", "--nodes", "4"],
+     "unknown instance 'p5.48xlarg'; did you mean 'p5.48xlarge'"),
+    (["plan", "train", "--model", "llama3.1-70b", "--instance", "u-p6e-gb200x7", "--gpus", "72", "--tokens", "2e12"],
+     "did you mean 'u-p6e-gb200x72'"),
+    (["catalog", "show", "instance", "p5en"], "did you mean 'p5en.48xlarge'?"),
+    (["plan", "train", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--gpus", "500", "--tokens", "2e12"],
+     "500 is not a multiple of 8 GPUs per p5.48xlarge node; nearest: 496 (62 nodes) or 504 (63 nodes)"),
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "4"],
+     "4 is not a multiple of 8 GPUs per node; nearest: 8 (1 node)"),
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "u-p6e-gb200x72", "--nodes", "20"],
+     "per 72-GPU NVLink domain (18 x 4 GPUs); nearest: 18 nodes (72 GPUs) or 36 nodes (144 GPUs)"),
+    # estimate's options on the commands that search them: where they belong, not "Did you mean '--top'?"
+    (["plan", "train", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--gpus", "512", "--tokens", "2e12",
+      "--tp", "8"], "no option --tp: fmstack plan train searches every layout; to price one layout, give it to fmstack"),
+    (["plan", "train", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--nodes", "64", "--tokens", "2e12"],
+     "no option --nodes: fmstack plan train takes the GPU count, --gpus"),
+    (["scale", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--gpus", "512", "--tokens", "2e12", "--axis",
+      "nodes", "--pp", "2"], "no option --pp: fmstack scale searches every layout"),
+]  # fmt: skip

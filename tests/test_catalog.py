@@ -61,6 +61,19 @@ def test_unknown_lists_known(catalog: Catalog) -> None:
         catalog.gpu("H1000")
 
 
+def test_unknown_suggests_close_names(catalog: Catalog) -> None:
+    # a dropped character, a wrong digit, a bare family prefix: the close names come first, all still listed
+    with pytest.raises(InputError, match=r"unknown instance 'p5.48xlarg'; did you mean 'p5.48xlarge' or"):
+        catalog.instance("p5.48xlarg")
+    with pytest.raises(InputError, match=r"did you mean 'llama3.1-70b' or 'llama3.1-8b'\? known: deepseek-v3"):
+        catalog.model("llama3.1-7b")
+    with pytest.raises(InputError, match=r"unknown gpu 'h1000'; did you mean 'H100' or 'H800'\?"):
+        catalog.gpu("h1000")
+    # nothing close: no guess, only the list
+    with pytest.raises(InputError, match=r"unknown model 'xyzzy'; known: deepseek-v3"):
+        catalog.model("xyzzy")
+
+
 def test_user_file_overrides_and_adds(tmp_path: Path) -> None:
     (tmp_path / "price.yaml").write_text(
         "kind: instance\nentries:\n  - name: p5.48xlarge\n    gpu: H100\n    num_gpus: 8\n    gpu_memory_gb: 640\n"

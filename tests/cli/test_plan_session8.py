@@ -67,7 +67,7 @@ def test_ranked_table_says_shared_columns_once_and_does_not_wrap() -> None:
     table = _ranked_table(result)
     headers = [str(c.header) for c in table.columns]
     assert "instance" not in headers and "GPUs" not in headers
-    assert "on 512 x p5.48xlarge GPUs, gb512 seq8192" in str(table.title)
+    assert "on 512 p5.48xlarge GPUs, gb512 seq8192" in str(table.title)
     console = Console(width=140, record=True)
     console.print(table)
     lines = console.export_text().splitlines()

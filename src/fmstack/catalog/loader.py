@@ -7,6 +7,7 @@ entry of the same kind and name. A malformed file fails with one line naming fil
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
@@ -24,6 +25,25 @@ E = TypeVar("E", bound=Entry)
 
 def _norm(name: str) -> str:
     return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def unknown_name_message(what: str, name: str, known: Iterable[str], aliases: Iterable[tuple[str, str]] = ()) -> str:
+    """``unknown WHAT 'name'; did you mean 'a' or 'b'? known: ...``: up to three close names first (a typo, a
+    missing character, another case; difflib's ratio >= 0.6 on the normalised names, or names the given text
+    begins), then every known name. ``aliases`` are (alias, name) pairs that also match and suggest their name."""
+    names = sorted(set(known))
+    by_norm: dict[str, str] = {_norm(n): n for n in names}
+    for alias, target in aliases:
+        by_norm.setdefault(_norm(alias), target)
+    key = _norm(name)
+    close = [by_norm[k] for k in difflib.get_close_matches(key, list(by_norm), n=3, cutoff=0.6)]
+    if len(key) >= 2:
+        close += [by_norm[k] for k in sorted(by_norm) if k.startswith(key)]
+    suggested = list(dict.fromkeys(close))[:3]
+    hint = ""
+    if suggested:
+        hint = f"did you mean {' or '.join(repr(s) for s in suggested)}? "
+    return f"unknown {what} {name!r}; {hint}known: {', '.join(names)}"
 
 
 def _describe_validation(exc: ValidationError) -> str:
@@ -116,7 +136,13 @@ class Catalog:
         for entry in table.values():
             if key in (_norm(a) for a in entry.aliases):
                 return entry
-        raise InputError(kind, f"unknown {kind} {name!r}; known: {', '.join(sorted(e.name for e in table.values()))}")
+        raise InputError(kind, self.unknown_message(kind, name, [kind]))
+
+    def unknown_message(self, what: str, name: str, kinds: list[str]) -> str:
+        """The message for a name found in none of ``kinds``: close names (and aliases) suggested, all listed."""
+        entries = [e for kind in kinds for e in self.all(kind)]
+        aliases = [(a, e.name) for e in entries for a in e.aliases]
+        return unknown_name_message(what, name, (e.name for e in entries), aliases)
 
     def _check_kind(self, kind: str) -> None:
         if kind not in self.entries:

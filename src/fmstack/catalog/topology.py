@@ -48,7 +48,12 @@ class Cluster:
                 "nodes",
                 f"num_nodes({self.num_nodes}) must be a multiple of {nodes_per_domain} {self.instance.name} nodes "
                 f"per {self.instance.nvlink_domain_gpus}-GPU NVLink domain "
-                f"({nodes_per_domain} x {self.instance.num_gpus} GPUs)",
+                f"({nodes_per_domain} x {self.instance.num_gpus} GPUs); nearest: "
+                + " or ".join(
+                    f"{d * nodes_per_domain} nodes ({d * self.instance.nvlink_domain_gpus} GPUs)"
+                    for d in (self.num_nodes // nodes_per_domain, self.num_nodes // nodes_per_domain + 1)
+                    if d >= 1
+                ),
             )
 
     @property
@@ -151,7 +156,7 @@ def resolve_instance(catalog: Catalog, name: str) -> Instance:
         try:
             us = catalog.ultraserver(name)
         except InputError:
-            known = sorted(catalog.names("instance") + catalog.names("ultraserver"))
-            raise InputError("instance", f"unknown instance {name!r}; known: {', '.join(known)}") from not_instance
+            message = catalog.unknown_message("instance", name, ["instance", "ultraserver"])
+            raise InputError("instance", message) from not_instance
         base = catalog.instance(us.instance)
         return base.model_copy(update={"nvlink_domain_gpus": us.num_gpus, "ultraserver": us.name})

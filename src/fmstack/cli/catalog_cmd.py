@@ -110,8 +110,8 @@ def _lookup(cat: Catalog, kind: str, name: str) -> Entry:
     try:
         return cat.get("ultraserver", name)
     except InputError:
-        known = sorted(cat.names("instance") + cat.names("ultraserver"))
-        raise InputError("instance", f"unknown instance or ultraserver {name!r}; known: {', '.join(known)}") from None
+        message = cat.unknown_message("instance or ultraserver", name, ["instance", "ultraserver"])
+        raise InputError("instance", message) from None
 
 
 @catalog.command("show", epilog="Example:\n\n  fmstack catalog show instance p5.48xlarge")

@@ -73,3 +73,47 @@ def duration_text(seconds: float) -> str:
         return f"{seconds / 60:.0f} min"
     hours = seconds / 3600
     return f"{hours:.1f} h" if hours < 10 else f"{hours:,.0f} h"
+
+
+def number_text(value: float) -> str:
+    """A predicted value: thousands with separators (``13,552``, never ``1.355e+04``), smaller values with four
+    significant digits (``146.8``, ``0.0002199``). Measured values print as published (``:,g``)."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
+def no_wrap(table: Any, *headers: str) -> None:
+    """Keep these columns on one line (an id or ``+156.9 %`` split over two lines reads as two values)."""
+    for column in table.columns:
+        if column.header in headers:
+            column.no_wrap = True
+
+
+def whole_nodes_hint(gpus: int, per_node: int) -> str:
+    """The whole-node GPU counts either side of ``gpus``: ``"; nearest: 496 (62 nodes) or 504 (63 nodes)"``."""
+    below, above = gpus // per_node, gpus // per_node + 1
+    options = [f"{n * per_node} ({n} node{'s' if n > 1 else ''})" for n in (below, above) if n >= 1]
+    return f"; nearest: {' or '.join(options)}"
+
+
+class SearchCommand(click.Command):
+    """A command that searches the parallel layout (plan train, scale): an option that fixes one degree (``--tp``)
+    says where it belongs instead of click's "Did you mean '--top'?"."""
+
+    FIXED = ("--tp", "--pp", "--dp", "--cp", "--ep", "--etp", "--vpp", "--micro-batch", "--sharding")
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            if exc.option_name in self.FIXED:
+                exc.message = (
+                    f"no option {exc.option_name}: {ctx.command_path} searches every layout; to price one layout, "
+                    "give it to fmstack estimate train (plan train prints that command for its rows)"
+                )
+                exc.possibilities = None
+            elif exc.option_name == "--nodes":
+                exc.message = (
+                    f"no option --nodes: {ctx.command_path} takes the GPU count, --gpus (nodes x GPUs per node)"
+                )
+                exc.possibilities = None
+            raise

@@ -11,7 +11,15 @@ from rich.table import Table
 
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import build_cluster, resolve_instance
-from fmstack.cli.common import catalog_option, console, duration_text, json_option, parts_table, print_json
+from fmstack.cli.common import (
+    catalog_option,
+    console,
+    duration_text,
+    json_option,
+    parts_table,
+    print_json,
+    whole_nodes_hint,
+)
 from fmstack.errors import InputError
 from fmstack.perfmodel.config import (
     PRECISION_CHOICES,
@@ -34,7 +42,7 @@ TRAIN_EXAMPLE = """Example:
 
 @click.group(epilog="Example:\n\n  fmstack estimate train --model llama3.1-8b --instance p5.48xlarge --nodes 1")
 def estimate() -> None:
-    """Estimate one workload on one cluster: training (train), and more as they land."""
+    """Estimate one workload on one cluster: train, serve, or rl (one PPO / GRPO step)."""
 
 
 def _choice(values: tuple[str, ...]) -> click.Choice[str]:
@@ -47,7 +55,9 @@ def cluster_options(func: Any) -> Any:
         [
             click.option("--model", required=True, help="Zoo model name or a model YAML file."),
             click.option("--instance", required=True, help="Instance or UltraServer name from the catalog."),
-            click.option("--nodes", type=int, default=None, help="Number of instances (nodes)."),
+            click.option(
+                "--nodes", type=int, default=None, help="Number of instances (nodes) [1, or --gpus / GPUs per node]."
+            ),
             click.option("--gpus", type=int, default=None, help="Number of GPUs (a multiple of GPUs per node)."),
         ]
     ):
@@ -87,7 +97,10 @@ def resolve_nodes(nodes: int | None, gpus: int | None, gpus_per_node: int) -> in
         if gpus <= 0:
             raise InputError("gpus", f"must be a positive number of GPUs, got {gpus}")
         if gpus % gpus_per_node:
-            raise InputError("gpus", f"{gpus} is not a multiple of {gpus_per_node} GPUs per node")
+            raise InputError(
+                "gpus",
+                f"{gpus} is not a multiple of {gpus_per_node} GPUs per node{whole_nodes_hint(gpus, gpus_per_node)}",
+            )
         return gpus // gpus_per_node
     assert nodes is not None
     return nodes
@@ -272,7 +285,7 @@ def render_estimate(est: TrainingEstimate, data: dict[str, Any]) -> None:
     if c.recompute_layers:
         recompute += f" + full on {c.recompute_layers} layers per chunk"
     out.print(
-        f"[bold]{est.model}[/] on {est.num_gpus} x {est.instance} GPUs: tp {c.tp} pp {c.pp}"
+        f"[bold]{est.model}[/] on {est.num_gpus} {est.instance} GPUs: tp {c.tp} pp {c.pp}"
         f"{f' (v{c.virtual_stages})' if c.virtual_stages > 1 else ''} dp {c.dp} cp {c.cp} ep {c.ep}, "
         f"mb {c.micro_batch} x gb {c.global_batch} x seq {c.seq_len}, {c.precision}, recompute {recompute}, "
         f"{c.sharding}{', sp' if c.sequence_parallel else ''}"
@@ -309,14 +322,15 @@ def render_estimate(est: TrainingEstimate, data: dict[str, Any]) -> None:
         out.print(
             f"checkpoint {data['checkpoint_size_gib']:,.0f} GiB to {data['checkpoint_tier']}: write "
             f"{data['checkpoint_write_s']:,.1f} s ({'async' if data['checkpoint_async'] else 'sync'}, stalls "
-            f"{data['checkpoint_blocking_s']:.2f} s), every {data['checkpoint_interval_s'] / 60:,.1f} min; "
-            f"FSx {data['fsx_tier']} {data['fsx_capacity_tib_needed']:,.1f} TiB needed ({_fsx_needs(data)})"
-        )
+            f"{data['checkpoint_blocking_s']:.2f} s), every {data['checkpoint_interval_s'] / 60:,.1f} min"
+        )  # one fact per line: a 140-column log broke the longer lines mid-phrase
+        out.print(f"FSx {data['fsx_tier']} {data['fsx_capacity_tib_needed']:,.1f} TiB needed ({_fsx_needs(data)})")
         out.print(
             f"failures: MTBF {duration_text(data['mtbf_s'])} at this scale ({data['failure_model']}), "
             f"{_count_text(data['expected_failures'])} expected; recovery {data['recovery']}; goodput "
-            f"{data['goodput'] * 100:.1f} %; lost: {lost or 'nothing'}"
+            f"{data['goodput'] * 100:.1f} %"
         )
+        out.print(f"time lost: {lost or 'nothing'}")
         out.print(
             f"time to train {data['time_to_train_s'] / 86400:,.1f} days "
             f"(ideal {data['ideal_time_to_train_s'] / 86400:,.1f} days without failures or checkpoints)"

@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> Any:
         click.echo("fmstack: aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # click >= 8.2: `fmstack` or `fmstack plan` alone
+            click.echo(exc.format_message(), err=True)  # the help as --help prints it, not flattened into one line
+            sys.exit(2)
         click.echo(f"fmstack: error: {_one_line(exc.format_message())}", err=True)
         sys.exit(2)
     except click.exceptions.Exit as exc:

@@ -280,6 +280,10 @@ def health(
             for cmd in row["commands"]:
                 click.echo(cmd)
         return
+    if not results:  # an empty table said nothing about why
+        source = f"{alerts_file}: no firing fmstack node alert" if alerts_file else f"{signals_file}: no node"
+        console().print(f"{source}; nothing to do", markup=False, highlight=False)
+        return
     table = Table("node", "action", "reasons")
     for row in results:
         table.add_row(row["node"] or "-", row["action"], "\n".join(row["reasons"]) or "-")

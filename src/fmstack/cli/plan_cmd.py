@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
+from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -14,7 +16,7 @@ from fmstack.catalog import load_catalog
 from fmstack.catalog.loader import Catalog
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster, build_cluster, resolve_instance
-from fmstack.cli.common import catalog_option, console, json_option, print_json
+from fmstack.cli.common import SearchCommand, catalog_option, console, json_option, print_json, whole_nodes_hint
 from fmstack.cli.estimate_cmd import estimate_argv
 from fmstack.errors import InputError
 from fmstack.perfmodel.config import (
@@ -111,7 +113,8 @@ def build_clusters(cat: Catalog, instances: str, gpus: str) -> tuple[list[Cluste
         for count in counts:
             try:
                 if count % per_node:
-                    raise InputError("gpus", f"{count} is not a multiple of {per_node} GPUs per {name} node")
+                    hint = whole_nodes_hint(count, per_node)
+                    raise InputError("gpus", f"{count} is not a multiple of {per_node} GPUs per {name} node{hint}")
                 if (canonical, count) not in seen:
                     clusters.append(build_cluster(cat, name, count // per_node))
                     seen.add((canonical, count))
@@ -186,7 +189,7 @@ def search_options(func: Any) -> Any:
                 type=click.Choice((*OBJECTIVES, "time-with-failures")),
                 default="time",
                 show_default=True,
-                help="Rank by time to train, cost, or MFU.",
+                help="Rank by time to train, cost, MFU, or time to train with failures, restarts and checkpoints.",
             ),
             click.option(
                 "--seq-len", type=int, default=None, help="Sequence length (tokens) [min(8192, the model's context)]."
@@ -232,10 +235,10 @@ def search_options(func: Any) -> Any:
 
 @click.group(epilog=PLAN_EXAMPLE)
 def plan() -> None:
-    """Search every configuration, rank it, explain the best (training; serving when available)."""
+    """Search every configuration, rank it, explain the best: training (train) or serving (serve)."""
 
 
-@plan.command("train", epilog=PLAN_EXAMPLE)
+@plan.command("train", cls=SearchCommand, epilog=PLAN_EXAMPLE)
 @search_options
 @click.option("--top", type=int, default=10, show_default=True, help="How many configurations to show.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write an HTML report.")
@@ -367,7 +370,7 @@ def _ranked_table(result: PlanResult) -> Table:
     title = f"best ways to train {result.model} (by {result.objective})"
     shared = [i for i in (1, 2) if len({row[i] for row in rows}) == 1]
     if len(shared) == 2:  # one instance and one GPU count: say them once
-        title += f" on {rows[0][2]} x {rows[0][1]} GPUs"
+        title += f" on {rows[0][2]} {rows[0][1]} GPUs"  # "512 x p5.48xlarge" read as 512 instances
         header = [h for i, h in enumerate(header) if i not in shared]
         rows = [[c for i, c in enumerate(row) if i not in shared] for row in rows]
     config = header.index("configuration")
@@ -396,7 +399,7 @@ def render_plan(result: PlanResult, *, skipped: list[str] | None = None, command
         out.print("days and cost assume no failures; --objective time-with-failures adds failures, restarts and "
                   "checkpoints", markup=False)  # fmt: skip
     best = result.best
-    out.print(f"best: [bold]{describe_config(best.config)}[/] on {best.num_gpus} x {best.instance} GPUs")
+    out.print(f"best: [bold]{describe_config(best.config)}[/] on {best.num_gpus} {best.instance} GPUs")
     out.print(f"bottleneck: [bold]{best.bottleneck}[/]")
     if command is not None:
         out.print("reproduce the best with:", markup=False)
@@ -410,9 +413,9 @@ class _progress:
 
     def __init__(self, quiet: bool, total: int) -> None:
         self.bar: Progress | None = None
-        if not quiet and total > 1:
+        if not quiet and total > 1 and sys.stderr.isatty():  # on stderr: stdout stays the result alone
             self.bar = Progress(TextColumn("searching"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                                TimeElapsedColumn(), console=console(), transient=True)  # fmt: skip
+                                TimeElapsedColumn(), console=Console(stderr=True), transient=True)  # fmt: skip
             self.task = self.bar.add_task("search", total=total)
 
     def __enter__(self) -> Any:

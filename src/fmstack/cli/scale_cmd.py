@@ -10,7 +10,7 @@ from rich.table import Table
 
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import resolve_instance
-from fmstack.cli.common import console, json_option, print_json
+from fmstack.cli.common import SearchCommand, console, json_option, print_json
 from fmstack.cli.plan_cmd import _progress, _space, parse_gpus, search_options
 from fmstack.errors import InputError
 from fmstack.perfmodel.scaling import AXES, EFA_GENERATIONS, GPU_GENERATIONS, SweepResult, run_sweep
@@ -36,7 +36,7 @@ VALUES_HELP = (
 )
 
 
-@click.command(epilog=SCALE_EXAMPLE)
+@click.command(cls=SearchCommand, epilog=SCALE_EXAMPLE)
 @search_options
 @click.option("--axis", type=click.Choice(AXES), required=True, help="What to sweep.")
 @click.option("--values", default=None, help=VALUES_HELP)
@@ -96,21 +96,37 @@ EFFICIENCY_HEADER = {"strong": "strong-scaling eff.", "weak": "weak-scaling eff.
 def render_scale(model: str, axis: str, weak: bool, result: SweepResult) -> None:
     points = result.points
     eff_header = EFFICIENCY_HEADER["relative" if axis != "nodes" else "weak" if weak else "strong"]
-    extra = ("GB/s/node", "latency us") if axis == "efa" else ()
     title = f"{model}: scaling over {axis}"
     if result.reference_global_batch is not None:
         held = "grown with the GPUs from" if weak else "held at"
         title += f" (global batch {held} {result.reference_global_batch} sequences)"
-    table = Table(axis, "GPUs", "global batch", *extra, "step s", "MFU %", "tokens/s", "tokens/s/GPU", eff_header,
-                  "days", "cost $", "configuration", "bottleneck", title=title,
+    # the configuration drops what other columns or the title say: its gb (the global batch column) and a
+    # sequence length every point shares; the bottleneck drops "of the step" (as plan train's table does)
+    words = [p.config.split() for p in points]
+    seqs = {w for ws in words for w in ws if w.startswith("seq")}
+    if len(seqs) == 1 and all(any(w.startswith("seq") for w in ws) for ws in words):
+        title += f", {seqs.pop()}"
+        words = [[w for w in ws if not w.startswith("seq")] for ws in words]
+    configs = [" ".join(w for w in ws if w != f"gb{p.global_batch}") for ws, p in zip(words, points, strict=True)]
+    # the global batch column only where it varies: the title gives the one every point holds
+    # long headers on two lines, so that the table fits 140 columns with whole names and numbers
+    batch = ("global\nbatch",) if len({p.global_batch for p in points}) > 1 or not result.reference_global_batch else ()
+    extra = ("GB/s\nper node", "latency\nus") if axis == "efa" else ()
+    table = Table(axis, "GPUs", *batch, *extra, "step s", "MFU %", "tokens/s", "tokens/s\nper GPU",
+                  eff_header.replace(" ", "\n", 1), "days", "cost $", "configuration", "bottleneck", title=title,
                   title_justify="left")  # fmt: skip
-    for p in points:
+    for column in table.columns[:-2]:  # names and numbers whole ("p5en.48xlar…" names nothing); the text wraps
+        column.no_wrap = True
+    table.columns[-2].min_width, table.columns[-1].min_width = len("configuration"), len("bottleneck")
+    for p, config in zip(points, configs, strict=True):
         mark = "*" if p.global_batch_changed else ""
         net = (f"{p.network_bw_gbps_per_node:,g}", f"{p.network_latency_us:g}") if axis == "efa" else ()
-        table.add_row(p.value, str(p.num_gpus), f"{p.global_batch}{mark}", *net, f"{p.step_time_s:.2f}",
+        gb = (f"{p.global_batch}{mark}",) if batch else ()
+        table.add_row(p.value, str(p.num_gpus), *gb, *net, f"{p.step_time_s:.2f}",
                       f"{p.mfu * 100:.1f}", f"{p.tokens_per_s:,.0f}", f"{p.tokens_per_s_per_gpu:,.0f}",
                       f"{p.scaling_efficiency:.2f}{mark}", f"{p.time_to_train_s / 86400:,.1f}",
-                      "-" if p.cost_usd is None else f"{p.cost_usd:,.0f}", p.config, p.bottleneck)  # fmt: skip
+                      "-" if p.cost_usd is None else f"{p.cost_usd:,.0f}", config,
+                      p.bottleneck.removesuffix(" of the step"))  # fmt: skip
     out = console()
     out.print(table)
     if any(p.global_batch_changed for p in points):

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import build_cluster
-from fmstack.cli.common import catalog_option, console, json_option, parts_table, print_json
+from fmstack.cli.common import catalog_option, console, json_option, no_wrap, number_text, parts_table, print_json
 from fmstack.errors import InputError
 from fmstack.perfmodel.config import SHARDING_CHOICES
 from fmstack.perfmodel.inference import ServeConfig, ServeEstimate, deployment, estimate_serve
@@ -128,7 +128,7 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
     c = est.config
     out = console()
     out.print(
-        f"[bold]{est.model}[/] on {est.num_gpus} x {est.instance} GPUs: tp {c.tp} pp {c.pp} ep {c.ep}, {c.precision} "
+        f"[bold]{est.model}[/] on {est.num_gpus} {est.instance} GPUs: tp {c.tp} pp {c.pp} ep {c.ep}, {c.precision} "
         f"weights, {c.kv} KV, {c.input_len}/{c.output_len} tokens, {est.concurrency:.4g} clients ({est.running} running, "
         f"max {est.max_concurrency}), {c.scheduler} batching"
     )
@@ -238,7 +238,7 @@ def rl_cmd(
         return
     out = console()
     out.print(
-        f"[bold]{est.model}[/] {cfg.algorithm.upper()} on {est.num_gpus} x {est.instance} GPUs ({cfg.placement}"
+        f"[bold]{est.model}[/] {cfg.algorithm.upper()} on {est.num_gpus} {est.instance} GPUs ({cfg.placement}"
         f"{', async' if cfg.async_split else ''}): {cfg.prompts_per_step} prompts x {cfg.samples_per_prompt} samples, "
         f"{cfg.prompt_len}+{cfg.response_len} tokens; rollout on {est.rollout_gpus} GPUs (tp {cfg.rollout_tp}, "
         f"{est.rollout_concurrency} sequences per replica), training on {est.train_gpus} GPUs (tp {cfg.train_tp})"
@@ -292,7 +292,8 @@ def _render_rl_memory(mem: dict[str, Any]) -> None:
 @click.option("--output-len", type=int, required=True, help="Generated tokens per request.")
 @click.option("--ttft-p99", type=float, required=True, help="TTFT target at p99 (s).")
 @click.option("--itl-p99", type=float, required=True, help="Inter-token latency target at p99 (s).")
-@click.option("--instance", "instances", multiple=True, help="Instances to consider [every priced one].")
+@click.option("--instance", "instances", multiple=True,
+              help="Instances to consider, comma-separated (as plan train) or repeated [every priced one].")  # fmt: skip
 @click.option("--precision", "precisions", multiple=True, type=_choice(PRECISIONS), help="[bf16 and fp8].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Simulation seed.")
 @click.option("--max-nodes-per-replica", type=int, default=4, show_default=True,
@@ -320,8 +321,8 @@ def plan_serve_cmd(
     arch = cat.model(model)
     plan = plan_serve(
         cat, arch, qps=qps, input_len=input_len, output_len=output_len, slo=SLO(ttft_s=ttft_p99, itl_s=itl_p99),
-        instances=instances or None, precisions=tuple(p.lower() for p in precisions) or None, seed=seed,
-        max_nodes_per_replica=max_nodes_per_replica,
+        instances=tuple(n.strip() for v in instances for n in v.split(",") if n.strip()) or None,
+        precisions=tuple(p.lower() for p in precisions) or None, seed=seed, max_nodes_per_replica=max_nodes_per_replica,
     )  # fmt: skip
     if html_path is not None:
         from fmstack.reports.serve_report import write_serve_plan
@@ -335,13 +336,14 @@ def plan_serve_cmd(
     b = plan.best
     out.print(
         f"[bold]{plan.model}[/] at {qps:g} req/s, {input_len}/{output_len} tokens, TTFT p99 <= {ttft_p99:g} s, "
-        f"ITL p99 <= {itl_p99:g} s: [bold]{b.replicas} x {b.instance} tp {b.tp}{f' pp {b.pp}' if b.pp > 1 else ''} "
+        f"ITL p99 <= {itl_p99:g} s: [bold]{b.replicas} replica(s) of tp {b.tp}{f' pp {b.pp}' if b.pp > 1 else ''}{f' ep {b.ep}' if b.ep > 1 else ''} "
         f"{b.precision}[/]{f' ({b.nodes_per_replica} nodes per replica)' if b.nodes_per_replica > 1 else ''} on "
-        f"{b.nodes} node(s), ${b.cost_per_hour_usd:,.2f}/h"
+        f"{b.nodes} x {b.instance}, ${b.cost_per_hour_usd:,.2f}/h"
     )
-    table = Table("instance", "prec", "tp", "pp", "ep", "chunk", "nodes/replica", "replicas", "nodes", "$/h",
-                  "rate/replica", "TTFT p99", "ITL p99", "SLO", title="candidates (cheapest verified first)",
+    table = Table("instance", "prec", "tp", "pp", "ep", "chunk", "nodes per\nreplica", "replicas", "nodes", "$/h",
+                  "req/s per\nreplica", "TTFT p99", "ITL p99", "SLO", title="candidates (cheapest verified first)",
                   title_justify="left")  # fmt: skip
+    no_wrap(table, "instance", "SLO")  # "p6-b200.48x…" named no instance
     for c in plan.candidates[:top]:
         sim = c.sim or {}
         table.add_row(
@@ -373,9 +375,10 @@ def render_inference_validation(checks: list[Any]) -> None:
     out = console()
     table = Table("id", "model", "system", "metric", "measured", "predicted", "error", "counted", "config / why not",
                   title="inference: predicted vs published", title_justify="left")  # fmt: skip
+    no_wrap(table, "id", "measured", "predicted", "error")
     for c in checks:
-        measured = "-" if c.measured is None else f"{c.measured:g}"
-        pred = "-" if c.predicted is None else f"{c.predicted:.4g}"
+        measured = "-" if c.measured is None else f"{c.measured:,g}"
+        pred = "-" if c.predicted is None else number_text(c.predicted)
         err = "-" if c.error_pct is None else f"{c.error_pct:+.1f} %"
         note = c.config if c.in_scope else f"[yellow]{c.reason}[/]" + (f" ({c.config})" if c.config else "")
         table.add_row(c.id, c.model, c.system, c.metric, measured, pred, err, "yes" if c.in_scope else "no", note)

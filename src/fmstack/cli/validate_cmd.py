@@ -11,7 +11,7 @@ import click
 from rich.table import Table
 
 from fmstack.catalog import load_catalog
-from fmstack.cli.common import catalog_option, console, json_option, print_json
+from fmstack.cli.common import catalog_option, console, json_option, no_wrap, number_text, print_json
 from fmstack.perfmodel.validation import TrainingCheck, summary, validate_training
 from fmstack.perfmodel.validation_llmfoundry import SOURCE, TABLES, SideCheck, check_llmfoundry, summarize
 from fmstack.perfmodel.validation_rl import RLCheck
@@ -91,13 +91,14 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
     if training:
         table = Table("id", "model", "GPUs", "metric", "measured", "predicted", "error", "config / why not",
                       title="training: predicted vs published", title_justify="left")  # fmt: skip
+        no_wrap(table, "id", "measured", "predicted", "error")
         for c in training:
             if c.predicted is None:
-                table.add_row(c.id, c.model, str(c.num_gpus), c.metric, f"{c.measured:g}", "-", "-",
+                table.add_row(c.id, c.model, str(c.num_gpus), c.metric, f"{c.measured:,g}", "-", "-",
                               f"[yellow]not expressible: {c.not_expressible}")  # fmt: skip
             else:
                 why = f"{c.config}\n[yellow]known miss: {c.miss_reason}" if c.miss_reason else c.config
-                table.add_row(c.id, c.model, str(c.num_gpus), c.metric, f"{c.measured:g}", f"{c.predicted:.4g}",
+                table.add_row(c.id, c.model, str(c.num_gpus), c.metric, f"{c.measured:,g}", number_text(c.predicted),
                               f"{c.error_pct:+.1f} %", why)  # fmt: skip
         out.print(table)
         for scope in ("dense", "moe"):
@@ -111,11 +112,12 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
     if collectives:
         table = Table("id", "op", "system", "GPUs", "bytes", "measured busbw", "predicted", "error", "in scope",
                       title="collectives: busbw GB/s, predicted vs nccl-tests", title_justify="left")  # fmt: skip
+        no_wrap(table, "id", "measured busbw", "predicted", "error")
         for c in collectives:
-            pred = "-" if c.predicted_busbw_gbps is None else f"{c.predicted_busbw_gbps:.1f}"
+            pred = "-" if c.predicted_busbw_gbps is None else number_text(c.predicted_busbw_gbps)
             err = "-" if c.error_pct is None else f"{c.error_pct:+.1f} %"
             table.add_row(c.id, c.op, c.system, str(c.num_gpus), f"{c.size_bytes:,.0f}" if c.size_bytes else "-",
-                          f"{c.measured_busbw_gbps:g}", pred, err, "yes" if c.in_scope else f"no: {c.note}")  # fmt: skip
+                          f"{c.measured_busbw_gbps:,g}", pred, err, "yes" if c.in_scope else f"no: {c.note}")  # fmt: skip
         out.print(table)
         errors = sorted(abs(c.error_pct) for c in collectives if c.in_scope and c.error_pct is not None)
         if errors:

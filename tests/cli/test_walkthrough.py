@@ -1,0 +1,126 @@
+"""A new user's walk through the README and docs (session 8): what it found, each with the behaviour expected."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+from fmstack.cli.common import number_text as _number
+from fmstack.cli.main import main
+
+
+def _invoke(*args: str) -> tuple[int, str, str]:
+    """The real entry point in this process: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(args))
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_group_without_a_command_prints_its_help_not_one_flattened_line() -> None:
+    # `fmstack plan` alone used to print "fmstack: error: Usage: fmstack plan [OPTIONS] ... Commands: serve ..." on
+    # one line; it is the help, laid out as --help lays it out, with click's usage-error exit code
+    for argv in (["plan"], ["estimate"], []):
+        code, _, err = _invoke(*argv)
+        assert code == 2
+        assert not err.startswith("fmstack: error:")
+        lines = err.splitlines()
+        assert lines[0].startswith(f"Usage: fmstack {' '.join(argv)}".rstrip() + " [OPTIONS] COMMAND")
+        assert "Commands:" in lines
+
+
+def test_group_help_names_every_subcommand() -> None:
+    # the estimate and plan groups said "training, and more as they land" / "serving when available"
+    _, out, _ = _invoke("estimate", "--help")
+    assert "train, serve, or rl (one PPO / GRPO step)" in " ".join(out.split())
+    _, out, _ = _invoke("plan", "--help")
+    assert "training (train) or serving (serve)" in " ".join(out.split())
+
+
+def test_validate_numbers_never_print_in_exponent_form() -> None:
+    assert _number(14431.2) == "14,431"  # was f"{x:.4g}": "1.443e+04" beside a measured "12036"
+    assert _number(305.49) == "305.5"
+    assert _number(0.00021994) == "0.0002199"  # the collectives column printed "0.0" for 8-byte all-reduces
+    code, out, _ = _invoke("validate", "--only", "training")
+    assert code == 0
+    table = out.split("training dense:")[0]
+    assert "e+0" not in table
+    # the error column stays on one line: "+156.9 %" was split into "+156.9" and "%"
+    rows = [line for line in table.splitlines() if line.startswith("│ T")]
+    assert rows and all(line.split("│")[7].strip().endswith("%") or line.split("│")[7].strip() == "-" for line in rows)
+
+
+def test_scale_table_fits_140_columns_with_whole_instance_names() -> None:
+    # the gpu axis cut names to "p5en.48xlar…" and headers to "tokens/s/G…"; stdout began with a blank line (the
+    # search's progress bar, finished on stdout in a pipe)
+    code, out, _ = _invoke(
+        "scale", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--gpus", "512", "--tokens", "2e12",
+        "--axis", "gpu", "--values", "p5.48xlarge,p5en.48xlarge",
+    )  # fmt: skip
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("llama3.1-70b: scaling over gpu")
+    table = [line for line in lines if line[:1] in "┏┃┡│└"]
+    assert all(len(line) <= 140 and line.rstrip()[-1] in "┓┃┩│┘" for line in table)  # not cropped either
+    assert any(line.startswith("│ p5en.48xlarge ") for line in table)
+    assert "…" not in "".join(table)
+
+
+def test_plan_serve_names_replicas_and_whole_instances() -> None:
+    # the summary read "8 x p6-b200.48xlarge tp 1 fp8 on 1 node(s)" (8 replicas, not 8 instances) and the table cut
+    # instance names to "p6-b200.48x…"; --instance took no comma list as plan train's does ("unknown instance
+    # 'p6-b200.48xlarge,p5en.48xlarge'"), only the option repeated
+    code, out, _ = _invoke(
+        "plan", "serve", "--model", "llama3.1-8b", "--qps", "5", "--input-len", "512", "--output-len", "128",
+        "--ttft-p99", "0.5", "--itl-p99", "0.05", "--instance", "p6-b200.48xlarge,p5en.48xlarge",
+    )  # fmt: skip
+    assert code == 0
+    first, *rest = out.splitlines()
+    assert " replica(s) of tp " in first and " x p" in first.split(" on ")[-1]
+    rows = [line for line in rest if line.startswith("│ ")]
+    assert rows and all(line.split("│")[1].strip() in ("p6-b200.48xlarge", "p5en.48xlarge") for line in rows)
+
+
+def test_inference_validation_numbers_never_print_in_exponent_form() -> None:
+    code, out, _ = _invoke("validate", "--only", "inference")
+    assert code == 0
+    assert "e+0" not in out.split("inference:")[1]
+
+
+def test_whole_nodes_hint_gives_the_counts_either_side() -> None:
+    from fmstack.cli.common import whole_nodes_hint
+
+    assert whole_nodes_hint(500, 8) == "; nearest: 496 (62 nodes) or 504 (63 nodes)"
+    assert whole_nodes_hint(4, 8) == "; nearest: 8 (1 node)"  # no zero-node option
+    assert whole_nodes_hint(12, 8) == "; nearest: 8 (1 node) or 16 (2 nodes)"
+
+
+def test_health_says_when_the_alerts_leave_nothing_to_do(tmp_path: Path) -> None:
+    # an alerts answer with no firing fmstack node alert printed an empty table and nothing else
+    alerts = tmp_path / "alerts.json"
+    alerts.write_text('{"data": {"alerts": [{"state": "pending", "labels": {"alertname": "FmstackGpuXidRebootRequired"'
+                      ', "Hostname": "n4", "xid": "79"}}]}}')  # fmt: skip
+    code, out, _ = _invoke("health", "--alerts", str(alerts))
+    assert code == 0
+    assert out.strip() == f"{alerts}: no firing fmstack node alert; nothing to do"
+
+
+def test_estimate_time_to_train_lines_are_not_broken_mid_phrase() -> None:
+    # the README's estimate command: the checkpoint + FSx line and the failures + lost-time line ran past 140
+    # columns, and a log (fixed width 140) broke them mid-phrase ("... 2.4 TiB needed (read" / "1.2, write ...")
+    code, out, _ = _invoke(
+        "estimate", "train", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--nodes", "64", "--tp", "8",
+        "--pp", "4", "--micro-batch", "1", "--global-batch", "1024", "--seq-len", "8192", "--recompute", "selective",
+        "--tokens", "2e12",
+    )  # fmt: skip
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("llama3.1-70b on 512 p5.48xlarge GPUs: ")  # was "512 x p5.48xlarge": 512 instances?
+    starts = ("checkpoint ", "FSx fsx-persistent-1000 ", "failures: MTBF ", "time lost: ", "time to train ")
+    tail = lines[-len(starts) - 1 : -1]
+    assert [line.startswith(s) for line, s in zip(tail, starts, strict=True)] == [True] * len(starts), tail
