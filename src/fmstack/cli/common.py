@@ -105,15 +105,14 @@ class SearchCommand(click.Command):
         try:
             return super().parse_args(ctx, args)
         except click.NoSuchOption as exc:
+            # a new exception rather than editing this one: click >= 8.5 marks its fields Final
             if exc.option_name in self.FIXED:
-                exc.message = (
+                message = (
                     f"no option {exc.option_name}: {ctx.command_path} searches every layout; to price one layout, "
                     "give it to fmstack estimate train (plan train prints that command for its rows)"
                 )
-                exc.possibilities = None
             elif exc.option_name == "--nodes":
-                exc.message = (
-                    f"no option --nodes: {ctx.command_path} takes the GPU count, --gpus (nodes x GPUs per node)"
-                )
-                exc.possibilities = None
-            raise
+                message = f"no option --nodes: {ctx.command_path} takes the GPU count, --gpus (nodes x GPUs per node)"
+            else:
+                raise
+            raise click.NoSuchOption(exc.option_name, message=message, ctx=ctx) from None
