@@ -184,3 +184,16 @@ def test_gemm_and_memory_in_two_processes_at_once(tmp_path: Path) -> None:
         assert r["tflops"] == pytest.approx(r["flops"] / r["time_s"] / 1e12)
     prof = load_profile(out)
     assert prof.device.concurrent_processes == 2 and prof.device.num_threads == 1
+
+
+def test_cpu_gemm_table_reads_in_gflops(tmp_path: Path) -> None:
+    """A CPU's GEMM rates are far below 1 TFLOP/s: the table shows GFLOP/s (35.2, not 0.0352 or 4.131e-05), equal to
+    the JSON's tflops x 1000 (walk-through, session 8)."""
+    args = ("bench", "gemm", "--quick", "--threads", "1", "--min-time", "0.01", "--trials", "2")
+    text = _fmstack(*args, cwd=tmp_path)
+    assert text.returncode == 0, text.stderr[-2000:]
+    header = next(ln for ln in text.stdout.splitlines() if "shape" in ln and "dtype" in ln)
+    assert "GFLOP/s" in header and "TFLOP/s" not in header
+    rows = [ln.split("│")[1:-1] for ln in text.stdout.splitlines() if ln.startswith("│ square")]
+    rates = [float(r[8].replace(",", "")) for r in rows]
+    assert rates and all(1.0 <= x < 1e4 for x in rates)  # tens to thousands of GFLOP/s on a CPU core

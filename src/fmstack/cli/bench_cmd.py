@@ -159,13 +159,15 @@ def _render(report: Any) -> None:
     for kind, how in timing.items():
         out.print(f"  {kind}: {how}", highlight=False)
     if report.gemm:
-        t = Table("shape", "m", "n", "k", "dtype", "GFLOP", "time ms", "min..max ms", "TFLOP/s", "% of peak",
+        # a CPU's rates read as 35.2 GFLOP/s, not 0.0352 or 4.131e-05 TFLOP/s (JSON keeps tflops)
+        unit, scale = ("TFLOP/s", 1.0) if max(g.tflops for g in report.gemm) >= 1.0 else ("GFLOP/s", 1e3)
+        t = Table("shape", "m", "n", "k", "dtype", "GFLOP", "time ms", "min..max ms", unit, "% of peak",
                   "calls x batches", title="GEMM (time: median batch)", title_justify="left")  # fmt: skip
         for g in report.gemm:
             pct = f"{g.pct_of_peak:.1f}" if g.pct_of_peak is not None else "-"
             t.add_row(g.shape.label, str(g.shape.m), str(g.shape.n), str(g.shape.k), g.dtype,
                       f"{g.shape.flops / 1e9:.3g}", _ms(g.time_s), f"{_ms(g.time_min_s)}..{_ms(g.time_max_s)}",
-                      f"{g.tflops:.4g}", pct, f"{g.calls} x {g.trials}")  # fmt: skip
+                      f"{g.tflops * scale:,.4g}", pct, f"{g.calls} x {g.trials}")  # fmt: skip
         out.print(t)
     if report.memory:
         t = Table("kernel", "buffer MiB", "bytes moved", "time ms", "median..max ms", "GB/s", "% of peak",
