@@ -22,8 +22,8 @@ from fmstack.perfmodel.efficiency import efficiency_from_profile
 from fmstack.perfmodel.training import estimate_training
 
 
-def _invoke(*args: str) -> tuple[int, str]:
-    """The real entry point in this process: (exit code, stdout + stderr)."""
+def _invoke_split(*args: str) -> tuple[int, str, str]:
+    """The real entry point in this process: (exit code, stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()
     code = 0
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -31,7 +31,13 @@ def _invoke(*args: str) -> tuple[int, str]:
             main(list(args))
         except SystemExit as exc:
             code = int(exc.code or 0)
-    return code, out.getvalue() + err.getvalue()
+    return code, out.getvalue(), err.getvalue()
+
+
+def _invoke(*args: str) -> tuple[int, str]:
+    """The real entry point in this process: (exit code, stdout + stderr)."""
+    code, out, err = _invoke_split(*args)
+    return code, out + err
 
 
 def _profile(device: DeviceInfo) -> CalibrationProfile:

@@ -2,24 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 from pathlib import Path
 
 from fmstack.cli.common import number_text as _number
-from fmstack.cli.main import main
-
-
-def _invoke(*args: str) -> tuple[int, str, str]:
-    """The real entry point in this process: (exit code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(list(args))
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return code, out.getvalue(), err.getvalue()
+from tests.cli.test_plan_ux import _invoke_split as _invoke
 
 
 def test_group_without_a_command_prints_its_help_not_one_flattened_line() -> None:

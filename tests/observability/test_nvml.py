@@ -19,17 +19,20 @@ class _Err(Exception):
     pass
 
 
+NVML_CONSTS: dict[str, int] = dict(
+    NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2, NVML_TEMPERATURE_GPU=0, NVML_MEMORY_ERROR_TYPE_CORRECTED=0,
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1, NVML_VOLATILE_ECC=0, NVML_AGGREGATE_ECC=1, NVML_PERF_POLICY_POWER=0,
+    NVML_PERF_POLICY_THERMAL=1, NVML_NVLINK_ERROR_DL_REPLAY=0, NVML_NVLINK_ERROR_DL_RECOVERY=1,
+    NVML_NVLINK_ERROR_DL_CRC_FLIT=2, NVML_NVLINK_ERROR_DL_CRC_DATA=3, NVML_FEATURE_ENABLED=1,
+    nvmlEventTypeXidCriticalError=8,
+)  # fmt: skip
+"""The pynvml constants NvmlBackend reads (values as in pynvml)."""
+
+
 def _fake_pynvml(lost: set[int], events: list[tuple[int, int]]) -> types.ModuleType:
     """Only the calls NvmlBackend makes, answering like an 8-GPU H100 node (values made up)."""
     m = types.ModuleType("pynvml")
-    consts = dict(
-        NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2, NVML_TEMPERATURE_GPU=0, NVML_MEMORY_ERROR_TYPE_CORRECTED=0,
-        NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1, NVML_VOLATILE_ECC=0, NVML_AGGREGATE_ECC=1, NVML_PERF_POLICY_POWER=0,
-        NVML_PERF_POLICY_THERMAL=1, NVML_NVLINK_ERROR_DL_REPLAY=0, NVML_NVLINK_ERROR_DL_RECOVERY=1,
-        NVML_NVLINK_ERROR_DL_CRC_FLIT=2, NVML_NVLINK_ERROR_DL_CRC_DATA=3, NVML_FEATURE_ENABLED=1,
-        nvmlEventTypeXidCriticalError=8,
-    )  # fmt: skip
-    for k, v in consts.items():
+    for k, v in NVML_CONSTS.items():
         setattr(m, k, v)
     ns = types.SimpleNamespace
 

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from fmstack.cli.main import cli
 from fmstack.errors import InputError
 from fmstack.observability.node import build_node_exporter
+from tests.observability.test_nvml import NVML_CONSTS
 
 
 class _Err(Exception):
@@ -42,12 +43,7 @@ def _pynvml(state: dict[str, bool]) -> types.ModuleType:
         NVMLError=_Err, nvmlInit=init, nvmlShutdown=lambda: None, nvmlEventSetCreate=unsupported,
         nvmlDeviceGetCount=lambda: 1, nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetUUID=lambda h: "GPU-0",
         nvmlDeviceGetPciInfo=lambda h: ns(busId=b"00000000:53:00.0"), nvmlDeviceGetName=lambda h: "NVIDIA H100 80GB HBM3",
-        nvmlDeviceGetTemperature=lambda h, s: 61,
-        NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2, NVML_TEMPERATURE_GPU=0, NVML_MEMORY_ERROR_TYPE_CORRECTED=0,
-        NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1, NVML_VOLATILE_ECC=0, NVML_AGGREGATE_ECC=1, NVML_PERF_POLICY_POWER=0,
-        NVML_PERF_POLICY_THERMAL=1, NVML_NVLINK_ERROR_DL_REPLAY=0, NVML_NVLINK_ERROR_DL_RECOVERY=1,
-        NVML_NVLINK_ERROR_DL_CRC_FLIT=2, NVML_NVLINK_ERROR_DL_CRC_DATA=3, NVML_FEATURE_ENABLED=1,
-        nvmlEventTypeXidCriticalError=8,
+        nvmlDeviceGetTemperature=lambda h, s: 61, **NVML_CONSTS,
     )  # fmt: skip
     for name in [
         "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetClockInfo", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetPowerUsage",
