@@ -28,14 +28,15 @@ def main() -> None:
     print(f"# {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {cpu_name()}, {os.cpu_count()} cores, {platform.platform()}")
     print(f"# workload: {REFERENCE}, micro-batch {REFERENCE_MICRO_BATCH} per rank, 2 gloo ranks x 1 thread")
     if args.markdown:
-        print("| run | predicted ms | gemm ms | memory ms | all-reduce ms | measured median ms | ratio |")
-        print("| --- | --- | --- | --- | --- | --- | --- |")
+        print("| run | predicted ms | gemm ms | memory ms | all-reduce ms | measured median ms | ratio | others % |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for i in range(args.repeats):
         r = close_loop(rounds=args.rounds, steps_per_round=args.steps)
         p, m = r.prediction, r.measurement
+        others = f"{100 * r.cpu.others_share:.1f}" if r.cpu else "-"
         if args.markdown:
             print(f"| {i + 1} | {p.total_s * 1e3:.1f} | {p.gemm_s * 1e3:.1f} | {p.memory_s * 1e3:.1f} | "
-                  f"{p.allreduce_s * 1e3:.1f} | {m.median_s * 1e3:.1f} | {r.ratio:.3f} |")  # fmt: skip
+                  f"{p.allreduce_s * 1e3:.1f} | {m.median_s * 1e3:.1f} | {r.ratio:.3f} | {others} |")  # fmt: skip
             continue
         print(f"predicted step : {p.total_s * 1e3:8.1f} ms  (GEMM {p.gemm_s * 1e3:.1f}, memory-bound "
               f"{p.memory_s * 1e3:.1f}, all-reduce {p.allreduce_s * 1e3:.1f})")  # fmt: skip
@@ -44,6 +45,8 @@ def main() -> None:
         print(f"measured step  : {m.median_s * 1e3:8.1f} ms  (median of {len(m.step_times_s)}; "
               f"min {min(m.step_times_s) * 1e3:.1f}, max {max(m.step_times_s) * 1e3:.1f})")  # fmt: skip
         print(f"ratio predicted/measured: {r.ratio:.3f}")
+        if r.cpu is not None:
+            print(f"machine        : {r.cpu.describe()}{'  DISTURBED' if r.cpu.disturbed else ''}")
 
 
 if __name__ == "__main__":

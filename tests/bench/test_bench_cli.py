@@ -197,3 +197,30 @@ def test_cpu_gemm_table_reads_in_gflops(tmp_path: Path) -> None:
     rows = [ln.split("│")[1:-1] for ln in text.stdout.splitlines() if ln.startswith("│ square")]
     rates = [float(r[8].replace(",", "")) for r in rows]
     assert rates and all(1.0 <= x < 1e4 for x in rates)  # tens to thousands of GFLOP/s on a CPU core
+
+
+def test_machine_load_is_reported(bench_all: tuple[dict[str, Any], Path]) -> None:
+    from fmstack.bench.interference import BUSY_SHARE_LIMIT
+
+    load = bench_all[0]["machine_load"]
+    if not Path("/proc/stat").exists():
+        assert load is None
+        return
+    assert load["wall_s"] > 0 and load["cpus"] >= 1
+    assert load["other_processes_cpu_s"] >= 0 and load["steal_s"] >= 0
+    capacity = load["wall_s"] * load["cpus"]
+    assert load["others_share"] == pytest.approx((load["other_processes_cpu_s"] + load["steal_s"]) / capacity)
+    assert load["disturbed"] == (load["others_share"] > BUSY_SHARE_LIMIT)
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="/proc/stat is Linux")
+def test_a_busy_machine_is_named_in_the_text_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from fmstack.bench import interference
+    from fmstack.cli.main import cli
+
+    monkeypatch.setattr(interference, "BUSY_SHARE_LIMIT", -1.0)  # any neighbour at all counts as busy
+    result = CliRunner().invoke(cli, ["bench", "memory", "--quick", "--max-bytes", "262144", "--min-time", "0.01"])
+    assert result.exit_code == 0, result.output
+    assert "warning: this machine was busy during the run: other processes" in result.output

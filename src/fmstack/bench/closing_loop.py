@@ -18,6 +18,7 @@ from fmstack.bench.collectives import CollectiveResult, message_sizes, time_coll
 from fmstack.bench.concurrent import gemm_slowest, memory_slowest
 from fmstack.bench.device import DeviceSpec, cpu_name
 from fmstack.bench.gemm import GemmResult, GemmShape
+from fmstack.bench.interference import CpuShare, CpuWatch
 from fmstack.bench.memory import MemoryResult
 from fmstack.bench.predict_step import StepPrediction, predict_step, step_gemms
 from fmstack.bench.profile import build_profile
@@ -39,6 +40,8 @@ class LoopResult:
     profile: CalibrationProfile
     prediction: StepPrediction
     measurement: StepMeasurement
+    cpu: CpuShare | None = None
+    """What other processes and the hypervisor took of the machine during the job (None off Linux)."""
 
     @property
     def ratio(self) -> float:
@@ -128,8 +131,9 @@ def close_loop(
                  for m, n, k in [*unique, *squares]], mem_sizes=[16 << 10 << 2 * i for i in range(7)],
                  ar_sizes=message_sizes("cpu", False, num_ranks, top), rounds=rounds, steps_per_round=steps_per_round,
                  warmup=warmup, threads=threads_per_rank, min_time_s=min_time_s)  # fmt: skip
-    per_round, times, num_params = run_ranks(_loop_rank, (num_ranks, free_port(), plan), num_ranks=num_ranks,
-                                             what="closing loop", timeout_s=900)  # fmt: skip
+    with CpuWatch() as watch:
+        per_round, times, num_params = run_ranks(_loop_rank, (num_ranks, free_port(), plan), num_ranks=num_ranks,
+                                                 what="closing loop", timeout_s=900)  # fmt: skip
     gemm = [replace(g, time_s=t, tflops=g.shape.flops / t / 1e12)
             for g, t in zip(per_round[0][0], _mean_over(per_round, 0), strict=True)]  # fmt: skip
     memory = [replace(m, time_s=t, bw_gbps=m.bytes_moved / t / 1e9)
@@ -142,7 +146,7 @@ def close_loop(
     prediction = predict_step(cfg, micro_batch=micro_batch, num_ranks=num_ranks, profile=profile)
     measurement = StepMeasurement(num_ranks=num_ranks, micro_batch=micro_batch, step_times_s=tuple(times),
                                   num_params=int(num_params))  # fmt: skip
-    return LoopResult(profile=profile, prediction=prediction, measurement=measurement)
+    return LoopResult(profile=profile, prediction=prediction, measurement=measurement, cpu=watch.result)
 
 
 def _mean_over(per_round: list[tuple[list[Any], ...]], section: int) -> list[float]:

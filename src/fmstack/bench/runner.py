@@ -19,6 +19,7 @@ from fmstack.bench import gemm as gemm_mod
 from fmstack.bench import memory as mem_mod
 from fmstack.bench import storage as sto_mod
 from fmstack.bench.device import DeviceSpec, check_device, check_dtype, resolve_device
+from fmstack.bench.interference import CpuShare, CpuWatch
 from fmstack.bench.profile import build_profile, catalog_peaks
 from fmstack.catalog import Catalog
 from fmstack.errors import InputError
@@ -71,6 +72,8 @@ class BenchReport:
     out: Path | None = None
     timing: dict[str, object] = field(default_factory=dict)
     """How points were timed (:func:`timing_summary`)."""
+    cpu: CpuShare | None = None
+    """What other processes and the hypervisor took of this machine's CPUs during the run (None off Linux)."""
 
 
 def _check_out(out: Path | None) -> CalibrationProfile | None:
@@ -186,7 +189,9 @@ def run_bench(opts: BenchOptions, catalog: Catalog, on_step: Callable[[], None] 
     if opts.threads is not None:
         torch.set_num_threads(opts.threads)
     try:
-        _measure(opts, catalog, report, peaks, mem_peak, on_step)
+        with CpuWatch() as watch:
+            _measure(opts, catalog, report, peaks, mem_peak, on_step)
+        report.cpu = watch.result
         threads = (opts.threads or 1) if opts.procs > 1 else torch.get_num_threads()
     finally:
         torch.set_num_threads(previous_threads)
@@ -242,6 +247,9 @@ def report_dict(report: BenchReport) -> dict[str, object]:
                    "catalog_gpu": spec.catalog_gpu.name if spec.catalog_gpu else None,
                    "spec_tflops": peaks or None, "spec_memory_bw_gbps": mem_peak},
         "timing": dict(report.timing),
+        "machine_load": None if report.cpu is None else {
+            "wall_s": report.cpu.wall_s, "cpus": report.cpu.cpus, "other_processes_cpu_s": report.cpu.others_s,
+            "steal_s": report.cpu.steal_s, "others_share": report.cpu.others_share, "disturbed": report.cpu.disturbed},
         "gemm": [{**asdict(g), "flops": g.shape.flops} for g in report.gemm],
         "memory": rows(list(report.memory)),
         "collectives": rows(list(report.collectives)),

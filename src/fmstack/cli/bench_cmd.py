@@ -188,6 +188,9 @@ def _render(report: Any) -> None:
         for s in report.storage:
             t.add_row(f"{s.file_bytes / 2**20:g}", str(s.num_files), f"{s.write_gbps:.3f}", f"{s.read_gbps:.3f}")
         out.print(t)
+    if report.cpu is not None and report.cpu.disturbed:
+        out.print(f"warning: this machine was busy during the run: {report.cpu.describe()}; rates may be low and "
+                  "uneven, run again on a quiet machine before calibrating from them", highlight=False)  # fmt: skip
     if report.out:
         out.print(f"profile written: {report.out}")
 
