@@ -368,6 +368,7 @@ BAD_ARGV += [
     (["cancel", "slurm:42", "--grace-s", "5"], "--grace-s: applies to local jobs only"),
     (["cancel", "local:x", "--grace-s", "-1"], "--grace-s: -1: must be a finite number of seconds >= 0"),
     (["cancel", "local:x", "--grace-s", "inf"], "--grace-s: inf: must be a finite number"),
+    (["cancel", "local:x", "--now"], "--now: applies to Slurm jobs only"),
     (["launch", "@file:job_topo_mode.yaml", "--on", "slurm", "--dry-run"], "field 'topology.mode'"),
     (["launch", "@file:job_topo_level.yaml", "--on", "slurm", "--dry-run"], "must be a node label key"),
     (["launch", "@file:job_topo_noqueue.yaml", "--on", "kubernetes", "--dry-run"], "topology.mode: 'required' needs a Kueue queue"),

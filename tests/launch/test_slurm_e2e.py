@@ -147,3 +147,47 @@ def test_cancel_of_an_ended_job_says_so(slurm: SlurmLauncher, tmp_path: Path) ->
     out = CliRunner().invoke(cli, ["cancel", f"slurm:{native}"])
     assert (out.exit_code, out.output.strip()) == (0, f"slurm:{native} already ended (COMPLETED); nothing to cancel")
     assert slurm.status(native).state == "COMPLETED"
+
+
+def test_cancel_checkpoints_the_step_then_ends_cancelled(slurm: SlurmLauncher, tmp_path: Path) -> None:
+    # a plain scancel signals srun, which kills its tasks at once ("forcing job termination"), possibly mid-save;
+    # fmstack cancel sends USR2 to the batch shell alone: the steps save the step they are at, then the job cancels
+    from click.testing import CliRunner
+
+    from fmstack.cli.main import cli
+
+    (tmp_path / "logs").mkdir()
+    workload = {"steps": 200, "batch_size": 4, "step_sleep_s": 0.2,
+                "extra_args": ["--metrics-file", str(tmp_path / "m.jsonl")]}  # fmt: skip
+    job = resolve(parse_jobspec(_spec(tmp_path, nodes=1, workload=workload)), load_catalog())
+    native = slurm.submit(job).job_id.split(":")[1]
+    metrics = tmp_path / "m.jsonl"
+    deadline = time.monotonic() + 180
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 4) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert slurm.status(native).state == "RUNNING"
+    out = CliRunner().invoke(cli, ["cancel", f"slurm:{native}"])
+    assert out.exit_code == 0, out.output
+    assert "checkpoints the step it is at, then ends CANCELLED" in out.output
+    st = _wait(slurm, native, {"COMPLETED", "FAILED", "CANCELLED"}, 120)
+    log = (tmp_path / "logs" / f"gpt-e2e-{native}.out").read_text()
+    assert st.state == "CANCELLED", log[-3000:]
+    # torchrun itself exits 1 on the SIGTERM it forwarded (SignalException); the workers saved first
+    assert "fmstack: cancel requested: checkpoint and stop" in log and "fmstack: stopped for cancel (exit " in log
+    stopped = [int(x) for x in re.findall(r'"stopped_at_step": (\d+)', log)]
+    assert len(stopped) == 1 and 4 <= stopped[0] < 200
+    # the step it stopped at is committed, whether or not it falls on the 3-step interval
+    assert (tmp_path / "ckpt" / f"step_{stopped[0]:08d}" / "COMMITTED").exists()
+    assert max(read_loss_curve(metrics)) == stopped[0]
+
+
+def test_cancel_now_is_a_plain_scancel(slurm: SlurmLauncher, tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    workload = {"steps": 200, "batch_size": 4, "step_sleep_s": 0.2}
+    job = resolve(parse_jobspec(_spec(tmp_path, nodes=1, workload=workload)), load_catalog())
+    native = slurm.submit(job).job_id.split(":")[1]
+    assert _wait(slurm, native, {"RUNNING"}, 120).state == "RUNNING"
+    assert slurm.cancel(native, checkpoint=False) == "scancel sent"
+    assert _wait(slurm, native, {"COMPLETED", "FAILED", "CANCELLED"}, 120).state == "CANCELLED"
+    log = (tmp_path / "logs" / f"gpt-e2e-{native}.out").read_text()
+    assert "cancel requested: checkpoint and stop" not in log

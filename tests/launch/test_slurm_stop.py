@@ -18,7 +18,12 @@ import pytest
 from fmstack.catalog import Catalog
 from fmstack.errors import InputError
 from fmstack.orchestration.jobspec import parse_jobspec, resolve
-from fmstack.orchestration.launchers.slurm import DEFAULT_STOP_WARNING_S, render_sbatch, stop_warning_s
+from fmstack.orchestration.launchers.slurm import (
+    DEFAULT_STOP_WARNING_S,
+    GRACEFUL_CANCEL_MARK,
+    render_sbatch,
+    stop_warning_s,
+)
 
 
 def _spec(**over: Any) -> dict[str, Any]:
@@ -55,8 +60,13 @@ def test_script_requests_the_signal_only_with_a_lead(catalog: Catalog) -> None:
     assert "#SBATCH --signal=B:USR1@120\n" in text
     assert "export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=120\n" in text
     assert " USR1\n" in text
+    assert GRACEFUL_CANCEL_MARK in text and " USR2\n" in text
     off = render_sbatch(resolve(parse_jobspec(_spec(checkpoint=None)), catalog))
     assert "--signal" not in off and "USR1" not in off and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in off
+    assert "USR2" not in off and GRACEFUL_CANCEL_MARK not in off  # nothing saves: a cancel is a plain scancel
+    no_lead = render_sbatch(resolve(parse_jobspec(_spec(env={"FMSTACK_STOP_WARNING_S": "0"})), catalog))
+    assert "#SBATCH --signal" not in no_lead and " USR1\n" not in no_lead
+    assert GRACEFUL_CANCEL_MARK in no_lead and " USR2\n" in no_lead  # the job still saves when cancelled
     assert "' TERM\n" in off  # the batch shell still outlives its steps on SIGTERM
     mine = render_sbatch(resolve(parse_jobspec(_spec(env={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "600"})), catalog))
     assert "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=600\n" in mine and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=120" not in mine
@@ -120,3 +130,15 @@ def test_term_waits_for_the_steps_and_does_not_requeue(tmp_path: Path, catalog: 
     assert proc.returncode == 143  # the step's status: Slurm records the cancel or requeues a preempted job itself
     assert log.read_text().splitlines() == ["step-TERM", "step-exit"]
     assert "waiting for the steps to checkpoint" in out
+
+
+def test_usr2_stops_the_steps_then_cancels_the_job(tmp_path: Path, catalog: Catalog) -> None:
+    text = render_sbatch(resolve(parse_jobspec(_spec()), catalog))
+    proc, log, _ = _start(tmp_path, text)
+    proc.send_signal(signal.SIGUSR2)  # fmstack cancel: scancel --batch --signal=USR2
+    out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 143  # the steps' status; the job's state is CANCELLED by its own scancel
+    # the steps got SIGTERM through scancel --signal=TERM, saved and exited, and only then the job was cancelled
+    assert log.read_text().splitlines() == ["scancel --signal=TERM 42", "step-TERM", "step-exit", "scancel 42"]
+    assert "cancel requested: checkpoint and stop" in out and "stopped for cancel (exit 143)" in out
+    assert "requeue" not in out

@@ -75,7 +75,8 @@ def status(job_id: str, as_json: bool) -> None:
         click.echo(f"{st.job_id} {st.state} restarts={st.restarts} {st.detail}")
 
 
-@click.command(epilog="Example:\n\n  fmstack cancel slurm:42\n\n  fmstack cancel local:NAME-... --grace-s 5")
+@click.command(epilog="Example:\n\n  fmstack cancel slurm:42\n\n  fmstack cancel slurm:42 --now\n\n"
+               "  fmstack cancel local:NAME-... --grace-s 5")  # fmt: skip
 @click.argument("job_id", metavar="ID")
 @click.option(
     "--grace-s",
@@ -84,21 +85,33 @@ def status(job_id: str, as_json: bool) -> None:
     help="Local jobs: seconds from SIGTERM to SIGKILL [default: 30, as Slurm's KillWait]. Slurm and Kubernetes "
     "apply their own (KillWait, terminationGracePeriodSeconds).",
 )
-def cancel(job_id: str, grace_s: float | None) -> None:
+@click.option(
+    "--now",
+    is_flag=True,
+    help="Slurm jobs: plain scancel, without letting the steps checkpoint first (srun kills its tasks at once).",
+)
+def cancel(job_id: str, grace_s: float | None, now: bool) -> None:
     """Cancel a job. One that has already ended keeps its final state: says so, exit 0. A local job gets SIGTERM,
-    then SIGKILL if still alive after --grace-s; the line says which stopped it."""
+    then SIGKILL if still alive after --grace-s; the line says which stopped it. A running Slurm job launched by
+    fmstack with a checkpoint saves the step it is at, then ends CANCELLED (--now: at once)."""
     from fmstack.orchestration.launchers.base import AlreadyEnded
     from fmstack.orchestration.launchers.local import DEFAULT_GRACE_S, LocalLauncher
+    from fmstack.orchestration.launchers.slurm import SlurmLauncher
 
     launcher, native = split_job_id(job_id)
     if grace_s is not None and not isinstance(launcher, LocalLauncher):
         raise InputError("--grace-s", f"applies to local jobs only; {launcher.name} applies its own grace period")
+    if now and not isinstance(launcher, SlurmLauncher):
+        raise InputError("--now", f"applies to Slurm jobs only; {launcher.name} jobs get SIGTERM and a grace period")
     if grace_s is not None and not 0 <= grace_s < float("inf"):
         raise InputError("--grace-s", f"{grace_s:g}: must be a finite number of seconds >= 0")
     try:
         if isinstance(launcher, LocalLauncher):
             outcome = launcher.stop(native, DEFAULT_GRACE_S if grace_s is None else grace_s)
             click.echo(f"{job_id} cancel requested; {outcome}")
+            return
+        if isinstance(launcher, SlurmLauncher):
+            click.echo(f"{job_id} cancel requested; {launcher.cancel(native, checkpoint=not now)}")
             return
         launcher.cancel(native)
     except AlreadyEnded as ended:  # nothing to do: the job keeps its final state (exit 0, as a no-op)

@@ -33,11 +33,17 @@ srun --nodes=4 --ntasks-per-node=1 mkdir -p -- /fsx/ckpt/gpt-small || { echo 'fm
 stop=""
 # time limit in ~120 s (--signal=B:USR1): the steps checkpoint and stop; the job is requeued
 trap 'stop=USR1; echo "fmstack: time-limit warning: checkpoint and stop"; scancel --signal=TERM "$SLURM_JOB_ID"' USR1
+# fmstack: graceful cancel on USR2 (sent by fmstack cancel to this shell alone): the steps checkpoint and stop, then the job cancels itself
+trap 'stop=CANCEL; echo "fmstack: cancel requested: checkpoint and stop"; scancel --signal=TERM "$SLURM_JOB_ID"' USR2
 trap 'stop=${stop:-TERM}; echo "fmstack: SIGTERM: waiting for the steps to checkpoint"' TERM
 srun --kill-on-bad-exit=1 --nodes=4 --ntasks-per-node=1 --container-image=123456789012.dkr.ecr.us-east-1.amazonaws.com/fmstack:0.1 --container-mounts=/fsx/logs:/fsx/logs,/fsx/ckpt/gpt-small:/fsx/ckpt/gpt-small bash -c 'exec python3 -m torch.distributed.run --nnodes=4 --nproc-per-node=8 --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" -m fmstack.workloads.train --model small --parallel fsdp --precision bf16 --steps 1000 --batch-size 4 --seed 0 --ckpt-dir /fsx/ckpt/gpt-small --ckpt-interval 50 --ckpt-keep 3 --ckpt-durable s3://ckpts/gpt-small' &
 srun_pid=$!
 # wait returns early (status > 128) when a trap runs: wait again until srun has exited
 while :; do wait "$srun_pid"; rc=$?; kill -0 "$srun_pid" 2>/dev/null || break; done
+# a cancel's steps have saved and exited: end the job as cancelled (scancel signals this shell: trapped)
+if [ "$stop" = CANCEL ]; then
+  echo "fmstack: stopped for cancel (exit $rc)"; scancel "$SLURM_JOB_ID"; exit "$rc"
+fi
 # a run that finished its steps inside the warning exits 0 and is not requeued
 if [ "$stop" = USR1 ] && [ "$rc" -ne 0 ]; then
   echo "fmstack: stopped for the time limit (exit $rc); requeue to resume"; scontrol requeue "$SLURM_JOB_ID"; exit 0

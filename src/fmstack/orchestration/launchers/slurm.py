@@ -13,6 +13,12 @@ not to the batch step where srun runs (srun answers a SIGTERM of its own with SI
 termination", src/srun/srun_job.c). torchrun forwards it, every rank finishes its step, they agree, the step is
 checkpointed (``fmstack.workloads.stop``), and the script requeues the job, which resumes from that step.
 USR1 and not TERM: without ``B:`` Slurm would also signal torchrun, which dies of a SIGUSR1 it does not handle.
+
+Cancel with a checkpoint: the same script traps SIGUSR2, which ``fmstack cancel`` sends to the batch shell alone
+(``scancel --batch --signal=USR2``) when the script carries :data:`GRACEFUL_CANCEL_MARK`. The trap stops the steps as
+the time-limit warning does; once they have saved and exited the script cancels its own job (``scancel
+$SLURM_JOB_ID``), so it ends CANCELLED, not requeued. A plain ``scancel`` instead signals srun too, which kills
+its tasks at once, possibly in the middle of a save.
 """
 
 from __future__ import annotations
@@ -105,14 +111,26 @@ def stop_warning_s(job: ResolvedJob) -> int:
         lead = int(raw)
     else:
         lead = DEFAULT_STOP_WARNING_S
-    if spec.checkpoint is None or spec.command is not None:
+    if not saves_on_stop(job):
         return 0
     return min(lead, spec.time_limit_min * 60 // 2)
 
 
-def _stop_lines(lead_s: int) -> list[str]:
+GRACEFUL_CANCEL_MARK = "# fmstack: graceful cancel on USR2"
+"""A line of every batch script that traps SIGUSR2 as a cancel with a checkpoint (``SlurmLauncher.cancel`` reads
+the job's stored script for it: a shell without the trap would die of SIGUSR2 and leave the job FAILED)."""
+
+
+def saves_on_stop(job: ResolvedJob) -> bool:
+    """Whether the job's steps checkpoint the step they are at on SIGTERM: the reference workload with a checkpoint
+    (``fmstack.workloads.stop``); a user's program may not."""
+    return job.spec.checkpoint is not None and job.spec.command is None
+
+
+def _stop_lines(lead_s: int, saves: bool) -> list[str]:
     """Run srun in the background and wait, so the batch shell's traps run while the job steps work. SIGUSR1 (the
-    time-limit warning) becomes SIGTERM to the steps and a requeue once they have exited; SIGTERM to the batch
+    time-limit warning) becomes SIGTERM to the steps and a requeue once they have exited; SIGUSR2 (``fmstack
+    cancel``, jobs that save on a stop) SIGTERM to the steps and a cancel once they have exited; SIGTERM to the batch
     shell itself (scancel, preemption, the time limit) is only noted, so the shell outlives its steps' saves."""
     lines = ['stop=""']
     if lead_s:
@@ -121,23 +139,39 @@ def _stop_lines(lead_s: int) -> list[str]:
             'trap \'stop=USR1; echo "fmstack: time-limit warning: checkpoint and stop"; '
             'scancel --signal=TERM "$SLURM_JOB_ID"\' USR1',
         ]
+    if saves:
+        lines += [
+            f"{GRACEFUL_CANCEL_MARK} (sent by fmstack cancel to this shell alone): the steps checkpoint and stop, "
+            "then the job cancels itself",
+            'trap \'stop=CANCEL; echo "fmstack: cancel requested: checkpoint and stop"; '
+            'scancel --signal=TERM "$SLURM_JOB_ID"\' USR2',
+        ]
     lines.append("trap 'stop=${stop:-TERM}; echo \"fmstack: SIGTERM: waiting for the steps to checkpoint\"' TERM")
     return lines
 
 
-def _requeue_after_warning(lead_s: int) -> list[str]:
-    """After the time-limit warning stopped the steps, requeue: the job resumes from the checkpoint of the step it
-    stopped at. Not counted against ``retry.max_restarts`` (a time limit is not a failure), though Slurm's
+def _after_stop(lead_s: int, saves: bool) -> list[str]:
+    """After a cancel stopped the steps, cancel the job (it ends CANCELLED, not FAILED with the steps' exit 143).
+    After the time-limit warning stopped them, requeue: the job resumes from the checkpoint of the step it stopped
+    at. Not counted against ``retry.max_restarts`` (a time limit is not a failure), though Slurm's
     ``SLURM_RESTART_COUNT``, which the exit-code requeue below compares with it, counts every requeue."""
-    if not lead_s:
-        return []
-    return [
-        "# a run that finished its steps inside the warning exits 0 and is not requeued",
-        'if [ "$stop" = USR1 ] && [ "$rc" -ne 0 ]; then',
-        '  echo "fmstack: stopped for the time limit (exit $rc); requeue to resume"; scontrol requeue "$SLURM_JOB_ID"; '
-        "exit 0",
-        "fi",
-    ]
+    lines = []
+    if saves:
+        lines += [
+            "# a cancel's steps have saved and exited: end the job as cancelled (scancel signals this shell: trapped)",
+            'if [ "$stop" = CANCEL ]; then',
+            '  echo "fmstack: stopped for cancel (exit $rc)"; scancel "$SLURM_JOB_ID"; exit "$rc"',
+            "fi",
+        ]
+    if lead_s:
+        lines += [
+            "# a run that finished its steps inside the warning exits 0 and is not requeued",
+            'if [ "$stop" = USR1 ] && [ "$rc" -ne 0 ]; then',
+            '  echo "fmstack: stopped for the time limit (exit $rc); requeue to resume"; scontrol requeue '
+            '"$SLURM_JOB_ID"; exit 0',
+            "fi",
+        ]
+    return lines
 
 
 def render_sbatch(job: ResolvedJob) -> str:
@@ -182,12 +216,12 @@ def render_sbatch(job: ResolvedJob) -> str:
         'echo "fmstack: job $SLURM_JOB_ID restart ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB_NODELIST head $MASTER_ADDR"',
         *_mount_sources(job),
         "# node rank comes from each srun task's own SLURM_NODEID, hence bash -c",
-        *_stop_lines(lead_s),
+        *_stop_lines(lead_s, saves_on_stop(job)),
         f"srun --kill-on-bad-exit=1 --nodes={spec.nodes} --ntasks-per-node=1{_container_flags(job)} bash -c {q(inner)} &",
         "srun_pid=$!",
         "# wait returns early (status > 128) when a trap runs: wait again until srun has exited",
         'while :; do wait "$srun_pid"; rc=$?; kill -0 "$srun_pid" 2>/dev/null || break; done',
-        *_requeue_after_warning(lead_s),
+        *_after_stop(lead_s, saves_on_stop(job)),
         f"for code in {requeue_codes}; do",
         f'  if [ "$rc" -eq "$code" ] && [ "${{SLURM_RESTART_COUNT:-0}}" -lt {spec.retry.max_restarts} ]; then',
         '    echo "fmstack: exit $rc asks for a requeue"; scontrol requeue "$SLURM_JOB_ID"; exit 0',
@@ -281,15 +315,33 @@ class SlurmLauncher:
             detail = "array tasks " + " ".join(f"{t}:{raw}" for t, raw, _ in tasks) + " (from sacct)"
         return JobStatus(job_id=f"slurm:{native_id}", state=_combined([raw for _, raw, _ in tasks]), detail=detail)
 
-    def cancel(self, native_id: str) -> None:
-        """scancel a job that is pending or running. One that has already ended raises :class:`AlreadyEnded`, as
-        the local launcher does: scancel of a finished job exits 0 and says nothing, so the CLI used to print
-        "cancel requested" for a job that had completed long before."""
+    def cancel(self, native_id: str, *, checkpoint: bool = True) -> str:
+        """Cancel a job that is pending or running; returns what was done, in words. One that has already ended
+        raises :class:`AlreadyEnded`, as the local launcher does: scancel of a finished job exits 0 and says nothing,
+        so the CLI used to print "cancel requested" for a job that had completed long before.
+
+        A running job whose script traps SIGUSR2 (:data:`GRACEFUL_CANCEL_MARK`) gets it in its batch shell only: its
+        steps checkpoint the step they are at and exit, then the script cancels the job. ``checkpoint=False``, a
+        pending job, or a script without the trap: plain ``scancel`` (SIGTERM to every step and the shell, SIGKILL
+        KillWait later; srun kills its tasks at once)."""
         self._check(native_id)
         st = self.status(native_id)
         if st.state in ENDED:
             raise AlreadyEnded(st.state)
+        if checkpoint and st.state == "RUNNING" and self._traps_cancel(native_id):
+            shell.run(["scancel", "--batch", "--signal=USR2", native_id])
+            return "the job checkpoints the step it is at, then ends CANCELLED"
         shell.run(["scancel", native_id])
+        return "scancel sent" if st.state == "RUNNING" else "removed from the queue"
+
+    def _traps_cancel(self, native_id: str) -> bool:
+        """Whether the job's stored batch script traps SIGUSR2 as a cancel with a checkpoint (False when Slurm cannot
+        show the script: an array task's, or one gone from slurmctld's state)."""
+        try:
+            script = shell.run(["scontrol", "write", "batch_script", native_id, "-"])
+        except InputError:
+            return False
+        return GRACEFUL_CANCEL_MARK in script
 
     def requeue(self, native_id: str) -> None:
         self._check(native_id)
