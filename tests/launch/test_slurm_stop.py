@@ -53,6 +53,16 @@ def test_warning_lead_default_override_cap_and_off(catalog: Catalog) -> None:
     assert _lead(catalog, workload=None, command=["./train.sh"]) == 0  # a program that may not checkpoint
     with pytest.raises(InputError, match=r"env\.FMSTACK_STOP_WARNING_S: '2m'"):
         _lead(catalog, env={"FMSTACK_STOP_WARNING_S": "2m"})
+    # the JobSpec field says the same as the env key
+    ckpt = {"location": "/tmp/fmstack-stop-ckpt"}
+    assert _lead(catalog, checkpoint={**ckpt, "stop_warning_s": 300}) == 300
+    assert _lead(catalog, checkpoint={**ckpt, "stop_warning_s": 0}) == 0
+    assert _lead(catalog, checkpoint={**ckpt, "stop_warning_s": 3000}, time_limit_min=60) == 1800  # half the limit
+    with pytest.raises(InputError, match=r"checkpoint\.stop_warning_s: 300, and env\.FMSTACK_STOP_WARNING_S says '60'"):
+        _lead(catalog, checkpoint={**ckpt, "stop_warning_s": 300}, env={"FMSTACK_STOP_WARNING_S": "60"})
+    for bad in (-1, 70000, "2m"):
+        with pytest.raises(InputError, match=r"checkpoint\.stop_warning_s"):
+            parse_jobspec(_spec(checkpoint={**ckpt, "stop_warning_s": bad}))
 
 
 def test_script_requests_the_signal_only_with_a_lead(catalog: Catalog) -> None:

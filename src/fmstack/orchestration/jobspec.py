@@ -55,6 +55,11 @@ class Checkpoint(_Strict):
     keep_last: int = Field(default=3, gt=0)
     storage_options: dict[str, Any] = Field(default_factory=dict)
     sync: bool = Field(default=False, description="commit each save before training on (lose <= 1 interval)")
+    stop_warning_s: int | None = Field(
+        default=None, ge=0, le=65535,
+        description="Slurm: seconds before the time limit at which the job checkpoints and stops, then requeues "
+        "(default 120, at most half the limit; 0: none)",
+    )  # fmt: skip
     pvc: str | None = Field(
         default=None,
         description="Kubernetes: PersistentVolumeClaim (e.g. FSx for Lustre) mounted at ``location`` in every pod",

@@ -91,7 +91,8 @@ def _mount_sources(job: ResolvedJob) -> list[str]:
 
 
 STOP_WARNING_ENV = "FMSTACK_STOP_WARNING_S"
-"""JobSpec ``env`` key that sets the time-limit warning's lead in seconds (0: no warning)."""
+"""JobSpec ``env`` key that sets the time-limit warning's lead in seconds (0: no warning); the JobSpec field
+``checkpoint.stop_warning_s`` says the same and is the documented way (the key is kept for specs that use it)."""
 DEFAULT_STOP_WARNING_S = 120
 """Lead of the time-limit warning: one step, the checkpoint save and the exit must fit, and Slurm may send the
 signal up to 60 s early or late (sbatch(1), ``--signal``); PyTorch Lightning's SLURM docs use 90 s."""
@@ -103,7 +104,14 @@ def stop_warning_s(job: ResolvedJob) -> int:
     from scratch. At most half the time limit, so a short job still trains before it is warned."""
     spec = job.spec
     raw = spec.env.get(STOP_WARNING_ENV)
-    if raw is not None:
+    field = spec.checkpoint.stop_warning_s if spec.checkpoint is not None else None
+    if field is not None and raw is not None:
+        raise InputError(
+            "checkpoint.stop_warning_s", f"{field}, and env.{STOP_WARNING_ENV} says {raw!r}: set one of the two"
+        )
+    if field is not None:
+        lead = field
+    elif raw is not None:
         if not raw.isdigit() or int(raw) > 65535:
             raise InputError(
                 f"env.{STOP_WARNING_ENV}", f"{raw!r}: seconds before the time limit, an integer 0..65535 (0: none)"
