@@ -74,3 +74,17 @@ def test_read_dir_answers_like_listdir_then_read_text(tmp_path: Path) -> None:
     for reader in (OsFs(tmp_path), fs):
         with pytest.raises(OSError):
             reader.read_dir("nope")
+
+
+def test_efa_lifespan_is_a_gauge_and_the_counts_are_counters(fixtures: Path) -> None:
+    from fmstack.observability.efa import EfaSource
+    from fmstack.observability.exporter import Exporter
+
+    text = Exporter([EfaSource(OsFs(fixtures / "p5-node"), "n1")]).render().decode()
+    types = dict(ln.split()[2:4] for ln in text.splitlines() if ln.startswith("# TYPE node_amazonefa_"))
+    # lifespan is the rdma hw_counters refresh setting (ms): a lowered value must not read as a counter reset
+    assert types["node_amazonefa_lifespan"] == "gauge"
+    assert types["node_amazonefa_device_lifespan"] == "gauge"
+    assert types["node_amazonefa_tx_bytes"] == types["node_amazonefa_retrans_timeout_events"] == "counter"
+    assert types["node_amazonefa_device_keep_alive_rcvd"] == "counter"
+    assert "# HELP node_amazonefa_lifespan milliseconds the kernel keeps a read" in text

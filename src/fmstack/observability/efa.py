@@ -251,9 +251,22 @@ class EfaSource:
         return layout.families([*value_texts(values), *(v + ".0" for v in layout.constant_values)])
 
 
+SETTINGS = {
+    "lifespan": "milliseconds the kernel keeps a read of the hardware counters before reading them again "
+    "(rdma hw_counters attribute, writable; a setting, not a count)",
+}
+"""Files of a ``hw_counters`` directory that are not counters: exported as gauges with their meaning as help (typed
+as a counter, a lowered ``lifespan`` reads to ``rate()`` as a counter reset)."""
+
+
 def _keys(key_prefix: str, counters: dict[str, int], help_prefix: str) -> list[FamilyKey]:
     metric_prefix = "node_amazonefa_" + key_prefix
-    return [(key_prefix + c, metric_prefix + c, help_prefix + c, "counter") for c in counters]
+    return [
+        (key_prefix + c, metric_prefix + c, SETTINGS[c], "gauge")
+        if c in SETTINGS
+        else (key_prefix + c, metric_prefix + c, help_prefix + c, "counter")
+        for c in counters
+    ]
 
 
 class _EfaLayout(SeriesLayout):
