@@ -373,16 +373,21 @@ def render_inference_validation(checks: list[Any]) -> None:
     from fmstack.perfmodel.inference_validation import summary
 
     out = console()
-    table = Table("id", "model", "system", "metric", "measured", "predicted", "error", "counted", "config / why not",
-                  title="inference: predicted vs published", title_justify="left")  # fmt: skip
+    table = Table("id", "model", "system", "metric", "measured", "predicted", "error", "config",
+                  title="inference: predicted vs published (every row counts)", title_justify="left")  # fmt: skip
     no_wrap(table, "id", "measured", "predicted", "error")
-    for c in checks:
-        measured = "-" if c.measured is None else f"{c.measured:,g}"
+    for c in (c for c in checks if c.in_scope):
         pred = "-" if c.predicted is None else number_text(c.predicted)
         err = "-" if c.error_pct is None else f"{c.error_pct:+.1f} %"
-        note = c.config if c.in_scope else f"[yellow]{c.reason}[/]" + (f" ({c.config})" if c.config else "")
-        table.add_row(c.id, c.model, c.system, c.metric, measured, pred, err, "yes" if c.in_scope else "no", note)
+        table.add_row(c.id, c.model, c.system, c.metric, f"{c.measured:,g}", pred, err, c.config)
     out.print(table)
+    apart = [c for c in checks if not c.in_scope]
+    if apart:
+        why = Table("id", "metric", "measured", "why not", title="inference: not expressible", title_justify="left")
+        no_wrap(why, "id", "measured")
+        for c in apart:
+            why.add_row(c.id, c.metric, "-" if c.measured is None else f"{c.measured:,g}", f"[yellow]{c.reason}[/]")
+        out.print(why)
     med, worst, n = summary(checks)
     n_out = sum(1 for c in checks if c.predicted is None)
     out.print(f"inference: {n} cases predicted, median |error| {med:.1f} %, worst {worst:.1f} % "

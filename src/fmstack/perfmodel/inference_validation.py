@@ -79,8 +79,8 @@ def _system(gpu: str) -> str | None:
 def _not_expressible(row: dict[str, str]) -> str:
     """The reason a row cannot be expressed ('' when it can)."""
     metric, notes, engine = row["metric_name"], row["notes"], row["engine"]
-    if metric not in METRICS:
-        return f"metric {metric!r} is a relative or claimed number, not a latency or throughput of one configuration"
+    if not row["metric_unit"].startswith(("tokens/s", "ms", "s")):
+        return f"a relative or claimed number ({row['metric_unit']}), not a latency or throughput of one configuration"
     if "MTP" in notes or "speculative" in notes.lower():
         return "multi-token-prediction speculative decoding is not modelled"
     if row["model"] not in MODEL_NAMES:
@@ -96,6 +96,8 @@ def _not_expressible(row: dict[str, str]) -> str:
         )
     if not row["input_len"] or not row["output_len"]:
         return "input / output length not stated"
+    if metric not in METRICS:
+        return f"metric {metric!r} is not one the model predicts ({', '.join(sorted(METRICS))})"
     return ""
 
 
