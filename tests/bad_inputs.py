@@ -369,6 +369,8 @@ BAD_ARGV += [
     (["cancel", "local:x", "--grace-s", "-1"], "--grace-s: -1: must be a finite number of seconds >= 0"),
     (["cancel", "local:x", "--grace-s", "inf"], "--grace-s: inf: must be a finite number"),
     (["cancel", "local:x", "--now"], "--now: applies to Slurm jobs only"),
+    (["plan", "--model", "llama3.1-8b"], "no option --model on fmstack plan itself: choose what to do first, 'fmstack plan train'"),
+    (["estimate", "--tp", "8"], "no option --tp on fmstack estimate itself"),
     (["launch", "@file:job_topo_mode.yaml", "--on", "slurm", "--dry-run"], "field 'topology.mode'"),
     (["launch", "@file:job_topo_level.yaml", "--on", "slurm", "--dry-run"], "must be a node label key"),
     (["launch", "@file:job_topo_noqueue.yaml", "--on", "kubernetes", "--dry-run"], "topology.mode: 'required' needs a Kueue queue"),

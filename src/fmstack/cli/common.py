@@ -95,6 +95,24 @@ def whole_nodes_hint(gpus: int, per_node: int) -> str:
     return f"; nearest: {' or '.join(options)}"
 
 
+class SubcommandGroup(click.Group):
+    """A group whose options all belong to its subcommands (plan, estimate): ``fmstack plan --model X`` says to put
+    the options after ``train`` or ``serve`` instead of click's "No such option '--model'. Did you mean '--help'?"."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            subs = list(self.commands)  # in the order they were added: the main one first
+            names = " or ".join(f"'{ctx.command_path} {name}'" for name in subs)
+            message = (
+                f"no option {exc.option_name} on {ctx.command_path} itself: choose what to do first, {names}, and "
+                f"give the options after it (for example: {ctx.command_path} {subs[0]} "
+                f"{exc.option_name} ...)"
+            )
+            raise click.NoSuchOption(exc.option_name, message=message, ctx=ctx) from None
+
+
 class SearchCommand(click.Command):
     """A command that searches the parallel layout (plan train, scale): an option that fixes one degree (``--tp``)
     says where it belongs instead of click's "Did you mean '--top'?"."""

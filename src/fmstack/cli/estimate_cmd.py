@@ -12,6 +12,7 @@ from rich.table import Table
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import build_cluster, resolve_instance
 from fmstack.cli.common import (
+    SubcommandGroup,
     catalog_option,
     console,
     duration_text,
@@ -40,7 +41,10 @@ TRAIN_EXAMPLE = """Example:
 """
 
 
-@click.group(epilog="Example:\n\n  fmstack estimate train --model llama3.1-8b --instance p5.48xlarge --nodes 1")
+@click.group(
+    cls=SubcommandGroup,
+    epilog="Example:\n\n  fmstack estimate train --model llama3.1-8b --instance p5.48xlarge --nodes 1",
+)
 def estimate() -> None:
     """Estimate one workload on one cluster: train, serve, or rl (one PPO / GRPO step)."""
 

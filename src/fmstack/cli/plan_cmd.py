@@ -16,7 +16,15 @@ from fmstack.catalog import load_catalog
 from fmstack.catalog.loader import Catalog
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster, build_cluster, resolve_instance
-from fmstack.cli.common import SearchCommand, catalog_option, console, json_option, print_json, whole_nodes_hint
+from fmstack.cli.common import (
+    SearchCommand,
+    SubcommandGroup,
+    catalog_option,
+    console,
+    json_option,
+    print_json,
+    whole_nodes_hint,
+)
 from fmstack.cli.estimate_cmd import estimate_argv
 from fmstack.errors import InputError
 from fmstack.perfmodel.config import (
@@ -233,7 +241,7 @@ def search_options(func: Any) -> Any:
     return catalog_option(func)
 
 
-@click.group(epilog=PLAN_EXAMPLE)
+@click.group(cls=SubcommandGroup, epilog=PLAN_EXAMPLE)
 def plan() -> None:
     """Search every configuration, rank it, explain the best: training (train) or serving (serve)."""
 
