@@ -10,7 +10,7 @@ from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import build_cluster
 from fmstack.cli.common import duration_text
 from fmstack.cli.plan_cmd import _ranked_table
-from fmstack.perfmodel.config import default_seq_len
+from fmstack.perfmodel.config import default_seq_len, describe_config
 from fmstack.perfmodel.planner import SearchSpace, plan_training
 from tests.cli.test_plan_ux import _invoke
 
@@ -74,6 +74,36 @@ def test_ranked_table_says_shared_columns_once_and_does_not_wrap() -> None:
     body = [x for x in lines if x.startswith("│")]
     assert len(body) == len(result.ranked)  # one line per row
     assert all("of the step" not in x for x in body)
+
+
+def test_ranked_table_over_instances_and_gpu_counts_does_not_wrap_either() -> None:
+    """--objective cost over three instances and two GPU counts wrapped most configurations at 140 columns (the
+    precision, recompute and sharding every row shares, and sp tp-overlap on every tp > 1 row); the shared words go
+    to the title, the implied sp / tp-overlap to a caption, and what a row still says is its own layout."""
+    from rich.console import Console
+
+    cat = load_catalog()
+    clusters = [build_cluster(cat, name, gpus // 8) for name in ("p5.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge")
+                for gpus in (512, 1024)]  # fmt: skip
+    result = plan_training(cat.model("llama3.1-70b"), clusters, tokens=2e12, objective="cost", top=10)
+    table = _ranked_table(result)
+    assert "instance" in [str(c.header) for c in table.columns]  # rows differ in GPUs, so both stay
+    shared_words = str(table.title).split(", ", 1)[1].split()
+    assert {"seq8192", "bf16"} <= set(shared_words)
+    console = Console(width=140, record=True)
+    console.print(table)
+    lines = console.export_text().splitlines()
+    body = [x for x in lines if x.startswith("│")]
+    assert len(body) == len(result.ranked)  # one line per row
+    configs = [x.split("│")[4].split() for x in body]
+    assert all(w not in ws for ws in configs for w in shared_words)
+    if any(e.config.tp > 1 for e in result.ranked):
+        assert any(x.startswith("every tp > 1 row: sequence parallel (sp)") for x in lines)
+        assert all("tp-overlap" not in ws and "sp" not in ws for ws in configs)
+    # each row plus the title's shared words is the row's whole configuration, in order
+    for entry, words in zip(result.ranked, configs, strict=True):
+        full = describe_config(entry.config).split()
+        assert [w for w in full if w not in shared_words and w not in ("sp", "tp-overlap")] == words
 
 
 def test_planner_overlaps_tp_where_megatron_allows_it_and_the_flag_turns_it_off() -> None:

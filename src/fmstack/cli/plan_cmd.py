@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import shlex
 import sys
 from pathlib import Path
@@ -369,10 +371,16 @@ def _ideal_s(result: PlanResult, est: TrainingEstimate) -> float | None:
     return result.tokens / est.tokens_per_s if result.tokens else None
 
 
+_DEGREE = re.compile(r"^(tp|pp|dp|cp|ep|v|mb)\d+$")
+"""Words of a configuration that give its parallel layout (kept in the rows when moving every shared word would
+leave a row empty)."""
+
+
 def _ranked_table(result: PlanResult) -> Table:
     """The ranked rows as a terminal table: instance and GPU count move to the title when every row shares them,
-    so do the global batch and sequence length when the search fixed them, and the bottleneck drops its "of the
-    step" (the columns that are left fit 140 characters without wrapping)."""
+    so does every word of the configuration that all rows share (batch, sequence, precision, recompute, sharding, a
+    degree such as pp1), and the bottleneck drops its "of the step" (the columns that are left fit 120
+    characters without wrapping in the common cases)."""
     rows = ranked_rows(result)
     header = list(RANKED_HEADER)
     title = f"best ways to train {result.model} (by {result.objective})"
@@ -383,12 +391,24 @@ def _ranked_table(result: PlanResult) -> Table:
         rows = [[c for i, c in enumerate(row) if i not in shared] for row in rows]
     config = header.index("configuration")
     words = [row[config].split() for row in rows]
-    common = [w for w in words[0] if w.startswith(("gb", "seq")) and all(w in ws for ws in words)]
-    if common:  # the batch and sequence the search fixed: once in the title
+    common = [w for w in words[0] if all(w in ws for ws in words)]
+    if any(set(ws) <= set(common) for ws in words):  # a row would be left empty: keep the layout in the rows
+        common = [w for w in common if not _DEGREE.match(w)]
+    if common:  # what every row shares (batch, sequence, precision, recompute, sharding, pp1): once in the title
         title += f", {' '.join(common)}"
         for row, ws in zip(rows, words, strict=True):
             row[config] = " ".join(w for w in ws if w not in common)
-    table = Table(*header, title=title, title_justify="left")
+    # the planner turns sequence parallelism and TP overlap on with every tp > 1: say so once, under the table
+    implied = ("sp", "tp-overlap")
+    with_tp = [not w[0].startswith("tp1") for w in (row[config].split() for row in rows)]
+    caption = None
+    if any(with_tp) and all(
+        all(x in row[config].split() for x in implied) == tp for row, tp in zip(rows, with_tp, strict=True)
+    ):
+        caption = "every tp > 1 row: sequence parallel (sp) and TP communication overlapped with compute (tp-overlap)"
+        for row in rows:
+            row[config] = " ".join(w for w in row[config].split() if w not in implied)
+    table = Table(*header, title=title, title_justify="left", caption=caption, caption_justify="left")
     for row in rows:
         table.add_row(*row[:-1], row[-1].removesuffix(" of the step"))
     return table
