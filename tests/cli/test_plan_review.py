@@ -195,7 +195,7 @@ def test_a_sweep_value_given_twice_is_one_point() -> None:
 def test_plan_says_which_stack_a_sharded_best_row_describes() -> None:
     """A best row with FSDP sharding carries a note that its efficiencies are fused-kernel ones (the side check
     found eager PyTorch FSDP slower); a Megatron-style best row (ZeRO-1) does not."""
-    from fmstack.cli.plan_cmd import stack_notes
+    from fmstack.cli.plan_render import stack_notes
 
     cat = load_catalog()
     cluster = build_cluster(cat, "p5.48xlarge", 64)

@@ -9,7 +9,7 @@ import pytest
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import build_cluster
 from fmstack.cli.common import duration_text
-from fmstack.cli.plan_cmd import _ranked_table
+from fmstack.cli.plan_render import ranked_table
 from fmstack.perfmodel.config import default_seq_len, describe_config
 from fmstack.perfmodel.planner import SearchSpace, plan_training
 from tests.cli.test_plan_ux import _invoke
@@ -64,7 +64,7 @@ def test_ranked_table_says_shared_columns_once_and_does_not_wrap() -> None:
     cat = load_catalog()
     result = plan_training(cat.model("llama3.1-70b"), [build_cluster(cat, "p5.48xlarge", 64)], tokens=2e12,
                            space=SearchSpace(seq_len=8192, global_batch=512), top=5)  # fmt: skip
-    table = _ranked_table(result)
+    table = ranked_table(result)
     headers = [str(c.header) for c in table.columns]
     assert "instance" not in headers and "GPUs" not in headers
     assert "on 512 p5.48xlarge GPUs, gb512 seq8192" in str(table.title)
@@ -86,7 +86,7 @@ def test_ranked_table_over_instances_and_gpu_counts_does_not_wrap_either() -> No
     clusters = [build_cluster(cat, name, gpus // 8) for name in ("p5.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge")
                 for gpus in (512, 1024)]  # fmt: skip
     result = plan_training(cat.model("llama3.1-70b"), clusters, tokens=2e12, objective="cost", top=10)
-    table = _ranked_table(result)
+    table = ranked_table(result)
     assert "instance" in [str(c.header) for c in table.columns]  # rows differ in GPUs, so both stay
     shared_words = str(table.title).split(", ", 1)[1].split()
     assert {"seq8192", "bf16"} <= set(shared_words)

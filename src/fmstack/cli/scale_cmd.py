@@ -11,7 +11,8 @@ from rich.table import Table
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import resolve_instance
 from fmstack.cli.common import SearchCommand, console, json_option, print_json
-from fmstack.cli.plan_cmd import _progress, _space, parse_gpus, search_options
+from fmstack.cli.plan_cmd import _space, parse_gpus, search_options
+from fmstack.cli.plan_render import SearchProgress
 from fmstack.errors import InputError
 from fmstack.perfmodel.scaling import AXES, EFA_GENERATIONS, GPU_GENERATIONS, SweepResult, run_sweep
 
@@ -70,7 +71,7 @@ def scale(
         "seq-len": "2048,4096,8192,16384,32768",
     }  # fmt: skip
     items = list(dict.fromkeys(v.strip() for v in (values or defaults[axis]).split(",") if v.strip()))  # once each
-    with _progress(as_json, len(items)) as tick:
+    with SearchProgress(as_json, len(items)) as tick:
         result = run_sweep(cat, arch, axis=axis, values=items, instance=instance, gpus=counts[0], tokens=tokens,
                            objective=objective, space=space, weak=weak, progress=tick)  # fmt: skip
     points = result.points

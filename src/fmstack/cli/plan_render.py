@@ -1,0 +1,137 @@
+"""How `fmstack plan train` prints: the ranked table, the lines under it, the notes on its best row, and the search's
+progress bar."""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from fmstack.cli.common import console
+from fmstack.perfmodel.config import describe_config
+from fmstack.perfmodel.planner import PlanResult
+from fmstack.reports.plan_report import RANKED_HEADER, ranked_rows
+
+BUBBLE_NOTE_SHARE = 0.25
+"""Above this share of the best row's step in pipeline bubble, with the default batch, the plan says so."""
+
+
+def batch_notes(result: PlanResult, *, batch_given: bool) -> list[str]:
+    """A hint when the default global batch (about 4M tokens) is what holds the best row back: so many GPUs that
+    each pipeline gets few micro-batches, and the bubble (p - 1) / (v m) takes a large share of the step."""
+    best = result.best
+    cfg = best.config
+    share = best.parts_s.get("bubble", 0.0) / best.step_time_s
+    if batch_given or share < BUBBLE_NOTE_SHARE:
+        return []
+    m = cfg.num_micro_batches
+    return [
+        f"the default global batch ({cfg.global_batch} sequences, {cfg.global_batch * cfg.seq_len / 1e6:.1f}M tokens) "
+        f"leaves {m} micro-batch"
+        f"{'es' if m != 1 else ''} per pipeline of {cfg.pp} stages on {best.num_gpus} GPUs: the bubble is "
+        f"{share * 100:.0f} % of the step; a larger --global-batch shrinks it"
+    ]
+
+
+def stack_notes(result: PlanResult) -> list[str]:
+    """When the best row shards the weights (ZeRO-3 / FSDP / HSDP), which stack its numbers describe: the defaults
+    are fused-kernel Megatron-Core / Transformer Engine efficiencies, and eager PyTorch FSDP ran slower than predicted
+    in the llm-foundry side check (README, docs/perfmodel.md)."""
+    if result.best.config.sharding not in ("zero3", "fsdp", "hsdp"):
+        return []
+    return [
+        f"the best row shards its weights ({result.best.config.sharding}); its numbers assume fused kernels "
+        "(Megatron-Core / Transformer Engine, Megatron-FSDP included): eager PyTorch FSDP ran 35-57 % slower than "
+        "this model predicts in the llm-foundry side check (fmstack validate --only sidecheck)"
+    ]
+
+
+_DEGREE = re.compile(r"^(tp|pp|dp|cp|ep|v|mb)\d+$")
+"""Words of a configuration that give its parallel layout (kept in the rows when moving every shared word would
+leave a row empty)."""
+
+
+def ranked_table(result: PlanResult) -> Table:
+    """The ranked rows as a terminal table: instance and GPU count move to the title when every row shares them,
+    so does every word of the configuration that all rows share (batch, sequence, precision, recompute, sharding, a
+    degree such as pp1), and the bottleneck drops its "of the step" (the columns that are left fit 120
+    characters without wrapping in the common cases)."""
+    rows = ranked_rows(result)
+    header = list(RANKED_HEADER)
+    title = f"best ways to train {result.model} (by {result.objective})"
+    shared = [i for i in (1, 2) if len({row[i] for row in rows}) == 1]
+    if len(shared) == 2:  # one instance and one GPU count: say them once
+        title += f" on {rows[0][2]} {rows[0][1]} GPUs"  # "512 x p5.48xlarge" read as 512 instances
+        header = [h for i, h in enumerate(header) if i not in shared]
+        rows = [[c for i, c in enumerate(row) if i not in shared] for row in rows]
+    config = header.index("configuration")
+    words = [row[config].split() for row in rows]
+    common = [w for w in words[0] if all(w in ws for ws in words)]
+    if any(set(ws) <= set(common) for ws in words):  # a row would be left empty: keep the layout in the rows
+        common = [w for w in common if not _DEGREE.match(w)]
+    if common:  # what every row shares (batch, sequence, precision, recompute, sharding, pp1): once in the title
+        title += f", {' '.join(common)}"
+        for row, ws in zip(rows, words, strict=True):
+            row[config] = " ".join(w for w in ws if w not in common)
+    # the planner turns sequence parallelism and TP overlap on with every tp > 1: say so once, under the table
+    implied = ("sp", "tp-overlap")
+    with_tp = [not w[0].startswith("tp1") for w in (row[config].split() for row in rows)]
+    caption = None
+    if any(with_tp) and all(
+        all(x in row[config].split() for x in implied) == tp for row, tp in zip(rows, with_tp, strict=True)
+    ):
+        caption = "every tp > 1 row: sequence parallel (sp) and TP communication overlapped with compute (tp-overlap)"
+        for row in rows:
+            row[config] = " ".join(w for w in row[config].split() if w not in implied)
+    table = Table(*header, title=title, title_justify="left", caption=caption, caption_justify="left")
+    for row in rows:
+        table.add_row(*row[:-1], row[-1].removesuffix(" of the step"))
+    return table
+
+
+def render_plan(result: PlanResult, *, skipped: list[str] | None = None, command: str | None = None) -> None:
+    out = console()
+    out.print(ranked_table(result))
+    out.print(
+        f"{result.considered:,} configurations considered, {result.rejected_shape:,} rejected for shape, "
+        f"{result.rejected_memory:,} rejected for memory"
+    )
+    if result.resilience:
+        out.print("days and cost include the expected time lost to failures, restarts and checkpoints", markup=False)
+    else:
+        out.print("days and cost assume no failures; --objective time-with-failures adds failures, restarts and "
+                  "checkpoints", markup=False)  # fmt: skip
+    best = result.best
+    out.print(f"best: [bold]{describe_config(best.config)}[/] on {best.num_gpus} {best.instance} GPUs")
+    out.print(f"bottleneck: [bold]{best.bottleneck}[/]")
+    if command is not None:
+        out.print("reproduce the best with:", markup=False)
+        out.print(command, markup=False, soft_wrap=True)
+    for note in skipped or []:
+        out.print(f"note: {note}", markup=False, soft_wrap=True)
+
+
+class SearchProgress:
+    """A progress bar over clusters when the search is long enough to need one (and not for --json)."""
+
+    def __init__(self, quiet: bool, total: int) -> None:
+        self.bar: Progress | None = None
+        if not quiet and total > 1 and sys.stderr.isatty():  # on stderr: stdout stays the result alone
+            self.bar = Progress(TextColumn("searching"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                                TimeElapsedColumn(), console=Console(stderr=True), transient=True)  # fmt: skip
+            self.task = self.bar.add_task("search", total=total)
+
+    def __enter__(self) -> Any:
+        if self.bar is not None:
+            self.bar.start()
+            bar, task = self.bar, self.task
+            return lambda done, _total: bar.update(task, completed=done)
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
