@@ -15,7 +15,8 @@ from click.testing import CliRunner
 
 from fmstack.cli.main import cli
 from fmstack.errors import InputError
-from fmstack.orchestration.jobspec import check_checkpoint_shape, parse_jobspec
+from fmstack.orchestration.ckpt_checks import check_checkpoint_shape
+from fmstack.orchestration.jobspec import parse_jobspec
 from tests.launch.conftest import P5_SPEC
 
 

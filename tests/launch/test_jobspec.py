@@ -9,14 +9,8 @@ import pytest
 
 from fmstack.catalog import Catalog
 from fmstack.errors import InputError
-from fmstack.orchestration.jobspec import (
-    check_checkpoint_location,
-    load_jobspec,
-    node_local_warning,
-    parse_jobspec,
-    resolve,
-    workload_argv,
-)
+from fmstack.orchestration.ckpt_checks import check_checkpoint_location, node_local_warning
+from fmstack.orchestration.jobspec import load_jobspec, parse_jobspec, resolve, workload_argv
 from fmstack.orchestration.launchers.torchrun import job_env
 from tests.launch.conftest import P5_SPEC
 

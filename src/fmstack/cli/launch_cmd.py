@@ -10,13 +10,8 @@ import click
 from fmstack.catalog import load_catalog
 from fmstack.cli.common import catalog_option, json_option, print_json
 from fmstack.errors import InputError
-from fmstack.orchestration.jobspec import (
-    check_checkpoint_location,
-    check_checkpoint_shape,
-    load_jobspec,
-    node_local_warning,
-    resolve,
-)
+from fmstack.orchestration.ckpt_checks import check_checkpoint_location, check_checkpoint_shape, node_local_warning
+from fmstack.orchestration.jobspec import load_jobspec, resolve
 from fmstack.orchestration.launchers.base import LAUNCHERS, get_launcher, split_job_id
 
 
