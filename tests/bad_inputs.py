@@ -563,3 +563,15 @@ BAD_ARGV += [
     (["scale", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--gpus", "512", "--tokens", "2e12", "--axis",
       "nodes", "--pp", "2"], "no option --pp: fmstack scale searches every layout"),
 ]  # fmt: skip
+
+# session 9, RL step model (helper R): add rows here
+BAD_ARGV += []
+
+# session 9, serving planner search (helper S): add rows here
+BAD_ARGV += []
+
+# session 9, closing-loop predictor (helper C): add rows here
+BAD_ARGV += []
+
+# session 9, fresh-eyes operations review (helper W): add rows here
+BAD_ARGV += []
