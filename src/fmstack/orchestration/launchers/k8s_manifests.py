@@ -21,7 +21,7 @@ from typing import Any
 
 from fmstack.errors import InputError
 from fmstack.orchestration.jobspec import ResolvedJob
-from fmstack.orchestration.launchers.torchrun import job_env, program_argv, torchrun_prefix
+from fmstack.orchestration.launchers.torchrun import job_env, program_argv, stop_lead_s, torchrun_prefix
 
 K8S_VERSION = "1.30"
 RDZV_PORT = 29500
@@ -47,7 +47,11 @@ def _container(job: ResolvedJob, rdzv: list[str], indexed: bool) -> dict[str, An
     if not spec.image:
         raise InputError("image", "a container image is required to run on Kubernetes (e.g. image: my/repo:tag)")
     args = [_escape(a) for a in torchrun_prefix(job)] + rdzv + [_escape(a) for a in program_argv(job)]
-    env: list[dict[str, Any]] = [{"name": k, "value": _escape(v)} for k, v in sorted(job_env(job).items())]
+    variables = job_env(job)
+    if lead := stop_lead_s(job):
+        # torchrun SIGKILLs its workers this long after forwarding a SIGTERM (default 30 s): give them the lead
+        variables.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(lead))
+    env: list[dict[str, Any]] = [{"name": k, "value": _escape(v)} for k, v in sorted(variables.items())]
     if indexed:  # Indexed Job pods carry their index; PyTorchJob's operator sets PET_NODE_RANK itself
         env.append(
             {
@@ -219,12 +223,17 @@ def _pod_spec(job: ResolvedJob, rdzv: list[str], indexed: bool) -> dict[str, Any
     ck = job.spec.checkpoint
     if ck is not None and ck.pvc is not None:
         volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": ck.pvc}})
-    return {
+    pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [_container(job, rdzv, indexed)],
         # NCCL and DataLoader workers need more shared memory than the container default (64 MiB)
         "volumes": volumes,
     }
+    if lead := stop_lead_s(job):
+        # a deleted or preempted pod gets SIGTERM, then SIGKILL this much later (default 30 s): the workload saves
+        # the step it is at in between (fmstack.workloads.stop), which takes one step, the save and the exit
+        pod["terminationGracePeriodSeconds"] = lead
+    return pod
 
 
 def _labels(job: ResolvedJob) -> dict[str, str]:

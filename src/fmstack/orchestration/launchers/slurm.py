@@ -31,7 +31,16 @@ from fmstack.observability.actions import Action
 from fmstack.orchestration.jobspec import ResolvedJob
 from fmstack.orchestration.launchers import shell
 from fmstack.orchestration.launchers.base import ENDED, AlreadyEnded, JobStatus, Submission
-from fmstack.orchestration.launchers.torchrun import job_env, program_argv, torchrun_prefix
+from fmstack.orchestration.launchers.torchrun import (
+    DEFAULT_STOP_WARNING_S as DEFAULT_STOP_WARNING_S,
+)
+from fmstack.orchestration.launchers.torchrun import (
+    job_env,
+    program_argv,
+    saves_on_stop,
+    stop_lead_s,
+    torchrun_prefix,
+)
 
 _STATES = {
     "PENDING": "PENDING", "CONFIGURING": "PENDING", "REQUEUED": "PENDING", "REQUEUE_HOLD": "PENDING",
@@ -90,49 +99,16 @@ def _mount_sources(job: ResolvedJob) -> list[str]:
     ]
 
 
-STOP_WARNING_ENV = "FMSTACK_STOP_WARNING_S"
-"""JobSpec ``env`` key that sets the time-limit warning's lead in seconds (0: no warning); the JobSpec field
-``checkpoint.stop_warning_s`` says the same and is the documented way (the key is kept for specs that use it)."""
-DEFAULT_STOP_WARNING_S = 120
-"""Lead of the time-limit warning: one step, the checkpoint save and the exit must fit, and Slurm may send the
-signal up to 60 s early or late (sbatch(1), ``--signal``); PyTorch Lightning's SLURM docs use 90 s."""
-
-
 def stop_warning_s(job: ResolvedJob) -> int:
     """Seconds before the time limit at which the job is told to checkpoint and stop; 0 for none. Only the
     reference workload with a checkpoint gets one: a program that cannot save would just stop early and restart
     from scratch. At most half the time limit, so a short job still trains before it is warned."""
-    spec = job.spec
-    raw = spec.env.get(STOP_WARNING_ENV)
-    field = spec.checkpoint.stop_warning_s if spec.checkpoint is not None else None
-    if field is not None and raw is not None:
-        raise InputError(
-            "checkpoint.stop_warning_s", f"{field}, and env.{STOP_WARNING_ENV} says {raw!r}: set one of the two"
-        )
-    if field is not None:
-        lead = field
-    elif raw is not None:
-        if not raw.isdigit() or int(raw) > 65535:
-            raise InputError(
-                f"env.{STOP_WARNING_ENV}", f"{raw!r}: seconds before the time limit, an integer 0..65535 (0: none)"
-            )
-        lead = int(raw)
-    else:
-        lead = DEFAULT_STOP_WARNING_S
-    if not saves_on_stop(job):
-        return 0
-    return min(lead, spec.time_limit_min * 60 // 2)
+    return min(stop_lead_s(job), job.spec.time_limit_min * 60 // 2)
 
 
 GRACEFUL_CANCEL_MARK = "# fmstack: graceful cancel on USR2"
 """A line of every batch script that traps SIGUSR2 as a cancel with a checkpoint (``SlurmLauncher.cancel`` reads
 the job's stored script for it: a shell without the trap would die of SIGUSR2 and leave the job FAILED)."""
-
-
-def saves_on_stop(job: ResolvedJob) -> bool:
-    """Whether the job's steps checkpoint the step they are at on SIGTERM: the reference workload with a checkpoint
-    (``fmstack.workloads.stop``); a user's program may not."""
-    return job.spec.checkpoint is not None and job.spec.command is None
 
 
 def _stop_lines(lead_s: int, saves: bool) -> list[str]:

@@ -8,6 +8,7 @@ works when several virtual nodes share one host (the Slurm test cluster).
 
 from __future__ import annotations
 
+from fmstack.errors import InputError
 from fmstack.orchestration.jobspec import ResolvedJob, workload_argv
 
 # NCCL over EFA: the aws-ofi-nccl plugin selects libfabric's efa provider (AWS EFA user guide, "Get started with EFA
@@ -49,3 +50,43 @@ def torchrun_prefix(job: ResolvedJob) -> list[str]:
 
 def program_argv(job: ResolvedJob) -> list[str]:
     return workload_argv(job)
+
+
+STOP_WARNING_ENV = "FMSTACK_STOP_WARNING_S"
+"""JobSpec ``env`` key that sets the stop lead in seconds (0: none); the JobSpec field ``checkpoint.stop_warning_s``
+says the same and is the documented way (the key is kept for specs that use it)."""
+DEFAULT_STOP_WARNING_S = 120
+"""Seconds a stopping job gets to finish its step, save it and exit: one step, the checkpoint save and the exit must
+fit, and Slurm may send its time-limit signal up to 60 s early or late (sbatch(1), ``--signal``); PyTorch
+Lightning's SLURM docs use 90 s."""
+
+
+def saves_on_stop(job: ResolvedJob) -> bool:
+    """Whether the job's processes checkpoint the step they are at on SIGTERM: the reference workload with a
+    checkpoint (``fmstack.workloads.stop``); a user's program may not."""
+    return job.spec.checkpoint is not None and job.spec.command is None
+
+
+def stop_lead_s(job: ResolvedJob) -> int:
+    """Seconds a stopping job gets to save the step it is at (``checkpoint.stop_warning_s``, the env key, or
+    :data:`DEFAULT_STOP_WARNING_S`); 0 for a job that does not save on a stop, or when the user says 0. Slurm warns
+    this long before the time limit (capped at half of it); Kubernetes waits this long between SIGTERM and SIGKILL;
+    torchrun waits this long for its workers after forwarding a SIGTERM."""
+    spec = job.spec
+    raw = spec.env.get(STOP_WARNING_ENV)
+    field = spec.checkpoint.stop_warning_s if spec.checkpoint is not None else None
+    if field is not None and raw is not None:
+        raise InputError(
+            "checkpoint.stop_warning_s", f"{field}, and env.{STOP_WARNING_ENV} says {raw!r}: set one of the two"
+        )
+    if field is not None:
+        lead = field
+    elif raw is not None:
+        if not raw.isdigit() or int(raw) > 65535:
+            raise InputError(
+                f"env.{STOP_WARNING_ENV}", f"{raw!r}: seconds before the time limit, an integer 0..65535 (0: none)"
+            )
+        lead = int(raw)
+    else:
+        lead = DEFAULT_STOP_WARNING_S
+    return lead if saves_on_stop(job) else 0
