@@ -167,7 +167,9 @@ def _render_rl_check(rl: list[RLCheck]) -> None:
     for c in rl:
         pred = "-" if c.predicted_step_s is None else f"{c.predicted_step_s:.1f}"
         err = "-" if c.step_error_pct is None else f"{c.step_error_pct:+.1f} %"
-        capped = "-" if c.step_error_cap_pct is None else f"{c.predicted_step_cap_s:.1f} ({c.step_error_cap_pct:+.0f} %)"
+        capped = (
+            "-" if c.step_error_cap_pct is None else f"{c.predicted_step_cap_s:.1f} ({c.step_error_cap_pct:+.0f} %)"
+        )
         stages = (
             " / ".join(f"{c.predicted_stages_s[k]:.1f}" for k in validation_rl.STAGES) if c.predicted_stages_s else "-"
         )

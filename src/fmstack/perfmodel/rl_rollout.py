@@ -95,7 +95,11 @@ def rollout_time(
     tail_s = cap_tail_s(model, cluster, serve, response_cap) if response_cap is not None else 0.0
     time_s += tail_s
     return RolloutTime(
-        time_s=time_s, steady_s=steady_s, drain_s=time_s - steady_s, waves=requests / c, simulated_requests=simulated,
+        time_s=time_s,
+        steady_s=steady_s,
+        drain_s=time_s - steady_s,
+        waves=requests / c,
+        simulated_requests=simulated,
         tail_s=tail_s,
     )
 
