@@ -565,7 +565,10 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 9, RL step model (helper R): add rows here
-BAD_ARGV += []
+BAD_ARGV += [
+    (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--response-len", "1024",
+      "--response-cap", "512"], "response-cap: must be >= --response-len (1024), got 512"),
+]  # fmt: skip
 
 # session 9, serving planner search (helper S): add rows here
 BAD_ARGV += []

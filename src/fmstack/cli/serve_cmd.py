@@ -205,6 +205,9 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
               help="Prompt and response lengths uniform in mean x [1 - s, 1 + s]; > 0 simulates the rollout's "
               "long tail.")  # fmt: skip
 @click.option("--seed", type=int, default=0, show_default=True, help="Rollout simulation seed.")
+@click.option("--response-cap", type=int, default=None,
+              help="Token limit per response (NeMo RL: max_total_sequence_length - prompt): one response per replica "
+              "runs to it after the others end [no cap tail].")  # fmt: skip
 @click.option("--offload/--no-offload", default=None,
               help="Colocated: park the trained models' weights and optimizer state in host memory during "
               "generation (host copies each step, less GPU memory; NeMo RL always does) [off, as veRL's defaults].")  # fmt: skip
@@ -249,7 +252,7 @@ def rl_cmd(
     out.print(
         f"rollout {est.rollout_tokens_per_s:,.0f} tokens/s: each replica's {b['waves']:.2f} fills of the engine take "
         f"{b['time_s']:.2f} s, {b['drain_s']:.2f} s more than at the steady rate (the last wave"
-        f"{' and the longest responses' if cfg.length_spread > 0 else ''}); training step MFU "
+        f"{' and the longest responses' if cfg.length_spread > 0 or cfg.response_cap else ''}); training step MFU "
         f"{est.train_step['mfu'] * 100:.1f} %"
     )
     if est.switch:

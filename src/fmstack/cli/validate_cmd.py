@@ -81,7 +81,7 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
         result["rl_check_nemorl"] = {
             "source": validation_rl.SOURCE,
             "url": validation_rl.URL,
-            "summary": {s: asdict(validation_rl.summarize(rl, s)) for s in ("all", "exact", "on", "off")},
+            "summary": {s: asdict(validation_rl.summarize(rl, s)) for s in validation_rl.SCOPES},
             "cases": [c.to_json() for c in rl],
         }
     if as_json:
@@ -161,12 +161,15 @@ def _render_rl_check(rl: list[RLCheck]) -> None:
 
     out = console()
     table = Table("id", "model", "policy", "GPUs", "prompt+resp", "measured s", "predicted s", "error",
-                  "rollout / logprobs / train / sync s", "note",
+                  "with cap tail", "rollout / logprobs / train / sync s", "note",
                   title=f"RL check (not calibration data): GRPO step time, {validation_rl.SOURCE}",
                   title_justify="left")  # fmt: skip
     for c in rl:
         pred = "-" if c.predicted_step_s is None else f"{c.predicted_step_s:.1f}"
         err = "-" if c.step_error_pct is None else f"{c.step_error_pct:+.1f} %"
+        capped = (
+            "-" if c.step_error_cap_pct is None else f"{c.predicted_step_cap_s:.1f} ({c.step_error_cap_pct:+.0f} %)"
+        )
         stages = (
             " / ".join(f"{c.predicted_stages_s[k]:.1f}" for k in validation_rl.STAGES) if c.predicted_stages_s else "-"
         )
@@ -174,9 +177,9 @@ def _render_rl_check(rl: list[RLCheck]) -> None:
         if not note:
             note = "; ".join(c.differences + ([] if c.fits else ["model memory: does not fit"]))
         table.add_row(c.id, c.model, c.policy, str(c.num_gpus), f"{c.prompt_len}+{c.response_len}",
-                      f"{c.measured_step_s:g}", pred, err, stages, note)  # fmt: skip
+                      f"{c.measured_step_s:g}", pred, err, capped, stages, note)  # fmt: skip
     out.print(table)
-    for scope in ("all", "exact", "on", "off"):
+    for scope in validation_rl.SCOPES:
         s = validation_rl.summarize(rl, scope)
         out.print(
             f"RL check {scope}: {s.compared} rows, median error {s.median_error_pct:+.1f} %, "

@@ -105,6 +105,10 @@ class RLConfig:
     """Prompt and response lengths uniform in mean x [1 - s, 1 + s]; > 0 simulates the rollout's long tail."""
     seed: int = 0
     """Seed of the rollout simulation (``length_spread > 0``)."""
+    response_cap: int | None = None
+    """The engine's token limit per response (NeMo RL: ``max_total_sequence_length`` - prompt); set, one response
+    per replica runs to it after the others end (:func:`fmstack.perfmodel.rl_rollout.cap_tail_s`; not for the
+    streamed rollout of ``max_trajectory_age`` > 1). None = no tail beyond ``length_spread``."""
     offload: bool | None = None
     """Colocated: park the trained models' weights and optimizer state in host memory during generation (NeMo RL
     does whenever it colocates: ``offload_before_refit`` / ``offload_after_refit``; veRL's ``param_offload`` /
@@ -167,6 +171,8 @@ def _check(cfg: RLConfig, cluster: Cluster) -> None:
         raise InputError("placement", f"{cfg.placement!r} unknown; allowed: colocated, split")
     if cfg.placement == "split" and cfg.offload:
         raise InputError("offload", "needs --placement colocated (split GPUs never switch between the phases)")
+    if cfg.response_cap is not None and cfg.response_cap < cfg.response_len:
+        raise InputError("response-cap", f"must be >= --response-len ({cfg.response_len}), got {cfg.response_cap}")
     if cfg.max_trajectory_age < 1:
         raise InputError("max-trajectory-age", f"must be >= 1, got {cfg.max_trajectory_age}")
     if cfg.max_trajectory_age > 1 and not cfg.async_split:
@@ -332,6 +338,7 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
             length_spread=cfg.length_spread,
             seed=cfg.seed,
             at_concurrency=gen,
+            response_cap=cfg.response_cap,
         )
     rollout = batch.time_s
     streamed_s = 0.0

@@ -18,6 +18,15 @@ counts is the batch's makespan, not the engine's throughput:
   and slime's partial / asynchronous rollouts exist to hide it).
 
 ``drain_s`` reports what the batch costs beyond ``n`` requests at the steady rate: the waves and the tail.
+
+**Tail to the cap** (``response_cap``, off by default): the engine stops a response at its token limit (vLLM
+``SamplingParams.max_tokens``; NeMo RL sets ``max_new_tokens`` to ``max_total_sequence_length`` and vLLM's
+``max_model_len`` to the same, so a response ends at the cap minus its prompt), and a synchronous step waits for the
+batch's longest response (NeMo RL docs/guides/async-grpo.md: "stalling training pipeline until longest generation
+finishes"). With the cap set, one response per replica is taken to run to it after the others end: the batch pays
+``(response_cap - response_len)`` more decode steps at one running sequence, each the serving model's ITL at
+concurrency 1 over a cap-long response (``tail_s``). What fraction of responses reach the cap is not published for
+the runs this was checked against, so this is a bound on the tail's shape, not a fitted distribution.
 """
 
 from __future__ import annotations
@@ -45,14 +54,19 @@ class RolloutTime:
     """Requests over the concurrency: how many times the engine is filled."""
     simulated_requests: int
     """Requests run through the simulation (0: the same-length waves, computed directly)."""
+    tail_s: float = 0.0
+    """With ``response_cap``: the longest response's decode steps beyond the mean, alone on the replica (in
+    ``time_s``); 0 without a cap."""
 
 
 def rollout_time(
     model: ModelArch, cluster: Cluster, serve: ServeConfig, requests: int, concurrency: int, *,
     length_spread: float = 0.0, seed: int = 0, at_concurrency: ServeEstimate | None = None,
+    response_cap: int | None = None,
 ) -> RolloutTime:  # fmt: skip
     """Makespan of ``requests`` responses on one replica that runs at most ``concurrency`` at once
-    (``at_concurrency``: the serving estimate at that many clients, when the caller has it already)."""
+    (``at_concurrency``: the serving estimate at that many clients, when the caller has it already;
+    ``response_cap``: the engine's token limit per response, reached by one response per batch: module docstring)."""
     c = max(1, min(concurrency, requests))
     full = at_concurrency
     if full is None or full.config.concurrency != c:
@@ -78,6 +92,23 @@ def rollout_time(
         res = simulate(d, at_c, cfg)
         time_s = res.makespan_s + k * res.mean_latency_s
         simulated = n2
+    tail_s = cap_tail_s(model, cluster, serve, response_cap) if response_cap is not None else 0.0
+    time_s += tail_s
     return RolloutTime(
-        time_s=time_s, steady_s=steady_s, drain_s=time_s - steady_s, waves=requests / c, simulated_requests=simulated
+        time_s=time_s,
+        steady_s=steady_s,
+        drain_s=time_s - steady_s,
+        waves=requests / c,
+        simulated_requests=simulated,
+        tail_s=tail_s,
     )
+
+
+def cap_tail_s(model: ModelArch, cluster: Cluster, serve: ServeConfig, response_cap: int) -> float:
+    """The steps a response running to ``response_cap`` takes beyond the mean ``serve.output_len``, alone on the
+    replica: ``(response_cap - output_len) x`` the ITL at concurrency 1 of a ``response_cap``-token response."""
+    extra = response_cap - serve.output_len
+    if extra <= 0:
+        return 0.0
+    alone = estimate_serve(model, cluster, replace(serve, concurrency=1, output_len=response_cap))
+    return extra * alone.itl_s

@@ -33,7 +33,7 @@ from __future__ import annotations
 import csv
 import math
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -82,6 +82,13 @@ class RLCheck:
     differences: list[str] = field(default_factory=list)
     not_expressible: str = ""
     recipe: str = ""
+    response_cap: int = 0
+    """The recipe's per-response token limit: ``max_total_sequence_length`` - prompt (NeMo RL's ``max_new_tokens``
+    and vLLM's ``max_model_len`` are both ``max_total_sequence_length``)."""
+    predicted_step_cap_s: float | None = None
+    """The step if one response per replica runs to ``response_cap`` (``RLConfig.response_cap``): a bound on the
+    batch's tail, not the default prediction (the source gives the mean length only)."""
+    step_error_cap_pct: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -161,7 +168,10 @@ def check_nemorl(catalog: Catalog) -> list[RLCheck]:
         nodes = math.ceil(int(row["gpus"]) / int(row["gpus_per_node"]))
         try:
             cluster = build_cluster(catalog, instance, nodes)
-            est = estimate_rl(catalog.model(row["model"]), cluster, row_config(row, prompt))
+            cfg = row_config(row, prompt)
+            est = estimate_rl(catalog.model(row["model"]), cluster, cfg)
+            cap = int(row["max_seq_len"]) - prompt
+            capped = estimate_rl(catalog.model(row["model"]), cluster, replace(cfg, response_cap=cap))
         except InputError as exc:
             checks.append(_replace(base, not_expressible=f"{exc.field}: {exc.message}"))
             continue
@@ -179,7 +189,8 @@ def check_nemorl(catalog: Catalog) -> list[RLCheck]:
             _replace(
                 base, predicted_step_s=step, predicted_tokens_per_s_per_gpu=tokens / step / base.num_gpus,
                 step_error_pct=(step / base.measured_step_s - 1.0) * 100.0, predicted_stages_s=stages,
-                fits=est.fits, bottleneck=est.bottleneck,
+                fits=est.fits, bottleneck=est.bottleneck, response_cap=cap, predicted_step_cap_s=capped.step_time_s,
+                step_error_cap_pct=(capped.step_time_s / base.measured_step_s - 1.0) * 100.0,
             )
         )  # fmt: skip
     return checks
@@ -200,11 +211,19 @@ class RLSummary:
     worst_abs_error_pct: float
 
 
+SCOPES = ("all", "exact", "on", "off", "cap_all", "cap_on", "cap_off")
+"""Summary scopes; ``cap_*``: the same rows with the tail to the cap (``RLCheck.predicted_step_cap_s``)."""
+
+
 def summarize(checks: list[RLCheck], scope: str) -> RLSummary:
-    """``scope``: ``all``, ``exact`` (layout expressed), ``on`` (on-policy) or ``off`` (asynchronous)."""
+    """``scope``: ``all``, ``exact`` (layout expressed), ``on`` (on-policy) or ``off`` (asynchronous); ``cap_all``,
+    ``cap_on``, ``cap_off``: those rows' errors with the tail to the recipe's cap."""
+    cap = scope.startswith("cap_")
+    base = scope.removeprefix("cap_")
 
     def keep(c: RLCheck) -> bool:
-        return {"all": True, "exact": c.exact, "on": c.policy == "on", "off": c.policy != "on"}[scope]
+        return {"all": True, "exact": c.exact, "on": c.policy == "on", "off": c.policy != "on"}[base]
 
-    errors = [c.step_error_pct for c in checks if keep(c) and c.step_error_pct is not None]
+    errs = [c.step_error_cap_pct if cap else c.step_error_pct for c in checks if keep(c)]
+    errors = [e for e in errs if e is not None]
     return RLSummary(scope=scope, compared=len(errors), **error_stats(errors))
