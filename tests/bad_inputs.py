@@ -574,4 +574,11 @@ BAD_ARGV += []
 BAD_ARGV += []
 
 # session 9, fresh-eyes operations review (helper W): add rows here
-BAD_ARGV += []
+BAD_ARGV += [
+    # an output path that is a directory: was a traceback (IsADirectoryError, exit 1) after the whole run, and a
+    # stray tmp*.tmp file left beside it
+    (["simulate", "--nodes", "2", "--days", "0.1", "--jobs", "5", "--html", "."],
+     "--html: . is a directory; give a file name"),
+    (["simulate", "--nodes", "2", "--days", "0.1", "--jobs", "5", "--metrics", "no/such/dir/run.om"],
+     "--metrics: directory no/such/dir does not exist"),
+]  # fmt: skip

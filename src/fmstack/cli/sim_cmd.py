@@ -76,15 +76,32 @@ def _run(opts: dict[str, Any], policy: str, recovery: str, bar: _DaysBar | None 
     return sim, summarise(sim)
 
 
-def _write(path: Path, text: str) -> None:
-    """Write atomically: a bad run never leaves a half-written file over the user's."""
+def _check_output(path: Path | None, option: str) -> None:
+    """Refuse an output path that cannot be written before the (possibly long) run, not after it."""
+    if path is None:
+        return
     path = path.expanduser()
+    if path.is_dir():
+        raise InputError(option, f"{path} is a directory; give a file name, e.g. {path / 'report.html'}")
     if not path.parent.is_dir():
-        raise InputError("output", f"directory {path.parent} does not exist")
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, encoding="utf-8", suffix=".tmp") as f:
-        f.write(text)
-    Path(f.name).chmod(0o644)
-    Path(f.name).replace(path)
+        raise InputError(option, f"directory {path.parent} does not exist")
+
+
+def _write(path: Path, text: str, option: str) -> None:
+    """Write atomically: a bad run never leaves a half-written file over the user's, nor a temporary file."""
+    path = path.expanduser()
+    _check_output(path, option)
+    tmp: Path | None = None
+    try:
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, encoding="utf-8", suffix=".tmp") as f:
+            tmp = Path(f.name)
+            f.write(text)
+        tmp.chmod(0o644)
+        tmp.replace(path)
+    except OSError as exc:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        raise InputError(option, f"cannot write {path}: {exc.strerror}") from None
 
 
 def _options(func: Any) -> Any:
@@ -179,14 +196,16 @@ def simulate(ctx: click.Context, /, policy: str, recovery: str, html_path: Path 
     from fmstack.sim.export import to_chrome_trace, to_openmetrics
     from fmstack.sim.report_html import render_html
 
+    for path, option in ((html_path, "--html"), (metrics_path, "--metrics"), (trace_path, "--chrome-trace")):
+        _check_output(path, option)
     with _DaysBar(1, opts["days"]) as bar:
         sim, summary = _run(opts, policy, recovery, bar)
     if html_path is not None:
-        _write(html_path, render_html(sim, summary))
+        _write(html_path, render_html(sim, summary), "--html")
     if metrics_path is not None:
-        _write(metrics_path, to_openmetrics(sim, summary))
+        _write(metrics_path, to_openmetrics(sim, summary), "--metrics")
     if trace_path is not None:
-        _write(trace_path, to_chrome_trace(sim))
+        _write(trace_path, to_chrome_trace(sim), "--chrome-trace")
     if opts["as_json"]:
         print_json(summary)
         return
@@ -266,19 +285,7 @@ def elastic(policies: str, workload: Path | None, nodes: int, gpus_per_node: int
 
 
 def _table(rows: list[dict[str, Any]]) -> None:
-    from rich.table import Table
+    from fmstack.cli.sim_render import render
 
-    t = Table(title="fleet twin")
-    for col in ("policy", "recovery", "utilization", "goodput", "ETTR", "completed", "wait p90 s (1-8)",
-                "wait p90 s (65-512)", "pending at end", "interruptions", "lost GPU-h (failures + preemptions)"):  # fmt: skip
-        t.add_column(col)
-    for s in rows:
-        c = s["config"]
-        t.add_row(
-            c["policy"], c["recovery"], f"{s['utilization']:.3f}", f"{s['goodput']:.3f}", f"{s['ettr']:.3f}",
-            str(s["jobs"]["completed"]), f"{s['by_size_class']['1-8']['wait']['p90_s']:.0f}",
-            f"{s['by_size_class']['65-512']['wait']['p90_s']:.0f}", str(s["jobs"]["pending_at_end"]),
-            str(s["failures"]["job_interruptions"]),
-            f"{s['gpu_hours']['lost_work']:.1f}",
-        )  # fmt: skip
-    console().print(t)
+    for part in render(rows):
+        console().print(part)
