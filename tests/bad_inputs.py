@@ -581,4 +581,16 @@ BAD_ARGV += [
      "--html: . is a directory; give a file name"),
     (["simulate", "--nodes", "2", "--days", "0.1", "--jobs", "5", "--metrics", "no/such/dir/run.om"],
      "--metrics: directory no/such/dir does not exist"),
+    # a node twice in one signals file: both decisions were rendered, the later winning (an entry without signals
+    # after an Xid 79 one relabelled the node Schedulable and removed its NoSchedule taint)
+    (["health", "--signals", "@file:dup_node_signals.json", "--format", "k8s"],
+     "signals[1].node: 'n1' is also signals[0]; give one object per node"),
+    # the README's verb table says "observe" and "measure": not commands, so say which ones are
+    (["observe"], "No such command 'observe': to observe, use fmstack exporter"),
+    (["measure", "--help"], "No such command 'measure': to measure, use fmstack bench"),
+    # exporter modes that each do one thing and exit: the second was silently not done
+    (["exporter", "--print-rules", "--dashboards", "grafana"], "one of --print-rules, --dashboards, --once at a time"),
+    (["exporter", "--backend", "fake", "--no-efa", "--once", "--force"], "--force: only with --dashboards DIR"),
 ]  # fmt: skip
+BAD_FILES["dup_node_signals.json"] = '{"nodes": [{"node": "n1", "xids": [79]}, {"node": "n1"}]}'
+

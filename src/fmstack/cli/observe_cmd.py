@@ -112,6 +112,11 @@ def exporter(
     force: bool,
 ) -> None:
     """Serve GPU (NVML), EFA, Lustre and application metrics for Prometheus on 127.0.0.1:9400."""
+    modes = [name for name, on in (("--print-rules", print_rules), ("--dashboards", dashboards), ("--once", once)) if on]
+    if len(modes) > 1:  # each of them does one thing and exits: the other was silently not done
+        raise InputError(modes[1], f"one of --print-rules, --dashboards, --once at a time, not {' and '.join(modes)}")
+    if force and dashboards is None:
+        raise InputError("--force", "only with --dashboards DIR (it overwrites dashboard files; nothing else)")
     if print_rules:
         text = resources.files("fmstack.observability").joinpath("rules/fmstack-rules.yml").read_text("utf-8")
         click.echo(text, nl=False)
