@@ -591,6 +591,9 @@ BAD_ARGV += [
     # exporter modes that each do one thing and exit: the second was silently not done
     (["exporter", "--print-rules", "--dashboards", "grafana"], "one of --print-rules, --dashboards, --once at a time"),
     (["exporter", "--backend", "fake", "--no-efa", "--once", "--force"], "--force: only with --dashboards DIR"),
+    # several policies given to simulate itself: say where several go
+    (["simulate", "--policy", "fifo,sjf"], "to compare several, use fmstack simulate compare --policy A,B"),
+    (["simulate", "--recovery", "auto-resume,elastic"], "recovery: one recovery mode, got 'auto-resume,elastic'"),
 ]  # fmt: skip
 BAD_FILES["dup_node_signals.json"] = '{"nodes": [{"node": "n1", "xids": [79]}, {"node": "n1"}]}'
 

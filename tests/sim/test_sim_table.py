@@ -56,3 +56,14 @@ def test_title_leaves_out_what_differs_between_rows() -> None:
 
     rows = [row("fifo", "elastic"), row("kueue", "elastic")]
     assert title(rows) == "fleet twin: elastic, 64 x p5.48xlarge (512 GPUs), 7 days, 1,000 jobs, faults none, seed 3"
+
+
+def test_compare_checks_every_name_before_the_first_run(monkeypatch: Any) -> None:
+    """`--policy fifo,nope` ran fifo in full (30 s at 2,048 nodes) before saying 'nope' was unknown."""
+    from fmstack.sim.simulator import Simulator
+
+    runs: list[object] = []
+    monkeypatch.setattr(Simulator, "run", lambda self, progress=None: runs.append(self))
+    r = CliRunner().invoke(simulate, ["compare", *ARGS, "--policy", "fifo,nope"])
+    assert r.exit_code != 0 and "unknown policy 'nope'" in str(r.exception)
+    assert runs == []

@@ -56,22 +56,35 @@ class _DaysBar:
         return tick
 
 
-def _run(opts: dict[str, Any], policy: str, recovery: str, bar: _DaysBar | None = None) -> tuple[Any, dict[str, Any]]:
-    from fmstack.catalog import load_catalog
+def _config(opts: dict[str, Any], policy: str, recovery: str) -> Any:
+    """The run's SimConfig; every name checked (a comma in one says where several go: simulate compare)."""
+    from fmstack.orchestration.policies import POLICIES
     from fmstack.sim.config import SimConfig
-    from fmstack.sim.metrics import summarise
     from fmstack.sim.recovery import RecoverySettings, parse_mode
-    from fmstack.sim.simulator import Simulator
 
+    several = "; to compare several, use fmstack simulate compare --policy A,B --recovery C,D"
+    if policy not in POLICIES:
+        hint = several if "," in policy else ""
+        raise InputError("policy", f"unknown policy {policy!r}; allowed: {', '.join(POLICIES)}{hint}")
+    if "," in recovery:
+        raise InputError("recovery", f"one recovery mode, got {recovery!r}{several}")
     settings = RecoverySettings(
         mode=parse_mode(recovery), interval=opts["ckpt_interval"], ckpt_cost_s=opts["ckpt_cost"]
     )
     faults = None if opts["faults"] in ("none", "off") else opts["faults"]
-    cfg = SimConfig(
+    return SimConfig(
         instance=opts["instance"], nodes=opts["nodes"], days=opts["days"], jobs=opts["jobs"], trace=opts["trace"],
         load=opts["load"], policy=policy, priority=opts["priority"], faults=faults, recovery=settings,
         spares=opts["spares"], seed=opts["seed"],
     )  # fmt: skip
+
+
+def _run(opts: dict[str, Any], policy: str, recovery: str, bar: _DaysBar | None = None) -> tuple[Any, dict[str, Any]]:
+    from fmstack.catalog import load_catalog
+    from fmstack.sim.metrics import summarise
+    from fmstack.sim.simulator import Simulator
+
+    cfg = _config(opts, policy, recovery)
     sim = Simulator(cfg, load_catalog(opts["catalog_dir"])).run(bar.run(f"{policy}, {recovery}") if bar else None)
     return sim, summarise(sim)
 
@@ -226,6 +239,8 @@ def simulate(ctx: click.Context, /, policy: str, recovery: str, html_path: Path 
 def compare(policies: str, recoveries: str, **opts: Any) -> None:
     """Run several policies x recovery modes on the same trace and seed."""
     combos = [(p.strip(), r.strip()) for p in policies.split(",") for r in recoveries.split(",")]
+    for p, r in combos:  # every name checked before the first (possibly long) run
+        _config(opts, p, r)
     with _DaysBar(len(combos), opts["days"]) as bar:
         rows = [_run(opts, p, r, bar)[1] for p, r in combos]
     if opts["as_json"]:
