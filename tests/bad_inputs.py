@@ -594,6 +594,9 @@ BAD_ARGV += [
     # several policies given to simulate itself: say where several go
     (["simulate", "--policy", "fifo,sjf"], "to compare several, use fmstack simulate compare --policy A,B"),
     (["simulate", "--recovery", "auto-resume,elastic"], "recovery: one recovery mode, got 'auto-resume,elastic'"),
+    # an empty JobSpec file said "a JobSpec must be a mapping, got NoneType"
+    (["launch", "@file:job_empty.yaml", "--on", "slurm", "--dry-run"], "job_empty.yaml: is empty; the smallest JobSpec"),
 ]  # fmt: skip
+BAD_FILES["job_empty.yaml"] = "# a JobSpec\n"
 BAD_FILES["dup_node_signals.json"] = '{"nodes": [{"node": "n1", "xids": [79]}, {"node": "n1"}]}'
 
