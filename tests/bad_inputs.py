@@ -596,6 +596,8 @@ BAD_ARGV += [
     (["simulate", "--recovery", "auto-resume,elastic"], "recovery: one recovery mode, got 'auto-resume,elastic'"),
     # an empty JobSpec file said "a JobSpec must be a mapping, got NoneType"
     (["launch", "@file:job_empty.yaml", "--on", "slurm", "--dry-run"], "job_empty.yaml: is empty; the smallest JobSpec"),
+    # a model file name that does not exist: was "unknown model 'nope.yaml'; known: <29 names>"
+    (["catalog", "show", "model", "nope.yaml"], "model: model file 'nope.yaml' does not exist"),
 ]  # fmt: skip
 BAD_FILES["job_empty.yaml"] = "# a JobSpec\n"
 BAD_FILES["dup_node_signals.json"] = '{"nodes": [{"node": "n1", "xids": [79]}, {"node": "n1"}]}'
