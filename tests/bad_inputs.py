@@ -601,4 +601,3 @@ BAD_ARGV += [
 ]  # fmt: skip
 BAD_FILES["job_empty.yaml"] = "# a JobSpec\n"
 BAD_FILES["dup_node_signals.json"] = '{"nodes": [{"node": "n1", "xids": [79]}, {"node": "n1"}]}'
-

@@ -118,7 +118,8 @@ def _lookup(cat: Catalog, kind: str, name: str) -> Entry:
 
 
 @catalog.command(
-    "show", epilog="Example:\n\n  fmstack catalog show instance p5.48xlarge\n\n  fmstack catalog show model my-model.yaml"
+    "show",
+    epilog="Example:\n\n  fmstack catalog show instance p5.48xlarge\n\n  fmstack catalog show model my-model.yaml",
 )
 @click.argument("kind")
 @click.argument("name")

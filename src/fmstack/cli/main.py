@@ -47,7 +47,9 @@ _VERBS: dict[str, str] = {
 class LazyGroup(click.Group):
     """A click group that imports each subcommand's module on first use."""
 
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
         if args and args[0] in _VERBS and args[0] not in _COMMANDS:
             raise click.UsageError(f"No such command '{args[0]}': to {args[0]}, use {_VERBS[args[0]]}", ctx)
         return super().resolve_command(ctx, args)

@@ -118,7 +118,9 @@ def exporter(
     force: bool,
 ) -> None:
     """Serve GPU (NVML), EFA, Lustre and application metrics for Prometheus on 127.0.0.1:9400."""
-    modes = [name for name, on in (("--print-rules", print_rules), ("--dashboards", dashboards), ("--once", once)) if on]
+    modes = [
+        name for name, on in (("--print-rules", print_rules), ("--dashboards", dashboards), ("--once", once)) if on
+    ]
     if len(modes) > 1:  # each of them does one thing and exits: the other was silently not done
         raise InputError(modes[1], f"one of --print-rules, --dashboards, --once at a time, not {' and '.join(modes)}")
     if force and dashboards is None:

@@ -257,7 +257,14 @@ def compare(policies: str, recoveries: str, **opts: Any) -> None:
               "default: its workload 6 (scheduling oracle 15).")  # fmt: skip
 @click.option("--nodes", type=int, default=16, show_default=True, help="Nodes (1 to 1,024).")
 @click.option("--gpus-per-node", type=int, default=4, show_default=True, help="GPUs per node (1 to 16).")
-@click.option("--interval", "interval_s", type=float, default=60.0, show_default=True, help="Seconds between scheduling decisions (1 to 86,400).")
+@click.option(
+    "--interval",
+    "interval_s",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds between scheduling decisions (1 to 86,400).",
+)
 @json_option
 def elastic(policies: str, workload: Path | None, nodes: int, gpus_per_node: int, interval_s: float,
             as_json: bool) -> None:  # fmt: skip
