@@ -577,4 +577,30 @@ BAD_ARGV += []
 BAD_ARGV += []
 
 # session 9, fresh-eyes operations review (helper W): add rows here
-BAD_ARGV += []
+BAD_ARGV += [
+    # an output path that is a directory: was a traceback (IsADirectoryError, exit 1) after the whole run, and a
+    # stray tmp*.tmp file left beside it
+    (["simulate", "--nodes", "2", "--days", "0.1", "--jobs", "5", "--html", "."],
+     "--html: . is a directory; give a file name"),
+    (["simulate", "--nodes", "2", "--days", "0.1", "--jobs", "5", "--metrics", "no/such/dir/run.om"],
+     "--metrics: directory no/such/dir does not exist"),
+    # a node twice in one signals file: both decisions were rendered, the later winning (an entry without signals
+    # after an Xid 79 one relabelled the node Schedulable and removed its NoSchedule taint)
+    (["health", "--signals", "@file:dup_node_signals.json", "--format", "k8s"],
+     "signals[1].node: 'n1' is also signals[0]; give one object per node"),
+    # the README's verb table says "observe" and "measure": not commands, so say which ones are
+    (["observe"], "No such command 'observe': to observe, use fmstack exporter"),
+    (["measure", "--help"], "No such command 'measure': to measure, use fmstack bench"),
+    # exporter modes that each do one thing and exit: the second was silently not done
+    (["exporter", "--print-rules", "--dashboards", "grafana"], "one of --print-rules, --dashboards, --once at a time"),
+    (["exporter", "--backend", "fake", "--no-efa", "--once", "--force"], "--force: only with --dashboards DIR"),
+    # several policies given to simulate itself: say where several go
+    (["simulate", "--policy", "fifo,sjf"], "to compare several, use fmstack simulate compare --policy A,B"),
+    (["simulate", "--recovery", "auto-resume,elastic"], "recovery: one recovery mode, got 'auto-resume,elastic'"),
+    # an empty JobSpec file said "a JobSpec must be a mapping, got NoneType"
+    (["launch", "@file:job_empty.yaml", "--on", "slurm", "--dry-run"], "job_empty.yaml: is empty; the smallest JobSpec"),
+    # a model file name that does not exist: was "unknown model 'nope.yaml'; known: <29 names>"
+    (["catalog", "show", "model", "nope.yaml"], "model: model file 'nope.yaml' does not exist"),
+]  # fmt: skip
+BAD_FILES["job_empty.yaml"] = "# a JobSpec\n"
+BAD_FILES["dup_node_signals.json"] = '{"nodes": [{"node": "n1", "xids": [79]}, {"node": "n1"}]}'

@@ -101,7 +101,10 @@ def list_cmd(kind: str | None, catalog_dir: Path | None, as_json: bool) -> None:
 
 
 def _lookup(cat: Catalog, kind: str, name: str) -> Entry:
-    """``cat.get``; for kind instance also the UltraServers, which every command taking --instance accepts."""
+    """``cat.get``; for kind instance also the UltraServers, which every command taking --instance accepts; for kind
+    model also a model YAML file, as every --model takes (``catalog show model my.yaml`` said "unknown model")."""
+    if kind == "model":
+        return cat.model(name)
     try:
         return cat.get(kind, name)
     except InputError:
@@ -114,7 +117,10 @@ def _lookup(cat: Catalog, kind: str, name: str) -> Entry:
         raise InputError("instance", message) from None
 
 
-@catalog.command("show", epilog="Example:\n\n  fmstack catalog show instance p5.48xlarge")
+@catalog.command(
+    "show",
+    epilog="Example:\n\n  fmstack catalog show instance p5.48xlarge\n\n  fmstack catalog show model my-model.yaml",
+)
 @click.argument("kind")
 @click.argument("name")
 @catalog_option

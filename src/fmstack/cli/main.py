@@ -37,8 +37,22 @@ def register(name: str, target: str) -> None:
     _COMMANDS[name] = target
 
 
+# the README's verbs that are not commands themselves -> the commands that do them
+_VERBS: dict[str, str] = {
+    "observe": "fmstack exporter (serve metrics; --print-rules, --dashboards) and fmstack health (node actions)",
+    "measure": "fmstack bench (gemm, memory, collectives, storage, all)",
+}
+
+
 class LazyGroup(click.Group):
     """A click group that imports each subcommand's module on first use."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and args[0] in _VERBS and args[0] not in _COMMANDS:
+            raise click.UsageError(f"No such command '{args[0]}': to {args[0]}, use {_VERBS[args[0]]}", ctx)
+        return super().resolve_command(ctx, args)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(_COMMANDS)

@@ -63,7 +63,13 @@ def _write_new_files(directory: Path, files: dict[str, str], force: bool) -> lis
     help="GPU source: NVML, the scripted fake, or no GPU source.",
 )
 @click.option("--fake-script", type=click.Path(path_type=Path, dir_okay=False), help="JSON of NVML answers (fake).")
-@click.option("--sysfs-root", type=click.Path(path_type=Path, file_okay=False), default=Path("/"), show_default=True)
+@click.option(
+    "--sysfs-root",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("/"),
+    show_default=True,
+    help="Root of sys/class/infiniband (EFA) and the Lustre llite stats (sys/kernel/debug or proc/fs/lustre).",
+)
 @click.option("--app-dir", type=click.Path(path_type=Path, file_okay=False), help="Directory of app snapshot files.")
 @click.option(
     "--app-max-age",
@@ -112,6 +118,13 @@ def exporter(
     force: bool,
 ) -> None:
     """Serve GPU (NVML), EFA, Lustre and application metrics for Prometheus on 127.0.0.1:9400."""
+    modes = [
+        name for name, on in (("--print-rules", print_rules), ("--dashboards", dashboards), ("--once", once)) if on
+    ]
+    if len(modes) > 1:  # each of them does one thing and exits: the other was silently not done
+        raise InputError(modes[1], f"one of --print-rules, --dashboards, --once at a time, not {' and '.join(modes)}")
+    if force and dashboards is None:
+        raise InputError("--force", "only with --dashboards DIR (it overwrites dashboard files; nothing else)")
     if print_rules:
         text = resources.files("fmstack.observability").joinpath("rules/fmstack-rules.yml").read_text("utf-8")
         click.echo(text, nl=False)
@@ -227,7 +240,14 @@ def _load_alerts(path: Path) -> list[Any]:
 )
 @click.option("--xid", "xids", type=click.IntRange(1, 1023), multiple=True, help="An Xid seen on the node (repeat).")
 @click.option("--node", default=None, help="Node name (with --xid).")
-@click.option("--format", "fmt", type=click.Choice(["text", "slurm", "k8s"]), default="text", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "slurm", "k8s"]),
+    default="text",
+    show_default=True,
+    help="text: a table; slurm: scontrol commands; k8s: kubectl commands (printed, never run).",
+)
 @json_option
 def health(
     signals_file: Path | None,

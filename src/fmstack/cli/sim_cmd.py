@@ -56,35 +56,65 @@ class _DaysBar:
         return tick
 
 
-def _run(opts: dict[str, Any], policy: str, recovery: str, bar: _DaysBar | None = None) -> tuple[Any, dict[str, Any]]:
-    from fmstack.catalog import load_catalog
+def _config(opts: dict[str, Any], policy: str, recovery: str) -> Any:
+    """The run's SimConfig; every name checked (a comma in one says where several go: simulate compare)."""
+    from fmstack.orchestration.policies import POLICIES
     from fmstack.sim.config import SimConfig
-    from fmstack.sim.metrics import summarise
     from fmstack.sim.recovery import RecoverySettings, parse_mode
-    from fmstack.sim.simulator import Simulator
 
+    several = "; to compare several, use fmstack simulate compare --policy A,B --recovery C,D"
+    if policy not in POLICIES:
+        hint = several if "," in policy else ""
+        raise InputError("policy", f"unknown policy {policy!r}; allowed: {', '.join(POLICIES)}{hint}")
+    if "," in recovery:
+        raise InputError("recovery", f"one recovery mode, got {recovery!r}{several}")
     settings = RecoverySettings(
         mode=parse_mode(recovery), interval=opts["ckpt_interval"], ckpt_cost_s=opts["ckpt_cost"]
     )
     faults = None if opts["faults"] in ("none", "off") else opts["faults"]
-    cfg = SimConfig(
+    return SimConfig(
         instance=opts["instance"], nodes=opts["nodes"], days=opts["days"], jobs=opts["jobs"], trace=opts["trace"],
         load=opts["load"], policy=policy, priority=opts["priority"], faults=faults, recovery=settings,
         spares=opts["spares"], seed=opts["seed"],
     )  # fmt: skip
+
+
+def _run(opts: dict[str, Any], policy: str, recovery: str, bar: _DaysBar | None = None) -> tuple[Any, dict[str, Any]]:
+    from fmstack.catalog import load_catalog
+    from fmstack.sim.metrics import summarise
+    from fmstack.sim.simulator import Simulator
+
+    cfg = _config(opts, policy, recovery)
     sim = Simulator(cfg, load_catalog(opts["catalog_dir"])).run(bar.run(f"{policy}, {recovery}") if bar else None)
     return sim, summarise(sim)
 
 
-def _write(path: Path, text: str) -> None:
-    """Write atomically: a bad run never leaves a half-written file over the user's."""
+def _check_output(path: Path | None, option: str) -> None:
+    """Refuse an output path that cannot be written before the (possibly long) run, not after it."""
+    if path is None:
+        return
     path = path.expanduser()
+    if path.is_dir():
+        raise InputError(option, f"{path} is a directory; give a file name, e.g. {path / 'report.html'}")
     if not path.parent.is_dir():
-        raise InputError("output", f"directory {path.parent} does not exist")
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, encoding="utf-8", suffix=".tmp") as f:
-        f.write(text)
-    Path(f.name).chmod(0o644)
-    Path(f.name).replace(path)
+        raise InputError(option, f"directory {path.parent} does not exist")
+
+
+def _write(path: Path, text: str, option: str) -> None:
+    """Write atomically: a bad run never leaves a half-written file over the user's, nor a temporary file."""
+    path = path.expanduser()
+    _check_output(path, option)
+    tmp: Path | None = None
+    try:
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, encoding="utf-8", suffix=".tmp") as f:
+            tmp = Path(f.name)
+            f.write(text)
+        tmp.chmod(0o644)
+        tmp.replace(path)
+    except OSError as exc:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        raise InputError(option, f"cannot write {path}: {exc.strerror}") from None
 
 
 def _options(func: Any) -> Any:
@@ -179,14 +209,16 @@ def simulate(ctx: click.Context, /, policy: str, recovery: str, html_path: Path 
     from fmstack.sim.export import to_chrome_trace, to_openmetrics
     from fmstack.sim.report_html import render_html
 
+    for path, option in ((html_path, "--html"), (metrics_path, "--metrics"), (trace_path, "--chrome-trace")):
+        _check_output(path, option)
     with _DaysBar(1, opts["days"]) as bar:
         sim, summary = _run(opts, policy, recovery, bar)
     if html_path is not None:
-        _write(html_path, render_html(sim, summary))
+        _write(html_path, render_html(sim, summary), "--html")
     if metrics_path is not None:
-        _write(metrics_path, to_openmetrics(sim, summary))
+        _write(metrics_path, to_openmetrics(sim, summary), "--metrics")
     if trace_path is not None:
-        _write(trace_path, to_chrome_trace(sim))
+        _write(trace_path, to_chrome_trace(sim), "--chrome-trace")
     if opts["as_json"]:
         print_json(summary)
         return
@@ -207,6 +239,8 @@ def simulate(ctx: click.Context, /, policy: str, recovery: str, html_path: Path 
 def compare(policies: str, recoveries: str, **opts: Any) -> None:
     """Run several policies x recovery modes on the same trace and seed."""
     combos = [(p.strip(), r.strip()) for p in policies.split(",") for r in recoveries.split(",")]
+    for p, r in combos:  # every name checked before the first (possibly long) run
+        _config(opts, p, r)
     with _DaysBar(len(combos), opts["days"]) as bar:
         rows = [_run(opts, p, r, bar)[1] for p, r in combos]
     if opts["as_json"]:
@@ -221,9 +255,16 @@ def compare(policies: str, recoveries: str, **opts: Any) -> None:
 @click.option("--workload", type=click.Path(path_type=Path), default=None,
               help="Pollux-simulator workload CSV (name,time,application,num_replicas,batch_size); "
               "default: its workload 6 (scheduling oracle 15).")  # fmt: skip
-@click.option("--nodes", type=int, default=16, show_default=True, help="Nodes.")
-@click.option("--gpus-per-node", type=int, default=4, show_default=True, help="GPUs per node.")
-@click.option("--interval", "interval_s", type=float, default=60.0, show_default=True, help="Scheduling interval, s.")
+@click.option("--nodes", type=int, default=16, show_default=True, help="Nodes (1 to 1,024).")
+@click.option("--gpus-per-node", type=int, default=4, show_default=True, help="GPUs per node (1 to 16).")
+@click.option(
+    "--interval",
+    "interval_s",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds between scheduling decisions (1 to 86,400).",
+)
 @json_option
 def elastic(policies: str, workload: Path | None, nodes: int, gpus_per_node: int, interval_s: float,
             as_json: bool) -> None:  # fmt: skip
@@ -266,19 +307,7 @@ def elastic(policies: str, workload: Path | None, nodes: int, gpus_per_node: int
 
 
 def _table(rows: list[dict[str, Any]]) -> None:
-    from rich.table import Table
+    from fmstack.cli.sim_render import render
 
-    t = Table(title="fleet twin")
-    for col in ("policy", "recovery", "utilization", "goodput", "ETTR", "completed", "wait p90 s (1-8)",
-                "wait p90 s (65-512)", "pending at end", "interruptions", "lost GPU-h (failures + preemptions)"):  # fmt: skip
-        t.add_column(col)
-    for s in rows:
-        c = s["config"]
-        t.add_row(
-            c["policy"], c["recovery"], f"{s['utilization']:.3f}", f"{s['goodput']:.3f}", f"{s['ettr']:.3f}",
-            str(s["jobs"]["completed"]), f"{s['by_size_class']['1-8']['wait']['p90_s']:.0f}",
-            f"{s['by_size_class']['65-512']['wait']['p90_s']:.0f}", str(s["jobs"]["pending_at_end"]),
-            str(s["failures"]["job_interruptions"]),
-            f"{s['gpu_hours']['lost_work']:.1f}",
-        )  # fmt: skip
-    console().print(t)
+    for part in render(rows):
+        console().print(part)

@@ -85,7 +85,18 @@ def signals_from_json(data: Any) -> list[NodeSignals]:
         if not isinstance(data, list):
             raise InputError("signals.nodes", f"expected a list of node objects, got {type(data).__name__}")
     items = data if isinstance(data, list) else [data]
-    return [signals_from_dict(item, where=f"{where}[{i}]") for i, item in enumerate(items)]
+    out = [signals_from_dict(item, where=f"{where}[{i}]") for i, item in enumerate(items)]
+    # one object per node: two would give two decisions, and rendered in order the later one wins (a healthy
+    # entry after an Xid 79 one relabelled the node Schedulable and removed its taint)
+    first: dict[str, int] = {}
+    for i, s in enumerate(out):
+        if s.node and s.node in first:
+            raise InputError(
+                f"{where}[{i}].node",
+                f"{s.node!r} is also {where}[{first[s.node]}]; give one object per node (merge its signals)",
+            )
+        first.setdefault(s.node, i)
+    return out
 
 
 def _coerce(where: str, key: str, value: Any) -> Any:

@@ -238,6 +238,8 @@ def _describe(exc: ValidationError) -> tuple[str, str]:
 
 
 def parse_jobspec(data: Any, where: str = "jobspec") -> JobSpec:
+    if data is None:  # an empty file (or only comments): "got NoneType" said nothing
+        raise InputError(where, "is empty; the smallest JobSpec is 'name: demo' and 'workload: {model: tiny}'")
     if not isinstance(data, dict):
         raise InputError(where, f"a JobSpec must be a mapping, got {type(data).__name__}")
     try:

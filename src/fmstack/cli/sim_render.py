@@ -1,0 +1,100 @@
+"""Text tables of `fmstack simulate` and `simulate compare`: results, then p90 waits by job size.
+
+Two tables, so that a compare of policies x recovery modes on a fleet with every size class fits 140 columns
+(one table of 13 columns cut "slurm-backfill" to "slurm-back…" and the column titles to "interrupti…").
+What every row shares (the fleet, the policy of a single run, ...) goes to the title.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from fmstack.sim.metrics import SIZE_CLASSES
+
+
+def _recovery(row: dict[str, Any]) -> str:
+    """The recovery mode as the --recovery flag spells it (JSON keeps the enum value, e.g. auto_resume)."""
+    return str(row["config"]["recovery"]).replace("_", "-")
+
+
+def title(rows: list[dict[str, Any]]) -> str:
+    """The fleet and the settings every row shares, e.g. 'fleet twin: 16 x p5.48xlarge (128 GPUs), 2 days, ...'."""
+    c = rows[0]["config"]
+    words = [f"{c['nodes']:,} x {c['instance']} ({c['gpus']:,} GPUs)"]
+    if c["spares"]:
+        words[0] += f" + {c['spares']:,} spare nodes"
+    words += [f"{c['days']:g} days", f"{c['jobs']:,} jobs", f"faults {c['faults'] or 'none'}", f"seed {c['seed']}"]
+    shared = [str(c["policy"])] if len({r["config"]["policy"] for r in rows}) == 1 else []
+    if len({_recovery(r) for r in rows}) == 1:
+        shared.append(_recovery(rows[0]))
+    words = shared + words
+    return "fleet twin: " + ", ".join(words)
+
+
+def _key_columns(rows: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    """Policy and recovery columns, only for what differs between rows (the rest is in the title)."""
+    cols: list[tuple[str, Any]] = []
+    if len({r["config"]["policy"] for r in rows}) > 1:
+        cols.append(("policy", lambda r: str(r["config"]["policy"])))
+    if len({_recovery(r) for r in rows}) > 1:
+        cols.append(("recovery", _recovery))
+    return cols
+
+
+def wait_p90_cell(cls: dict[str, Any]) -> str:
+    """p90 wait of one size class: '-' without jobs; '>=' when jobs still pending at the end are in it.
+
+    ``wait`` counts started jobs only, so a class whose jobs never started showed 0 s. ``wait_incl_pending``
+    adds the pending jobs with their wait counted to the horizon, a lower bound of their real wait, and so of the
+    percentile (raising any value never lowers a percentile).
+    """
+    everyone = cls["wait_incl_pending"]
+    if everyone["count"] == 0:
+        return "-"
+    prefix = ">=" if everyone["count"] > cls["wait"]["count"] else ""
+    return f"{prefix}{everyone['p90_s']:,.0f}"
+
+
+def render(rows: list[dict[str, Any]]) -> list[RenderableType]:
+    """Title line, results table, waits table and their notes, of one or more `summarise` outputs.
+
+    Title and notes are lines of their own: as a table's title or caption rich wraps them to the table's width.
+    """
+    keys = _key_columns(rows)
+    results = Table()
+    for name, _ in keys:
+        results.add_column(name, no_wrap=True)
+    for name in ("utilization", "goodput", "ETTR", "completed", "pending at end", "interruptions", "lost GPU-h"):
+        results.add_column(name, justify="right", no_wrap=True)
+    for r in rows:
+        results.add_row(
+            *(f(r) for _, f in keys),
+            f"{r['utilization']:.3f}",
+            f"{r['goodput']:.3f}",
+            f"{r['ettr']:.3f}",
+            f"{r['jobs']['completed']:,}",
+            f"{r['jobs']['pending_at_end']:,}",
+            f"{r['failures']['job_interruptions']:,}",
+            f"{r['gpu_hours']['lost_work']:,.1f}",
+        )
+    present = [n for n, _, _ in SIZE_CLASSES if any(r["by_size_class"][n]["wait_incl_pending"]["count"] for r in rows)]
+    waits = Table()
+    for name, _ in keys:
+        waits.add_column(name, no_wrap=True)
+    for n in present:
+        waits.add_column(n, justify="right", no_wrap=True)
+    for r in rows:
+        waits.add_row(*(f(r) for _, f in keys), *(wait_p90_cell(r["by_size_class"][n]) for n in present))
+    out: list[RenderableType] = [Text(title(rows)), results, Text("p90 wait in seconds, by job size (GPUs):")]
+    out.append(waits if present else Text("no job started or pending"))
+    notes = ["lost GPU-h: work lost to failures and preemptions (JSON gpu_hours.lost_work)"]
+    if any(wait_p90_cell(r["by_size_class"][n]).startswith(">=") for r in rows for n in present):
+        notes.append(
+            ">=: includes jobs still pending at the end, their wait counted to the end: a lower bound "
+            "(JSON by_size_class.*.wait_incl_pending)"
+        )
+    return [*out, *(Text(n) for n in notes)]
