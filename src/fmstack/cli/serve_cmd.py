@@ -328,34 +328,14 @@ def plan_serve_cmd(
         from fmstack.reports.serve_report import write_serve_plan
 
         write_serve_plan(plan, html_path)
+    from fmstack.cli.plan_serve_render import plan_serve_json, render_plan_serve
+
     if as_json:
-        print_json({"best": asdict(plan.best), "candidates": [asdict(c) for c in plan.candidates[:top]],
-                    "slo": asdict(plan.slo), "qps": plan.qps})  # fmt: skip
+        print_json(plan_serve_json(plan, model, top, catalog_dir))
         return
-    out = console()
-    b = plan.best
-    out.print(
-        f"[bold]{plan.model}[/] at {qps:g} req/s, {input_len}/{output_len} tokens, TTFT p99 <= {ttft_p99:g} s, "
-        f"ITL p99 <= {itl_p99:g} s: [bold]{b.replicas} replica(s) of tp {b.tp}{f' pp {b.pp}' if b.pp > 1 else ''}{f' ep {b.ep}' if b.ep > 1 else ''} "
-        f"{b.precision}[/]{f' ({b.nodes_per_replica} nodes per replica)' if b.nodes_per_replica > 1 else ''} on "
-        f"{b.nodes} x {b.instance}, ${b.cost_per_hour_usd:,.2f}/h"
-    )
-    table = Table("instance", "prec", "tp", "pp", "ep", "chunk", "nodes per\nreplica", "replicas", "nodes", "$/h",
-                  "req/s per\nreplica", "TTFT p99", "ITL p99", "SLO", title="candidates (cheapest verified first)",
-                  title_justify="left")  # fmt: skip
-    no_wrap(table, "instance", "SLO")  # "p6-b200.48x…" named no instance
-    for c in plan.candidates[:top]:
-        sim = c.sim or {}
-        table.add_row(
-            c.instance, c.precision, str(c.tp), str(c.pp), str(c.ep), str(c.max_num_tokens), str(c.nodes_per_replica),
-            str(c.replicas), str(c.nodes),
-            f"{c.cost_per_hour_usd:,.2f}", f"{c.rate_per_replica_rps:.2f}",
-            f"{sim['ttft_p99_s']:.3f}" if sim else "-", f"{sim['itl_p99_s']:.4f}" if sim else "-",
-            {True: "meets", False: "misses", None: "not simulated"}[c.meets_slo],
-        )  # fmt: skip
-    out.print(table)
+    render_plan_serve(plan, model, top, catalog_dir)
     if html_path is not None:
-        out.print(f"report: {html_path}")
+        console().print(f"report: {html_path}")
 
 
 def inference_validation(cat: Any) -> tuple[list[Any], dict[str, Any]]:

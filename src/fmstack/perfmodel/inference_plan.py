@@ -1,7 +1,8 @@
 """`plan_serve`: the cheapest deployment (instance, precision, TP / PP / EP, nodes per replica, replicas) that serves
 a request rate at an SLO.
 
-Search: every priced instance x precision x layout (x EP = 1 or TP for MoE) that fits is evaluated on the vectorised
+Search: every priced instance x precision x layout (x EP = 1 or TP for MoE, and for MoE with EP = TP > 1 attention data
+parallelism off and on: TensorRT-LLM ``enable_attention_dp``, SGLang ``--enable-dp-attention``) that fits is evaluated on the vectorised
 analytic curve (:func:`fmstack.perfmodel.inference.serve_curve`, every concurrency at once); the highest per-replica
 request rate whose mean TTFT and ITL meet the targets gives ``replicas = ceil(qps / rate)`` and whole nodes give the
 cost. Layouts (:func:`layouts`): within one node TP 1, 2, 4, ...; a replica of ``n = 2, 4, ...`` whole nodes runs TP
@@ -31,10 +32,10 @@ from fmstack.catalog.topology import Cluster, build_cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.efficiency import default_efficiency
 from fmstack.perfmodel.inference import ServeConfig, deployment, max_concurrency, serve_curve, validate_serve
-from fmstack.perfmodel.inference_disagg import SLO
+from fmstack.perfmodel.inference_disagg import SLO, DisaggComparison, compare_disaggregation
 from fmstack.perfmodel.inference_kv import check_tp
 from fmstack.perfmodel.inference_sim import SimConfig, SimResult, simulate
-from fmstack.perfmodel.inference_step import Deployment, step_time
+from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
 
 F = NDArray[np.float64]
 
@@ -64,6 +65,8 @@ class Candidate:
     tp: int
     ep: int
     """Expert parallel degree inside TP (MoE: 1 or tp)."""
+    attention_dp: bool = False
+    """Attention data parallelism over the ``tp`` GPUs (MoE with ``ep == tp``; ``estimate serve --attention-dp``)."""
     pp: int
     """Pipeline stages of a replica (across its nodes)."""
     nodes_per_replica: int
@@ -100,6 +103,11 @@ class ServePlan:
     candidates: list[Candidate]
     curve: dict[str, list[float]]
     """The best candidate's per-replica curve: concurrency, requests_per_s, ttft_s, itl_s."""
+    disaggregation: DisaggComparison | None = None
+    """The best candidate's nodes colocated vs split into prefill and decode pools
+    (:func:`fmstack.perfmodel.inference_disagg.compare_disaggregation`; None where fewer than 2 replicas fit)."""
+    disaggregation_note: str = ""
+    """Why disaggregation wins or loses on the best candidate's nodes, or why it was not compared."""
 
 
 def _fits_tp(model: ModelArch, tp: int, gpd: int) -> bool:
@@ -147,8 +155,10 @@ def plan_serve(
     precisions: tuple[str, ...] | None = None,
     seed: int = 0,
     max_nodes_per_replica: int = MAX_NODES_PER_REPLICA,
+    search_attention_dp: bool = True,
 ) -> ServePlan:
-    """The cheapest deployment of ``model`` serving ``qps`` requests/s within ``slo`` (p99 checked by simulation)."""
+    """The cheapest deployment of ``model`` serving ``qps`` requests/s within ``slo`` (p99 checked by simulation).
+    ``search_attention_dp=False`` leaves attention data parallelism out of the search (the search before it)."""
     if qps <= 0:
         raise InputError("qps", f"must be > 0, got {qps}")
     if max_nodes_per_replica < 1:
@@ -177,10 +187,11 @@ def plan_serve(
                 if nodes > 1 and _one_node_holds(cluster_of, names, name, nodes):
                     break
                 c = cluster_of(name, nodes)
-                for tp, pp, ep in layouts(model, nodes, inst.num_gpus, c.gpus_per_domain):
+                for tp, pp, ep, adp in _with_attention_dp(model, layouts(model, nodes, inst.num_gpus,
+                                                                          c.gpus_per_domain), search_attention_dp):
                     for chunk in CHUNK_CHOICES:
                         cfg = ServeConfig(tp=tp, pp=pp, ep=ep, precision=precision, input_len=input_len,
-                                          output_len=output_len, max_num_tokens=chunk)  # fmt: skip
+                                          output_len=output_len, max_num_tokens=chunk, attention_dp=adp)  # fmt: skip
                         option = _analytic(cfg, c, model, qps, slo, name, nodes)
                         if option is not None:
                             found.append(option)
@@ -197,18 +208,54 @@ def plan_serve(
     if not best.meets_slo:
         raise InputError(
             "slo", f"no deployment meets the p99 SLO (TTFT {slo.ttft_s:g} s, ITL {slo.itl_s:g} s) in simulation; "
-            f"the cheapest analytic candidate {best.instance} tp {best.tp} pp {best.pp} {best.precision} misses it",
+            f"the cheapest analytic candidate {best.instance} tp {best.tp} pp {best.pp}"
+            f"{' attention-dp' if best.attention_dp else ''} {best.precision} misses it",
         )  # fmt: skip
     cfg = _config(best, input_len, output_len)
     d = deployment(model, cluster_of(best.instance, best.nodes_per_replica), cfg)
     conc = np.arange(1, max_concurrency(d, cfg) + 1, dtype=np.float64)
     curve = serve_curve(d, cfg, conc)
+    dis, note = _disaggregation(model, cluster_of(best.instance, best.nodes), best, cfg, qps, slo)
     return ServePlan(
         model=model.name, qps=qps, input_len=input_len, output_len=output_len, slo=slo, best=best,
         candidates=ranked,
         curve={"concurrency": conc.tolist(), "requests_per_s": curve.requests_per_s.tolist(),
                "ttft_s": curve.ttft_s.tolist(), "itl_s": curve.itl_s.tolist()},
+        disaggregation=dis, disaggregation_note=note,
     )  # fmt: skip
+
+
+def _disaggregation(
+    model: ModelArch, cluster: Cluster, best: Candidate, cfg: ServeConfig, qps: float, slo: SLO
+) -> tuple[DisaggComparison | None, str]:
+    """Colocated vs disaggregated goodput on the best candidate's nodes (the disaggregation model's mean-field
+    goodput at the SLO applied to means: DistServe's comparison, not the plan's simulated p99), and a sentence."""
+    per_replica = best.tp * best.pp
+    if cluster.num_gpus < 2 * per_replica:
+        return None, (
+            f"disaggregation not compared: it needs a prefill and a decode replica, 2 x {per_replica} GPUs, and the "
+            f"plan's {best.nodes} node(s) hold {cluster.num_gpus}; splitting would at least double the GPUs"
+        )  # fmt: skip
+    cmp = compare_disaggregation(model, cluster, cfg, slo)
+    meets = "at least" if cmp.disagg_rps >= qps else "below"
+    return cmp, (
+        f"on the plan's {cmp.num_gpus} GPUs ({cmp.replicas} replicas of {per_replica}), SLO applied to means: "
+        f"colocated {cmp.colocated_rps:.2f} req/s vs disaggregated {cmp.disagg_rps:.2f} req/s (prefill:decode "
+        f"replicas {cmp.prefill_to_decode}, {meets} the {qps:g} req/s asked); {cmp.why}"
+    )  # fmt: skip
+
+
+def _with_attention_dp(
+    model: ModelArch, shapes: list[tuple[int, int, int]], search: bool
+) -> list[tuple[int, int, int, bool]]:
+    """Each (tp, pp, ep) without attention DP, and for an MoE model with ``ep == tp > 1`` also with it (what
+    :class:`fmstack.perfmodel.inference_deploy.Deployment` accepts; at TP 1 it would change nothing)."""
+    out: list[tuple[int, int, int, bool]] = []
+    for tp, pp, ep in shapes:
+        out.append((tp, pp, ep, False))
+        if search and model.moe is not None and ep == tp > 1:
+            out.append((tp, pp, ep, True))
+    return out
 
 
 def _one_node_holds(cluster_of: Callable[[str, int], Cluster], names: list[str], name: str, nodes: int) -> bool:
@@ -228,7 +275,7 @@ def _one_node_holds(cluster_of: Callable[[str, int], Cluster], names: list[str],
 
 def _config(c: Candidate, input_len: int, output_len: int) -> ServeConfig:
     return ServeConfig(tp=c.tp, pp=c.pp, ep=c.ep, precision=c.precision, input_len=input_len, output_len=output_len,
-                       max_num_tokens=c.max_num_tokens)  # fmt: skip
+                       max_num_tokens=c.max_num_tokens, attention_dp=c.attention_dp)  # fmt: skip
 
 
 def _deployment_nodes(replicas: int, c: ServeConfig | Candidate, gpus_per_node: int) -> int:
@@ -259,7 +306,8 @@ def _analytic(
     replicas = math.ceil(qps / rate)
     nodes = _deployment_nodes(replicas, cfg, gpn)
     return Candidate(
-        instance=name, gpu=cluster.gpu.name, precision=cfg.precision, tp=cfg.tp, ep=cfg.ep, pp=cfg.pp,
+        instance=name, gpu=cluster.gpu.name, precision=cfg.precision, tp=cfg.tp, ep=cfg.ep,
+        attention_dp=cfg.attention_dp, pp=cfg.pp,
         nodes_per_replica=nodes_per_replica, replicas=replicas, nodes=nodes, num_gpus=nodes * gpn,
         cost_per_hour_usd=nodes * (cluster.instance.price_per_hour_usd or 0.0), max_num_tokens=cfg.max_num_tokens,
         rate_per_replica_rps=rate, concurrency=i + 1, mean_ttft_s=float(curve.ttft_s[i]),
@@ -269,10 +317,17 @@ def _analytic(
 
 def _chunk_iteration_s(d: Deployment, cfg: ServeConfig, conc: F) -> F:
     """An iteration that carries a whole prompt chunk next to ``conc - 1`` decodes: the gap a p99 ITL sees once
-    more than 1 % of iterations carry a prompt, and the extra wait of a prompt queued behind another's chunk."""
+    more than 1 % of iterations carry a prompt, and the extra wait of a prompt queued behind another's chunk.
+    Attention DP: the chunk lives on one rank, which also runs its ``(conc - 1) / tp`` decodes, and the iteration
+    takes that busiest rank's time (:func:`step_time` with ``busiest``; the experts see every rank's tokens)."""
     chunk = float(min(cfg.input_len, cfg.max_num_tokens))
     ctx = cfg.input_len + cfg.output_len / 2.0
-    return step_time(d, conc - 1.0, ctx, chunk, chunk * (chunk + 1.0) / 2.0, 1.0).total_s
+    chunk_ctx = chunk * (chunk + 1.0) / 2.0
+    busy = None
+    if d.attention_dp:
+        busy = RankLoad(decode_seqs=(conc - 1.0) / d.tp, decode_ctx=ctx, prefill_tokens=chunk,
+                        prefill_token_ctx=chunk_ctx, prefill_seqs=1.0)  # fmt: skip
+    return step_time(d, conc - 1.0, ctx, chunk, chunk_ctx, 1.0, busiest=busy).total_s
 
 
 ClusterOf = Callable[[str, int], Cluster]
