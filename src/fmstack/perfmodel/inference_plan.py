@@ -336,35 +336,56 @@ ClusterOf = Callable[[str, int], Cluster]
 def _verify_cheapest(
     cluster_of: ClusterOf, model: ModelArch, found: list[Candidate], qps: float, isl: int, osl: int, slo: SLO, seed: int
 ) -> list[Candidate]:
+    """Simulate the cheapest options first. An option is a candidate at a multiple of its analytic replicas
+    (``REPLICA_FACTORS``); one that misses the SLO goes back into the queue at the next multiple, priced at its
+    larger replica count, so a cheaper candidate is simulated before a miss is retried with more replicas (an
+    attention-DP candidate missing p99 ITL by a hair costs its retries only while they could still be cheapest)."""
+
     def key(c: Candidate) -> tuple[float, int, float]:
         return (c.cost_per_hour_usd, c.replicas * c.tp * c.pp, -c.rate_per_replica_rps)  # then fewest GPUs busy
 
-    pending = sorted(found, key=key)
+    # (option, its factor's index, the candidate as the analytic search found it, the last simulation's percentiles)
+    pending: list[tuple[Candidate, int, Candidate, dict[str, float] | None]] = [
+        (c, 0, c, None) for c in sorted(found, key=key)
+    ]
     checked: list[Candidate] = []
-    while pending and len(checked) < VERIFY_MAX:
+    tried = 0  # candidates simulated at their analytic replicas
+    while pending:
+        option, i, first, _ = pending[0]
         passing = [c.cost_per_hour_usd for c in checked if c.meets_slo]
-        if len(checked) >= VERIFY_TOP and passing and min(passing) <= pending[0].cost_per_hour_usd:
+        if tried >= VERIFY_TOP and passing and min(passing) <= option.cost_per_hour_usd:
             break
-        checked.append(_verify(cluster_of, model, pending.pop(0), qps, isl, osl, slo, seed))
-    return sorted(checked, key=lambda c: (not c.meets_slo, *key(c))) + pending
-
-
-def _verify(
-    cluster_of: ClusterOf, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, slo: SLO, seed: int
-) -> Candidate:
-    cluster = cluster_of(c.instance, c.nodes_per_replica)
-    cfg = _config(c, isl, osl)
-    d = deployment(model, cluster, cfg)
-    gpn = cluster.instance.num_gpus
-    result: SimResult | None = None
-    for factor in REPLICA_FACTORS:
-        replicas = math.ceil(c.replicas * factor)
-        sim = SimConfig(request_rate_per_s=qps / replicas, num_requests=150, warmup_requests=15, seed=seed)
-        result = simulate(d, cfg, sim)
+        if i == 0 and tried >= VERIFY_MAX:
+            break
+        pending.pop(0)
+        tried += i == 0
+        result = _simulate(cluster_of, model, option, qps, isl, osl, seed)
         if result.ttft_s[99] <= slo.ttft_s and result.itl_s[99] <= slo.itl_s:
-            nodes = _deployment_nodes(replicas, c, gpn)
-            price = cluster.instance.price_per_hour_usd or 0.0
-            return replace(c, replicas=replicas, nodes=nodes, num_gpus=nodes * gpn, cost_per_hour_usd=nodes * price,
-                           sim=result.percentiles(), meets_slo=True)  # fmt: skip
-    assert result is not None
-    return replace(c, sim=result.percentiles(), meets_slo=False)
+            checked.append(replace(option, sim=result.percentiles(), meets_slo=True))
+        elif i + 1 == len(REPLICA_FACTORS):
+            checked.append(replace(first, sim=result.percentiles(), meets_slo=False))
+        else:
+            more = _with_replicas(cluster_of, first, math.ceil(first.replicas * REPLICA_FACTORS[i + 1]))
+            pending.append((more, i + 1, first, result.percentiles()))
+            pending.sort(key=lambda p: key(p[0]))
+    # a miss whose retry with more replicas was left unsimulated: it costs at least the cheapest that meets the SLO
+    checked += [replace(first, sim=sim, meets_slo=False) for _, i, first, sim in pending if i > 0]
+    rest = [first for _, i, first, _ in pending if i == 0]
+    return sorted(checked, key=lambda c: (not c.meets_slo, *key(c))) + rest
+
+
+def _with_replicas(cluster_of: ClusterOf, c: Candidate, replicas: int) -> Candidate:
+    inst = cluster_of(c.instance, 1).instance
+    nodes = _deployment_nodes(replicas, c, inst.num_gpus)
+    return replace(c, replicas=replicas, nodes=nodes, num_gpus=nodes * inst.num_gpus,
+                   cost_per_hour_usd=nodes * (inst.price_per_hour_usd or 0.0))  # fmt: skip
+
+
+def _simulate(
+    cluster_of: ClusterOf, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, seed: int
+) -> SimResult:
+    """Poisson arrivals at ``qps / replicas`` on one replica of ``c``."""
+    cfg = _config(c, isl, osl)
+    d = deployment(model, cluster_of(c.instance, c.nodes_per_replica), cfg)
+    sim = SimConfig(request_rate_per_s=qps / c.replicas, num_requests=150, warmup_requests=15, seed=seed)
+    return simulate(d, cfg, sim)
