@@ -31,7 +31,14 @@ from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster, build_cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.efficiency import default_efficiency
-from fmstack.perfmodel.inference import ServeConfig, deployment, max_concurrency, serve_curve, validate_serve
+from fmstack.perfmodel.inference import (
+    ServeConfig,
+    deployment,
+    max_concurrency,
+    running_limit,
+    serve_curve,
+    validate_serve,
+)
 from fmstack.perfmodel.inference_disagg import SLO, DisaggComparison, compare_disaggregation
 from fmstack.perfmodel.inference_kv import check_tp
 from fmstack.perfmodel.inference_sim import SimConfig, SimResult, simulate
@@ -294,6 +301,9 @@ def _analytic(
     limit = max_concurrency(d, cfg)
     if limit < 1:
         return None
+    # beyond the sequences the token budget keeps running the rate is flat and the TTFT only grows (clients wait
+    # for a slot): the first point at or past that limit is the one the argmax below would pick among them
+    limit = min(limit, math.ceil(running_limit(d, cfg)))
     conc = np.arange(1, limit + 1, dtype=np.float64)
     curve = serve_curve(d, cfg, conc)
     spike = _chunk_iteration_s(d, cfg, conc)
