@@ -128,3 +128,35 @@ def test_disaggregation_of_the_best_row(cat: Catalog, dsv3_plan: ServePlan) -> N
     wins = dz.disagg_rps > dz.colocated_rps
     assert ("disaggregation wins" in plan.disaggregation_note) == wins
     assert ("colocated wins" in plan.disaggregation_note) == (not wins)
+
+
+def test_disaggregated_prefill_of_an_attention_dp_replica_runs_on_one_rank(cat: Catalog) -> None:
+    """A lone prompt under attention DP is one rank's work (its dense layers and attention unsplit; the experts
+    see its tokens): the comparison's prefill time is the busiest-rank step of that one prompt, slower than the
+    same tokens spread over the 8 ranks (what it priced before)."""
+    from fmstack.perfmodel.inference import prefill_ctx
+    from fmstack.perfmodel.inference_disagg import compare_disaggregation
+    from fmstack.perfmodel.inference_step import RankLoad, step_time
+
+    model = cat.model("deepseek-v3")
+    cluster = build_cluster(cat, "p5en.48xlarge", 2)
+    cfg = ServeConfig(tp=8, ep=8, precision="fp8", input_len=ISL, output_len=OSL, attention_dp=True)
+    d = deployment(model, cluster, cfg)
+    pctx = prefill_ctx(ISL, 0.0)
+    one = RankLoad(prefill_tokens=ISL, prefill_token_ctx=pctx, prefill_seqs=1.0)
+    own = float(step_time(d, 0.0, 0.0, ISL, pctx, 1.0, busiest=one).total_s)
+    spread = float(step_time(d, 0.0, 0.0, ISL, pctx, 1.0).total_s)
+    cmp = compare_disaggregation(model, cluster, cfg, SLO_DSV3)
+    assert cmp.prefill_s == own and own > spread
+
+
+def test_plan_serve_table_and_no_attention_dp_flag() -> None:
+    args = ["plan", "serve", "--model", "deepseek-v3", "--qps", "15", "--input-len", "2048", "--output-len", "256",
+            "--ttft-p99", "2", "--itl-p99", "0.1", "--instance", "p5en.48xlarge", "--precision", "fp8"]  # fmt: skip
+    text = CliRunner().invoke(cli, args, catch_exceptions=False).output
+    assert "attention-dp fp8" in text.splitlines()[0] + text.splitlines()[1]  # the headline names it
+    assert "reproduce the best replica's analytic point with:" in text and "--attention-dp" in text
+    assert "disaggregated prefill/decode: disaggregation not compared" in text
+    off = json.loads(CliRunner().invoke(cli, [*args, "--no-attention-dp", "--json"], catch_exceptions=False).output)
+    assert off["best"]["attention_dp"] is False and off["best"]["cost_per_hour_usd"] >= 2 * P5EN_PRICE - 1e-9
+    assert "--attention-dp" not in off["estimate_command"]

@@ -314,7 +314,7 @@ def plan_serve_cmd(
     from fmstack.perfmodel.inference_disagg import SLO
     from fmstack.perfmodel.inference_plan import plan_serve
 
-    for name, value in (("input-len", input_len), ("output-len", output_len)):
+    for name, value in (("input-len", input_len), ("output-len", output_len), ("top", top)):
         if value < 1:
             raise InputError(name, f"must be >= 1, got {value}")
     if html_path is not None and not (html_path.parent if str(html_path.parent) else Path(".")).is_dir():

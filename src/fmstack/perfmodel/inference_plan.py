@@ -194,8 +194,8 @@ def plan_serve(
                 if nodes > 1 and _one_node_holds(cluster_of, names, name, nodes):
                     break
                 c = cluster_of(name, nodes)
-                for tp, pp, ep, adp in _with_attention_dp(model, layouts(model, nodes, inst.num_gpus,
-                                                                          c.gpus_per_domain), search_attention_dp):
+                shapes = layouts(model, nodes, inst.num_gpus, c.gpus_per_domain)
+                for tp, pp, ep, adp in _with_attention_dp(model, shapes, search_attention_dp):
                     for chunk in CHUNK_CHOICES:
                         cfg = ServeConfig(tp=tp, pp=pp, ep=ep, precision=precision, input_len=input_len,
                                           output_len=output_len, max_num_tokens=chunk, attention_dp=adp)  # fmt: skip
