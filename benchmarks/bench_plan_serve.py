@@ -1,9 +1,10 @@
-"""`plan serve` search time: one node per replica (the search before multi-node replicas) against the default bound
-(``MAX_NODES_PER_REPLICA``), same process, alternating, best of ``--repeat`` runs each.
+"""`plan serve` search time, same process, alternating, best of ``--repeat`` runs each: ``--axis nodes`` (default)
+one node per replica (the search before multi-node replicas) against the default bound (``MAX_NODES_PER_REPLICA``);
+``--axis adp`` the search without attention data parallelism (the search before it) against the default search.
 
 Cases: the README / ``--help`` examples (single-node models, where the multi-node search must cost little), an MoE
 model, and models that do not fit one p5.48xlarge in bf16 (Llama 3.1 405B, DeepSeek-V3: one node finds nothing).
-Usage: PYTHONPATH=src python benchmarks/bench_plan_serve.py [--repeat 3]
+Usage: PYTHONPATH=src python benchmarks/bench_plan_serve.py [--repeat 3] [--axis nodes|adp]
 """
 
 from __future__ import annotations
@@ -31,17 +32,21 @@ CASES: dict[str, dict[str, Any]] = {
     "deepseek-v3 2 QPS 2048/256, p5": dict(
         model="deepseek-v3", qps=2.0, input_len=2048, output_len=256, slo=SLO(ttft_s=2.0, itl_s=0.1),
         instances=("p5.48xlarge",)),
+    "deepseek-v3 fp8 15 QPS 2048/256, p5en (attention DP wins)": dict(
+        model="deepseek-v3", qps=15.0, input_len=2048, output_len=256, slo=SLO(ttft_s=2.0, itl_s=0.1),
+        instances=("p5en.48xlarge",), precisions=("fp8",)),
 }  # fmt: skip
 
 
-def _run(cat: Any, case: dict[str, Any], max_nodes: int) -> tuple[float, str]:
+def _run(cat: Any, case: dict[str, Any], max_nodes: int, adp: bool = True) -> tuple[float, str]:
     args = dict(case)
     model = cat.model(args.pop("model"))
     t0 = time.perf_counter()
     try:
-        b = plan_serve(cat, model, max_nodes_per_replica=max_nodes, **args).best
-        what = (f"{b.replicas} x ({b.nodes_per_replica} x {b.instance} tp {b.tp} pp {b.pp} ep {b.ep} {b.precision}) "
-                f"on {b.nodes} nodes, ${b.cost_per_hour_usd:,.2f}/h")  # fmt: skip
+        b = plan_serve(cat, model, max_nodes_per_replica=max_nodes, search_attention_dp=adp, **args).best
+        what = (f"{b.replicas} x ({b.nodes_per_replica} x {b.instance} tp {b.tp} pp {b.pp} ep {b.ep}"
+                f"{' attention-dp' if b.attention_dp else ''} {b.precision}) on {b.nodes} nodes, "
+                f"${b.cost_per_hour_usd:,.2f}/h")  # fmt: skip
     except InputError as exc:
         what = f"no plan ({exc.field})"
     return time.perf_counter() - t0, what
@@ -50,9 +55,13 @@ def _run(cat: Any, case: dict[str, Any], max_nodes: int) -> tuple[float, str]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3, help="Best of this many runs per bound.")
+    ap.add_argument("--axis", choices=("nodes", "adp"), default="nodes", help="What the two searches differ in.")
     a = ap.parse_args()
     cat = load_catalog()
     _run(cat, CASES["bench_serve_sim: llama3.1-8b 5 QPS 512/128, p5"], 1)  # warm imports and caches
+    if a.axis == "adp":
+        _adp(cat, a.repeat)
+        return
     for name, case in CASES.items():
         times: dict[int, float] = {1: float("inf"), MAX_NODES_PER_REPLICA: float("inf")}
         plans: dict[int, str] = {}
@@ -63,6 +72,19 @@ def main() -> None:
         one, multi = times[1], times[MAX_NODES_PER_REPLICA]
         print(f"{name}: one node {one:.2f} s -> up to {MAX_NODES_PER_REPLICA} nodes {multi:.2f} s "
               f"(ratio {multi / one:.2f}x)\n    one node: {plans[1]}\n    multi:    {plans[MAX_NODES_PER_REPLICA]}")  # fmt: skip
+
+
+def _adp(cat: Any, repeat: int) -> None:
+    for name, case in CASES.items():
+        times = {False: float("inf"), True: float("inf")}
+        plans: dict[bool, str] = {}
+        for _ in range(repeat):
+            for adp in times:
+                t, plans[adp] = _run(cat, case, MAX_NODES_PER_REPLICA, adp)
+                times[adp] = min(times[adp], t)
+        off, on = times[False], times[True]
+        print(f"{name}: without attention DP {off:.2f} s -> with {on:.2f} s (ratio {on / off:.2f}x)\n"
+              f"    without: {plans[False]}\n    with:    {plans[True]}")  # fmt: skip
 
 
 if __name__ == "__main__":

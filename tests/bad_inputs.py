@@ -571,7 +571,11 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 9, serving planner search (helper S): add rows here
-BAD_ARGV += []
+BAD_ARGV += [
+    # --top 0 printed a table of no rows and --top -1 silently dropped the last candidate
+    (["plan", "serve", "--model", "deepseek-v3", "--qps", "15", "--input-len", "2048", "--output-len", "256",
+      "--ttft-p99", "2", "--itl-p99", "0.1", "--instance", "p5en.48xlarge", "--top", "0"], "top: must be >= 1"),
+]  # fmt: skip
 
 # session 9, closing-loop predictor (helper C): add rows here
 BAD_ARGV += []

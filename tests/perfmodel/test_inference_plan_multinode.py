@@ -81,7 +81,8 @@ def test_estimate_serve_reproduces_the_planned_replica(cat: Catalog, plan_405b: 
 
 def test_deepseek_v3_on_p5_cli_plan_matches_estimate_serve() -> None:
     """End to end: `plan serve --json` for DeepSeek-V3 on p5 (no layout fits one node: 78 GiB of fp8 weights per
-    GPU at TP 8), then `estimate serve` with the planned layout and concurrency prints the same numbers."""
+    GPU at TP 8), then `estimate serve` with the planned layout (attention DP included: it wins here, the same
+    2 nodes at twice the rate) and concurrency prints the same numbers."""
 
     def run(*args: str) -> dict[str, object]:
         proc = subprocess.run([sys.executable, "-m", "fmstack", *args, "--json"], capture_output=True, text=True,
@@ -99,8 +100,12 @@ def test_deepseek_v3_on_p5_cli_plan_matches_estimate_serve() -> None:
     assert b["cost_per_hour_usd"] == pytest.approx(b["nodes"] * P5_PRICE, rel=1e-12)
     est = run("estimate", "serve", "--model", "deepseek-v3", "--instance", "p5.48xlarge", "--nodes",
               str(b["nodes_per_replica"]), "--tp", str(b["tp"]), "--pp", str(b["pp"]), "--ep", str(b["ep"]),
+              *(["--attention-dp"] if b["attention_dp"] else []),
               "--precision", b["precision"], "--input-len", "2048", "--output-len", "256", "--concurrency",
               str(b["concurrency"]), "--max-num-tokens", str(b["max_num_tokens"]), "--no-simulate")  # fmt: skip
+    # the row's own command is that command line
+    assert isinstance(b["estimate_command"], str) and b["estimate_command"].endswith("--no-simulate")
+    assert est["config"]["attention_dp"] == b["attention_dp"]  # type: ignore[index]
     assert est["requests_per_s"] == pytest.approx(b["rate_per_replica_rps"], rel=1e-9)
     assert est["ttft_s"] == pytest.approx(b["mean_ttft_s"], rel=1e-9)
     assert est["itl_s"] == pytest.approx(b["mean_itl_s"], rel=1e-9)

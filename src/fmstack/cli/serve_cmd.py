@@ -301,21 +301,23 @@ def _render_rl_memory(mem: dict[str, Any]) -> None:
 @click.option("--seed", type=int, default=0, show_default=True, help="Simulation seed.")
 @click.option("--max-nodes-per-replica", type=int, default=4, show_default=True,
               help="Largest replica searched, in whole nodes (TP or PP across them); 1 = one node.")  # fmt: skip
+@click.option("--attention-dp/--no-attention-dp", "search_attention_dp", default=True, show_default=True,
+              help="Search attention data parallelism for MoE models (ep = tp; estimate serve --attention-dp).")  # fmt: skip
 @click.option("--top", type=int, default=8, show_default=True, help="Candidates to show.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write an HTML report.")
 @catalog_option
 @json_option
 def plan_serve_cmd(
     model: str, qps: float, input_len: int, output_len: int, ttft_p99: float, itl_p99: float,
-    instances: tuple[str, ...], precisions: tuple[str, ...], seed: int, max_nodes_per_replica: int, top: int,
-    html_path: Path | None, catalog_dir: Path | None, as_json: bool,
+    instances: tuple[str, ...], precisions: tuple[str, ...], seed: int, max_nodes_per_replica: int,
+    search_attention_dp: bool, top: int, html_path: Path | None, catalog_dir: Path | None, as_json: bool,
 ) -> None:  # fmt: skip
     """The cheapest deployment (instance, precision, TP / PP / EP, nodes per replica, replicas) serving a request rate
     within p99 targets."""
     from fmstack.perfmodel.inference_disagg import SLO
     from fmstack.perfmodel.inference_plan import plan_serve
 
-    for name, value in (("input-len", input_len), ("output-len", output_len)):
+    for name, value in (("input-len", input_len), ("output-len", output_len), ("top", top)):
         if value < 1:
             raise InputError(name, f"must be >= 1, got {value}")
     if html_path is not None and not (html_path.parent if str(html_path.parent) else Path(".")).is_dir():
@@ -326,39 +328,20 @@ def plan_serve_cmd(
         cat, arch, qps=qps, input_len=input_len, output_len=output_len, slo=SLO(ttft_s=ttft_p99, itl_s=itl_p99),
         instances=tuple(n.strip() for v in instances for n in v.split(",") if n.strip()) or None,
         precisions=tuple(p.lower() for p in precisions) or None, seed=seed, max_nodes_per_replica=max_nodes_per_replica,
+        search_attention_dp=search_attention_dp,
     )  # fmt: skip
     if html_path is not None:
         from fmstack.reports.serve_report import write_serve_plan
 
         write_serve_plan(plan, html_path)
+    from fmstack.cli.plan_serve_render import plan_serve_json, render_plan_serve
+
     if as_json:
-        print_json({"best": asdict(plan.best), "candidates": [asdict(c) for c in plan.candidates[:top]],
-                    "slo": asdict(plan.slo), "qps": plan.qps})  # fmt: skip
+        print_json(plan_serve_json(plan, model, top, catalog_dir))
         return
-    out = console()
-    b = plan.best
-    out.print(
-        f"[bold]{plan.model}[/] at {qps:g} req/s, {input_len}/{output_len} tokens, TTFT p99 <= {ttft_p99:g} s, "
-        f"ITL p99 <= {itl_p99:g} s: [bold]{b.replicas} replica(s) of tp {b.tp}{f' pp {b.pp}' if b.pp > 1 else ''}{f' ep {b.ep}' if b.ep > 1 else ''} "
-        f"{b.precision}[/]{f' ({b.nodes_per_replica} nodes per replica)' if b.nodes_per_replica > 1 else ''} on "
-        f"{b.nodes} x {b.instance}, ${b.cost_per_hour_usd:,.2f}/h"
-    )
-    table = Table("instance", "prec", "tp", "pp", "ep", "chunk", "nodes per\nreplica", "replicas", "nodes", "$/h",
-                  "req/s per\nreplica", "TTFT p99", "ITL p99", "SLO", title="candidates (cheapest verified first)",
-                  title_justify="left")  # fmt: skip
-    no_wrap(table, "instance", "SLO")  # "p6-b200.48x…" named no instance
-    for c in plan.candidates[:top]:
-        sim = c.sim or {}
-        table.add_row(
-            c.instance, c.precision, str(c.tp), str(c.pp), str(c.ep), str(c.max_num_tokens), str(c.nodes_per_replica),
-            str(c.replicas), str(c.nodes),
-            f"{c.cost_per_hour_usd:,.2f}", f"{c.rate_per_replica_rps:.2f}",
-            f"{sim['ttft_p99_s']:.3f}" if sim else "-", f"{sim['itl_p99_s']:.4f}" if sim else "-",
-            {True: "meets", False: "misses", None: "not simulated"}[c.meets_slo],
-        )  # fmt: skip
-    out.print(table)
+    render_plan_serve(plan, model, top, catalog_dir)
     if html_path is not None:
-        out.print(f"report: {html_path}")
+        console().print(f"report: {html_path}")
 
 
 def inference_validation(cat: Any) -> tuple[list[Any], dict[str, Any]]:

@@ -30,7 +30,7 @@ from fmstack.perfmodel.collectives import GroupPlacement, collective_time_s
 from fmstack.perfmodel.efficiency import Efficiency
 from fmstack.perfmodel.inference import ServeConfig, deployment, max_concurrency, prefill_ctx
 from fmstack.perfmodel.inference_kv import KV_BYTES, kv_bytes_per_token, kv_split
-from fmstack.perfmodel.inference_step import step_time
+from fmstack.perfmodel.inference_step import RankLoad, step_time
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -72,7 +72,7 @@ class DisaggComparison:
 def kv_transfer_s(model: ModelArch, cluster: Cluster, cfg: ServeConfig, *, same_domain: bool) -> tuple[float, float]:
     """(bytes of one prompt's KV cache, seconds to move it) with every TP shard sent in parallel."""
     total = cfg.input_len * kv_bytes_per_token(model, KV_BYTES[cfg.kv])
-    per_gpu = total / kv_split(model, cfg.tp)
+    per_gpu = total / kv_split(model, 1 if cfg.attention_dp else cfg.tp)  # attention DP: a prompt's KV on one rank
     placement = GroupPlacement(num_ranks=2, ranks_per_domain=2 if same_domain and cluster.scale_up else 1)
     return total, float(collective_time_s("send_recv", per_gpu, placement, cluster))
 
@@ -109,7 +109,9 @@ def compare_disaggregation(
     dec_rate = np.where(dec_ok, conc / (osl * dec_itl), 0.0)
     dec_i = int(np.argmax(dec_rate))
     per_decode = float(dec_rate[dec_i])
-    prefill = float(step_time(d, 0.0, 0.0, new, pctx, 1.0).total_s)
+    # attention DP: a lone prompt runs on one rank (its dense layers and attention unsplit), the experts over all
+    busy = RankLoad(prefill_tokens=new, prefill_token_ctx=pctx, prefill_seqs=1.0) if cfg.attention_dp else None
+    prefill = float(step_time(d, 0.0, 0.0, new, pctx, 1.0, busiest=busy).total_s)
     same = 2 * d.num_gpus <= cluster.gpus_per_domain
     kv_bytes, kv_s = kv_transfer_s(model, cluster, cfg, same_domain=same)
     slack = (slo.ttft_s - prefill - kv_s - float(dec_itl[dec_i])) / prefill

@@ -1,7 +1,8 @@
 """`plan_serve`: the cheapest deployment (instance, precision, TP / PP / EP, nodes per replica, replicas) that serves
 a request rate at an SLO.
 
-Search: every priced instance x precision x layout (x EP = 1 or TP for MoE) that fits is evaluated on the vectorised
+Search: every priced instance x precision x layout (x EP = 1 or TP for MoE, and for MoE with EP = TP > 1 attention data
+parallelism off and on: TensorRT-LLM ``enable_attention_dp``, SGLang ``--enable-dp-attention``) that fits is evaluated on the vectorised
 analytic curve (:func:`fmstack.perfmodel.inference.serve_curve`, every concurrency at once); the highest per-replica
 request rate whose mean TTFT and ITL meet the targets gives ``replicas = ceil(qps / rate)`` and whole nodes give the
 cost. Layouts (:func:`layouts`): within one node TP 1, 2, 4, ...; a replica of ``n = 2, 4, ...`` whole nodes runs TP
@@ -30,11 +31,18 @@ from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster, build_cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.efficiency import default_efficiency
-from fmstack.perfmodel.inference import ServeConfig, deployment, max_concurrency, serve_curve, validate_serve
-from fmstack.perfmodel.inference_disagg import SLO
+from fmstack.perfmodel.inference import (
+    ServeConfig,
+    deployment,
+    max_concurrency,
+    running_limit,
+    serve_curve,
+    validate_serve,
+)
+from fmstack.perfmodel.inference_disagg import SLO, DisaggComparison, compare_disaggregation
 from fmstack.perfmodel.inference_kv import check_tp
 from fmstack.perfmodel.inference_sim import SimConfig, SimResult, simulate
-from fmstack.perfmodel.inference_step import Deployment, step_time
+from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
 
 F = NDArray[np.float64]
 
@@ -64,6 +72,8 @@ class Candidate:
     tp: int
     ep: int
     """Expert parallel degree inside TP (MoE: 1 or tp)."""
+    attention_dp: bool = False
+    """Attention data parallelism over the ``tp`` GPUs (MoE with ``ep == tp``; ``estimate serve --attention-dp``)."""
     pp: int
     """Pipeline stages of a replica (across its nodes)."""
     nodes_per_replica: int
@@ -100,6 +110,11 @@ class ServePlan:
     candidates: list[Candidate]
     curve: dict[str, list[float]]
     """The best candidate's per-replica curve: concurrency, requests_per_s, ttft_s, itl_s."""
+    disaggregation: DisaggComparison | None = None
+    """The best candidate's nodes colocated vs split into prefill and decode pools
+    (:func:`fmstack.perfmodel.inference_disagg.compare_disaggregation`; None where fewer than 2 replicas fit)."""
+    disaggregation_note: str = ""
+    """Why disaggregation wins or loses on the best candidate's nodes, or why it was not compared."""
 
 
 def _fits_tp(model: ModelArch, tp: int, gpd: int) -> bool:
@@ -147,8 +162,10 @@ def plan_serve(
     precisions: tuple[str, ...] | None = None,
     seed: int = 0,
     max_nodes_per_replica: int = MAX_NODES_PER_REPLICA,
+    search_attention_dp: bool = True,
 ) -> ServePlan:
-    """The cheapest deployment of ``model`` serving ``qps`` requests/s within ``slo`` (p99 checked by simulation)."""
+    """The cheapest deployment of ``model`` serving ``qps`` requests/s within ``slo`` (p99 checked by simulation).
+    ``search_attention_dp=False`` leaves attention data parallelism out of the search (the search before it)."""
     if qps <= 0:
         raise InputError("qps", f"must be > 0, got {qps}")
     if max_nodes_per_replica < 1:
@@ -177,10 +194,11 @@ def plan_serve(
                 if nodes > 1 and _one_node_holds(cluster_of, names, name, nodes):
                     break
                 c = cluster_of(name, nodes)
-                for tp, pp, ep in layouts(model, nodes, inst.num_gpus, c.gpus_per_domain):
+                shapes = layouts(model, nodes, inst.num_gpus, c.gpus_per_domain)
+                for tp, pp, ep, adp in _with_attention_dp(model, shapes, search_attention_dp):
                     for chunk in CHUNK_CHOICES:
                         cfg = ServeConfig(tp=tp, pp=pp, ep=ep, precision=precision, input_len=input_len,
-                                          output_len=output_len, max_num_tokens=chunk)  # fmt: skip
+                                          output_len=output_len, max_num_tokens=chunk, attention_dp=adp)  # fmt: skip
                         option = _analytic(cfg, c, model, qps, slo, name, nodes)
                         if option is not None:
                             found.append(option)
@@ -197,18 +215,54 @@ def plan_serve(
     if not best.meets_slo:
         raise InputError(
             "slo", f"no deployment meets the p99 SLO (TTFT {slo.ttft_s:g} s, ITL {slo.itl_s:g} s) in simulation; "
-            f"the cheapest analytic candidate {best.instance} tp {best.tp} pp {best.pp} {best.precision} misses it",
+            f"the cheapest analytic candidate {best.instance} tp {best.tp} pp {best.pp}"
+            f"{' attention-dp' if best.attention_dp else ''} {best.precision} misses it",
         )  # fmt: skip
     cfg = _config(best, input_len, output_len)
     d = deployment(model, cluster_of(best.instance, best.nodes_per_replica), cfg)
     conc = np.arange(1, max_concurrency(d, cfg) + 1, dtype=np.float64)
     curve = serve_curve(d, cfg, conc)
+    dis, note = _disaggregation(model, cluster_of(best.instance, best.nodes), best, cfg, qps, slo)
     return ServePlan(
         model=model.name, qps=qps, input_len=input_len, output_len=output_len, slo=slo, best=best,
         candidates=ranked,
         curve={"concurrency": conc.tolist(), "requests_per_s": curve.requests_per_s.tolist(),
                "ttft_s": curve.ttft_s.tolist(), "itl_s": curve.itl_s.tolist()},
+        disaggregation=dis, disaggregation_note=note,
     )  # fmt: skip
+
+
+def _disaggregation(
+    model: ModelArch, cluster: Cluster, best: Candidate, cfg: ServeConfig, qps: float, slo: SLO
+) -> tuple[DisaggComparison | None, str]:
+    """Colocated vs disaggregated goodput on the best candidate's nodes (the disaggregation model's mean-field
+    goodput at the SLO applied to means: DistServe's comparison, not the plan's simulated p99), and a sentence."""
+    per_replica = best.tp * best.pp
+    if cluster.num_gpus < 2 * per_replica:
+        return None, (
+            f"disaggregation not compared: it needs a prefill and a decode replica, 2 x {per_replica} GPUs, and the "
+            f"plan's {best.nodes} node(s) hold {cluster.num_gpus}; splitting would at least double the GPUs"
+        )  # fmt: skip
+    cmp = compare_disaggregation(model, cluster, cfg, slo)
+    meets = "at least" if cmp.disagg_rps >= qps else "below"
+    return cmp, (
+        f"on the plan's {cmp.num_gpus} GPUs ({cmp.replicas} replicas of {per_replica}), SLO applied to means: "
+        f"colocated {cmp.colocated_rps:.2f} req/s vs disaggregated {cmp.disagg_rps:.2f} req/s (prefill:decode "
+        f"replicas {cmp.prefill_to_decode}, {meets} the {qps:g} req/s asked); {cmp.why}"
+    )  # fmt: skip
+
+
+def _with_attention_dp(
+    model: ModelArch, shapes: list[tuple[int, int, int]], search: bool
+) -> list[tuple[int, int, int, bool]]:
+    """Each (tp, pp, ep) without attention DP, and for an MoE model with ``ep == tp > 1`` also with it (what
+    :class:`fmstack.perfmodel.inference_deploy.Deployment` accepts; at TP 1 it would change nothing)."""
+    out: list[tuple[int, int, int, bool]] = []
+    for tp, pp, ep in shapes:
+        out.append((tp, pp, ep, False))
+        if search and model.moe is not None and ep == tp > 1:
+            out.append((tp, pp, ep, True))
+    return out
 
 
 def _one_node_holds(cluster_of: Callable[[str, int], Cluster], names: list[str], name: str, nodes: int) -> bool:
@@ -228,7 +282,7 @@ def _one_node_holds(cluster_of: Callable[[str, int], Cluster], names: list[str],
 
 def _config(c: Candidate, input_len: int, output_len: int) -> ServeConfig:
     return ServeConfig(tp=c.tp, pp=c.pp, ep=c.ep, precision=c.precision, input_len=input_len, output_len=output_len,
-                       max_num_tokens=c.max_num_tokens)  # fmt: skip
+                       max_num_tokens=c.max_num_tokens, attention_dp=c.attention_dp)  # fmt: skip
 
 
 def _deployment_nodes(replicas: int, c: ServeConfig | Candidate, gpus_per_node: int) -> int:
@@ -247,6 +301,9 @@ def _analytic(
     limit = max_concurrency(d, cfg)
     if limit < 1:
         return None
+    # beyond the sequences the token budget keeps running the rate is flat and the TTFT only grows (clients wait
+    # for a slot): the first point at or past that limit is the one the argmax below would pick among them
+    limit = min(limit, math.ceil(running_limit(d, cfg)))
     conc = np.arange(1, limit + 1, dtype=np.float64)
     curve = serve_curve(d, cfg, conc)
     spike = _chunk_iteration_s(d, cfg, conc)
@@ -259,7 +316,8 @@ def _analytic(
     replicas = math.ceil(qps / rate)
     nodes = _deployment_nodes(replicas, cfg, gpn)
     return Candidate(
-        instance=name, gpu=cluster.gpu.name, precision=cfg.precision, tp=cfg.tp, ep=cfg.ep, pp=cfg.pp,
+        instance=name, gpu=cluster.gpu.name, precision=cfg.precision, tp=cfg.tp, ep=cfg.ep,
+        attention_dp=cfg.attention_dp, pp=cfg.pp,
         nodes_per_replica=nodes_per_replica, replicas=replicas, nodes=nodes, num_gpus=nodes * gpn,
         cost_per_hour_usd=nodes * (cluster.instance.price_per_hour_usd or 0.0), max_num_tokens=cfg.max_num_tokens,
         rate_per_replica_rps=rate, concurrency=i + 1, mean_ttft_s=float(curve.ttft_s[i]),
@@ -269,10 +327,17 @@ def _analytic(
 
 def _chunk_iteration_s(d: Deployment, cfg: ServeConfig, conc: F) -> F:
     """An iteration that carries a whole prompt chunk next to ``conc - 1`` decodes: the gap a p99 ITL sees once
-    more than 1 % of iterations carry a prompt, and the extra wait of a prompt queued behind another's chunk."""
+    more than 1 % of iterations carry a prompt, and the extra wait of a prompt queued behind another's chunk.
+    Attention DP: the chunk lives on one rank, which also runs its ``(conc - 1) / tp`` decodes, and the iteration
+    takes that busiest rank's time (:func:`step_time` with ``busiest``; the experts see every rank's tokens)."""
     chunk = float(min(cfg.input_len, cfg.max_num_tokens))
     ctx = cfg.input_len + cfg.output_len / 2.0
-    return step_time(d, conc - 1.0, ctx, chunk, chunk * (chunk + 1.0) / 2.0, 1.0).total_s
+    chunk_ctx = chunk * (chunk + 1.0) / 2.0
+    busy = None
+    if d.attention_dp:
+        busy = RankLoad(decode_seqs=(conc - 1.0) / d.tp, decode_ctx=ctx, prefill_tokens=chunk,
+                        prefill_token_ctx=chunk_ctx, prefill_seqs=1.0)  # fmt: skip
+    return step_time(d, conc - 1.0, ctx, chunk, chunk_ctx, 1.0, busiest=busy).total_s
 
 
 ClusterOf = Callable[[str, int], Cluster]
@@ -281,35 +346,56 @@ ClusterOf = Callable[[str, int], Cluster]
 def _verify_cheapest(
     cluster_of: ClusterOf, model: ModelArch, found: list[Candidate], qps: float, isl: int, osl: int, slo: SLO, seed: int
 ) -> list[Candidate]:
+    """Simulate the cheapest options first. An option is a candidate at a multiple of its analytic replicas
+    (``REPLICA_FACTORS``); one that misses the SLO goes back into the queue at the next multiple, priced at its
+    larger replica count, so a cheaper candidate is simulated before a miss is retried with more replicas (an
+    attention-DP candidate missing p99 ITL by a hair costs its retries only while they could still be cheapest)."""
+
     def key(c: Candidate) -> tuple[float, int, float]:
         return (c.cost_per_hour_usd, c.replicas * c.tp * c.pp, -c.rate_per_replica_rps)  # then fewest GPUs busy
 
-    pending = sorted(found, key=key)
+    # (option, its factor's index, the candidate as the analytic search found it, the last simulation's percentiles)
+    pending: list[tuple[Candidate, int, Candidate, dict[str, float] | None]] = [
+        (c, 0, c, None) for c in sorted(found, key=key)
+    ]
     checked: list[Candidate] = []
-    while pending and len(checked) < VERIFY_MAX:
+    tried = 0  # candidates simulated at their analytic replicas
+    while pending:
+        option, i, first, _ = pending[0]
         passing = [c.cost_per_hour_usd for c in checked if c.meets_slo]
-        if len(checked) >= VERIFY_TOP and passing and min(passing) <= pending[0].cost_per_hour_usd:
+        if tried >= VERIFY_TOP and passing and min(passing) <= option.cost_per_hour_usd:
             break
-        checked.append(_verify(cluster_of, model, pending.pop(0), qps, isl, osl, slo, seed))
-    return sorted(checked, key=lambda c: (not c.meets_slo, *key(c))) + pending
-
-
-def _verify(
-    cluster_of: ClusterOf, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, slo: SLO, seed: int
-) -> Candidate:
-    cluster = cluster_of(c.instance, c.nodes_per_replica)
-    cfg = _config(c, isl, osl)
-    d = deployment(model, cluster, cfg)
-    gpn = cluster.instance.num_gpus
-    result: SimResult | None = None
-    for factor in REPLICA_FACTORS:
-        replicas = math.ceil(c.replicas * factor)
-        sim = SimConfig(request_rate_per_s=qps / replicas, num_requests=150, warmup_requests=15, seed=seed)
-        result = simulate(d, cfg, sim)
+        if i == 0 and tried >= VERIFY_MAX:
+            break
+        pending.pop(0)
+        tried += i == 0
+        result = _simulate(cluster_of, model, option, qps, isl, osl, seed)
         if result.ttft_s[99] <= slo.ttft_s and result.itl_s[99] <= slo.itl_s:
-            nodes = _deployment_nodes(replicas, c, gpn)
-            price = cluster.instance.price_per_hour_usd or 0.0
-            return replace(c, replicas=replicas, nodes=nodes, num_gpus=nodes * gpn, cost_per_hour_usd=nodes * price,
-                           sim=result.percentiles(), meets_slo=True)  # fmt: skip
-    assert result is not None
-    return replace(c, sim=result.percentiles(), meets_slo=False)
+            checked.append(replace(option, sim=result.percentiles(), meets_slo=True))
+        elif i + 1 == len(REPLICA_FACTORS):
+            checked.append(replace(first, sim=result.percentiles(), meets_slo=False))
+        else:
+            more = _with_replicas(cluster_of, first, math.ceil(first.replicas * REPLICA_FACTORS[i + 1]))
+            pending.append((more, i + 1, first, result.percentiles()))
+            pending.sort(key=lambda p: key(p[0]))
+    # a miss whose retry with more replicas was left unsimulated: it costs at least the cheapest that meets the SLO
+    checked += [replace(first, sim=sim, meets_slo=False) for _, i, first, sim in pending if i > 0]
+    rest = [first for _, i, first, _ in pending if i == 0]
+    return sorted(checked, key=lambda c: (not c.meets_slo, *key(c))) + rest
+
+
+def _with_replicas(cluster_of: ClusterOf, c: Candidate, replicas: int) -> Candidate:
+    inst = cluster_of(c.instance, 1).instance
+    nodes = _deployment_nodes(replicas, c, inst.num_gpus)
+    return replace(c, replicas=replicas, nodes=nodes, num_gpus=nodes * inst.num_gpus,
+                   cost_per_hour_usd=nodes * (inst.price_per_hour_usd or 0.0))  # fmt: skip
+
+
+def _simulate(
+    cluster_of: ClusterOf, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, seed: int
+) -> SimResult:
+    """Poisson arrivals at ``qps / replicas`` on one replica of ``c``."""
+    cfg = _config(c, isl, osl)
+    d = deployment(model, cluster_of(c.instance, c.nodes_per_replica), cfg)
+    sim = SimConfig(request_rate_per_s=qps / c.replicas, num_requests=150, warmup_requests=15, seed=seed)
+    return simulate(d, cfg, sim)

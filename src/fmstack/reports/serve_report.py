@@ -45,7 +45,8 @@ def _curve_figure(plan: ServePlan) -> Any:
 def _layout(c: Any) -> str:
     """``p5.48xlarge, tp 8`` or ``2 x p5.48xlarge, tp 8, pp 2`` (a replica of several nodes)."""
     nodes = f"{c.nodes_per_replica} x " if c.nodes_per_replica > 1 else ""
-    return f"{nodes}{c.instance}, tp {c.tp}" + (f", pp {c.pp}" if c.pp > 1 else "")
+    adp = ", attention DP" if c.attention_dp else ""
+    return f"{nodes}{c.instance}, tp {c.tp}" + (f", pp {c.pp}" if c.pp > 1 else "") + adp
 
 
 def serve_plan_html(plan: ServePlan) -> str:
@@ -57,7 +58,7 @@ def serve_plan_html(plan: ServePlan) -> str:
     for i, c in enumerate(plan.candidates[:20], 1):
         sim = c.sim or {}
         rows.append([
-            i, c.instance, c.precision, c.tp, c.pp, c.ep, c.max_num_tokens, c.nodes_per_replica, c.replicas, c.nodes,
+            i, c.instance, c.precision, c.tp, c.pp, f"{c.ep} + attention DP" if c.attention_dp else c.ep, c.max_num_tokens, c.nodes_per_replica, c.replicas, c.nodes,
             c.num_gpus,
             f"{c.cost_per_hour_usd:,.2f}", f"{c.rate_per_replica_rps:.2f}",
             f"{sim['ttft_p99_s']:.3f}" if sim else "-", f"{sim['itl_p99_s']:.4f}" if sim else "-",

@@ -1,0 +1,85 @@
+"""`fmstack plan serve` output: the ranked table, the JSON, each row's `estimate serve` command and the
+colocated-vs-disaggregated comparison of the best row."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from fmstack.cli.common import console, no_wrap
+from fmstack.perfmodel.inference_plan import Candidate, ServePlan
+
+
+def estimate_argv(model: str, c: Candidate, input_len: int, output_len: int, catalog_dir: Path | None) -> list[str]:
+    """The `estimate serve` command line that prices ``c``'s replica at its analytic point: its rate, mean TTFT and
+    ITL come out as ``requests_per_s``, ``ttft_s``, ``itl_s`` (the same model, tested)."""
+    argv = ["fmstack", "estimate", "serve", "--model", model, "--instance", c.instance]
+    if c.nodes_per_replica > 1:
+        argv += ["--nodes", str(c.nodes_per_replica)]
+    argv += ["--tp", str(c.tp)]
+    if c.pp > 1:
+        argv += ["--pp", str(c.pp)]
+    if c.ep > 1:
+        argv += ["--ep", str(c.ep)]
+    if c.attention_dp:
+        argv.append("--attention-dp")
+    argv += ["--precision", c.precision, "--input-len", str(input_len), "--output-len", str(output_len),
+             "--concurrency", str(c.concurrency), "--max-num-tokens", str(c.max_num_tokens), "--no-simulate"]  # fmt: skip
+    if catalog_dir is not None:
+        argv += ["--catalog", str(catalog_dir)]
+    return argv
+
+
+def plan_serve_json(plan: ServePlan, model: str, top: int, catalog_dir: Path | None) -> dict[str, Any]:
+    """``best`` and ``candidates`` (each with ``attention_dp`` and its ``estimate_command``), ``slo``, ``qps``,
+    ``estimate_command`` (the best's), ``disaggregation`` (the comparison's fields or null) and
+    ``disaggregation_note``."""
+
+    def row(c: Candidate) -> dict[str, Any]:
+        cmd = shlex.join(estimate_argv(model, c, plan.input_len, plan.output_len, catalog_dir))
+        return asdict(c) | {"estimate_command": cmd}
+
+    best = row(plan.best)
+    return {
+        "best": best, "candidates": [row(c) for c in plan.candidates[:top]], "slo": asdict(plan.slo), "qps": plan.qps,
+        "estimate_command": best["estimate_command"],
+        "disaggregation": asdict(plan.disaggregation) if plan.disaggregation is not None else None,
+        "disaggregation_note": plan.disaggregation_note,
+    }  # fmt: skip
+
+
+def render_plan_serve(plan: ServePlan, model: str, top: int, catalog_dir: Path | None) -> None:
+    out = console()
+    b, slo = plan.best, plan.slo
+    layout = f"tp {b.tp}{f' pp {b.pp}' if b.pp > 1 else ''}{f' ep {b.ep}' if b.ep > 1 else ''}"
+    layout += " attention-dp" if b.attention_dp else ""
+    out.print(
+        f"[bold]{plan.model}[/] at {plan.qps:g} req/s, {plan.input_len}/{plan.output_len} tokens, TTFT p99 <= "
+        f"{slo.ttft_s:g} s, ITL p99 <= {slo.itl_s:g} s: [bold]{b.replicas} replica(s) of {layout} {b.precision}[/]"
+        f"{f' ({b.nodes_per_replica} nodes per replica)' if b.nodes_per_replica > 1 else ''} on "
+        f"{b.nodes} x {b.instance}, ${b.cost_per_hour_usd:,.2f}/h"
+    )
+    shown = plan.candidates[:top]
+    adp_col = any(c.ep > 1 for c in plan.candidates)  # an MoE model: attention DP was searched
+    cols = ["instance", "prec", "tp", "pp", "ep", *(["attn\nDP"] if adp_col else []), "chunk", "nodes per\nreplica",
+            "replicas", "nodes", "$/h", "req/s per\nreplica", "TTFT p99", "ITL p99", "SLO"]  # fmt: skip
+    table = Table(*cols, title="candidates (cheapest verified first)", title_justify="left")
+    no_wrap(table, "instance", "SLO")  # "p6-b200.48x…" named no instance
+    for c in shown:
+        sim = c.sim or {}
+        table.add_row(
+            c.instance, c.precision, str(c.tp), str(c.pp), str(c.ep), *(["yes" if c.attention_dp else "-"] if adp_col
+            else []), str(c.max_num_tokens), str(c.nodes_per_replica), str(c.replicas), str(c.nodes),
+            f"{c.cost_per_hour_usd:,.2f}", f"{c.rate_per_replica_rps:.2f}",
+            f"{sim['ttft_p99_s']:.3f}" if sim else "-", f"{sim['itl_p99_s']:.4f}" if sim else "-",
+            {True: "meets", False: "misses", None: "not simulated"}[c.meets_slo],
+        )  # fmt: skip
+    out.print(table)
+    out.print("reproduce the best replica's analytic point with:", markup=False)
+    out.print(shlex.join(estimate_argv(model, b, plan.input_len, plan.output_len, catalog_dir)), markup=False,
+              soft_wrap=True)  # fmt: skip
+    out.print(f"disaggregated prefill/decode: {plan.disaggregation_note}", markup=False, soft_wrap=True)
