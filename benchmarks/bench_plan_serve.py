@@ -1,9 +1,9 @@
 """`plan serve` search time, same process, alternating, best of ``--repeat`` runs each: ``--axis nodes`` (default)
 one node per replica (the search before multi-node replicas) against the default bound (``MAX_NODES_PER_REPLICA``);
 ``--axis adp`` the search without attention data parallelism (the search before it) against the default search;
-``--axis skip`` the default search with its simulations one iteration at a time (``BatchingSim(skip_ahead=False)``,
-the attention-DP path before its decode stretch) against the default (decode stretches, attention DP included);
-the plans must be equal.
+``--axis skip`` the default search with its attention-DP simulations one iteration at a time (``BatchingSim(...,
+skip_ahead=False)`` for attention-DP deployments only: the simulation before its attention-DP decode stretch; the
+others keep theirs) against the default; the plans must be equal, every candidate's every field.
 
 Cases: the README / ``--help`` examples (single-node models, where the multi-node search must cost little), an MoE
 model, and models that do not fit one p5.48xlarge in bf16 (Llama 3.1 405B, DeepSeek-V3: one node finds nothing).
@@ -106,11 +106,11 @@ def _adp(cat: Any, repeat: int) -> None:
 
 @contextlib.contextmanager
 def _one_at_a_time() -> Iterator[None]:
-    """``plan_serve``'s simulations without the decode-stretch skip-ahead."""
+    """``plan_serve``'s attention-DP simulations without the decode-stretch skip-ahead."""
     real = plan_mod.simulate
 
     def slow(d: Deployment, cfg: ServeConfig, sim: SimConfig) -> SimResult:
-        return BatchingSim(d, cfg, sim, skip_ahead=False).run()
+        return BatchingSim(d, cfg, sim, skip_ahead=not d.attention_dp).run()
 
     plan_mod.simulate = slow
     try:
@@ -130,7 +130,7 @@ def _skip(cat: Any, repeat: int) -> None:
                     t, plans[skip], full[skip] = _run(cat, case, MAX_NODES_PER_REPLICA)
                 times[skip] = min(times[skip], t)
         off, on = times[False], times[True]
-        print(f"{name}: one iteration at a time {off:.2f} s -> stretches {on:.2f} s (ratio {off / on:.2f}x)\n"
+        print(f"{name}: attention DP one iteration at a time {off:.2f} s -> stretches {on:.2f} s (ratio {off / on:.2f}x)\n"
               f"    plan: {plans[True]}")  # fmt: skip
         if full[False] != full[True]:  # every candidate's every field, simulated percentiles included
             raise SystemExit(f"{name}: the plans differ: {plans[False]} vs {plans[True]}")
