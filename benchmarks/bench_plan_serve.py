@@ -107,16 +107,17 @@ def _adp(cat: Any, repeat: int) -> None:
 @contextlib.contextmanager
 def _one_at_a_time() -> Iterator[None]:
     """``plan_serve``'s attention-DP simulations without the decode-stretch skip-ahead."""
-    real = plan_mod.simulate
+    module: Any = plan_mod  # its ``simulate`` is an import, patched here
+    real = module.simulate
 
     def slow(d: Deployment, cfg: ServeConfig, sim: SimConfig) -> SimResult:
         return BatchingSim(d, cfg, sim, skip_ahead=not d.attention_dp).run()
 
-    plan_mod.simulate = slow
+    module.simulate = slow
     try:
         yield
     finally:
-        plan_mod.simulate = real
+        module.simulate = real
 
 
 def _skip(cat: Any, repeat: int) -> None:
