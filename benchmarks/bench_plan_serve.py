@@ -1,22 +1,31 @@
 """`plan serve` search time, same process, alternating, best of ``--repeat`` runs each: ``--axis nodes`` (default)
 one node per replica (the search before multi-node replicas) against the default bound (``MAX_NODES_PER_REPLICA``);
-``--axis adp`` the search without attention data parallelism (the search before it) against the default search.
+``--axis adp`` the search without attention data parallelism (the search before it) against the default search;
+``--axis skip`` the default search with its attention-DP simulations one iteration at a time (``BatchingSim(...,
+skip_ahead=False)`` for attention-DP deployments only: the simulation before its attention-DP decode stretch; the
+others keep theirs) against the default; the plans must be equal, every candidate's every field.
 
 Cases: the README / ``--help`` examples (single-node models, where the multi-node search must cost little), an MoE
 model, and models that do not fit one p5.48xlarge in bf16 (Llama 3.1 405B, DeepSeek-V3: one node finds nothing).
-Usage: PYTHONPATH=src python benchmarks/bench_plan_serve.py [--repeat 3] [--axis nodes|adp]
+Usage: PYTHONPATH=src python benchmarks/bench_plan_serve.py [--repeat 3] [--axis nodes|adp|skip]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
+import fmstack.perfmodel.inference_plan as plan_mod
 from fmstack.catalog import load_catalog
 from fmstack.errors import InputError
+from fmstack.perfmodel.inference import ServeConfig
 from fmstack.perfmodel.inference_disagg import SLO
 from fmstack.perfmodel.inference_plan import MAX_NODES_PER_REPLICA, plan_serve
+from fmstack.perfmodel.inference_sim import BatchingSim, SimConfig, SimResult
+from fmstack.perfmodel.inference_step import Deployment
 
 CASES: dict[str, dict[str, Any]] = {
     "README: llama3.1-70b 20 QPS 2048/256, every instance": dict(
@@ -38,36 +47,44 @@ CASES: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
-def _run(cat: Any, case: dict[str, Any], max_nodes: int, adp: bool = True) -> tuple[float, str]:
+def _run(cat: Any, case: dict[str, Any], max_nodes: int, adp: bool = True) -> tuple[float, str, str]:
+    """Seconds, the best plan in words, and the whole result (every candidate, simulated percentiles) as text."""
     args = dict(case)
     model = cat.model(args.pop("model"))
     t0 = time.perf_counter()
+    full = ""
     try:
-        b = plan_serve(cat, model, max_nodes_per_replica=max_nodes, search_attention_dp=adp, **args).best
+        result = plan_serve(cat, model, max_nodes_per_replica=max_nodes, search_attention_dp=adp, **args)
+        b, full = result.best, repr(result)
         what = (f"{b.replicas} x ({b.nodes_per_replica} x {b.instance} tp {b.tp} pp {b.pp} ep {b.ep}"
                 f"{' attention-dp' if b.attention_dp else ''} {b.precision}) on {b.nodes} nodes, "
                 f"${b.cost_per_hour_usd:,.2f}/h")  # fmt: skip
     except InputError as exc:
-        what = f"no plan ({exc.field})"
-    return time.perf_counter() - t0, what
+        what = full = f"no plan ({exc.field})"
+    return time.perf_counter() - t0, what, full
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3, help="Best of this many runs per bound.")
-    ap.add_argument("--axis", choices=("nodes", "adp"), default="nodes", help="What the two searches differ in.")
+    ap.add_argument(
+        "--axis", choices=("nodes", "adp", "skip"), default="nodes", help="What the two searches differ in."
+    )
     a = ap.parse_args()
     cat = load_catalog()
     _run(cat, CASES["bench_serve_sim: llama3.1-8b 5 QPS 512/128, p5"], 1)  # warm imports and caches
     if a.axis == "adp":
         _adp(cat, a.repeat)
         return
+    if a.axis == "skip":
+        _skip(cat, a.repeat)
+        return
     for name, case in CASES.items():
         times: dict[int, float] = {1: float("inf"), MAX_NODES_PER_REPLICA: float("inf")}
         plans: dict[int, str] = {}
         for _ in range(a.repeat):
             for bound in times:
-                t, plans[bound] = _run(cat, case, bound)
+                t, plans[bound], _ = _run(cat, case, bound)
                 times[bound] = min(times[bound], t)
         one, multi = times[1], times[MAX_NODES_PER_REPLICA]
         print(f"{name}: one node {one:.2f} s -> up to {MAX_NODES_PER_REPLICA} nodes {multi:.2f} s "
@@ -80,11 +97,44 @@ def _adp(cat: Any, repeat: int) -> None:
         plans: dict[bool, str] = {}
         for _ in range(repeat):
             for adp in times:
-                t, plans[adp] = _run(cat, case, MAX_NODES_PER_REPLICA, adp)
+                t, plans[adp], _ = _run(cat, case, MAX_NODES_PER_REPLICA, adp)
                 times[adp] = min(times[adp], t)
         off, on = times[False], times[True]
         print(f"{name}: without attention DP {off:.2f} s -> with {on:.2f} s (ratio {on / off:.2f}x)\n"
               f"    without: {plans[False]}\n    with:    {plans[True]}")  # fmt: skip
+
+
+@contextlib.contextmanager
+def _one_at_a_time() -> Iterator[None]:
+    """``plan_serve``'s attention-DP simulations without the decode-stretch skip-ahead."""
+    module: Any = plan_mod  # its ``simulate`` is an import, patched here
+    real = module.simulate
+
+    def slow(d: Deployment, cfg: ServeConfig, sim: SimConfig) -> SimResult:
+        return BatchingSim(d, cfg, sim, skip_ahead=not d.attention_dp).run()
+
+    module.simulate = slow
+    try:
+        yield
+    finally:
+        module.simulate = real
+
+
+def _skip(cat: Any, repeat: int) -> None:
+    for name, case in CASES.items():
+        times = {False: float("inf"), True: float("inf")}
+        plans: dict[bool, str] = {}
+        full: dict[bool, str] = {}
+        for _ in range(repeat):
+            for skip in times:
+                with contextlib.nullcontext() if skip else _one_at_a_time():
+                    t, plans[skip], full[skip] = _run(cat, case, MAX_NODES_PER_REPLICA)
+                times[skip] = min(times[skip], t)
+        off, on = times[False], times[True]
+        print(f"{name}: attention DP one iteration at a time {off:.2f} s -> stretches {on:.2f} s (ratio {off / on:.2f}x)\n"
+              f"    plan: {plans[True]}")  # fmt: skip
+        if full[False] != full[True]:  # every candidate's every field, simulated percentiles included
+            raise SystemExit(f"{name}: the plans differ: {plans[False]} vs {plans[True]}")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """Serving-simulation speed: decode stretches priced together against one iteration at a time, same process.
 
-Three cases: the simulations ``fmstack plan serve`` runs to verify its cheapest candidates (llama3.1-8b, 5 QPS,
-512+128 tokens), the rollout batch ``fmstack estimate rl --length-spread 0.5`` simulates (llama3.1-70b, 1024+8192
-tokens), and an open-loop 70B run with spread lengths. The first two are captured from the commands themselves
-(their ``simulate`` calls, arguments and all). Each case runs the old path (``skip_ahead=False``) and the new one,
+Cases: the simulations ``fmstack plan serve`` runs to verify its cheapest candidates (llama3.1-8b, 5 QPS,
+512+128 tokens; DeepSeek-V3 on p5.48xlarge, whose verification includes an attention-DP candidate), the rollout
+batch ``fmstack estimate rl --length-spread 0.5`` simulates (llama3.1-70b, 1024+8192 tokens), an open-loop 70B run
+with spread lengths and an open-loop attention-DP run (Qwen3-235B-A22B, 8 ranks). The command cases are captured
+from the commands themselves (their ``simulate`` calls, arguments and all). Each case runs the old path (``skip_ahead=False``) and the new one,
 checks that the results are equal float for float, and prints the wall times and their ratio.
 Usage: PYTHONPATH=src python benchmarks/bench_serve_sim.py [--repeat 1]
 """
@@ -29,6 +30,8 @@ from fmstack.perfmodel.inference_step import Deployment
 Case = tuple[Deployment, ServeConfig, SimConfig]
 PLAN = ("plan serve --model llama3.1-8b --qps 5 --input-len 512 --output-len 128 --ttft-p99 0.5 --itl-p99 0.05 "
         "--instance p5.48xlarge --json")  # fmt: skip
+PLAN_ADP = ("plan serve --model deepseek-v3 --qps 2 --input-len 2048 --output-len 256 --ttft-p99 2 --itl-p99 0.1 "
+            "--instance p5.48xlarge --json")  # fmt: skip
 RL = ("estimate rl --model llama3.1-70b --instance p5.48xlarge --nodes 8 --prompts 512 --samples 16 "
       "--prompt-len 1024 --response-len 8192 --rollout-tp 8 --train-tp 8 --length-spread 0.5 --json")  # fmt: skip
 
@@ -74,10 +77,17 @@ def main() -> None:
     open_d = deployment(cat.model("llama3.1-70b"), build_cluster(cat, "p5.48xlarge", 1), open_cfg)
     open_sim = SimConfig(request_rate_per_s=2.0, num_requests=400, warmup_requests=40, length_spread=0.5)
     simulate(open_d, open_cfg, open_sim)  # warm the imports and the calibration caches
+    adp_cfg = ServeConfig(tp=8, ep=8, precision="fp8", attention_dp=True, input_len=2048, output_len=256)
+    adp_d = deployment(cat.model("qwen3-235b-a22b"), build_cluster(cat, "p5.48xlarge", 1), adp_cfg)
+    adp_sim = SimConfig(request_rate_per_s=10.0, num_requests=600, warmup_requests=60, length_spread=0.5)
     cases = {
         "plan serve verification (llama3.1-8b, 5 QPS)": _captured(plan_mod, PLAN),
         "RL rollout batch (llama3.1-70b, 1024+8192, spread 0.5)": _captured(rollout_mod, RL),
         "open loop (llama3.1-70b tp8, 2 QPS, 1024+512, spread 0.5)": [(open_d, open_cfg, open_sim)],
+        "plan serve verification (deepseek-v3, 2 QPS, p5; one attention-DP candidate)": _captured(plan_mod, PLAN_ADP),
+        "open loop, attention DP (qwen3-235b-a22b tp8 ep8 fp8, 10 QPS, 2048+256, spread 0.5)": [
+            (adp_d, adp_cfg, adp_sim)
+        ],
     }
     for name, runs in cases.items():
         old_s, old = _time(runs, False, a.repeat)

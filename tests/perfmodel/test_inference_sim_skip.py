@@ -1,4 +1,5 @@
-"""Decode-stretch skip-ahead: the same results, float for float, as one iteration at a time."""
+"""Decode-stretch skip-ahead: the same results, float for float, as one iteration at a time (one replica, and
+attention DP, where every rank's stretch is priced together)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from fmstack.catalog import Catalog
 from fmstack.catalog.topology import build_cluster
 from fmstack.perfmodel.inference import ServeConfig, deployment
 from fmstack.perfmodel.inference_sim import BatchingSim, SimConfig
+from fmstack.perfmodel.inference_step import Deployment
 
 CASES = {
     "open loop": ("llama3.1-8b", ServeConfig(tp=1, input_len=512, output_len=128),
@@ -29,7 +31,53 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_skip_ahead_gives_the_same_floats(catalog: Catalog, name: str) -> None:
     model, cfg, sim = CASES[name]
-    d = deployment(catalog.model(model), build_cluster(catalog, "p5.48xlarge", 1), cfg)
+    _same_floats(deployment(catalog.model(model), build_cluster(catalog, "p5.48xlarge", 1), cfg), cfg, sim)
+
+
+def _adp_cfg(**kw: object) -> ServeConfig:
+    return ServeConfig(tp=8, ep=8, precision="fp8", attention_dp=True, **kw)  # type: ignore[arg-type]
+
+
+ADP_CASES = {
+    "qwen3 p5 open loop": ("qwen3-235b-a22b", "p5.48xlarge", _adp_cfg(input_len=2048, output_len=256),
+                           SimConfig(request_rate_per_s=8.0, num_requests=160, warmup_requests=16)),
+    "qwen3 p5 open loop, whole prompts, spread": (
+        "qwen3-235b-a22b", "p5.48xlarge", _adp_cfg(input_len=1024, output_len=256),
+        SimConfig(request_rate_per_s=20.0, num_requests=200, chunked_prefill=False, length_spread=0.5, seed=7)),
+    "qwen3 p5 closed loop, spread": ("qwen3-235b-a22b", "p5.48xlarge", _adp_cfg(input_len=2048, output_len=512),
+                                     SimConfig(concurrency=64, num_requests=200, length_spread=0.4, seed=11)),
+    "deepseek-v3 b200 closed loop, whole prompts, small budget": (
+        "deepseek-v3", "dgx-b200", _adp_cfg(input_len=1024, output_len=256, max_num_tokens=1536),
+        SimConfig(concurrency=384, num_requests=768, chunked_prefill=False, ramp_s=3.0, seed=2)),
+    "deepseek-v3 b200 open loop, prefix hits": (
+        "deepseek-v3", "dgx-b200", _adp_cfg(input_len=4096, output_len=128, prefix_hit_rate=0.3),
+        SimConfig(request_rate_per_s=30.0, num_requests=240, length_spread=0.3, seed=5)),
+    "deepseek-v3 b200 few clients (idle ranks)": ("deepseek-v3", "dgx-b200", _adp_cfg(input_len=512, output_len=300),
+                                                  SimConfig(concurrency=3, num_requests=12, warmup_requests=2, seed=4)),
+    "deepseek-v3 b200 sequence limit queues": (
+        "deepseek-v3", "dgx-b200", _adp_cfg(input_len=1024, output_len=128, max_batch=16),
+        SimConfig(request_rate_per_s=60.0, num_requests=200, seed=9)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(ADP_CASES))
+def test_attention_dp_skip_ahead_gives_the_same_floats(catalog: Catalog, name: str) -> None:
+    model, system, cfg, sim = ADP_CASES[name]
+    slow, fast = _same_floats(deployment(catalog.model(model), build_cluster(catalog, system, 1), cfg), cfg, sim)
+    assert fast.prompt_ranks == slow.prompt_ranks
+    assert 0 in fast.prompt_ranks  # the case has decode-only stretches (not only prompt iterations)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("chunked", [True, False])
+def test_attention_dp_skip_ahead_seeds(catalog: Catalog, seed: int, chunked: bool) -> None:
+    cfg = _adp_cfg(input_len=1024, output_len=200)
+    d = deployment(catalog.model("qwen3-235b-a22b"), build_cluster(catalog, "p5.48xlarge", 1), cfg)
+    sim = SimConfig(request_rate_per_s=12.0, num_requests=120, length_spread=0.5, chunked_prefill=chunked, seed=seed)
+    _same_floats(d, cfg, sim)
+
+
+def _same_floats(d: Deployment, cfg: ServeConfig, sim: SimConfig) -> tuple[BatchingSim, BatchingSim]:
     slow = BatchingSim(d, cfg, sim, skip_ahead=False)
     fast = BatchingSim(d, cfg, sim)
     a, b = slow.run(), fast.run()
@@ -40,6 +88,7 @@ def test_skip_ahead_gives_the_same_floats(catalog: Catalog, name: str) -> None:
             q.gaps_s, q.first_token_s, q.last_token_s, q.generated,
         )  # fmt: skip
     assert fast.clock_s == slow.clock_s
+    return slow, fast
 
 
 def test_skip_ahead_prices_stretches_together(catalog: Catalog) -> None:

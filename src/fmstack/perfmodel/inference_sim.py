@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -206,6 +207,22 @@ class BatchingSim:
         reqs = [self._requests[r] for r in decode]
         n = len(reqs)
         ctx_sum = sum(q.input_len + q.generated for q in reqs)
+
+        def times(ks: np.ndarray[tuple[int], np.dtype[np.int64]]) -> np.ndarray[tuple[int], np.dtype[np.float64]]:
+            t = step_time(self.d, float(n), (ctx_sum + ks * n) / n, 0.0, 0.0, 0.0).total_s
+            return np.broadcast_to(t, ks.shape)
+
+        self._advance(decode, times)
+
+    def _advance(
+        self,
+        decode: list[int],
+        times: Callable[[np.ndarray[tuple[int], np.dtype[np.int64]]], np.ndarray[tuple[int], np.dtype[np.float64]]],
+    ) -> int:
+        """Run the stretch of ``decode``'s iterations whose times ``times`` gives for iterations ``ks`` (0: the
+        next), in blocks, until the first request completes or the next event comes; returns the iterations
+        started (the last goes through the event loop)."""
+        reqs = [self._requests[r] for r in decode]
         k_max = min(q.output_len - q.generated for q in reqs)
         assert k_max > 0, "a running request has produced all its tokens but was not retired"
         next_event_s = self._events[0][0] if self._events else math.inf
@@ -213,9 +230,7 @@ class BatchingSim:
         clock_s, k0, block = self.clock_s, 0, 64  # about the cost of 1 context up to 64; then doubling
         while k0 < k_max:
             ks = np.arange(k0, min(k0 + block, k_max), dtype=np.int64)
-            ctx = (ctx_sum + ks * n) / n
-            times = step_time(self.d, float(n), ctx, 0.0, 0.0, 0.0).total_s
-            for t in np.broadcast_to(times, ks.shape).tolist():
+            for t in times(ks).tolist():
                 clock_s = clock_s + t
                 ends.append(clock_s)
                 if clock_s >= next_event_s:
@@ -239,6 +254,7 @@ class BatchingSim:
         self._busy = True
         self.iterations += 1
         self._push(ends[-1], "done")
+        return len(ends)
 
     def _assign_ranks(self) -> None:
         """TensorRT-LLM's attention-DP assignment of the queued requests (``_schedule_attention_dp_requests``)."""
@@ -265,7 +281,7 @@ class BatchingSim:
         self._assign_ranks()
         budget_all = self.cfg.max_num_tokens
         loads: list[tuple[float, float, float, float, float]] = []
-        decode_all: list[int] = []
+        decodes: list[list[int]] = []
         chunks: dict[int, int] = {}
         for k, reqs in enumerate(self._rank_reqs):
             decode = [
@@ -305,9 +321,13 @@ class BatchingSim:
                 else 0.0
             )
             loads.append((float(len(decode)), ctx, tokens, float(ctx_sum), float(done)))
-            decode_all.extend(decode)
+            decodes.append(decode)
             chunks.update(rank_chunks)
+        decode_all = [r for decode in decodes for r in decode]
         if not decode_all and not chunks:
+            return
+        if self._skip_ahead and not chunks:
+            self._adp_stretch(decodes, decode_all)
             return
         arr = np.array(loads)
         b_all = float(arr[:, 0].sum())
@@ -321,6 +341,32 @@ class BatchingSim:
         self._busy = True
         self.iterations += 1
         self._push(self.clock_s + float(np.max(per_rank)), "done")
+
+    def _adp_stretch(self, decodes: list[list[int]], decode_all: list[int]) -> None:
+        """Attention DP: :meth:`_decode_stretch` over the ranks. No rank has a prompt chunk: each rank's queued
+        requests wait for KV room or token budget that only a completion frees, and no queued request is assigned
+        (the queue is empty or every rank is full), so each rank's decode count stays until the first completion
+        or the next event. Row j of a block is iteration j, a column a rank: its mean context (an exact integer
+        sum over its count, as ``np.mean`` forms it), the all-rank mean (the same sum over the ranks' row) and the
+        busiest rank's time are the one-at-a-time path's floating-point operations element by element; the
+        arguments that do not change (the counts, the totals) keep that path's shapes."""
+        n = np.array([float(len(decode)) for decode in decodes])
+        count = np.maximum(n.astype(np.int64), 1)
+        sums = np.array([sum(self._requests[r].input_len + self._requests[r].generated for r in decode)
+                         for decode in decodes], dtype=np.int64)  # fmt: skip
+        b_all = float(n.sum())
+        zeros = np.zeros(self.ranks)
+
+        def times(ks: np.ndarray[tuple[int], np.dtype[np.int64]]) -> np.ndarray[tuple[int], np.dtype[np.float64]]:
+            ctx = np.where(n > 0, (sums + ks[:, None] * count) / count, 0.0)
+            ctx_all = (n * ctx).sum(axis=1) / b_all
+            busy = RankLoad(decode_seqs=n, decode_ctx=ctx, prefill_tokens=zeros, prefill_token_ctx=zeros,
+                            prefill_seqs=zeros)  # fmt: skip
+            per_rank = step_time(self.d, b_all, ctx_all[:, None], 0.0, 0.0, 0.0, busiest=busy).total_s
+            out: np.ndarray[tuple[int], np.dtype[np.float64]] = np.broadcast_to(per_rank, ctx.shape).max(axis=1)
+            return out
+
+        self.prompt_ranks.extend([0] * self._advance(decode_all, times))
 
     def _finish_iteration(self) -> None:
         decode, chunks = self._batch
