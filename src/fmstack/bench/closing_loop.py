@@ -2,7 +2,8 @@
 
 One job of ``num_ranks`` gloo processes (``threads_per_rank`` threads each) does both, interleaved in rounds:
 calibrate (GEMM at the step's shapes plus a square sweep, STREAM copy over the op sizes the step touches, gloo
-all-reduce up to the gradient size), then train a few real DDP steps; repeat. Interleaving matters on a shared
+all-reduce up to the gradient size, the step of the workload's size-negligible twin for the framework overhead),
+then train a few real DDP steps; repeat. Interleaving matters on a shared
 machine: calibration and measurement see the same load, instead of the load of two different minutes. GEMM and
 memory run in all ranks at once, as they do in the step (each rank's share of cores, caches and DRAM), and each
 size keeps the slowest rank's time: a synchronous data-parallel step moves at its slowest rank's pace.
@@ -15,12 +16,19 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from fmstack.bench.collectives import CollectiveResult, message_sizes, time_collective
-from fmstack.bench.concurrent import gemm_slowest, memory_slowest
+from fmstack.bench.concurrent import gemm_slowest, memory_slowest, slowest
 from fmstack.bench.device import DeviceSpec, cpu_name
 from fmstack.bench.gemm import GemmResult, GemmShape
 from fmstack.bench.interference import CpuShare, CpuWatch
 from fmstack.bench.memory import MemoryResult
-from fmstack.bench.predict_step import StepPrediction, predict_step, step_gemms
+from fmstack.bench.predict_step import (
+    TWIN_MICRO_BATCH,
+    StepPrediction,
+    framework_overhead,
+    overhead_twin,
+    predict_step,
+    step_gemms,
+)
 from fmstack.bench.profile import build_profile
 from fmstack.bench.reference_step import DDPStep, StepMeasurement, slowest_rank
 from fmstack.bench.spawn import free_port, run_ranks
@@ -63,15 +71,31 @@ class _Plan:
     min_time_s: float
 
 
-def _calibrate_round(plan: _Plan, rank: int, n: int) -> tuple[list[GemmResult], list[MemoryResult],
-                                                                  list[CollectiveResult]]:  # fmt: skip
+_Round = tuple[list[GemmResult], list[MemoryResult], list[CollectiveResult], float]
+
+
+TWIN_STEPS = 10
+"""Timed steps of the size-negligible twin per round (about 4 ms each on the 2-vCPU VM); a fixed count, because
+every rank must run the same number of DDP steps."""
+
+
+def _twin_step_s(twin: DDPStep) -> float:
+    """Median step time of the size-negligible twin (one untimed step first), the slowest rank's."""
+    import torch.distributed as dist
+
+    twin.run(0)
+    dist.barrier()
+    return slowest(statistics.median(twin.run(i) for i in range(TWIN_STEPS)))
+
+
+def _calibrate_round(plan: _Plan, rank: int, n: int, twin: DDPStep) -> _Round:
     import torch
 
     gemm = [gemm_slowest("fp32", shape, plan.min_time_s, None) for shape in plan.shapes]
     memory = [m for size in plan.mem_sizes for m in memory_slowest(size, plan.min_time_s)]
     colls = [time_collective("all_reduce", size, rank, n, torch.device("cpu"), plan.min_time_s, "gloo")
              for size in plan.ar_sizes]  # fmt: skip
-    return gemm, memory, colls
+    return gemm, memory, colls, _twin_step_s(twin)
 
 
 def _loop_rank(rank: int, n: int, port: int, plan: _Plan, out: Any) -> None:
@@ -82,6 +106,7 @@ def _loop_rank(rank: int, n: int, port: int, plan: _Plan, out: Any) -> None:
         torch.set_num_threads(plan.threads)
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n)
         job = DDPStep(plan.cfg, micro_batch=plan.micro_batch, rank=rank)
+        twin = DDPStep(overhead_twin(plan.cfg), micro_batch=TWIN_MICRO_BATCH, rank=rank)
         step = 0
         for _ in range(plan.warmup):
             job.run(step)
@@ -89,7 +114,7 @@ def _loop_rank(rank: int, n: int, port: int, plan: _Plan, out: Any) -> None:
         rounds = []
         times: list[float] = []
         for _ in range(plan.rounds):
-            rounds.append(_calibrate_round(plan, rank, n))
+            rounds.append(_calibrate_round(plan, rank, n, twin))
             dist.barrier()
             mine = []
             for _ in range(plan.steps_per_round):
@@ -135,20 +160,23 @@ def close_loop(
         per_round, times, num_params = run_ranks(_loop_rank, (num_ranks, free_port(), plan), num_ranks=num_ranks,
                                                  what="closing loop", timeout_s=900)  # fmt: skip
     gemm = [replace(g, time_s=t, tflops=g.shape.flops / t / 1e12)
-            for g, t in zip(per_round[0][0], _mean_over(per_round, 0), strict=True)]  # fmt: skip
+            for g, t in zip(per_round[0][0], _mean_over([r[0] for r in per_round]), strict=True)]  # fmt: skip
     memory = [replace(m, time_s=t, bw_gbps=m.bytes_moved / t / 1e9)
-              for m, t in zip(per_round[0][1], _mean_over(per_round, 1), strict=True)]  # fmt: skip
+              for m, t in zip(per_round[0][1], _mean_over([r[1] for r in per_round]), strict=True)]  # fmt: skip
     colls = [replace(c, time_s=t, algbw_gbps=c.size_bytes / t / 1e9, busbw_gbps=c.busbw_gbps * c.time_s / t)
-             for c, t in zip(per_round[0][2], _mean_over(per_round, 2), strict=True)]  # fmt: skip
+             for c, t in zip(per_round[0][2], _mean_over([r[2] for r in per_round]), strict=True)]  # fmt: skip
     spec = DeviceSpec(kind="cpu", name=cpu_name())
     profile = build_profile(spec, gemm=gemm, memory=memory, collectives=colls, num_threads=threads_per_rank,
                             concurrent_processes=num_ranks, torch_version=str(torch.__version__))  # fmt: skip
-    prediction = predict_step(cfg, micro_batch=micro_batch, num_ranks=num_ranks, profile=profile)
+    twin_s = statistics.fmean(r[3] for r in per_round)
+    overhead_s = framework_overhead(cfg, twin_step_s=twin_s, num_ranks=num_ranks, profile=profile)
+    prediction = predict_step(cfg, micro_batch=micro_batch, num_ranks=num_ranks, profile=profile,
+                              overhead_s=overhead_s)  # fmt: skip
     measurement = StepMeasurement(num_ranks=num_ranks, micro_batch=micro_batch, step_times_s=tuple(times),
                                   num_params=int(num_params))  # fmt: skip
     return LoopResult(profile=profile, prediction=prediction, measurement=measurement, cpu=watch.result)
 
 
-def _mean_over(per_round: list[tuple[list[Any], ...]], section: int) -> list[float]:
-    """Mean time of each entry of ``section`` (0 GEMM, 1 memory, 2 all-reduce) over the rounds."""
-    return [statistics.fmean(r[section][i].time_s for r in per_round) for i in range(len(per_round[0][section]))]
+def _mean_over(rounds: list[list[Any]]) -> list[float]:
+    """Mean ``time_s`` of each entry over the rounds (each round lists the same sizes in the same order)."""
+    return [statistics.fmean(r[i].time_s for r in rounds) for i in range(len(rounds[0]))]

@@ -9,7 +9,12 @@ step time = GEMM time + memory-bound time + gradient all-reduce time, with
   (``memory_bw_gbps`` curve, STREAM copy). Counting convention in :func:`memory_ops`.
 - all-reduce time: DDP's gradient buckets (first bucket 1 MiB, then 25 MiB; torch DDP defaults), each at
   algbw = busbw / (2(n-1)/n) of the calibrated gloo all-reduce curve (nccl-tests' definition, inverted).
-The three are added: on a CPU the gloo threads and the compute share the same cores, so DDP's overlap of
+- framework overhead (optional, ``overhead_s``): what eager PyTorch spends per step besides the work priced above
+  (Python module calls, op dispatch, the autograd engine, DDP's hooks, the optimizer's loop over tensors), the
+  same for every size of the model. It is calibrated on a twin of the workload with negligible sizes
+  (:func:`overhead_twin`: same layers, heads and op sequence; 2 floats per head): the twin's measured step less
+  this model's prediction of the twin's own GEMM, memory and all-reduce time (:func:`framework_overhead`).
+The parts are added: on a CPU the gloo threads and the compute share the same cores, so DDP's overlap of
 all-reduce with backward buys little; this is an upper-bound style choice, stated in docs/bench.md.
 """
 
@@ -19,6 +24,7 @@ from dataclasses import dataclass
 
 from fmstack.bench.collectives import bus_factor
 from fmstack.bench.gemm import GemmShape
+from fmstack.errors import InputError
 from fmstack.perfmodel.calibration import CalibrationProfile
 from fmstack.workloads.gpt import GPTConfig, total_params
 
@@ -39,9 +45,16 @@ class StepPrediction:
     gemm_flops: float
     memory_bytes: float
     grad_bytes: float
+    overhead_s: float = 0.0
+    """Framework overhead per step (0 when not calibrated)."""
 
     @property
     def total_s(self) -> float:
+        return self.gemm_s + self.memory_s + self.allreduce_s + self.overhead_s
+
+    @property
+    def work_s(self) -> float:
+        """GEMM + memory-bound + all-reduce: the prediction without the framework overhead."""
         return self.gemm_s + self.memory_s + self.allreduce_s
 
 
@@ -113,8 +126,29 @@ def ddp_buckets(grad_bytes: int) -> list[int]:
     return buckets
 
 
-def predict_step(cfg: GPTConfig, *, micro_batch: int, num_ranks: int, profile: CalibrationProfile) -> StepPrediction:
-    """Predicted DDP step time of one rank (all ranks do the same work), fp32 on the profiled device."""
+def overhead_twin(cfg: GPTConfig) -> GPTConfig:
+    """``cfg`` with negligible sizes and the same op sequence: layers, heads and MLP ratio kept, 2 floats per head,
+    4 tokens, a vocabulary of 8. Its step (micro-batch 1) is the framework's per-step overhead plus a few us of work."""
+    return GPTConfig(vocab_size=8, seq_len=4, d_model=2 * cfg.n_heads, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
+                     ffn_mult=cfg.ffn_mult, dropout=cfg.dropout)  # fmt: skip
+
+
+TWIN_MICRO_BATCH = 1
+
+
+def framework_overhead(cfg: GPTConfig, *, twin_step_s: float, num_ranks: int, profile: CalibrationProfile) -> float:
+    """Per-step framework overhead of ``cfg``'s step: the measured step of :func:`overhead_twin` (``twin_step_s``)
+    less this model's price for the twin's own work (GEMM, memory-bound, all-reduce), never below 0."""
+    work = predict_step(overhead_twin(cfg), micro_batch=TWIN_MICRO_BATCH, num_ranks=num_ranks, profile=profile)
+    return max(0.0, twin_step_s - work.total_s)
+
+
+def predict_step(cfg: GPTConfig, *, micro_batch: int, num_ranks: int, profile: CalibrationProfile,
+                 overhead_s: float = 0.0) -> StepPrediction:  # fmt: skip
+    """Predicted DDP step time of one rank (all ranks do the same work), fp32 on the profiled device; ``overhead_s``
+    (:func:`framework_overhead`) is added as it is."""
+    if overhead_s < 0:
+        raise InputError("overhead_s", f"{overhead_s}; allowed: >= 0")
     gemm_tflops = profile.gemm_curve("fp32")
     gemm_s = 0.0
     flops = 0.0
@@ -137,4 +171,4 @@ def predict_step(cfg: GPTConfig, *, micro_batch: int, num_ranks: int, profile: C
             algbw = curve.at(b) / factor
             allreduce_s += b / (algbw * 1e9)
     return StepPrediction(gemm_s=gemm_s, memory_s=mem_s, allreduce_s=allreduce_s, gemm_flops=flops,
-                          memory_bytes=mem_bytes, grad_bytes=grad_bytes)  # fmt: skip
+                          memory_bytes=mem_bytes, grad_bytes=grad_bytes, overhead_s=overhead_s)  # fmt: skip
