@@ -12,7 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from fmstack.cli.common import console
-from fmstack.perfmodel.config import describe_config
+from fmstack.perfmodel.config import RECOMPUTE_CHOICES, describe_config
 from fmstack.perfmodel.planner import PlanResult
 from fmstack.reports.plan_report import RANKED_HEADER, ranked_rows
 
@@ -74,7 +74,10 @@ def ranked_table(result: PlanResult) -> Table:
     if any(set(ws) <= set(common) for ws in words):  # a row would be left empty: keep the layout in the rows
         common = [w for w in common if not _DEGREE.match(w)]
     if common:  # what every row shares (batch, sequence, precision, recompute, sharding, pp1): once in the title
-        title += f", {' '.join(common)}"
+        # in the title a recompute word stands alone: "recompute none", not "bf16 none"
+        title += ", " + " ".join(
+            f"recompute {w}" if re.split(r"[(+]", w)[0] in RECOMPUTE_CHOICES else w for w in common
+        )
         for row, ws in zip(rows, words, strict=True):
             row[config] = " ".join(w for w in ws if w not in common)
     # the planner turns sequence parallelism and TP overlap on with every tp > 1: say so once, under the table
