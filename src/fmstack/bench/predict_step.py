@@ -124,7 +124,7 @@ def labelled_memory_ops(cfg: GPTConfig, micro_batch: int, num_params: int) -> li
         ("log_softmax", 4 * nv, 1), ("log_softmax_backward", 4 * nv, 1), ("", nv, 2),  # loss, NLL fill, head bias
         ("", 2 * nd, 1), ("", 5 * nd, 1), ("", 2 * nd, 2), ("", 3 * nd, 1),  # final LayerNorm, embeddings
     ]  # fmt: skip
-    adamw = (("", 2), ("adamw_lerp", 3), ("", 2), ("", 3), ("adamw_sqrt", 2), ("", 2), ("", 2), ("", 4))
+    adamw = (("", 2), ("", 3), ("", 2), ("", 3), ("adamw_sqrt", 2), ("", 2), ("", 2), ("", 4))
     for label, floats in (*adamw, ("", 2), ("", 2), ("", 2)):  # AdamW's passes, then DDP's copy, divide, copy back
         ops.append((label, num_params * FP32_BYTES * floats, 1))
     return ops
