@@ -96,7 +96,7 @@ def _twin_step_s(twin: DDPStep) -> float:
 
 OP_MIN_TIME_S = 0.015
 """Shortest timed batch of each transcendental op (:func:`_op_rates`): with the doubling of ``time_calls`` about
-0.03-0.05 s per op, 0.2 s per round for the five ops on the 2-vCPU VM."""
+0.03-0.05 s per op; 0.16-0.26 s per round for the five ops on the 2-vCPU VM (measured 2026-11-24)."""
 
 
 def _measured_ops(cfg: GPTConfig, micro_batch: int, num_params: int) -> dict[str, Callable[[], object]]:
