@@ -1,4 +1,5 @@
-"""The closing loop's framework-overhead term (bench.predict_step): the twin, the subtraction, the sum."""
+"""The closing loop's predictor (bench.predict_step): the framework-overhead term (the twin, the subtraction, the sum)
+and the transcendental ops priced from their own measured rates."""
 
 from __future__ import annotations
 
@@ -6,7 +7,15 @@ from datetime import UTC, datetime
 
 import pytest
 
-from fmstack.bench.predict_step import TWIN_MICRO_BATCH, framework_overhead, overhead_twin, predict_step
+from fmstack.bench.predict_step import (
+    MEASURED_OPS,
+    TWIN_MICRO_BATCH,
+    framework_overhead,
+    labelled_memory_ops,
+    memory_ops,
+    overhead_twin,
+    predict_step,
+)
 from fmstack.errors import InputError
 from fmstack.perfmodel.calibration import CalibrationProfile, Curve, DeviceInfo
 from fmstack.workloads.gpt import GPTConfig, flops_per_step
@@ -52,3 +61,47 @@ def test_overhead_is_added_to_the_step() -> None:
     with pytest.raises(InputError) as e:
         predict_step(CFG, micro_batch=8, num_ranks=1, profile=profile, overhead_s=-1e-3)
     assert e.value.field == "overhead_s"
+
+
+# CFG at micro-batch 8: N = 512 tokens, f = 1024, V = 2048, 2,647,040 parameters; fp32 bytes of each measured op,
+# times its count per step (labelled_memory_ops' convention)
+GELU_BYTES = 2 * (2 * 512 * 1024 * 4)  # 2 layers x (read + write) of the N x f activation = 8,388,608
+MEASURED_BYTES = {
+    "gelu": GELU_BYTES,
+    "gelu_backward": 2 * (3 * 512 * 1024 * 4),  # reads the gradient and the input, writes the gradient
+    "log_softmax": 4 * 512 * 2048 * 4,  # max, sum of exp, read + write
+    "log_softmax_backward": 4 * 512 * 2048 * 4,
+    "adamw_sqrt": 2 * 2_647_040 * 4,  # reads v, writes its sqrt
+}
+
+
+def test_measured_ops_are_labelled_in_the_memory_ops() -> None:
+    ops = labelled_memory_ops(CFG, 8, 2_647_040)
+    assert [(b, c) for _, b, c in ops] == memory_ops(CFG, 8, 2_647_040)
+    assert {label: b * c for label, b, c in ops if label} == MEASURED_BYTES
+    assert set(MEASURED_BYTES) == set(MEASURED_OPS)
+
+
+def test_a_measured_op_is_priced_at_its_own_rate() -> None:
+    profile = _flat_profile()
+    base = predict_step(CFG, micro_batch=8, num_ranks=1, profile=profile)
+    # GELU measured at 5 GB/s, half the flat 10 GB/s: its 8,388,608 bytes take 1.6777216 ms instead of 0.8388608
+    half = predict_step(CFG, micro_batch=8, num_ranks=1, profile=profile, op_gbps={"gelu": 5.0})
+    assert half.measured_ops_s == pytest.approx(1.6777216e-3)
+    assert half.memory_s == pytest.approx(base.memory_s + 0.8388608e-3)
+    assert half.memory_bytes == base.memory_bytes and half.gemm_s == base.gemm_s and base.measured_ops_s == 0.0
+    # all five at 2.5 GB/s: 75,702,272 bytes in 30.2809088 ms instead of 7.5702272 ms
+    assert sum(MEASURED_BYTES.values()) == 75_702_272
+    slow = predict_step(CFG, micro_batch=8, num_ranks=1, profile=profile, op_gbps=dict.fromkeys(MEASURED_OPS, 2.5))
+    assert slow.measured_ops_s == pytest.approx(30.2809088e-3)
+    assert slow.total_s == pytest.approx(base.total_s + 30.2809088e-3 - 7.5702272e-3)
+    # a rate equal to the copy bandwidth changes nothing
+    same = predict_step(CFG, micro_batch=8, num_ranks=1, profile=profile, op_gbps=dict.fromkeys(MEASURED_OPS, 10.0))
+    assert same.total_s == pytest.approx(base.total_s)
+
+
+@pytest.mark.parametrize("rates", [{"gelu": 0.0}, {"layer_norm": 5.0}, {"adamw_sqrt": -1.0}])
+def test_bad_op_rates_are_refused(rates: dict[str, float]) -> None:
+    with pytest.raises(InputError) as e:
+        predict_step(CFG, micro_batch=8, num_ranks=1, profile=_flat_profile(), op_gbps=rates)
+    assert e.value.field == "op_gbps"

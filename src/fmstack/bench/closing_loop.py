@@ -2,7 +2,8 @@
 
 One job of ``num_ranks`` gloo processes (``threads_per_rank`` threads each) does both, interleaved in rounds:
 calibrate (GEMM at the step's shapes plus a square sweep, STREAM copy over the op sizes the step touches, gloo
-all-reduce up to the gradient size, the step of the workload's size-negligible twin for the framework overhead),
+all-reduce up to the gradient size, the step of the workload's size-negligible twin for the framework overhead,
+the step's transcendental elementwise ops at its own sizes),
 then train a few real DDP steps; repeat. Interleaving matters on a shared
 machine: calibration and measurement see the same load, instead of the load of two different minutes. GEMM and
 memory run in all ranks at once, as they do in the step (each rank's share of cores, caches and DRAM), and each
@@ -12,12 +13,13 @@ size keeps the slowest rank's time: a synchronous data-parallel step moves at it
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fmstack.bench.collectives import CollectiveResult, message_sizes, time_collective
 from fmstack.bench.concurrent import gemm_slowest, memory_slowest, slowest
-from fmstack.bench.device import DeviceSpec, cpu_name
+from fmstack.bench.device import DeviceSpec, cpu_name, time_calls
 from fmstack.bench.gemm import GemmResult, GemmShape
 from fmstack.bench.interference import CpuShare, CpuWatch
 from fmstack.bench.memory import MemoryResult
@@ -25,6 +27,7 @@ from fmstack.bench.predict_step import (
     TWIN_MICRO_BATCH,
     StepPrediction,
     framework_overhead,
+    labelled_memory_ops,
     overhead_twin,
     predict_step,
     step_gemms,
@@ -50,6 +53,9 @@ class LoopResult:
     measurement: StepMeasurement
     cpu: CpuShare | None = None
     """What other processes and the hypervisor took of the machine during the job (None off Linux)."""
+    op_gbps: Mapping[str, float] = field(default_factory=dict)
+    """Measured rate of each transcendental op at the step's sizes (``predict_step.MEASURED_OPS``), mean over rounds;
+    the prediction prices those ops at it."""
 
     @property
     def ratio(self) -> float:
@@ -71,7 +77,7 @@ class _Plan:
     min_time_s: float
 
 
-_Round = tuple[list[GemmResult], list[MemoryResult], list[CollectiveResult], float]
+_Round = tuple[list[GemmResult], list[MemoryResult], list[CollectiveResult], float, dict[str, float]]
 
 
 TWIN_STEPS = 10
@@ -88,14 +94,55 @@ def _twin_step_s(twin: DDPStep) -> float:
     return slowest(statistics.median(twin.run(i) for i in range(TWIN_STEPS)))
 
 
-def _calibrate_round(plan: _Plan, rank: int, n: int, twin: DDPStep) -> _Round:
+OP_MIN_TIME_S = 0.015
+"""Shortest timed batch of each transcendental op (:func:`_op_rates`): with the doubling of ``time_calls`` about
+0.03-0.05 s per op; 0.16-0.26 s per round for the five ops on the 2-vCPU VM (measured 2026-11-24)."""
+
+
+def _measured_ops(cfg: GPTConfig, micro_batch: int, num_params: int) -> dict[str, Callable[[], object]]:
+    """The ops of ``predict_step.MEASURED_OPS`` as the step calls them, at its own tensor sizes (fp32): GELU on the
+    (tokens x ffn) activation, log-softmax on the (tokens x vocab) logits, AdamW's sqrt on all parameters as one
+    flat tensor (the copy curve prices that pass at the same flat size)."""
+    import torch
+    import torch.nn.functional as F
+
+    n_tok, f = micro_batch * cfg.seq_len, cfg.ffn_mult * cfg.d_model
+    g = torch.Generator().manual_seed(0)
+    h, dh = torch.randn(n_tok, f, generator=g), torch.randn(n_tok, f, generator=g)
+    z, dz = torch.randn(n_tok, cfg.vocab_size, generator=g), torch.randn(n_tok, cfg.vocab_size, generator=g)
+    logp = torch.log_softmax(z, -1)
+    v = torch.rand(num_params, generator=g)
+    return {
+        "gelu": lambda: F.gelu(h),
+        "gelu_backward": lambda: torch.ops.aten.gelu_backward(dh, h),
+        "log_softmax": lambda: torch.log_softmax(z, -1),
+        "log_softmax_backward": lambda: torch.ops.aten._log_softmax_backward_data(dz, logp, 1, torch.float32),
+        "adamw_sqrt": lambda: torch.sqrt(v),
+    }
+
+
+def _op_rates(plan: _Plan, num_params: int) -> dict[str, float]:
+    """GB/s of each transcendental op at the step's sizes (bytes as ``labelled_memory_ops`` counts them), timed on
+    all ranks at once after a barrier, the slowest rank's."""
+    import torch.distributed as dist
+
+    size = {label: b for label, b, _ in labelled_memory_ops(plan.cfg, plan.micro_batch, num_params) if label}
+    rates = {}
+    for label, fn in _measured_ops(plan.cfg, plan.micro_batch, num_params).items():
+        dist.barrier()
+        t = slowest(time_calls(fn, "cpu", min_time_s=OP_MIN_TIME_S).best_s)
+        rates[label] = size[label] / t / 1e9
+    return rates
+
+
+def _calibrate_round(plan: _Plan, rank: int, n: int, twin: DDPStep, num_params: int) -> _Round:
     import torch
 
     gemm = [gemm_slowest("fp32", shape, plan.min_time_s, None) for shape in plan.shapes]
     memory = [m for size in plan.mem_sizes for m in memory_slowest(size, plan.min_time_s)]
     colls = [time_collective("all_reduce", size, rank, n, torch.device("cpu"), plan.min_time_s, "gloo")
              for size in plan.ar_sizes]  # fmt: skip
-    return gemm, memory, colls, _twin_step_s(twin)
+    return gemm, memory, colls, _twin_step_s(twin), _op_rates(plan, num_params)
 
 
 def _loop_rank(rank: int, n: int, port: int, plan: _Plan, out: Any) -> None:
@@ -114,7 +161,7 @@ def _loop_rank(rank: int, n: int, port: int, plan: _Plan, out: Any) -> None:
         rounds = []
         times: list[float] = []
         for _ in range(plan.rounds):
-            rounds.append(_calibrate_round(plan, rank, n, twin))
+            rounds.append(_calibrate_round(plan, rank, n, twin, job.num_params))
             dist.barrier()
             mine = []
             for _ in range(plan.steps_per_round):
@@ -170,11 +217,14 @@ def close_loop(
                             concurrent_processes=num_ranks, torch_version=str(torch.__version__))  # fmt: skip
     twin_s = statistics.fmean(r[3] for r in per_round)
     overhead_s = framework_overhead(cfg, twin_step_s=twin_s, num_ranks=num_ranks, profile=profile)
+    # each op's rate over the rounds: its bytes over its mean time, as for the curves above
+    op_gbps = {k: 1 / statistics.fmean(1 / r[4][k] for r in per_round) for k in per_round[0][4]}
     prediction = predict_step(cfg, micro_batch=micro_batch, num_ranks=num_ranks, profile=profile,
-                              overhead_s=overhead_s)  # fmt: skip
+                              overhead_s=overhead_s, op_gbps=op_gbps)  # fmt: skip
     measurement = StepMeasurement(num_ranks=num_ranks, micro_batch=micro_batch, step_times_s=tuple(times),
                                   num_params=int(num_params))  # fmt: skip
-    return LoopResult(profile=profile, prediction=prediction, measurement=measurement, cpu=watch.result)
+    return LoopResult(profile=profile, prediction=prediction, measurement=measurement, cpu=watch.result,
+                      op_gbps=op_gbps)  # fmt: skip
 
 
 def _mean_over(rounds: list[list[Any]]) -> list[float]:

@@ -6,7 +6,9 @@ step time = GEMM time + memory-bound time + gradient all-reduce time, with
   TFLOP/s for its FLOPs (``gemm_tflops`` curve); attention as batched (T x T x head_dim) GEMMs per head.
 - memory-bound time: bytes that the non-GEMM ops read and write (LayerNorm, GELU, residual adds, softmax and
   cross-entropy, embedding, AdamW, DDP's bucket copies), each at the calibrated bandwidth for its size
-  (``memory_bw_gbps`` curve, STREAM copy). Counting convention in :func:`memory_ops`.
+  (``memory_bw_gbps`` curve, STREAM copy); the transcendental ones (:data:`MEASURED_OPS`: GELU, log-softmax and their
+  backwards, AdamW's sqrt) at their own measured rate when one is given (``op_gbps``). Counting convention in
+  :func:`labelled_memory_ops`.
 - all-reduce time: DDP's gradient buckets (first bucket 1 MiB, then 25 MiB; torch DDP defaults), each at
   algbw = busbw / (2(n-1)/n) of the calibrated gloo all-reduce curve (nccl-tests' definition, inverted).
 - framework overhead (optional, ``overhead_s``): what eager PyTorch spends per step besides the work priced above
@@ -20,6 +22,7 @@ all-reduce with backward buys little; this is an upper-bound style choice, state
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fmstack.bench.collectives import bus_factor
@@ -47,6 +50,8 @@ class StepPrediction:
     grad_bytes: float
     overhead_s: float = 0.0
     """Framework overhead per step (0 when not calibrated)."""
+    measured_ops_s: float = 0.0
+    """Part of ``memory_s`` priced from the ops' own measured rates (``op_gbps``) instead of the copy bandwidth."""
 
     @property
     def total_s(self) -> float:
@@ -84,8 +89,16 @@ def step_gemms(cfg: GPTConfig, micro_batch: int) -> list[tuple[GemmShape, int]]:
     return out
 
 
-def memory_ops(cfg: GPTConfig, micro_batch: int, num_params: int) -> list[tuple[float, int]]:
-    """(bytes one op moves, ops per step) for the memory-bound ops of one rank, fp32, counted op by op.
+MEASURED_OPS = ("gelu", "gelu_backward", "log_softmax", "log_softmax_backward", "adamw_sqrt")
+"""Labels of the memory-bound ops that compute a transcendental per element (erf and exp for GELU and its backward,
+exp and log for log-softmax and its backward, sqrt for AdamW's denominator): on a CPU they run 1.5-7x below the copy
+bandwidth for their bytes (docs/bench.md, "Where the step's time goes"), so their price may come from a measurement
+of the op itself at the step's own sizes (``op_gbps`` of :func:`predict_step`). AdamW's other passes run at or above
+copy bandwidth and stay priced by it."""
+
+
+def labelled_memory_ops(cfg: GPTConfig, micro_batch: int, num_params: int) -> list[tuple[str, float, int]]:
+    """(label, bytes one op moves, ops per step) of the memory-bound ops of one rank, fp32, counted op by op.
 
     In floats, with N tokens, d = d_model, f = ffn_mult * d, V = vocab; reads plus writes of each op:
     - block forward (20 N d): LayerNorm 2 (x2), attention-output re-layout 2, residual add 3 (x2), GELU 2 f/d = 8.
@@ -97,23 +110,29 @@ def memory_ops(cfg: GPTConfig, micro_batch: int, num_params: int) -> list[tuple[
     - per parameter: AdamW with foreach=True makes 8 unfused passes (torch/optim/adam.py ``_multi_tensor_adam``:
       weight-decay mul 2, lerp m 3, mul v 2, addcmul v 3, sqrt 2, div 2, add eps 2, addcdiv p 4 = 20 floats);
       DDP copies each gradient into its bucket (2), divides it by the world size (2) and copies it back (2).
-    Each op is priced at the calibrated bandwidth for its own size, so cache-resident tensors get cache speed.
+    Labels name the ops of :data:`MEASURED_OPS`; the others are "".
     """
     n_tok = micro_batch * cfg.seq_len
     nd = n_tok * cfg.d_model * FP32_BYTES
     nf = nd * cfg.ffn_mult
     nv = n_tok * cfg.vocab_size * FP32_BYTES
     layers = cfg.n_layers
-    ops: list[tuple[float, int]] = [
-        (2 * nd, 2 * layers), (2 * nd, layers), (3 * nd, 2 * layers), (2 * nf, layers),  # block forward
-        (3 * nd, 2 * layers), (3 * nf, layers), (nd, 2 * layers), (nf, layers), (3 * nd, layers),  # backward
-        (5 * nd, 2 * layers), (2 * nd, layers), (6 * nd, layers),
-        (4 * nv, 2), (nv, 2),  # log-softmax forward and backward, NLL gradient fill, head bias gradient
-        (2 * nd, 1), (5 * nd, 1), (2 * nd, 2), (3 * nd, 1),  # final LayerNorm, embeddings
+    ops: list[tuple[str, float, int]] = [
+        ("", 2 * nd, 2 * layers), ("", 2 * nd, layers), ("", 3 * nd, 2 * layers), ("gelu", 2 * nf, layers),  # fwd
+        ("", 3 * nd, 2 * layers), ("gelu_backward", 3 * nf, layers), ("", nd, 2 * layers), ("", nf, layers),  # bwd
+        ("", 3 * nd, layers), ("", 5 * nd, 2 * layers), ("", 2 * nd, layers), ("", 6 * nd, layers),
+        ("log_softmax", 4 * nv, 1), ("log_softmax_backward", 4 * nv, 1), ("", nv, 2),  # loss, NLL fill, head bias
+        ("", 2 * nd, 1), ("", 5 * nd, 1), ("", 2 * nd, 2), ("", 3 * nd, 1),  # final LayerNorm, embeddings
     ]  # fmt: skip
-    for floats in (2, 3, 2, 3, 2, 2, 2, 4, 2, 2, 2):  # AdamW's passes, then DDP's bucket copy, divide, copy back
-        ops.append((num_params * FP32_BYTES * floats, 1))
+    adamw = (("", 2), ("", 3), ("", 2), ("", 3), ("adamw_sqrt", 2), ("", 2), ("", 2), ("", 4))
+    for label, floats in (*adamw, ("", 2), ("", 2), ("", 2)):  # AdamW's passes, then DDP's copy, divide, copy back
+        ops.append((label, num_params * FP32_BYTES * floats, 1))
     return ops
+
+
+def memory_ops(cfg: GPTConfig, micro_batch: int, num_params: int) -> list[tuple[float, int]]:
+    """(bytes one op moves, ops per step) of :func:`labelled_memory_ops` (its docstring has the counting)."""
+    return [(size, count) for _, size, count in labelled_memory_ops(cfg, micro_batch, num_params)]
 
 
 def ddp_buckets(grad_bytes: int) -> list[int]:
@@ -144,11 +163,19 @@ def framework_overhead(cfg: GPTConfig, *, twin_step_s: float, num_ranks: int, pr
 
 
 def predict_step(cfg: GPTConfig, *, micro_batch: int, num_ranks: int, profile: CalibrationProfile,
-                 overhead_s: float = 0.0) -> StepPrediction:  # fmt: skip
+                 overhead_s: float = 0.0, op_gbps: Mapping[str, float] | None = None) -> StepPrediction:  # fmt: skip
     """Predicted DDP step time of one rank (all ranks do the same work), fp32 on the profiled device; ``overhead_s``
-    (:func:`framework_overhead`) is added as it is."""
+    (:func:`framework_overhead`) is added as it is. ``op_gbps`` maps labels of :data:`MEASURED_OPS` to the rate
+    (bytes of :func:`labelled_memory_ops` / seconds) measured for that op at this ``cfg`` and ``micro_batch``'s own
+    tensor sizes; those ops are priced at it instead of the copy bandwidth. Labels left out keep the copy price."""
     if overhead_s < 0:
         raise InputError("overhead_s", f"{overhead_s}; allowed: >= 0")
+    rates = dict(op_gbps or {})
+    for label, rate in rates.items():
+        if label not in MEASURED_OPS:
+            raise InputError("op_gbps", f"unknown op {label!r}; allowed: {', '.join(MEASURED_OPS)}")
+        if not rate > 0:
+            raise InputError("op_gbps", f"{label}: {rate} GB/s; allowed: > 0")
     gemm_tflops = profile.gemm_curve("fp32")
     gemm_s = 0.0
     flops = 0.0
@@ -159,9 +186,13 @@ def predict_step(cfg: GPTConfig, *, micro_batch: int, num_ranks: int, profile: C
     bw = profile.memory_curve()
     mem_s = 0.0
     mem_bytes = 0.0
-    for size, count in memory_ops(cfg, micro_batch, params):
+    measured_s = 0.0
+    for label, size, count in labelled_memory_ops(cfg, micro_batch, params):
         mem_bytes += size * count
-        mem_s += count * size / (bw.at(size) * 1e9)
+        if label in rates:
+            measured_s += count * size / (rates[label] * 1e9)
+        else:
+            mem_s += count * size / (bw.at(size) * 1e9)
     grad_bytes = params * FP32_BYTES
     allreduce_s = 0.0
     if num_ranks > 1:
@@ -170,5 +201,6 @@ def predict_step(cfg: GPTConfig, *, micro_batch: int, num_ranks: int, profile: C
         for b in ddp_buckets(grad_bytes):
             algbw = curve.at(b) / factor
             allreduce_s += b / (algbw * 1e9)
-    return StepPrediction(gemm_s=gemm_s, memory_s=mem_s, allreduce_s=allreduce_s, gemm_flops=flops,
-                          memory_bytes=mem_bytes, grad_bytes=grad_bytes, overhead_s=overhead_s)  # fmt: skip
+    return StepPrediction(gemm_s=gemm_s, memory_s=mem_s + measured_s, allreduce_s=allreduce_s, gemm_flops=flops,
+                          memory_bytes=mem_bytes, grad_bytes=grad_bytes, overhead_s=overhead_s,
+                          measured_ops_s=measured_s)  # fmt: skip
