@@ -22,31 +22,16 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
-from fmstack.perfmodel.inference_sim_io import PERCENTILES, SimConfig, SimResult
+from fmstack.perfmodel.inference_sim_io import PERCENTILES, SimConfig, SimRequest, SimResult, summarise
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
 
 __all__ = ["PERCENTILES", "BatchingSim", "SimConfig", "SimResult", "simulate"]
-
-
-@dataclass(slots=True)
-class _Request:
-    rid: int
-    arrival_s: float
-    input_len: int
-    output_len: int
-    prefilled: int = 0
-    admitted: bool = False
-    """Attention DP: running on its rank (holds its KV reservation)."""
-    generated: int = 0
-    first_token_s: float = math.nan
-    last_token_s: float = math.nan
-    gaps_s: list[float] = field(default_factory=list)
 
 
 class BatchingSim:
@@ -61,7 +46,7 @@ class BatchingSim:
         self.clock_s = 0.0
         self._events: list[tuple[float, int, str, int]] = []
         self._counter = 0
-        self._requests: list[_Request] = []
+        self._requests: list[SimRequest] = []
         self._waiting: list[int] = []
         self._running: list[int] = []
         self._busy = False
@@ -104,7 +89,7 @@ class BatchingSim:
         # a prefix-cache hit needs no prefill: those tokens start as already computed context (vLLM's automatic
         # prefix caching; the same floor as the analytic model's ``prefill_ctx``)
         cached = math.floor(self.cfg.prefix_hit_rate * isl)
-        self._requests.append(_Request(rid, at_s, isl, self._length(self.cfg.output_len), prefilled=cached))
+        self._requests.append(SimRequest(rid, at_s, isl, self._length(self.cfg.output_len), prefilled=cached))
         self._push(at_s, "arrive", rid)
 
     def run(self) -> SimResult:
@@ -385,7 +370,7 @@ class BatchingSim:
             self._maybe_done(req)
         self._busy = False
 
-    def _maybe_done(self, req: _Request) -> None:
+    def _maybe_done(self, req: SimRequest) -> None:
         if req.generated < req.output_len:
             return
         self._running.remove(req.rid)
@@ -398,33 +383,7 @@ class BatchingSim:
             self._new_request(self.clock_s)
 
     def _result(self) -> SimResult:
-        measured = self._requests[self.sim.warmup_requests : self.sim.num_requests - self.sim.cooldown_requests]
-        done = [r for r in measured if r.generated >= r.output_len]
-        if not done:
-            raise InputError("load", "no request completed in the simulation")
-        ttft = np.array([r.first_token_s - r.arrival_s for r in done])
-        lat = np.array([r.last_token_s - r.arrival_s for r in done])
-        gaps = np.array([g for r in done for g in r.gaps_s]) if any(r.gaps_s for r in done) else np.zeros(1)
-        start = min(r.arrival_s for r in done)
-        end = max(r.last_token_s for r in done)
-        duration = max(end - start, 1e-12)
-        # the engine's completion rate while the measured requests finish: every request completed in that span
-        # counts (warm-up and cool-down requests finish between the measured ones)
-        first, last = min(r.last_token_s for r in done), end
-        inside = sum(1 for r in self._requests if r.generated >= r.output_len and first <= r.last_token_s <= last)
-        rate = (inside - 1) / (last - first) if inside > 1 and last > first else len(done) / duration
-
-        def pct(x: np.ndarray[tuple[int], np.dtype[np.float64]]) -> dict[int, float]:
-            return {p: float(np.percentile(x, p)) for p in PERCENTILES}
-
-        return SimResult(
-            completed=len(done), duration_s=duration, requests_per_s=len(done) / duration,
-            output_tokens_per_s=sum(r.output_len for r in done) / duration, ttft_s=pct(ttft), itl_s=pct(gaps),
-            latency_s=pct(lat), mean_ttft_s=float(ttft.mean()), mean_itl_s=float(gaps.mean()),
-            mean_latency_s=float(lat.mean()), iterations=self.iterations, completion_rate_per_s=rate,
-            clients_simulated=self.sim.concurrency or 0, requests_simulated=len(self._requests),
-            makespan_s=max(r.last_token_s for r in self._requests if r.generated >= r.output_len),
-        )  # fmt: skip
+        return summarise(self._requests, self.sim, self.iterations)
 
 
 def simulate(d: Deployment, cfg: ServeConfig, sim: SimConfig) -> SimResult:

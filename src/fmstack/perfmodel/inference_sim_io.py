@@ -1,11 +1,14 @@
-"""The serving simulation's inputs and outputs: :class:`SimConfig` (load and scheduler options of one run) and
-:class:`SimResult` (percentiles and means over the measured requests). The simulation itself is
+"""The serving simulation's inputs and outputs: :class:`SimConfig` (load and scheduler options of one run),
+:class:`SimRequest` (one request as it runs) and :class:`SimResult` (percentiles and means over the measured
+requests, :func:`summarise`). The simulation itself is
 :mod:`fmstack.perfmodel.inference_sim`, which re-exports both."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from fmstack.errors import InputError
 
@@ -115,3 +118,51 @@ class SimResult:
             self, ttft_s=shift(self.ttft_s), latency_s=shift(self.latency_s), mean_ttft_s=self.mean_ttft_s + wait,
             mean_latency_s=self.mean_latency_s + wait, queue_wait_s=self.queue_wait_s + wait,
         )  # fmt: skip
+
+
+@dataclass(slots=True)
+class SimRequest:
+    """One request as the simulation runs it (times in seconds since the start)."""
+
+    rid: int
+    arrival_s: float
+    input_len: int
+    output_len: int
+    prefilled: int = 0
+    admitted: bool = False
+    """Attention DP: running on its rank (holds its KV reservation)."""
+    generated: int = 0
+    first_token_s: float = math.nan
+    last_token_s: float = math.nan
+    gaps_s: list[float] = field(default_factory=list)
+
+
+def summarise(requests: list[SimRequest], sim: SimConfig, iterations: int) -> SimResult:
+    """Percentiles and rates over the measured requests (warm-up and cool-down requests left out)."""
+    measured = requests[sim.warmup_requests : sim.num_requests - sim.cooldown_requests]
+    done = [r for r in measured if r.generated >= r.output_len]
+    if not done:
+        raise InputError("load", "no request completed in the simulation")
+    ttft = np.array([r.first_token_s - r.arrival_s for r in done])
+    lat = np.array([r.last_token_s - r.arrival_s for r in done])
+    gaps = np.array([g for r in done for g in r.gaps_s]) if any(r.gaps_s for r in done) else np.zeros(1)
+    start = min(r.arrival_s for r in done)
+    end = max(r.last_token_s for r in done)
+    duration = max(end - start, 1e-12)
+    # the engine's completion rate while the measured requests finish: every request completed in that span
+    # counts (warm-up and cool-down requests finish between the measured ones)
+    first, last = min(r.last_token_s for r in done), end
+    inside = sum(1 for r in requests if r.generated >= r.output_len and first <= r.last_token_s <= last)
+    rate = (inside - 1) / (last - first) if inside > 1 and last > first else len(done) / duration
+
+    def pct(x: np.ndarray[tuple[int], np.dtype[np.float64]]) -> dict[int, float]:
+        return {p: float(np.percentile(x, p)) for p in PERCENTILES}
+
+    return SimResult(
+        completed=len(done), duration_s=duration, requests_per_s=len(done) / duration,
+        output_tokens_per_s=sum(r.output_len for r in done) / duration, ttft_s=pct(ttft), itl_s=pct(gaps),
+        latency_s=pct(lat), mean_ttft_s=float(ttft.mean()), mean_itl_s=float(gaps.mean()),
+        mean_latency_s=float(lat.mean()), iterations=iterations, completion_rate_per_s=rate,
+        clients_simulated=sim.concurrency or 0, requests_simulated=len(requests),
+        makespan_s=max(r.last_token_s for r in requests if r.generated >= r.output_len),
+    )  # fmt: skip
