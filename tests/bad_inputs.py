@@ -605,6 +605,8 @@ BAD_ARGV += [
     (["launch", "@file:job_empty.yaml", "--on", "slurm", "--dry-run"], "job_empty.yaml: is empty; the smallest JobSpec"),
     # a model file name that does not exist: was "unknown model 'nope.yaml'; known: <29 names>"
     (["catalog", "show", "model", "nope.yaml"], "model: model file 'nope.yaml' does not exist"),
+    # a mistyped command: was "No such command 'simulat'." with no suggestion
+    (["simulat", "--days", "1"], "No such command 'simulat'; did you mean 'simulate'"),
 ]  # fmt: skip
 BAD_FILES["job_empty.yaml"] = "# a JobSpec\n"
 BAD_FILES["dup_node_signals.json"] = '{"nodes": [{"node": "n1", "xids": [79]}, {"node": "n1"}]}'

@@ -6,6 +6,7 @@ prometheus-client. Adding a command is one line in ``_COMMANDS``.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 from typing import Any
@@ -52,6 +53,11 @@ class LazyGroup(click.Group):
     ) -> tuple[str | None, click.Command | None, list[str]]:
         if args and args[0] in _VERBS and args[0] not in _COMMANDS:
             raise click.UsageError(f"No such command '{args[0]}': to {args[0]}, use {_VERBS[args[0]]}", ctx)
+        if args and not args[0].startswith("-") and args[0] not in _COMMANDS:
+            close = difflib.get_close_matches(args[0], list(_COMMANDS), n=2, cutoff=0.6)
+            if close:
+                hint = " or ".join(f"'{c}'" for c in close)
+                raise click.UsageError(f"No such command '{args[0]}'; did you mean {hint}?", ctx)
         return super().resolve_command(ctx, args)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
