@@ -69,7 +69,12 @@ def test_plan_serve_names_replicas_and_whole_instances() -> None:
     first, *rest = out.splitlines()
     assert " replica(s) of tp " in first and " x p" in first.split(" on ")[-1]
     rows = [line for line in rest if line.startswith("│ ")]
-    assert rows and all(line.split("│")[1].strip() in ("p6-b200.48xlarge", "p5en.48xlarge") for line in rows)
+    names = ("p6-b200.48xlarge", "p5en.48xlarge")
+    title = next(line for line in rest if line.startswith("candidates"))
+    if "every row: p" in title:  # one instance for every row: said once, in full, in the title
+        assert title.split("every row: ")[1].split(",")[0] in names
+    else:
+        assert rows and all(line.split("│")[1].strip() in names for line in rows)
 
 
 def test_inference_validation_numbers_never_print_in_exponent_form() -> None:
@@ -110,3 +115,22 @@ def test_estimate_time_to_train_lines_are_not_broken_mid_phrase() -> None:
     starts = ("checkpoint ", "FSx fsx-persistent-1000 ", "failures: MTBF ", "time lost: ", "time to train ")
     tail = lines[-len(starts) - 1 : -1]
     assert [line.startswith(s) for line, s in zip(tail, starts, strict=True)] == [True] * len(starts), tail
+
+
+def test_plan_serve_table_says_shared_columns_once_and_fits_140_columns() -> None:
+    # an MoE plan's 15 columns squeezed every two-word header over 4-5 lines ("nodes / per / replica"); what every
+    # shown row shares (instance, precision, pp, nodes per replica) now goes to the title
+    code, out, _ = _invoke(
+        "plan", "serve", "--model", "deepseek-v3", "--instance", "p5en.48xlarge", "--qps", "15", "--input-len", "2048",
+        "--output-len", "256", "--ttft-p99", "2", "--itl-p99", "0.1", "--precision", "fp8",
+    )  # fmt: skip
+    assert code == 0, out
+    lines = out.splitlines()
+    title = next(line for line in lines if line.startswith("candidates"))
+    assert "every row: p5en.48xlarge, fp8, pp 1, 1 node(s) per replica" in title
+    top = next(i for i, line in enumerate(lines) if line.startswith("┏"))
+    rule = next(i for i, line in enumerate(lines) if line.startswith("┡"))
+    assert rule - top - 1 <= 2  # header lines: at most the two the headers ask for
+    assert all(len(line) <= 140 for line in lines[top : rule + 1])
+    header = " ".join(lines[top + 1 : rule])
+    assert "attn" in header and "instance" not in header

@@ -67,17 +67,27 @@ def render_plan_serve(plan: ServePlan, model: str, top: int, catalog_dir: Path |
     adp_col = any(c.ep > 1 for c in plan.candidates)  # an MoE model: attention DP was searched
     cols = ["instance", "prec", "tp", "pp", "ep", *(["attn\nDP"] if adp_col else []), "chunk", "nodes per\nreplica",
             "replicas", "nodes", "$/h", "req/s per\nreplica", "TTFT p99", "ITL p99", "SLO"]  # fmt: skip
-    table = Table(*cols, title="candidates (cheapest verified first)", title_justify="left")
-    no_wrap(table, "instance", "SLO")  # "p6-b200.48x…" named no instance
+    rows = []
     for c in shown:
         sim = c.sim or {}
-        table.add_row(
+        rows.append([
             c.instance, c.precision, str(c.tp), str(c.pp), str(c.ep), *(["yes" if c.attention_dp else "-"] if adp_col
             else []), str(c.max_num_tokens), str(c.nodes_per_replica), str(c.replicas), str(c.nodes),
             f"{c.cost_per_hour_usd:,.2f}", f"{c.rate_per_replica_rps:.2f}",
             f"{sim['ttft_p99_s']:.3f}" if sim else "-", f"{sim['itl_p99_s']:.4f}" if sim else "-",
             {True: "meets", False: "misses", None: "not simulated"}[c.meets_slo],
-        )  # fmt: skip
+        ])  # fmt: skip
+    # what every shown row shares goes to the title once (the table fits 140 columns without wrapped headers)
+    said = {"instance": "{}", "prec": "{}", "pp": "pp {}", "nodes per\nreplica": "{} node(s) per replica"}
+    shared = [i for i, h in enumerate(cols) if h in said and len(rows) > 1 and len({r[i] for r in rows}) == 1]
+    title = "candidates (cheapest verified first)"
+    if shared:
+        title += "; every row: " + ", ".join(said[cols[i]].format(rows[0][i]) for i in shared)
+    keep = [i for i in range(len(cols)) if i not in shared]
+    table = Table(*(cols[i] for i in keep), title=title, title_justify="left")
+    no_wrap(table, *(h for h in ("instance", "SLO") if h in [cols[i] for i in keep]))  # "p6-b200.48x…" named none
+    for r in rows:
+        table.add_row(*(r[i] for i in keep))
     out.print(table)
     out.print("reproduce the best replica's analytic point with:", markup=False)
     out.print(shlex.join(estimate_argv(model, b, plan.input_len, plan.output_len, catalog_dir)), markup=False,
