@@ -36,6 +36,7 @@ def test_validate_numbers_never_print_in_exponent_form() -> None:
     assert code == 0
     table = out.split("training dense:")[0]
     assert "e+0" not in table
+    table = table.split("training: not expressible")[0]  # the predicted rows' table
     # the error column stays on one line: "+156.9 %" was split into "+156.9" and "%"
     rows = [line for line in table.splitlines() if line.startswith("│ T")]
     assert rows and all(line.split("│")[7].strip().endswith("%") or line.split("│")[7].strip() == "-" for line in rows)
@@ -134,3 +135,15 @@ def test_plan_serve_table_says_shared_columns_once_and_fits_140_columns() -> Non
     assert all(len(line) <= 140 for line in lines[top : rule + 1])
     header = " ".join(lines[top + 1 : rule])
     assert "attn" in header and "instance" not in header
+
+
+def test_validate_training_lists_the_rows_it_cannot_express_apart() -> None:
+    # a not-expressible row's reason wrapped over five lines inside the predicted table's config column
+    code, out, _ = _invoke("validate", "--only", "training")
+    assert code == 0
+    predicted, apart = out.split("training: not expressible")
+    predicted_ids = {line.split("│")[1].strip() for line in predicted.splitlines() if line.startswith("│ T")}
+    apart_ids = {line.split("│")[1].strip() for line in apart.splitlines() if line.startswith("│ T")}
+    assert predicted_ids and apart_ids and not predicted_ids & apart_ids
+    assert "T034" in apart_ids and "T001" in predicted_ids
+    assert "not expressible:" not in predicted

@@ -89,18 +89,23 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
         return
     out = console()
     if training:
-        table = Table("id", "model", "GPUs", "metric", "measured", "predicted", "error", "config / why not",
+        table = Table("id", "model", "GPUs", "metric", "measured", "predicted", "error", "config",
                       title="training: predicted vs published", title_justify="left")  # fmt: skip
         no_wrap(table, "id", "measured", "predicted", "error")
-        for c in training:
-            if c.predicted is None:
-                table.add_row(c.id, c.model, str(c.num_gpus), c.metric, f"{c.measured:,g}", "-", "-",
-                              f"[yellow]not expressible: {c.not_expressible}")  # fmt: skip
-            else:
-                why = f"{c.config}\n[yellow]known miss: {c.miss_reason}" if c.miss_reason else c.config
-                table.add_row(c.id, c.model, str(c.num_gpus), c.metric, f"{c.measured:,g}", number_text(c.predicted),
-                              f"{c.error_pct:+.1f} %", why)  # fmt: skip
+        for c in (c for c in training if c.predicted is not None):
+            why = f"{c.config}\n[yellow]known miss: {c.miss_reason}" if c.miss_reason else c.config
+            table.add_row(c.id, c.model, str(c.num_gpus), c.metric, f"{c.measured:,g}", number_text(c.predicted),
+                          f"{c.error_pct:+.1f} %", why)  # fmt: skip
         out.print(table)
+        apart = [c for c in training if c.predicted is None]
+        if apart:
+            why_not = Table("id", "model", "GPUs", "metric", "measured", "why not",
+                            title="training: not expressible", title_justify="left")  # fmt: skip
+            no_wrap(why_not, "id", "measured")
+            for c in apart:
+                why_not.add_row(c.id, c.model, str(c.num_gpus), c.metric, f"{c.measured:,g}",
+                                f"[yellow]{c.not_expressible}[/]")  # fmt: skip
+            out.print(why_not)
         for scope in ("dense", "moe"):
             med, worst, n = summary(training, scope)
             out.print(f"training {scope}: {n} cases, median |error| {med:.1f} %, worst {worst:.1f} %")
