@@ -147,3 +147,19 @@ def test_validate_training_lists_the_rows_it_cannot_express_apart() -> None:
     assert predicted_ids and apart_ids and not predicted_ids & apart_ids
     assert "T034" in apart_ids and "T001" in predicted_ids
     assert "not expressible:" not in predicted
+
+
+def test_collectives_table_prints_no_exponents_and_each_reason_once() -> None:
+    from fmstack.cli.common import number_text, published_text
+
+    # a p4d 8-byte all-reduce printed its measured busbw as "9.12964e-05" and predicted "9.482e-05"
+    assert number_text(9.482e-05) == "0.00009482" and published_text(9.12964e-05) == "0.0000912964"
+    assert published_text(479.28) == "479.28" and published_text(12036) == "12,036"  # as published
+    code, out, _ = _invoke("validate", "--only", "collectives")
+    assert code == 0
+    table, _, after = out.partition("└")
+    assert "e-0" not in table and "e+0" not in table
+    # an out-of-scope reason repeated on every p4d row (4 wrapped lines each); now numbered once under the table
+    refs = {ln.split("│")[9].strip() for ln in table.splitlines() if ln.startswith("│ COL")} - {"yes"}
+    notes = [ln for ln in after.splitlines() if ln.startswith("[")]
+    assert refs and {f"no [{n.split(']')[0][1:]}]" for n in notes} == refs

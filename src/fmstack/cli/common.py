@@ -78,7 +78,24 @@ def duration_text(seconds: float) -> str:
 def number_text(value: float) -> str:
     """A predicted value: thousands with separators (``13,552``, never ``1.355e+04``), smaller values with four
     significant digits (``146.8``, ``0.0002199``). Measured values print as published (``:,g``)."""
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    text = f"{value:.4g}"
+    return positional(value, 4) if "e" in text else text
+
+
+def published_text(value: float) -> str:
+    """A measured value as published (``:,g``: ``479.28``, ``0.000217014``), never in exponent form (``9.12964e-05``
+    prints ``0.0000912964``)."""
+    text = f"{value:,g}"
+    return positional(value, 6) if "e" in text else text
+
+
+def positional(value: float, digits: int) -> str:
+    """``value`` with ``digits`` significant digits and no exponent (trailing zeros dropped)."""
+    import numpy as np
+
+    return str(np.format_float_positional(value, precision=digits, unique=False, fractional=False, trim="-"))
 
 
 def no_wrap(table: Any, *headers: str) -> None:

@@ -11,7 +11,15 @@ import click
 from rich.table import Table
 
 from fmstack.catalog import load_catalog
-from fmstack.cli.common import catalog_option, console, json_option, no_wrap, number_text, print_json
+from fmstack.cli.common import (
+    catalog_option,
+    console,
+    json_option,
+    no_wrap,
+    number_text,
+    print_json,
+    published_text,
+)
 from fmstack.perfmodel.validation import TrainingCheck, summary, validate_training
 from fmstack.perfmodel.validation_llmfoundry import SOURCE, TABLES, SideCheck, check_llmfoundry, summarize
 from fmstack.perfmodel.validation_rl import RLCheck
@@ -92,7 +100,9 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
         table = Table("id", "model", "GPUs", "metric", "measured", "predicted", "error", "config",
                       title="training: predicted vs published", title_justify="left")  # fmt: skip
         no_wrap(table, "id", "measured", "predicted", "error")
-        for c in (c for c in training if c.predicted is not None):
+        for c in training:
+            if c.predicted is None:
+                continue  # listed in the next table, with the reason
             why = f"{c.config}\n[yellow]known miss: {c.miss_reason}" if c.miss_reason else c.config
             table.add_row(c.id, c.model, str(c.num_gpus), c.metric, f"{c.measured:,g}", number_text(c.predicted),
                           f"{c.error_pct:+.1f} %", why)  # fmt: skip
@@ -117,13 +127,17 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
     if collectives:
         table = Table("id", "op", "system", "GPUs", "bytes", "measured busbw", "predicted", "error", "in scope",
                       title="collectives: busbw GB/s, predicted vs nccl-tests", title_justify="left")  # fmt: skip
-        no_wrap(table, "id", "measured busbw", "predicted", "error")
+        no_wrap(table, "id", "measured busbw", "predicted", "error", "in scope")
+        notes: dict[str, int] = {}  # an out-of-scope reason once, numbered, under the table (it repeats per row)
         for c in collectives:
             pred = "-" if c.predicted_busbw_gbps is None else number_text(c.predicted_busbw_gbps)
             err = "-" if c.error_pct is None else f"{c.error_pct:+.1f} %"
+            scope = "yes" if c.in_scope else f"no [{notes.setdefault(c.note, len(notes) + 1)}]"
             table.add_row(c.id, c.op, c.system, str(c.num_gpus), f"{c.size_bytes:,.0f}" if c.size_bytes else "-",
-                          f"{c.measured_busbw_gbps:,g}", pred, err, "yes" if c.in_scope else f"no: {c.note}")  # fmt: skip
+                          published_text(c.measured_busbw_gbps), pred, err, scope)  # fmt: skip
         out.print(table)
+        for note, n in notes.items():
+            out.print(f"[{n}] {note}", markup=False, highlight=False)
         errors = sorted(abs(c.error_pct) for c in collectives if c.in_scope and c.error_pct is not None)
         if errors:
             out.print(
@@ -165,10 +179,13 @@ def _render_rl_check(rl: list[RLCheck]) -> None:
     from fmstack.perfmodel import validation_rl
 
     out = console()
-    table = Table("id", "model", "policy", "GPUs", "prompt+resp", "measured s", "predicted s", "error",
-                  "with cap tail", "rollout / logprobs / train / sync s", "note",
+    table = Table("id", "model", "prompt+resp", "measured s", "predicted s", "error", "with cap tail", "stages s",
                   title=f"RL check (not calibration data): GRPO step time, {validation_rl.SOURCE}",
-                  title_justify="left")  # fmt: skip
+                  title_justify="left", caption=f"id: system-model-GPUs, -1off / -8off: that many steps off-policy (else on-policy); stages s: "
+                  f"{' / '.join(validation_rl.STAGES)} (predicted)",
+                  caption_justify="left")  # fmt: skip
+    no_wrap(table, "id", "measured s", "predicted s", "error", "with cap tail", "stages s")
+    notes: list[str] = []
     for c in rl:
         pred = "-" if c.predicted_step_s is None else f"{c.predicted_step_s:.1f}"
         err = "-" if c.step_error_pct is None else f"{c.step_error_pct:+.1f} %"
@@ -176,14 +193,18 @@ def _render_rl_check(rl: list[RLCheck]) -> None:
             "-" if c.step_error_cap_pct is None else f"{c.predicted_step_cap_s:.1f} ({c.step_error_cap_pct:+.0f} %)"
         )
         stages = (
-            " / ".join(f"{c.predicted_stages_s[k]:.1f}" for k in validation_rl.STAGES) if c.predicted_stages_s else "-"
+            "/".join(f"{c.predicted_stages_s[k]:.1f}" for k in validation_rl.STAGES) if c.predicted_stages_s else "-"
         )
-        note = c.not_expressible and f"[yellow]not expressible: {c.not_expressible}"
+        note = c.not_expressible and f"not expressible: {c.not_expressible}"
         if not note:
             note = "; ".join(c.differences + ([] if c.fits else ["model memory: does not fit"]))
-        table.add_row(c.id, c.model, c.policy, str(c.num_gpus), f"{c.prompt_len}+{c.response_len}",
-                      f"{c.measured_step_s:g}", pred, err, capped, stages, note)  # fmt: skip
+        if note:
+            notes.append(f"{c.id}: {note}")
+        table.add_row(c.id, c.model, f"{c.prompt_len}+{c.response_len}", f"{c.measured_step_s:g}", pred, err, capped,
+                      stages)  # fmt: skip
     out.print(table)
+    for line in notes:
+        out.print(line, markup=False, highlight=False)
     for scope in validation_rl.SCOPES:
         s = validation_rl.summarize(rl, scope)
         out.print(
