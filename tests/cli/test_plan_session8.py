@@ -145,3 +145,27 @@ def test_validation_rows_whose_recipes_overlap_tp_are_run_with_it() -> None:
         assert "tp-overlap" in configs[case], case
     for case in ("T060", "T061", "T063", "T071"):
         assert "tp-overlap" not in configs[case], case
+
+
+def test_scale_sweeps_nodes_by_default_and_takes_the_gpu_counts_as_points() -> None:
+    """`fmstack scale --gpus 64,128,256` said "Missing option '--axis'"; nodes is the default axis and several GPU
+    counts are its points. Another axis still takes one starting count, and says why."""
+    code, out = _invoke("scale", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8,16,32",
+                        "--tokens", "1e11", "--json")  # fmt: skip
+    assert code == 0, out
+    data = json.loads(out)
+    assert data["axis"] == "nodes"
+    assert [p["num_gpus"] for p in data["points"]] == [8, 16, 32]
+    code, out = _invoke("scale", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8,16",
+                        "--tokens", "1e11", "--axis", "gpu")  # fmt: skip
+    assert code == 2 and "--axis gpu takes one GPU count" in out
+
+
+def test_factored_configs_keep_tp16_rows_as_tp_rows() -> None:
+    from fmstack.cli.plan_render import IMPLIED_CAPTION, factor_configs
+
+    shared, rows, caption = factor_configs(["tp16 pp1 dp4 mb1 bf16 sp tp-overlap", "tp1 pp1 dp64 mb1 bf16"])
+    assert shared == "pp1 mb1 bf16" and caption == IMPLIED_CAPTION  # "tp16" starts with "tp1" and is a TP row
+    assert rows == ["tp16 dp4", "tp1 dp64"]
+    shared, rows, caption = factor_configs(["tp1 dp8 mb1 bf16 full fsdp"])  # one row: its layout stays in it
+    assert shared == "bf16 recompute full fsdp" and rows == ["tp1 dp8 mb1"] and caption is None

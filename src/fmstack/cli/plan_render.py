@@ -55,6 +55,30 @@ _DEGREE = re.compile(r"^(tp|pp|dp|cp|ep|v|mb)\d+$")
 leave a row empty)."""
 
 
+IMPLIED_CAPTION = "every tp > 1 row: sequence parallel (sp) and TP communication overlapped with compute (tp-overlap)"
+
+
+def factor_configs(configs: list[str]) -> tuple[str, list[str], str | None]:
+    """Rows' configuration texts with what they share said once: (the shared words for a title, recompute spelled
+    out, "" if none; each row's own words; a caption when every tp > 1 row and no other has sp and tp-overlap, which
+    the planner turns on with TP). Degrees (tp1, pp1) are shared too unless that would leave a row empty."""
+    words = [c.split() for c in configs]
+    common = [w for w in words[0] if all(w in ws for ws in words)] if words else []
+    if any(set(ws) <= set(common) for ws in words):  # a row would be left empty: keep the layout in the rows
+        common = [w for w in common if not _DEGREE.match(w)]
+    # in the title a recompute word stands alone: "recompute none", not "bf16 none"
+    shared = " ".join(f"recompute {w}" if re.split(r"[(+]", w)[0] in RECOMPUTE_CHOICES else w for w in common)
+    words = [[w for w in ws if w not in common] for ws in words]
+    implied = ("sp", "tp-overlap")
+    tp1 = "tp1" in common
+    with_tp = [not tp1 and "tp1" not in ws for ws in words]  # exactly tp1 ("tp16" is a TP row)
+    caption = None
+    if any(with_tp) and all(all(x in ws for x in implied) == tp for ws, tp in zip(words, with_tp, strict=True)):
+        caption = IMPLIED_CAPTION
+        words = [[w for w in ws if w not in implied] for ws in words]
+    return shared, [" ".join(ws) for ws in words], caption
+
+
 def ranked_table(result: PlanResult) -> Table:
     """The ranked rows as a terminal table: instance and GPU count move to the title when every row shares them,
     so does every word of the configuration that all rows share (batch, sequence, precision, recompute, sharding, a
@@ -69,27 +93,10 @@ def ranked_table(result: PlanResult) -> Table:
         header = [h for i, h in enumerate(header) if i not in shared]
         rows = [[c for i, c in enumerate(row) if i not in shared] for row in rows]
     config = header.index("configuration")
-    words = [row[config].split() for row in rows]
-    common = [w for w in words[0] if all(w in ws for ws in words)]
-    if any(set(ws) <= set(common) for ws in words):  # a row would be left empty: keep the layout in the rows
-        common = [w for w in common if not _DEGREE.match(w)]
-    if common:  # what every row shares (batch, sequence, precision, recompute, sharding, pp1): once in the title
-        # in the title a recompute word stands alone: "recompute none", not "bf16 none"
-        title += ", " + " ".join(
-            f"recompute {w}" if re.split(r"[(+]", w)[0] in RECOMPUTE_CHOICES else w for w in common
-        )
-        for row, ws in zip(rows, words, strict=True):
-            row[config] = " ".join(w for w in ws if w not in common)
-    # the planner turns sequence parallelism and TP overlap on with every tp > 1: say so once, under the table
-    implied = ("sp", "tp-overlap")
-    with_tp = [not w[0].startswith("tp1") for w in (row[config].split() for row in rows)]
-    caption = None
-    if any(with_tp) and all(
-        all(x in row[config].split() for x in implied) == tp for row, tp in zip(rows, with_tp, strict=True)
-    ):
-        caption = "every tp > 1 row: sequence parallel (sp) and TP communication overlapped with compute (tp-overlap)"
-        for row in rows:
-            row[config] = " ".join(w for w in row[config].split() if w not in implied)
+    shared_text, configs, caption = factor_configs([row[config] for row in rows])
+    title += f", {shared_text}" if shared_text else ""
+    for row, text in zip(rows, configs, strict=True):
+        row[config] = text
     table = Table(*header, title=title, title_justify="left", caption=caption, caption_justify="left")
     for row in rows:
         table.add_row(*row[:-1], row[-1].removesuffix(" of the step"))

@@ -12,7 +12,7 @@ from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import resolve_instance
 from fmstack.cli.common import SearchCommand, console, json_option, print_json
 from fmstack.cli.plan_cmd import _space, parse_gpus, search_options
-from fmstack.cli.plan_render import SearchProgress
+from fmstack.cli.plan_render import SearchProgress, factor_configs
 from fmstack.errors import InputError
 from fmstack.perfmodel.scaling import AXES, EFA_GENERATIONS, GPU_GENERATIONS, SweepResult, run_sweep
 
@@ -39,7 +39,7 @@ VALUES_HELP = (
 
 @click.command(cls=SearchCommand, epilog=SCALE_EXAMPLE)
 @search_options
-@click.option("--axis", type=click.Choice(AXES), required=True, help="What to sweep.")
+@click.option("--axis", type=click.Choice(AXES), default="nodes", show_default=True, help="What to sweep.")
 @click.option("--values", default=None, help=VALUES_HELP)
 @click.option("--weak", is_flag=True, help="With --axis nodes: grow the global batch with the GPUs (weak scaling).")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write an HTML report.")
@@ -51,7 +51,8 @@ def scale(
 ) -> None:  # fmt: skip
     """Sweep one axis (nodes, GPU generation, EFA generation, NVLink domain, sequence length) and re-plan.
 
-    --gpus is the sweep's starting point (one count); every point is the planner's best configuration.
+    --gpus is the sweep's starting point (one count; with --axis nodes, several counts are the points themselves);
+    every point is the planner's best configuration.
     """
     if calibration is not None or calibration_force:
         # each point re-plans with the default curves (and the gpu axis changes the GPU the profile was measured on)
@@ -62,11 +63,18 @@ def scale(
     cat = load_catalog(catalog_dir)
     arch = cat.model(model)
     counts = parse_gpus(gpus)
+    per_node = resolve_instance(cat, instance).num_gpus
+    if len(counts) > 1 and axis == "nodes" and values is None:
+        # --gpus 64,128,256 over nodes: those GPU counts are the sweep (the first is the reference)
+        values = ",".join(str(c // per_node) for c in counts)
+        counts = counts[:1]
     if len(counts) != 1:
-        raise InputError("gpus", "scale takes one GPU count (the sweep's starting point)")
+        raise InputError(
+            "gpus", f"--axis {axis} takes one GPU count (the sweep's starting point); several counts sweep --axis nodes"
+        )
     space = _space(seq_len, global_batch, precisions, recompute, overlap_ep, arch, overlap_tp)
     defaults = {
-        "nodes": ",".join(str(max(1, counts[0] // resolve_instance(cat, instance).num_gpus * f)) for f in (1, 2, 4, 8)),
+        "nodes": ",".join(str(max(1, counts[0] // per_node * f)) for f in (1, 2, 4, 8)),
         "gpu": ",".join(GPU_GENERATIONS), "efa": ",".join(EFA_GENERATIONS), "nvlink": "8,16,32,72",
         "seq-len": "2048,4096,8192,16384,32768",
     }  # fmt: skip
@@ -109,13 +117,15 @@ def render_scale(model: str, axis: str, weak: bool, result: SweepResult) -> None
         title += f", {seqs.pop()}"
         words = [[w for w in ws if not w.startswith("seq")] for ws in words]
     configs = [" ".join(w for w in ws if w != f"gb{p.global_batch}") for ws, p in zip(words, points, strict=True)]
+    shared, configs, caption = factor_configs(configs)  # what every point shares, once in the title
+    title += f", {shared}" if shared else ""
     # the global batch column only where it varies: the title gives the one every point holds
     # long headers on two lines, so that the table fits 140 columns with whole names and numbers
     batch = ("global\nbatch",) if len({p.global_batch for p in points}) > 1 or not result.reference_global_batch else ()
     extra = ("GB/s\nper node", "latency\nus") if axis == "efa" else ()
     table = Table(axis, "GPUs", *batch, *extra, "step s", "MFU %", "tokens/s", "tokens/s\nper GPU",
                   eff_header.replace(" ", "\n", 1), "days", "cost $", "configuration", "bottleneck", title=title,
-                  title_justify="left")  # fmt: skip
+                  title_justify="left", caption=caption, caption_justify="left")  # fmt: skip
     for column in table.columns[:-2]:  # names and numbers whole ("p5en.48xlar…" names nothing); the text wraps
         column.no_wrap = True
     table.columns[-2].min_width, table.columns[-1].min_width = len("configuration"), len("bottleneck")
