@@ -54,6 +54,9 @@ def test_predicted_step_time_within_30_percent_of_measured() -> None:
     assert pred.gemm_s > 0 and pred.memory_s > 0 and pred.allreduce_s > 0
     # the framework overhead, calibrated on the size-negligible twin, is a small part of the step (4-12 ms of 120-330)
     assert 0 < pred.overhead_s < 0.25 * pred.total_s
+    # attention is priced from its own forward + backward measurement, once per layer
+    assert 0 < result.attention_fwd_s < result.attention_call_s
+    assert pred.attention_s == REFERENCE.n_layers * result.attention_call_s
     steps = meas.step_times_s
     assert 0.7 <= result.ratio <= 1.3, (
         f"predicted {pred.total_s * 1e3:.1f} ms (gemm {pred.gemm_s * 1e3:.1f}, memory {pred.memory_s * 1e3:.1f}, "
