@@ -56,7 +56,8 @@ def main() -> None:
                   f"{attn_as_gemms_s * 1e3:.2f} | {gemm_attn.total_s / m.median_s:.3f} | {load:.2f} |")  # fmt: skip
             continue
         print(
-            f"predicted step : {p.total_s * 1e3:8.1f} ms  (GEMM {p.gemm_s * 1e3:.1f}, memory-bound "
+            f"predicted step : {p.total_s * 1e3:8.1f} ms  (GEMM {p.gemm_s * 1e3:.1f}, attention {p.attention_s * 1e3:.1f}, "
+            f"memory-bound "
             f"{p.memory_s * 1e3:.1f}, all-reduce {p.allreduce_s * 1e3:.1f}, framework overhead {p.overhead_s * 1e3:.1f})"
         )
         print(

@@ -152,8 +152,8 @@ def _attention_calls(cfg: GPTConfig, micro_batch: int) -> tuple[Callable[[], obj
     b, t, d, h = micro_batch, cfg.seq_len, cfg.d_model, cfg.n_heads
     g = torch.Generator().manual_seed(0)
     shape = (b, t, h, d // h)
-    q, k, v = (z.view(shape).transpose(1, 2).detach().requires_grad_() for z in
-               torch.randn(b, t, 3 * d, generator=g).split(d, dim=2))  # fmt: skip
+    qkv = torch.randn(b, t, 3 * d, generator=g)
+    q, k, v = (qkv[:, :, i * d : (i + 1) * d].view(shape).transpose(1, 2).detach().requires_grad_() for i in range(3))
     dy = torch.randn(shape, generator=g).transpose(1, 2)  # the gradient arrives through the output's transpose
 
     def fwd() -> object:

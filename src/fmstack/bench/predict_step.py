@@ -103,7 +103,6 @@ def step_gemms(cfg: GPTConfig, micro_batch: int) -> list[tuple[GemmShape, int]]:
     return out
 
 
-
 MEASURED_OPS = ("gelu", "gelu_backward", "log_softmax", "log_softmax_backward", "adamw_sqrt")
 """Labels of the memory-bound ops that compute a transcendental per element (erf and exp for GELU and its backward,
 exp and log for log-softmax and its backward, sqrt for AdamW's denominator): on a CPU they run 1.5-7x below the copy
