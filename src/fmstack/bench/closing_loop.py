@@ -101,8 +101,9 @@ def _twin_step_s(twin: DDPStep) -> float:
 
 
 OP_MIN_TIME_S = 0.015
-"""Shortest timed batch of each transcendental op (:func:`_op_rates`) and of the attention call (:func:`_attention_s`): with the doubling of ``time_calls`` about
-0.03-0.05 s per op; 0.16-0.26 s per round for the five ops on the 2-vCPU VM (measured 2026-11-24)."""
+"""Shortest timed batch of each transcendental op (:func:`_op_rates`) and attention call (:func:`_attention_s`): with
+the doubling of ``time_calls`` about 0.03-0.05 s per op; 0.16-0.26 s per round for the five ops and about 0.05 s for
+attention's forward and forward + backward on the 2-vCPU VM, warm and quiet (measured 2026-11-24)."""
 
 
 def _measured_ops(cfg: GPTConfig, micro_batch: int, num_params: int) -> dict[str, Callable[[], object]]:
