@@ -56,17 +56,17 @@ def main() -> None:
                   f"{attn_as_gemms_s * 1e3:.2f} | {gemm_attn.total_s / m.median_s:.3f} | {load:.2f} |")  # fmt: skip
             continue
         print(
-            f"predicted step : {p.total_s * 1e3:8.1f} ms  (GEMM {p.gemm_s * 1e3:.1f}, attention {p.attention_s * 1e3:.1f}, "
-            f"memory-bound "
-            f"{p.memory_s * 1e3:.1f}, all-reduce {p.allreduce_s * 1e3:.1f}, framework overhead {p.overhead_s * 1e3:.1f})"
+            f"predicted step : {p.total_s * 1e3:8.1f} ms  (GEMM {p.gemm_s * 1e3:.1f}, attention "
+            f"{p.attention_s * 1e3:.1f}, memory-bound {p.memory_s * 1e3:.1f}, all-reduce {p.allreduce_s * 1e3:.1f}, "
+            f"framework overhead {p.overhead_s * 1e3:.1f})"
         )
         print(
             f"  measured ops : {p.measured_ops_s * 1e3:.1f} ms of the memory-bound part ("
             + ", ".join(f"{k} {v:.1f} GB/s" for k, v in r.op_gbps.items())
             + f"; {(copy.memory_s - p.memory_s + p.measured_ops_s) * 1e3:.1f} ms at copy bandwidth)"
         )
-        print(f"  attention    : {p.attention_s * 1e3:.2f} ms measured (forward {r.attention_fwd_s * 1e3:.2f} + backward "
-              f"{(r.attention_call_s - r.attention_fwd_s) * 1e3:.2f} ms a layer); priced as GEMMs it was "
+        print(f"  attention    : {p.attention_s * 1e3:.2f} ms measured (forward {r.attention_fwd_s * 1e3:.2f} + "
+              f"backward {(r.attention_call_s - r.attention_fwd_s) * 1e3:.2f} ms a layer); priced as GEMMs it was "
               f"{attn_as_gemms_s * 1e3:.2f} ms")  # fmt: skip
         print(f"  work         : {p.gemm_flops / 1e9:.2f} GFLOP, {p.memory_bytes / 1e6:.0f} MB moved, "
               f"{p.grad_bytes / 1e6:.1f} MB of gradients all-reduced")  # fmt: skip
