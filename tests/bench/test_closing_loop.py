@@ -54,6 +54,9 @@ def test_predicted_step_time_within_30_percent_of_measured() -> None:
     assert pred.gemm_s > 0 and pred.memory_s > 0 and pred.allreduce_s > 0
     # the framework overhead, calibrated on the size-negligible twin, is a small part of the step (4-12 ms of 120-330)
     assert 0 < pred.overhead_s < 0.25 * pred.total_s
+    # attention is priced from its own forward + backward measurement, once per layer
+    assert 0 < result.attention_fwd_s < result.attention_call_s
+    assert pred.attention_s == REFERENCE.n_layers * result.attention_call_s
     steps = meas.step_times_s
     assert 0.7 <= result.ratio <= 1.3, (
         f"predicted {pred.total_s * 1e3:.1f} ms (gemm {pred.gemm_s * 1e3:.1f}, memory {pred.memory_s * 1e3:.1f}, "
@@ -62,3 +65,26 @@ def test_predicted_step_time_within_30_percent_of_measured() -> None:
         f"{result.cpu.describe() if result.cpu else 'no /proc/stat'}; {len(runs)} run(s): "
         f"ratios {[round(r.ratio, 3) for r in runs]})"
     )
+
+
+def test_attention_calls_are_the_steps_call_at_its_shapes() -> None:
+    """The timed attention is the model's causal call on q, k, v viewed out of the qkv projection's output
+    (batch, heads, T, head_dim with the (batch, T, 3 d) strides), and its backward returns the three gradients."""
+    import torch
+    import torch.nn.functional as F
+
+    from fmstack.bench.closing_loop import REFERENCE, REFERENCE_MICRO_BATCH, _attention_calls
+
+    fwd, fwd_bwd = _attention_calls(REFERENCE, REFERENCE_MICRO_BATCH)
+    out = fwd()
+    assert isinstance(out, torch.Tensor) and out.shape == (8, 4, 64, 64)
+    grads = fwd_bwd()
+    assert isinstance(grads, tuple) and [g.shape for g in grads] == [out.shape] * 3
+    # against the unfused definition: causal softmax(Q K^T / sqrt(head_dim)) V, inputs rebuilt with the same seed
+    g = torch.Generator().manual_seed(0)
+    qkv = torch.randn(8, 64, 3 * 256, generator=g)
+    q, k, v = (qkv[:, :, i * 256 : (i + 1) * 256].view(8, 64, 4, 64).transpose(1, 2) for i in range(3))
+    assert q.stride() == (64 * 768, 64, 768, 1)
+    mask = torch.ones(64, 64, dtype=torch.bool).tril()
+    ref = F.softmax((q @ k.transpose(-1, -2) / 8.0).masked_fill(~mask, float("-inf")), -1) @ v
+    assert torch.allclose(out, ref, atol=1e-5)

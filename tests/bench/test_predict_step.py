@@ -1,5 +1,5 @@
 """The closing loop's predictor (bench.predict_step): the framework-overhead term (the twin, the subtraction, the sum)
-and the transcendental ops priced from their own measured rates."""
+and the transcendental ops and fused attention priced from their own measurements."""
 
 from __future__ import annotations
 
@@ -105,3 +105,32 @@ def test_bad_op_rates_are_refused(rates: dict[str, float]) -> None:
     with pytest.raises(InputError) as e:
         predict_step(CFG, micro_batch=8, num_ranks=1, profile=_flat_profile(), op_gbps=rates)
     assert e.value.field == "op_gbps"
+
+
+# CFG at micro-batch 8: attention's batched GEMMs have rows = 8 x 4 heads x 64 = 2048; Q K^T and P V each
+# 2 x 2048 x 64 x 64 = 16,777,216 FLOPs, each done 3 times (forward, two backward) in each of 2 layers
+ATTENTION_FLOPS = 2 * 3 * 2 * 16_777_216  # 201,326,592: 20.1326592 ms at the flat 10 GFLOP/s
+
+
+def test_measured_attention_replaces_its_gemm_price_and_keeps_its_flops() -> None:
+    profile = _flat_profile()
+    base = predict_step(CFG, micro_batch=8, num_ranks=1, profile=profile)
+    # one layer's forward + backward measured at 2 ms: 4 ms for the 2 layers instead of 20.1326592 ms of GEMMs
+    meas = predict_step(CFG, micro_batch=8, num_ranks=1, profile=profile, attention_call_s=2e-3)
+    assert base.attention_s == 0.0 and base.gemm_s == pytest.approx(base.gemm_flops / 1e10)
+    assert meas.attention_s == pytest.approx(4e-3)
+    assert meas.gemm_flops == base.gemm_flops == flops_per_step(CFG, global_batch_size=8)  # FLOPs still counted
+    assert meas.gemm_s == pytest.approx((base.gemm_flops - ATTENTION_FLOPS) / 1e10)
+    assert meas.total_s == pytest.approx(base.total_s - 20.1326592e-3 + 4e-3)
+    assert meas.work_s == pytest.approx(meas.gemm_s + 4e-3 + meas.memory_s + meas.allreduce_s)
+    assert meas.memory_s == base.memory_s and meas.allreduce_s == base.allreduce_s
+    # a measurement equal to the GEMM price changes nothing
+    same = predict_step(CFG, micro_batch=8, num_ranks=1, profile=profile, attention_call_s=20.1326592e-3 / 2)
+    assert same.total_s == pytest.approx(base.total_s)
+
+
+@pytest.mark.parametrize("seconds", [0.0, -1e-3, float("nan"), float("inf")])
+def test_bad_attention_time_is_refused(seconds: float) -> None:
+    with pytest.raises(InputError) as e:
+        predict_step(CFG, micro_batch=8, num_ranks=1, profile=_flat_profile(), attention_call_s=seconds)
+    assert e.value.field == "attention_call_s"

@@ -3,8 +3,8 @@
 One job of ``num_ranks`` gloo processes (``threads_per_rank`` threads each) does both, interleaved in rounds:
 calibrate (GEMM at the step's shapes plus a square sweep, STREAM copy over the op sizes the step touches, gloo
 all-reduce up to the gradient size, the step of the workload's size-negligible twin for the framework overhead,
-the step's transcendental elementwise ops at its own sizes),
-then train a few real DDP steps; repeat. Interleaving matters on a shared
+the step's transcendental elementwise ops at its own sizes, its fused attention call forward and backward at its
+own shapes), then train a few real DDP steps; repeat. Interleaving matters on a shared
 machine: calibration and measurement see the same load, instead of the load of two different minutes. GEMM and
 memory run in all ranks at once, as they do in the step (each rank's share of cores, caches and DRAM), and each
 size keeps the slowest rank's time: a synchronous data-parallel step moves at its slowest rank's pace.
@@ -56,6 +56,10 @@ class LoopResult:
     op_gbps: Mapping[str, float] = field(default_factory=dict)
     """Measured rate of each transcendental op at the step's sizes (``predict_step.MEASURED_OPS``), mean over rounds;
     the prediction prices those ops at it."""
+    attention_fwd_s: float = 0.0
+    """One layer's ``scaled_dot_product_attention`` forward at the step's shapes (slowest rank, mean over rounds)."""
+    attention_call_s: float = 0.0
+    """The same call's forward + backward: the prediction prices attention at it once per layer."""
 
     @property
     def ratio(self) -> float:
@@ -77,7 +81,9 @@ class _Plan:
     min_time_s: float
 
 
-_Round = tuple[list[GemmResult], list[MemoryResult], list[CollectiveResult], float, dict[str, float]]
+_Round = tuple[
+    list[GemmResult], list[MemoryResult], list[CollectiveResult], float, dict[str, float], tuple[float, float]
+]
 
 
 TWIN_STEPS = 10
@@ -95,8 +101,9 @@ def _twin_step_s(twin: DDPStep) -> float:
 
 
 OP_MIN_TIME_S = 0.015
-"""Shortest timed batch of each transcendental op (:func:`_op_rates`): with the doubling of ``time_calls`` about
-0.03-0.05 s per op; 0.16-0.26 s per round for the five ops on the 2-vCPU VM (measured 2026-11-24)."""
+"""Shortest timed batch of each transcendental op (:func:`_op_rates`) and attention call (:func:`_attention_s`): with
+the doubling of ``time_calls`` about 0.03-0.05 s per op; 0.16-0.26 s per round for the five ops and about 0.05 s for
+attention's forward and forward + backward on the 2-vCPU VM, warm and quiet (measured 2026-11-24)."""
 
 
 def _measured_ops(cfg: GPTConfig, micro_batch: int, num_params: int) -> dict[str, Callable[[], object]]:
@@ -135,6 +142,42 @@ def _op_rates(plan: _Plan, num_params: int) -> dict[str, float]:
     return rates
 
 
+def _attention_calls(cfg: GPTConfig, micro_batch: int) -> tuple[Callable[[], object], Callable[[], object]]:
+    """The step's attention call (workloads.gpt's Block: causal ``scaled_dot_product_attention`` on q, k, v viewed
+    as (batch, heads, T, head_dim) out of the qkv projection's (batch, T, 3 d) output, fp32), forward and forward +
+    backward. q, k, v are leaves with the step's strides, so the backward is the attention kernel's alone: the
+    split's and the re-layout's copies around it are priced as memory-bound ops."""
+    import torch
+    import torch.nn.functional as F
+
+    b, t, d, h = micro_batch, cfg.seq_len, cfg.d_model, cfg.n_heads
+    g = torch.Generator().manual_seed(0)
+    shape = (b, t, h, d // h)
+    qkv = torch.randn(b, t, 3 * d, generator=g)
+    q, k, v = (qkv[:, :, i * d : (i + 1) * d].view(shape).transpose(1, 2).detach().requires_grad_() for i in range(3))
+    dy = torch.randn(shape, generator=g).transpose(1, 2)  # the gradient arrives through the output's transpose
+
+    def fwd() -> object:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def fwd_bwd() -> object:
+        return torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, is_causal=True), (q, k, v), dy)
+
+    return fwd, fwd_bwd
+
+
+def _attention_s(plan: _Plan) -> tuple[float, float]:
+    """Seconds of one attention forward and of forward + backward at the step's shapes (:func:`_attention_calls`),
+    timed on all ranks at once after a barrier, the slowest rank's."""
+    import torch.distributed as dist
+
+    out = []
+    for fn in _attention_calls(plan.cfg, plan.micro_batch):
+        dist.barrier()
+        out.append(slowest(time_calls(fn, "cpu", min_time_s=OP_MIN_TIME_S).best_s))
+    return out[0], out[1]
+
+
 def _calibrate_round(plan: _Plan, rank: int, n: int, twin: DDPStep, num_params: int) -> _Round:
     import torch
 
@@ -142,7 +185,7 @@ def _calibrate_round(plan: _Plan, rank: int, n: int, twin: DDPStep, num_params: 
     memory = [m for size in plan.mem_sizes for m in memory_slowest(size, plan.min_time_s)]
     colls = [time_collective("all_reduce", size, rank, n, torch.device("cpu"), plan.min_time_s, "gloo")
              for size in plan.ar_sizes]  # fmt: skip
-    return gemm, memory, colls, _twin_step_s(twin), _op_rates(plan, num_params)
+    return gemm, memory, colls, _twin_step_s(twin), _op_rates(plan, num_params), _attention_s(plan)
 
 
 def _loop_rank(rank: int, n: int, port: int, plan: _Plan, out: Any) -> None:
@@ -219,12 +262,13 @@ def close_loop(
     overhead_s = framework_overhead(cfg, twin_step_s=twin_s, num_ranks=num_ranks, profile=profile)
     # each op's rate over the rounds: its bytes over its mean time, as for the curves above
     op_gbps = {k: 1 / statistics.fmean(1 / r[4][k] for r in per_round) for k in per_round[0][4]}
+    attention_fwd_s, attention_call_s = (statistics.fmean(r[5][i] for r in per_round) for i in (0, 1))
     prediction = predict_step(cfg, micro_batch=micro_batch, num_ranks=num_ranks, profile=profile,
-                              overhead_s=overhead_s, op_gbps=op_gbps)  # fmt: skip
+                              overhead_s=overhead_s, op_gbps=op_gbps, attention_call_s=attention_call_s)  # fmt: skip
     measurement = StepMeasurement(num_ranks=num_ranks, micro_batch=micro_batch, step_times_s=tuple(times),
                                   num_params=int(num_params))  # fmt: skip
     return LoopResult(profile=profile, prediction=prediction, measurement=measurement, cpu=watch.result,
-                      op_gbps=op_gbps)  # fmt: skip
+                      op_gbps=op_gbps, attention_fwd_s=attention_fwd_s, attention_call_s=attention_call_s)  # fmt: skip
 
 
 def _mean_over(rounds: list[list[Any]]) -> list[float]:

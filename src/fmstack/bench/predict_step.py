@@ -3,7 +3,13 @@
 step time = GEMM time + memory-bound time + gradient all-reduce time, with
 - GEMM time: every matrix multiply of forward and backward (backward = two GEMMs of the forward's FLOPs per
   Linear: dX = dY W and dW = dY^T X; Narayanan et al. 2021, sec. 5.1 "3x forward"), each at the calibrated
-  TFLOP/s for its FLOPs (``gemm_tflops`` curve); attention as batched (T x T x head_dim) GEMMs per head.
+  TFLOP/s for its FLOPs (``gemm_tflops`` curve); attention as batched (T x T x head_dim) GEMMs per head, unless
+  its own time is given (below).
+- attention time (optional, ``attention_call_s``): one forward + backward of the step's fused
+  ``scaled_dot_product_attention`` call, measured at its shapes, times the layers. The fused kernel also does the
+  causal mask, the online softmax and its rescaling, which the batched-GEMM price leaves out (on the 2-vCPU VM the
+  kernel took 4.4-4.5 ms a step against 2.4-2.5 ms priced as GEMMs; docs/bench.md). Its GEMMs' FLOPs stay counted in
+  ``gemm_flops``; only their time moves from ``gemm_s`` to ``attention_s``.
 - memory-bound time: bytes that the non-GEMM ops read and write (LayerNorm, GELU, residual adds, softmax and
   cross-entropy, embedding, AdamW, DDP's bucket copies), each at the calibrated bandwidth for its size
   (``memory_bw_gbps`` curve, STREAM copy); the transcendental ones (:data:`MEASURED_OPS`: GELU, log-softmax and their
@@ -22,6 +28,7 @@ all-reduce with backward buys little; this is an upper-bound style choice, state
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -52,15 +59,22 @@ class StepPrediction:
     """Framework overhead per step (0 when not calibrated)."""
     measured_ops_s: float = 0.0
     """Part of ``memory_s`` priced from the ops' own measured rates (``op_gbps``) instead of the copy bandwidth."""
+    attention_s: float = 0.0
+    """Fused attention's forward and backward priced from its measurement (``attention_call_s`` x layers); 0 when
+    not measured, and attention is then priced as batched GEMMs inside ``gemm_s``."""
 
     @property
     def total_s(self) -> float:
-        return self.gemm_s + self.memory_s + self.allreduce_s + self.overhead_s
+        return self.work_s + self.overhead_s
 
     @property
     def work_s(self) -> float:
-        """GEMM + memory-bound + all-reduce: the prediction without the framework overhead."""
-        return self.gemm_s + self.memory_s + self.allreduce_s
+        """GEMM + attention + memory-bound + all-reduce: the prediction without the framework overhead."""
+        return self.gemm_s + self.attention_s + self.memory_s + self.allreduce_s
+
+
+ATTENTION_GEMMS = ("attn QK^T", "attn PV")
+"""Labels of :func:`step_gemms`' attention GEMMs: priced by ``attention_call_s`` instead when it is given."""
 
 
 def step_gemms(cfg: GPTConfig, micro_batch: int) -> list[tuple[GemmShape, int]]:
@@ -84,8 +98,8 @@ def step_gemms(cfg: GPTConfig, micro_batch: int) -> list[tuple[GemmShape, int]]:
     # pricing put a T x T x 64 GEMM at ~10 TFLOP/s (launch-bound when timed alone) and over-predicted the step by 55 %
     # (benchmarks/results/gpu-h100-2026-11-23.md). Forward: Q K^T and P V; backward: two GEMMs of the same size each
     # (dQ, dK and dP, dV). Causal masking is not subtracted (full T x T), as before.
-    out.append((GemmShape(m=rows, n=t, k=hd, label="attn QK^T"), 3 * cfg.n_layers))
-    out.append((GemmShape(m=rows, n=hd, k=t, label="attn PV"), 3 * cfg.n_layers))
+    out.append((GemmShape(m=rows, n=t, k=hd, label=ATTENTION_GEMMS[0]), 3 * cfg.n_layers))
+    out.append((GemmShape(m=rows, n=hd, k=t, label=ATTENTION_GEMMS[1]), 3 * cfg.n_layers))
     return out
 
 
@@ -163,13 +177,18 @@ def framework_overhead(cfg: GPTConfig, *, twin_step_s: float, num_ranks: int, pr
 
 
 def predict_step(cfg: GPTConfig, *, micro_batch: int, num_ranks: int, profile: CalibrationProfile,
-                 overhead_s: float = 0.0, op_gbps: Mapping[str, float] | None = None) -> StepPrediction:  # fmt: skip
+                 overhead_s: float = 0.0, op_gbps: Mapping[str, float] | None = None,
+                 attention_call_s: float | None = None) -> StepPrediction:  # fmt: skip
     """Predicted DDP step time of one rank (all ranks do the same work), fp32 on the profiled device; ``overhead_s``
     (:func:`framework_overhead`) is added as it is. ``op_gbps`` maps labels of :data:`MEASURED_OPS` to the rate
     (bytes of :func:`labelled_memory_ops` / seconds) measured for that op at this ``cfg`` and ``micro_batch``'s own
-    tensor sizes; those ops are priced at it instead of the copy bandwidth. Labels left out keep the copy price."""
+    tensor sizes; those ops are priced at it instead of the copy bandwidth. Labels left out keep the copy price.
+    ``attention_call_s`` is one layer's ``scaled_dot_product_attention`` forward + backward measured at this step's
+    shapes; given, attention costs it once per layer instead of its GEMMs' price (:data:`ATTENTION_GEMMS`)."""
     if overhead_s < 0:
         raise InputError("overhead_s", f"{overhead_s}; allowed: >= 0")
+    if attention_call_s is not None and not (attention_call_s > 0 and math.isfinite(attention_call_s)):
+        raise InputError("attention_call_s", f"{attention_call_s} s; allowed: finite, > 0")
     rates = dict(op_gbps or {})
     for label, rate in rates.items():
         if label not in MEASURED_OPS:
@@ -181,7 +200,9 @@ def predict_step(cfg: GPTConfig, *, micro_batch: int, num_ranks: int, profile: C
     flops = 0.0
     for shape, count in step_gemms(cfg, micro_batch):
         flops += shape.flops * count
-        gemm_s += count * shape.flops / (gemm_tflops.at(shape.flops) * 1e12)
+        if attention_call_s is None or shape.label not in ATTENTION_GEMMS:
+            gemm_s += count * shape.flops / (gemm_tflops.at(shape.flops) * 1e12)
+    attention_s = 0.0 if attention_call_s is None else cfg.n_layers * attention_call_s
     params = total_params(cfg)
     bw = profile.memory_curve()
     mem_s = 0.0
@@ -203,4 +224,4 @@ def predict_step(cfg: GPTConfig, *, micro_batch: int, num_ranks: int, profile: C
             allreduce_s += b / (algbw * 1e9)
     return StepPrediction(gemm_s=gemm_s, memory_s=mem_s + measured_s, allreduce_s=allreduce_s, gemm_flops=flops,
                           memory_bytes=mem_bytes, grad_bytes=grad_bytes, overhead_s=overhead_s,
-                          measured_ops_s=measured_s)  # fmt: skip
+                          measured_ops_s=measured_s, attention_s=attention_s)  # fmt: skip
