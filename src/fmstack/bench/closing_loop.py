@@ -34,7 +34,7 @@ from fmstack.bench.predict_step import (
 )
 from fmstack.bench.profile import build_profile
 from fmstack.bench.reference_step import DDPStep, StepMeasurement, slowest_rank
-from fmstack.bench.spawn import free_port, run_ranks
+from fmstack.bench.spawn import end_rank, free_port, run_ranks
 from fmstack.errors import InputError
 from fmstack.perfmodel.calibration import CalibrationProfile
 from fmstack.workloads.gpt import GPTConfig, total_params
@@ -213,10 +213,11 @@ def _loop_rank(rank: int, n: int, port: int, plan: _Plan, out: Any) -> None:
             times += slowest_rank(mine)
         if rank == 0:
             out.put(("done", rounds, times, job.num_params))
-        dist.destroy_process_group()
+        del job, twin  # the DDP models use the group: release them before it is destroyed
     except Exception as exc:
         out.put(("error", f"rank {rank}: {type(exc).__name__}: {exc}"))
         raise
+    end_rank(out)
 
 
 def close_loop(

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from fmstack.bench.spawn import free_port, run_ranks
+from fmstack.bench.spawn import end_rank, free_port, run_ranks
 from fmstack.errors import InputError
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
@@ -114,11 +114,10 @@ def _worker(rank: int, n: int, port: int, device: str, ops: list[str], sizes: li
                     out.put(("step", op, size))
         if rank == 0:
             out.put(("done", [asdict(r) for r in results]))
-        dist.barrier()
-        dist.destroy_process_group()
     except Exception as exc:  # reported to the parent, which raises it as one line
         out.put(("error", f"rank {rank}: {type(exc).__name__}: {exc}"))
         raise
+    end_rank(out)
 
 
 def time_collective(

@@ -14,7 +14,7 @@ from typing import Any
 
 from fmstack.bench.gemm import GemmResult, GemmShape, run_gemm
 from fmstack.bench.memory import MemoryResult, run_memory
-from fmstack.bench.spawn import free_port, run_ranks
+from fmstack.bench.spawn import end_rank, free_port, run_ranks
 
 
 def slowest(time_s: float) -> float:
@@ -74,10 +74,10 @@ def _rank(rank: int, n: int, port: int, dtypes: list[str], shapes: list[GemmShap
                 out.put(("step",))
         if rank == 0:
             out.put(("done", gemm, memory))
-        dist.destroy_process_group()
     except Exception as exc:
         out.put(("error", f"rank {rank}: {type(exc).__name__}: {exc}"))
         raise
+    end_rank(out)
 
 
 def run_concurrent(

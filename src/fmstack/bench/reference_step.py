@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from fmstack.bench.spawn import free_port, run_ranks
+from fmstack.bench.spawn import end_rank, free_port, run_ranks
 from fmstack.errors import InputError
 from fmstack.workloads.gpt import GPTConfig
 
@@ -90,10 +90,11 @@ def _rank_main(rank: int, n: int, port: int, cfg: GPTConfig, batch: int, warmup:
         slow = slowest_rank(times[warmup:])
         if rank == 0:
             out.put(("done", slow, job.num_params))
-        dist.destroy_process_group()
+        del job  # the DDP model uses the group: release it before it is destroyed
     except Exception as exc:
         out.put(("error", f"rank {rank}: {type(exc).__name__}: {exc}"))
         raise
+    end_rank(out)
 
 
 def measure_step(

@@ -190,6 +190,8 @@ def train(args: argparse.Namespace, stop: StopRequest | None = None) -> dict[str
         "stop_signal": None if stopped_at is None else _signal_name(stop.signum),
     }
     log("done " + json.dumps(summary))
+    del model, optim  # the DDP/FSDP model uses the group: release it first
+    dist.barrier()  # no rank tears the group down while a peer still sends
     dist.destroy_process_group()
     return summary
 
