@@ -31,90 +31,26 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.collectives import GroupPlacement, collective_time_s
-from fmstack.perfmodel.config import SHARDING_CHOICES, TrainConfig, fill_defaults
+from fmstack.perfmodel.config import TrainConfig, fill_defaults
 from fmstack.perfmodel.inference import ServeConfig, deployment, estimate_serve, memory_of, validate_serve
 from fmstack.perfmodel.inference_kv import DEFAULT_RESERVE_GIB as SERVE_RESERVE_GIB
 from fmstack.perfmodel.modelconsts import model_consts
+from fmstack.perfmodel.rl_config import COLOCATED_GPU_MEMORY_UTILIZATION as COLOCATED_GPU_MEMORY_UTILIZATION
+from fmstack.perfmodel.rl_config import SPLIT_KV_FRACTION as SPLIT_KV_FRACTION
+from fmstack.perfmodel.rl_config import Algorithm as Algorithm
+from fmstack.perfmodel.rl_config import Placement as Placement
+from fmstack.perfmodel.rl_config import RLConfig as RLConfig
+from fmstack.perfmodel.rl_config import check_rl_config
 from fmstack.perfmodel.rl_memory import rl_memory
 from fmstack.perfmodel.rl_rollout import rollout_time
 from fmstack.perfmodel.rl_switch import colocated_switch
 from fmstack.perfmodel.training import TrainingEstimate, estimate_training
-
-Algorithm = Literal["ppo", "grpo"]
-Placement = Literal["colocated", "split"]
-COLOCATED_GPU_MEMORY_UTILIZATION = 0.5
-"""Colocated: the rollout engine's weights + KV pool take this share of *total* HBM, the rest stays for the
-trainer's state (veRL examples: rollout gpu_memory_utilization 0.5; veRL docs/faq/resolving_oom.rst: a fraction of
-total GPU memory for vLLM >= 0.7, 0.5-0.7 without offload)."""
-SPLIT_KV_FRACTION = 0.9
-"""Split: the rollout GPUs serve only; the KV pool is this share of what the weights leave (serving default)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RLConfig:
-    """One RL post-training step: algorithm, batch shape, placement and the two engines' layouts."""
-
-    algorithm: Algorithm = "grpo"
-    prompts_per_step: int = 256
-    samples_per_prompt: int = 8
-    """Responses per prompt (GRPO's group size; PPO usually 1)."""
-    prompt_len: int = 1024
-    response_len: int = 1024
-    placement: Placement = "colocated"
-    rollout_nodes: int | None = None
-    """Split placement: nodes for rollout (the rest train); None = half."""
-    async_split: bool = False
-    max_trajectory_age: int = 1
-    """Asynchronous split: training steps a trajectory may lag (NeMo RL ``grpo.async_grpo.max_trajectory_age_steps``):
-    the generation servers holding weights v produce trajectories for steps v+1 .. v+age. With 1, each step's batch
-    runs alone (its last wave and long tail included); with 2 or more the servers start the next steps' prompts while
-    a step's stragglers finish, so the rollout streams at the engine's steady rate with up to age x the step's
-    prompts in flight (bounded by the KV pool)."""
-    rollout_tp: int = 8
-    rollout_precision: str = "bf16"
-    train_tp: int = 8
-    train_pp: int = 1
-    train_cp: int = 1
-    """Context parallel degree of the trained models."""
-    train_ep: int = 1
-    """Expert parallel degree of the trained models (MoE; folded into data parallelism, as Megatron-Core does)."""
-    train_sharding: str | None = None
-    """ZeRO / FSDP stage of the trained models; None = ``fsdp`` when train_tp * train_pp = 1 (veRL's FSDP
-    backend, ZeRO-3), else ``zero1`` (veRL's Megatron backend, distributed optimizer)."""
-    epochs: int = 1
-    minibatches: int = 1
-    reward_model: bool = False
-    """A learned reward model (a forward pass of the critic's size); False = rule-based reward."""
-    reference: bool = True
-    """Keep a reference policy for the KL term."""
-    old_logprob: bool = True
-    """Recompute the rollout policy's log-probabilities with the trainer before the update (veRL's
-    ``compute_log_prob`` "recompute old_log_probs" in ``ray_trainer.py``; NeMo RL's ``policy.get_logprobs`` in
-    ``grpo.py``): one more forward pass of the actor over the batch."""
-    rollout_memory_fraction: float | None = None
-    """Share of each rollout GPU's *total* memory for the engine's weights + KV pool (vLLM's
-    ``gpu_memory_utilization`` since 0.7); None = 0.5 colocated (veRL's examples), and split the serving default
-    (``SPLIT_KV_FRACTION`` of what the weights leave)."""
-    length_spread: float = 0.0
-    """Prompt and response lengths uniform in mean x [1 - s, 1 + s]; > 0 simulates the rollout's long tail."""
-    seed: int = 0
-    """Seed of the rollout simulation (``length_spread > 0``)."""
-    response_cap: int | None = None
-    """The engine's token limit per response (NeMo RL: ``max_total_sequence_length`` - prompt); set, one response
-    per replica runs to it after the others end (:func:`fmstack.perfmodel.rl_rollout.cap_tail_s`; not for the
-    streamed rollout of ``max_trajectory_age`` > 1). None = no tail beyond ``length_spread``."""
-    offload: bool | None = None
-    """Colocated: park the trained models' weights and optimizer state in host memory during generation (NeMo RL
-    does whenever it colocates: ``offload_before_refit`` / ``offload_after_refit``; veRL's ``param_offload`` /
-    ``optimizer_offload``). It costs host copies (``colocated_switch``) and frees that memory for the rollout
-    engine. None = off, veRL's default (its other defaults are this model's too: FSDP, a 0.5 engine share); split
-    has no switch and refuses True."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -147,54 +83,6 @@ class RLEstimate:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _check(cfg: RLConfig, cluster: Cluster) -> None:
-    # field -> the CLI flag that sets it (fmstack estimate rl)
-    flags = {"prompts_per_step": "prompts", "samples_per_prompt": "samples", "prompt_len": "prompt-len",
-             "response_len": "response-len", "epochs": "epochs", "minibatches": "minibatches",
-             "rollout_tp": "rollout-tp", "train_tp": "train-tp", "train_pp": "train-pp", "train_cp": "train-cp",
-             "train_ep": "train-ep"}  # fmt: skip
-    for name, flag in flags.items():
-        if getattr(cfg, name) < 1:
-            raise InputError(flag, f"must be >= 1, got {getattr(cfg, name)}")
-    f = cfg.rollout_memory_fraction
-    if f is not None and not (math.isfinite(f) and 0.0 < f <= 1.0):
-        raise InputError("rollout-memory-fraction", f"must be in (0, 1], got {f}")
-    if cfg.seed < 0:
-        raise InputError("seed", f"must be >= 0, got {cfg.seed}")
-    if not (math.isfinite(cfg.length_spread) and 0.0 <= cfg.length_spread < 1.0):
-        raise InputError("length-spread", f"must be in [0, 1), got {cfg.length_spread}")
-    if cfg.rollout_nodes is not None and cfg.rollout_nodes < 1:
-        raise InputError("rollout-nodes", f"must be >= 1, got {cfg.rollout_nodes}")
-    if cfg.placement not in ("colocated", "split"):
-        raise InputError("placement", f"{cfg.placement!r} unknown; allowed: colocated, split")
-    if cfg.placement == "split" and cfg.offload:
-        raise InputError("offload", "needs --placement colocated (split GPUs never switch between the phases)")
-    if cfg.response_cap is not None and cfg.response_cap < cfg.response_len:
-        raise InputError("response-cap", f"must be >= --response-len ({cfg.response_len}), got {cfg.response_cap}")
-    if cfg.max_trajectory_age < 1:
-        raise InputError("max-trajectory-age", f"must be >= 1, got {cfg.max_trajectory_age}")
-    if cfg.max_trajectory_age > 1 and not cfg.async_split:
-        raise InputError(
-            "max-trajectory-age", f"{cfg.max_trajectory_age} steps of lag needs --async (an on-policy step waits for "
-            "its own rollout)",
-        )  # fmt: skip
-    if cfg.placement == "colocated":
-        if cfg.async_split:
-            raise InputError("async", "needs --placement split (rollout and training on their own nodes)")
-        if cfg.rollout_nodes is not None:
-            raise InputError("rollout-nodes", "needs --placement split (colocated generates on every node)")
-    if cfg.algorithm not in ("ppo", "grpo"):
-        raise InputError("algorithm", f"{cfg.algorithm!r} unknown; allowed: ppo, grpo")
-    if cfg.train_sharding is not None and cfg.train_sharding not in SHARDING_CHOICES:
-        raise InputError("train-sharding", f"{cfg.train_sharding!r} unknown; allowed: {', '.join(SHARDING_CHOICES)}")
-    if cfg.placement == "split":
-        if cluster.num_nodes < 2:
-            raise InputError("placement", f"split placement needs >= 2 nodes, got {cluster.num_nodes}")
-        r = cfg.rollout_nodes if cfg.rollout_nodes is not None else cluster.num_nodes // 2
-        if not 1 <= r < cluster.num_nodes:
-            raise InputError("rollout-nodes", f"must be between 1 and {cluster.num_nodes - 1}, got {r}")
 
 
 _SERVE_FLAGS = {"tp": "rollout-tp", "precision": "rollout-precision", "input-len": "prompt-len",
@@ -285,7 +173,7 @@ def _sync_s(model: ModelArch, train: Cluster, whole: Cluster | None, cfg: RLConf
 
 def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: ModelArch | None = None) -> RLEstimate:
     """Predict one PPO / GRPO step of ``actor`` on ``cluster`` (critic and reward model default to the actor)."""
-    _check(cfg, cluster)
+    check_rl_config(cfg, cluster)
     critic_arch = critic or actor
     seqs = cfg.prompts_per_step * cfg.samples_per_prompt
     if cfg.placement == "split":
