@@ -610,3 +610,7 @@ BAD_ARGV += [
 ]  # fmt: skip
 BAD_FILES["job_empty.yaml"] = "# a JobSpec\n"
 BAD_FILES["dup_node_signals.json"] = '{"nodes": [{"node": "n1", "xids": [79]}, {"node": "n1"}]}'
+
+# session 10, disaggregated serving candidates (helper A): add rows here
+
+# session 10, RL step stages (helper B): add rows here
