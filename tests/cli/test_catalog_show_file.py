@@ -30,3 +30,13 @@ def test_show_model_reads_a_model_file(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
     assert (data["name"], data["num_layers"], data["num_kv_heads"]) == ("my-llama", 32, 8)
+
+
+def test_list_marks_unlisted_values_instead_of_zero() -> None:
+    """An instance without a catalogued NVMe size (dgx-gb200) shows "-" where it showed 0 TB; p5 keeps 30.72."""
+    r = CliRunner().invoke(catalog, ["list", "instance"], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[1:-1]] for line in r.output.splitlines()
+            if line.startswith("│")}  # fmt: skip
+    assert rows["dgx-gb200"][7] == "-"
+    assert rows["p5.48xlarge"][7] == "30.72"

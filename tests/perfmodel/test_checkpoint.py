@@ -115,7 +115,11 @@ def test_tiered_save_writes_nvme_then_durable_in_background(
 @pytest.mark.parametrize(
     ("kwargs", "field", "text"),
     [
-        ({"tier": "local-nvme", "instance": "grand-teton-h100"}, "tier", "has no local NVMe"),
+        (
+            {"tier": "local-nvme", "instance": "grand-teton-h100"},
+            "tier",
+            "has no local NVMe (not listed in the catalog)",
+        ),
         ({"tier": "fsx-persistent-250", "fsx_capacity_tib": 0}, "fsx_capacity_tib", "positive number of TiB"),
         ({"tier": "fsx-persistent-250", "fsx_capacity_tib": -3}, "fsx_capacity_tib", "positive number of TiB"),
         ({"tier": "fsx-persistent-250", "fsx_capacity_tib": 2.4}, "fsx_capacity_tib", "does not fit"),

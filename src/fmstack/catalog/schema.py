@@ -120,8 +120,8 @@ class Instance(Entry):
         gt=0, description="aggregate scale-out bandwidth per node, GB/s (or give network_gbit_per_s in Gb/s)"
     )
     network_interfaces: int = Field(default=1, gt=0)
-    local_nvme_tb: float = Field(default=0.0, ge=0)
-    local_nvme_devices: int = Field(default=0, ge=0)
+    local_nvme_tb: float | None = Field(default=None, ge=0, description="local NVMe capacity, TB; unset = not listed")
+    local_nvme_devices: int | None = Field(default=None, ge=0)
     price_per_hour_usd: float | None = Field(default=None, gt=0)
     price_as_of: str | None = None
     ultraserver: str | None = None

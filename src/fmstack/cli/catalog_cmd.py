@@ -50,11 +50,12 @@ def _summary(entry: Entry) -> list[str]:
         fp8 = f"{entry.fp8_dense_tflops:g}" if entry.fp8_dense_tflops else "-"
         fp4 = f"{entry.fp4_dense_tflops:g}" if entry.fp4_dense_tflops else "-"
         return [f"{entry.bf16_dense_tflops:g}", fp8, fp4, f"{entry.hbm_gb:g}", f"{entry.hbm_bw_tbps:g}",
-                f"{entry.nvlink_bw_gbps or 0:g}", f"{entry.tdp_w:g}"]  # fmt: skip
+                f"{entry.nvlink_bw_gbps:g}" if entry.nvlink_bw_gbps else "-", f"{entry.tdp_w:g}"]  # fmt: skip
     if isinstance(entry, Instance):
         price = f"{entry.price_per_hour_usd:.2f}" if entry.price_per_hour_usd else "-"
+        nvme = "-" if entry.local_nvme_tb is None else f"{entry.local_nvme_tb:g}"
         return [entry.gpu, str(entry.num_gpus), f"{entry.gpu_memory_gb:,.0f}", str(entry.nvlink_domain_gpus),
-                entry.network, f"{entry.network_bw_gbps:,g}", f"{entry.local_nvme_tb:g}", price]  # fmt: skip
+                entry.network, f"{entry.network_bw_gbps:,g}", nvme, price]  # fmt: skip
     if isinstance(entry, ModelArch):
         counts = count_params(entry)
         moe = f"{entry.moe.num_experts}x top-{entry.moe.top_k}" if entry.moe else "-"

@@ -177,10 +177,11 @@ def transfer(
     nic = nodes * inst.network_bw_gbps
     limits: dict[str, float]
     if entry.tier == "nvme":
-        if inst.local_nvme_tb <= 0 or inst.local_nvme_devices <= 0:
-            raise InputError(
-                field, f"{inst.name} has no local NVMe (local_nvme_tb {inst.local_nvme_tb}); use an FSx tier or s3"
+        if not inst.local_nvme_tb or not inst.local_nvme_devices:
+            listed = (
+                "not listed in the catalog" if inst.local_nvme_tb is None else f"local_nvme_tb {inst.local_nvme_tb}"
             )
+            raise InputError(field, f"{inst.name} has no local NVMe ({listed}); use an FSx tier or s3")
         per_node = size.total_bytes / nodes
         if per_node > inst.local_nvme_tb * 1e12:
             raise InputError(field, f"shard of {per_node / 1e12:.2f} TB per node exceeds {inst.local_nvme_tb} TB NVMe")
