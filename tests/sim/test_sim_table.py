@@ -4,6 +4,7 @@ class whose 3 jobs were all still pending after 2 days)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from click.testing import CliRunner
@@ -67,3 +68,16 @@ def test_compare_checks_every_name_before_the_first_run(monkeypatch: Any) -> Non
     r = CliRunner().invoke(simulate, ["compare", *ARGS, "--policy", "fifo,nope"])
     assert r.exit_code != 0 and "unknown policy 'nope'" in str(r.exception)
     assert runs == []
+
+
+def test_json_has_no_percentile_for_an_empty_size_class() -> None:
+    """A size class without jobs gives null percentiles (it gave 0.0 s, which reads as "no wait")."""
+    r = CliRunner().invoke(simulate, [*ARGS, "--json"])
+    assert r.exit_code == 0, r.output
+    classes = json.loads(r.output)["by_size_class"]
+    empty = [name for name, c in classes.items() if c["jct"]["count"] == 0]
+    assert empty, "the run should leave at least one class without a completed job"
+    for name in empty:
+        assert classes[name]["jct"]["p50_s"] is None and classes[name]["jct"]["mean_s"] is None
+    busy = [c for c in classes.values() if c["wait"]["count"] > 0]
+    assert busy and all(isinstance(c["wait"]["p90_s"], float) for c in busy)

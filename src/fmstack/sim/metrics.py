@@ -5,7 +5,7 @@
 - ETTR of a job (Kokolis et al., HPCA 2025) = productive time / (end or horizon - first start), GPU-weighted
   over jobs that started;
 - queue wait = first start - submit plus waits after requeues; JCT = end - submit; percentiles p50/p90/p99
-  (numpy "linear") by size class; ``wait`` counts jobs that started, ``wait_incl_pending`` also the jobs still
+  (numpy "linear") by size class, null where a class has no job; ``wait`` counts jobs that started, ``wait_incl_pending`` also the jobs still
   pending at the horizon, with their wait so far (a lower bound: without them an overloaded queue looks short);
 - fairness: GPU-hours per user and per queue, and Jain's index (sum x)^2 / (n sum x^2) of per-user GPU-hours.
 """
@@ -27,9 +27,9 @@ SIZE_CLASSES: tuple[tuple[str, int, int], ...] = (
 )
 
 
-def _pct(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {"count": 0, "p50_s": 0.0, "p90_s": 0.0, "p99_s": 0.0, "mean_s": 0.0}
+def _pct(values: list[float]) -> dict[str, float | None]:
+    if not values:  # no job in the class: no percentile (null in JSON; 0 s read as "no wait")
+        return {"count": 0, "p50_s": None, "p90_s": None, "p99_s": None, "mean_s": None}
     a = np.asarray(values, dtype=float)
     p = np.percentile(a, [50, 90, 99])
     return {"count": len(values), "p50_s": round(float(p[0]), 3), "p90_s": round(float(p[1]), 3),

@@ -33,14 +33,18 @@ def _svg(title: str, xs: list[float], ys: list[float], unit: str) -> str:
     )
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
 def render_html(sim: SimState, summary: dict[str, Any]) -> str:
     """The report as one HTML string."""
     c = summary["config"]
     xs = [row[0] for row in sim.samples]
     rows = "".join(
-        f"<tr><td>{html.escape(k)}</td><td>{v['wait']['count']}</td><td>{v['wait']['p50_s']:.0f}</td>"
-        f"<td>{v['wait']['p90_s']:.0f}</td><td>{v['wait']['p99_s']:.0f}</td><td>{v['jct']['p50_s']:.0f}</td>"
-        f"<td>{v['jct']['p90_s']:.0f}</td><td>{v['jct']['p99_s']:.0f}</td></tr>"
+        f"<tr><td>{html.escape(k)}</td><td>{v['wait']['count']}</td>"
+        + "".join(f"<td>{_seconds(v[m][p])}</td>" for m in ("wait", "jct") for p in ("p50_s", "p90_s", "p99_s"))
+        + "</tr>"
         for k, v in summary["by_size_class"].items()
     )
     gh = summary["gpu_hours"]
