@@ -163,3 +163,15 @@ def test_collectives_table_prints_no_exponents_and_each_reason_once() -> None:
     refs = {ln.split("│")[9].strip() for ln in table.splitlines() if ln.startswith("│ COL")} - {"yes"}
     notes = [ln for ln in after.splitlines() if ln.startswith("[")]
     assert refs and {f"no [{n.split(']')[0][1:]}]" for n in notes} == refs
+
+
+def test_side_check_says_each_note_once_under_the_table() -> None:
+    # the system note of every multi-node row ("system mosaic-a100-40gb-roce: data/llmfoundry/instances.yaml
+    # (ib-hdr standing for RoCE)") filled a wrapped note column on 100+ rows; now a number per row, the text once
+    code, out, _ = _invoke("validate", "--only", "sidecheck")
+    assert code == 0
+    table, below = out.split("└", 1)
+    assert "standing for RoCE" not in table
+    notes = [line for line in below.splitlines() if line.startswith("[")]
+    assert len(notes) == len(set(notes)) == 3
+    assert all(f"[{n}]" in table for n in (1, 2, 3))

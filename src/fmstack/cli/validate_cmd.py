@@ -159,14 +159,18 @@ def _render_side_check(side: list[SideCheck]) -> None:
     table = Table("table", "model", "seq", "GPUs", "mb", "gb", "AC", "measured", "predicted", "error", "note",
                   title=f"side check (not calibration data): tokens/s/GPU, PyTorch FSDP BF16, {SOURCE}",
                   title_justify="left")  # fmt: skip
+    notes: dict[str, int] = {}  # a note once, numbered, under the table (the system note repeats per multi-node row)
     for c in side:
         pred = "-" if c.predicted_tokens_per_s_per_gpu is None else f"{c.predicted_tokens_per_s_per_gpu:,.0f}"
         err = "-" if c.error_pct is None else f"{c.error_pct:+.1f} %"
-        note = c.not_expressible or "; ".join(c.assumptions)
+        said = [c.not_expressible] if c.not_expressible else c.assumptions
+        note = " ".join(f"[{notes.setdefault(n, len(notes) + 1)}]" for n in said)
         table.add_row(c.table, c.model, str(c.seq_len), str(c.num_gpus), str(c.micro_batch), str(c.global_batch),
                       "yes" if c.activation_checkpointing else "no", f"{c.measured_tokens_per_s_per_gpu:,.0f}", pred,
                       err, note)  # fmt: skip
     out.print(table)
+    for text, n in notes.items():
+        out.print(f"[{n}] {text}", markup=False, highlight=False)
     for key, heading in TABLES.items():
         s = summarize(side, key)
         out.print(
