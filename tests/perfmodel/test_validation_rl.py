@@ -55,11 +55,12 @@ def test_cli_rlcheck_prints_and_json() -> None:
     res = runner.invoke(cli, ["validate", "--only", "rlcheck", "--json"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
-    assert list(data) == ["rl_check_nemorl"]
+    assert list(data) == ["rl_check_nemorl", "rl_stage_check"]  # session 10: the per-stage rows beside the step
     block = data["rl_check_nemorl"]
     assert len(block["cases"]) == 25 and block["summary"]["all"]["compared"] == 25
     res = runner.invoke(cli, ["validate", "--only", "rlcheck"])
     assert res.exit_code == 0, res.output
     assert "RL check all: 25 rows" in res.output
+    assert "RL stages generation: 5 rows" in res.output
     for c in check_nemorl(load_catalog(None)):
         print(c.id, c.measured_step_s, c.predicted_step_s, c.step_error_pct, c.predicted_stages_s, c.not_expressible)

@@ -92,6 +92,14 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
             "summary": {s: asdict(validation_rl.summarize(rl, s)) for s in validation_rl.SCOPES},
             "cases": [c.to_json() for c in rl],
         }
+        from fmstack.perfmodel import rl_stagecheck
+
+        stages = rl_stagecheck.check_stages(cat)
+        result["rl_stage_check"] = {
+            "source": "data/nemorl/stages.csv (NeMo RL v0.3 blog via issue #959, its reruns; PR #3461)",
+            "summary": rl_stagecheck.stage_summary(stages),
+            "cases": [c.to_json() for c in stages],
+        }
     if as_json:
         print_json(result)
         return
@@ -152,6 +160,7 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
         _render_side_check(side)
     if rl:
         _render_rl_check(rl)
+        _render_rl_stages(result["rl_stage_check"])
 
 
 def _render_side_check(side: list[SideCheck]) -> None:
@@ -214,4 +223,36 @@ def _render_rl_check(rl: list[RLCheck]) -> None:
         out.print(
             f"RL check {scope}: {s.compared} rows, median error {s.median_error_pct:+.1f} %, "
             f"median |error| {s.median_abs_error_pct:.1f} %, worst {s.worst_abs_error_pct:.1f} %"
+        )
+
+
+def _render_rl_stages(stage_check: dict[str, Any]) -> None:
+    from fmstack.perfmodel.rl_stagecheck import STAGE_COLUMNS
+
+    out = console()
+    keys = (*STAGE_COLUMNS, "rest", "step")
+    table = Table("id", "GPUs", "prompt+resp", *keys,
+                  title="RL stages (not calibration data): NeMo RL published stage times, measured / predicted s "
+                  "(error); generation also with the tail to the cap", title_justify="left",
+                  caption="refit: predicted weight sync + colocated switch; rest: step - the published stages",
+                  caption_justify="left")  # fmt: skip
+    no_wrap(table, "id")
+    for c in stage_check["cases"]:
+        cells = []
+        for k in keys:
+            if k not in c["measured_s"]:
+                cells.append("-")
+                continue
+            cell = f"{c['measured_s'][k]:.1f} / {c['predicted_s'][k]:.1f}"
+            if k in c["error_pct"]:
+                cell += f" ({c['error_pct'][k]:+.0f} %)"
+            if k in ("generation", "step"):
+                cell += f"\ncap {c['predicted_cap_s'][k]:.1f} ({c['error_cap_pct'][k]:+.0f} %)"
+            cells.append(cell)
+        table.add_row(c["id"], str(c["num_gpus"]), f"{c['prompt_len']}+{c['response_len']}", *cells)
+    out.print(table)
+    for k, s in stage_check["summary"].items():
+        out.print(
+            f"RL stages {k}: {s['compared']:.0f} rows, median error {s['median_error_pct']:+.1f} % "
+            f"(with the cap tail {s['median_error_cap_pct']:+.1f} %), worst |error| {s['worst_abs_error_pct']:.1f} %"
         )
