@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from fmstack.cli.common import print_json
 from tests.bad_inputs import BAD_ARGV, BAD_FILES
 
 
@@ -42,3 +45,11 @@ def test_bad_input_is_one_line_exit_2(argv: list[str], expected: str, tmp_path: 
     assert err_lines[0].startswith("fmstack: error:")
     assert expected in err_lines[0]
     assert sorted(p.name for p in tmp_path.rglob("*")) == before, "bad input must not create or remove files"
+
+
+def test_json_output_is_strict_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """NaN / inf (an empty side-check summary, a numpy scalar) print as null: `NaN` is not JSON and jq refuses it."""
+    print_json({"a": float("nan"), "b": [1.5, float("inf")], "c": np.float32("nan"), "d": np.float64(2.0)})
+    assert json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"non-JSON {c}")) == {
+        "a": None, "b": [1.5, None], "c": None, "d": 2.0,
+    }  # fmt: skip

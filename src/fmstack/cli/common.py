@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -34,16 +35,28 @@ def catalog_option(func: F) -> F:
 
 
 def print_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=False, default=_json_default))
+    """``data`` as strict JSON (RFC 8259): a NaN or infinite float is written null, not ``NaN`` / ``Infinity``,
+    which jq and most parsers refuse."""
+    click.echo(json.dumps(_finite(data), indent=2, sort_keys=False, default=_json_default, allow_nan=False))
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(v) for v in data]
+    return data
 
 
 def _json_default(obj: Any) -> Any:
     if hasattr(obj, "model_dump"):
-        return obj.model_dump(mode="json")
+        return _finite(obj.model_dump(mode="json"))
     if isinstance(obj, Path):
         return str(obj)
     if hasattr(obj, "item"):
-        return obj.item()
+        return _finite(obj.item())
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 

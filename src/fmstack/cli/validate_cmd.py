@@ -245,9 +245,9 @@ def _render_rl_stages(stage_check: dict[str, Any]) -> None:
                 continue
             cell = f"{c['measured_s'][k]:.1f} / {c['predicted_s'][k]:.1f}"
             if k in c["error_pct"]:
-                cell += f" ({c['error_pct'][k]:+.0f} %)"
+                cell += f"\n({c['error_pct'][k]:+.0f} %)"
             if k in ("generation", "step"):
-                cell += f"\ncap {c['predicted_cap_s'][k]:.1f} ({c['error_cap_pct'][k]:+.0f} %)"
+                cell += f"\ncap {c['predicted_cap_s'][k]:.1f}\n({c['error_cap_pct'][k]:+.0f} %)"
             cells.append(cell)
         table.add_row(c["id"], str(c["num_gpus"]), f"{c['prompt_len']}+{c['response_len']}", *cells)
     out.print(table)

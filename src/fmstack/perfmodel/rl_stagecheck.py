@@ -141,8 +141,8 @@ def stage_summary(checks: list[StageCheck]) -> dict[str, dict[str, float]]:
         errs = [c.error_pct[key] for c in checks if key in c.error_pct]
         caps = [c.error_cap_pct[key] for c in checks if key in c.error_cap_pct]
         out[key] = {
-            "compared": float(len(errs)),
+            "compared": len(errs),
             **error_stats(errs),
-            "median_error_cap_pct": statistics.median(caps) if caps else math.nan,
+            "median_error_cap_pct": statistics.median(caps) if caps else math.nan,  # NaN: null in --json
         }
     return out
