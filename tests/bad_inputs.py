@@ -614,3 +614,5 @@ BAD_FILES["dup_node_signals.json"] = '{"nodes": [{"node": "n1", "xids": [79]}, {
 # session 10, disaggregated serving candidates (helper A): add rows here
 
 # session 10, RL step stages (helper B): add rows here
+
+# session 10, property-based invariants (helper C): add rows here
