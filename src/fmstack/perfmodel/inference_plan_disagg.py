@@ -113,7 +113,8 @@ def split_note(ranked: list[Candidate], qps: float, searched: bool) -> str:
     pd = f"{split.prefill_replicas}P:{split.decode_replicas}D tp {split.tp} {split.precision} on {split.instance}"
     if co is None:
         return f"the split {pd} meets the SLO and no colocated candidate verified does"
-    win = split.cost_per_hour_usd < co.cost_per_hour_usd
+    busy_s, busy_c = split.replicas * split.tp * split.pp, co.replicas * co.tp * co.pp
+    win = (split.cost_per_hour_usd, busy_s) < (co.cost_per_hour_usd, busy_c)
     verdict = "wins" if win else "loses"
     why = (
         "decode-only replicas keep prompt chunks out of the decode iterations, so each holds "
@@ -124,8 +125,8 @@ def split_note(ranked: list[Candidate], qps: float, searched: bool) -> str:
         why += (f", but {split.prefill_replicas} prefill replica(s) must be paid for and the pools come in whole "
                 f"replicas")  # fmt: skip
     return (
-        f"the best split, {pd} (${split.cost_per_hour_usd:,.2f}/h, {split.num_gpus} GPUs: "
-        f"{qps / split.num_gpus:.3f} req/s per GPU within the p99 SLO), {verdict} against the best colocated row "
-        f"(${co.cost_per_hour_usd:,.2f}/h, {co.num_gpus} GPUs: {qps / co.num_gpus:.3f} req/s per GPU): {why}; KV transfer "
+        f"the best split, {pd} (${split.cost_per_hour_usd:,.2f}/h, {busy_s} GPUs busy: {qps / busy_s:.2f} req/s per "
+        f"GPU within the p99 SLO), {verdict} against the best colocated row (${co.cost_per_hour_usd:,.2f}/h, {busy_c} "
+        f"GPUs busy: {qps / busy_c:.2f} req/s per GPU): {why}; KV transfer "
         f"{split.kv_transfer_s * 1e3:.1f} ms per request"
     )
