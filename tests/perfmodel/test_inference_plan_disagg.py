@@ -44,7 +44,7 @@ def test_split_is_cheapest_for_long_prompts_at_a_tight_itl(cat: Catalog, long_pl
                    for c in long_plan.candidates)  # fmt: skip
     off = _plan(cat, LONG, search_disagg=False)
     assert off.best.mode == "colocated" and off.best.cost_per_hour_usd > b.cost_per_hour_usd
-    assert long_plan.disaggregation_note.startswith("the split ")
+    assert "Splits ranked in the plan: the split " in long_plan.disaggregation_note
 
 
 def test_colocated_wins_for_short_prompts(cat: Catalog) -> None:
@@ -62,7 +62,9 @@ def test_no_disagg_leaves_splits_out(cat: Catalog) -> None:
     plan = _plan(cat, SHORT, search_disagg=False)
     assert {c.mode for c in plan.candidates} == {"colocated"}
     assert all(c.prefill_replicas == c.decode_replicas == 0 for c in plan.candidates)
-    assert plan.disaggregation_note.startswith("disaggregated splits not searched")
+    assert plan.disaggregation_note.endswith(
+        "Splits ranked in the plan: disaggregated splits not searched (--no-disagg)"
+    )
 
 
 def test_json_marks_each_row_and_the_split_command_reproduces_its_pools(long_plan: ServePlan) -> None:

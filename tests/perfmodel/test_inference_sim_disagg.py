@@ -29,7 +29,9 @@ def _sim(rate: float, seed: int = 0, n: int = 120) -> SimConfig:
     return SimConfig(request_rate_per_s=rate, num_requests=n, warmup_requests=10, seed=seed)
 
 
-def test_alone_ttft_is_prefill_chunks_transfer_and_one_decode_step(setup: tuple[Deployment, ServeConfig, float]) -> None:
+def test_alone_ttft_is_prefill_chunks_transfer_and_one_decode_step(
+    setup: tuple[Deployment, ServeConfig, float],
+) -> None:
     d, cfg, kv = setup
     # 8192 prompt tokens in four 2048-token prefill-only iterations; chunk k attends 2048 k + 1 .. 2048 (k + 1)
     prefill = sum(

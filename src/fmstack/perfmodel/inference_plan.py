@@ -176,9 +176,8 @@ def plan_serve(
                     if search_disagg and not adp:  # the split's prefill pool runs the largest prompt budget
                         split = disagg_analytic(replace(cfg, max_num_tokens=max(CHUNK_CHOICES)), cluster_of, model, qps, slo,
                                                 name, nodes)  # fmt: skip
-                        if split is not None:
+                        if split is not None:  # the node search is bounded by the colocated rows alone
                             found.append(split)
-                            first = nodes if first is None else first
                 nodes *= 2
     if not found:
         raise InputError(
@@ -199,7 +198,7 @@ def plan_serve(
     conc = np.arange(1, max_concurrency(d, cfg) + 1, dtype=np.float64)
     curve = serve_curve(d, cfg, conc)
     dis, note = _disaggregation(model, cluster_of(best.instance, best.nodes), best, cfg, qps, slo)
-    note = f"{split_note(ranked, qps, search_disagg)}. Mean field on the best row's nodes: {note}"
+    note = f"{note}. Splits ranked in the plan: {split_note(ranked, qps, search_disagg)}"
     return ServePlan(
         model=model.name, qps=qps, input_len=input_len, output_len=output_len, slo=slo, best=best,
         candidates=ranked,

@@ -69,9 +69,13 @@ def deployment_nodes(replicas: int, c: ServeConfig | Candidate, gpus_per_node: i
     return math.ceil(replicas * c.tp * c.pp / gpus_per_node)
 
 
-def with_replicas(cluster_of: ClusterOf, c: Candidate, replicas: int, **pools: int) -> Candidate:
-    """``c`` with ``replicas`` replicas, its nodes and cost (``pools``: the split's new pool sizes)."""
+def with_replicas(
+    cluster_of: ClusterOf, c: Candidate, replicas: int, prefill: int | None = None, decode: int | None = None
+) -> Candidate:
+    """``c`` with ``replicas`` replicas, its nodes and cost (a split: ``prefill + decode == replicas``)."""
     inst = cluster_of(c.instance, 1).instance
     nodes = deployment_nodes(replicas, c, inst.num_gpus)
     return replace(c, replicas=replicas, nodes=nodes, num_gpus=nodes * inst.num_gpus,
-                   cost_per_hour_usd=nodes * (inst.price_per_hour_usd or 0.0), **pools)  # fmt: skip
+                   cost_per_hour_usd=nodes * (inst.price_per_hour_usd or 0.0),
+                   prefill_replicas=c.prefill_replicas if prefill is None else prefill,
+                   decode_replicas=c.decode_replicas if decode is None else decode)  # fmt: skip

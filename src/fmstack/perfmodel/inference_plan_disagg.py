@@ -92,7 +92,7 @@ def grow_split(cluster_of: ClusterOf, option: Candidate, first: Candidate, facto
         n_pre = max(n_pre + 1, math.ceil(first.prefill_replicas * factor))
     if missed.itl_s[99] > slo.itl_s:
         n_dec = max(n_dec + 1, math.ceil(first.decode_replicas * factor))
-    return with_replicas(cluster_of, option, n_pre + n_dec, prefill_replicas=n_pre, decode_replicas=n_dec)
+    return with_replicas(cluster_of, option, n_pre + n_dec, n_pre, n_dec)
 
 
 def split_note(ranked: list[Candidate], qps: float, searched: bool) -> str:
@@ -112,7 +112,16 @@ def split_note(ranked: list[Candidate], qps: float, searched: bool) -> str:
         return f"no disaggregated split meets the SLO among the verified candidates: {why}"
     pd = f"{split.prefill_replicas}P:{split.decode_replicas}D tp {split.tp} {split.precision} on {split.instance}"
     if co is None:
-        return f"the split {pd} meets the SLO and no colocated candidate verified does"
+        cheaper = [c for c in ranked if c.mode == "colocated" and c.cost_per_hour_usd <= split.cost_per_hour_usd]
+        rest = [c.cost_per_hour_usd for c in ranked if c.mode == "colocated" and c not in cheaper]
+        return (
+            f"the split {pd} (${split.cost_per_hour_usd:,.2f}/h) is the cheapest that meets the p99 SLO: "
+            f"{len(cheaper)} colocated row(s) at or below its cost miss it in simulation"
+            + (f", the next colocated row costs at least ${min(rest):,.2f}/h" if rest else "")
+            + "; decode-only replicas keep prompt chunks out of the decode iterations "
+            f"({split.concurrency} sequences at {split.mean_itl_s * 1e3:.1f} ms), KV transfer "
+            f"{split.kv_transfer_s * 1e3:.1f} ms per request"
+        )
     busy_s, busy_c = split.replicas * split.tp * split.pp, co.replicas * co.tp * co.pp
     win = (split.cost_per_hour_usd, busy_s) < (co.cost_per_hour_usd, busy_c)
     verdict = "wins" if win else "loses"

@@ -210,8 +210,9 @@ class DisaggSim:
         batch changes: elementwise the same floating-point operations as one call each."""
         total = self._ctx_sum[r]
         cached = self._step_cache[r]
-        if cached is not None and cached[0] == n and 0 <= (k := (total - cached[1]) // n) < len(cached[2]):
-            if total - cached[1] == k * n:
+        if cached is not None and cached[0] == n:
+            k, rest = divmod(total - cached[1], n)
+            if rest == 0 and 0 <= k < len(cached[2]):
                 return float(cached[2][k])
         left = min(self._requests[q].output_len - self._requests[q].generated for q in self._running[r])
         ks = np.arange(min(left, 512), dtype=np.int64)
