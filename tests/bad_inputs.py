@@ -612,6 +612,14 @@ BAD_FILES["job_empty.yaml"] = "# a JobSpec\n"
 BAD_FILES["dup_node_signals.json"] = '{"nodes": [{"node": "n1", "xids": [79]}, {"node": "n1"}]}'
 
 # session 10, disaggregated serving candidates (helper A): add rows here
+BAD_ARGV += [
+    # a split needs a prefill and a decode replica: one tp 8 replica on one node cannot be split
+    (["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--tp", "8", "--disagg",
+      "--input-len", "2048", "--output-len", "256"], "gpus: disaggregation needs at least 2 replicas of tp(8)"),
+    # a TTFT below one 8k-token prefill: no colocated row and no split meets it (the split search is on)
+    (["plan", "serve", "--model", "llama3.1-70b", "--qps", "5", "--input-len", "8192", "--output-len", "256",
+      "--ttft-p99", "0.05", "--itl-p99", "0.03", "--instance", "p5.48xlarge"], "slo: no deployment meets TTFT 0.05 s"),
+]  # fmt: skip
 
 # session 10, RL step stages (helper B): add rows here
 

@@ -11,15 +11,21 @@ from typing import Any
 from rich.table import Table
 
 from fmstack.cli.common import console, no_wrap
+from fmstack.perfmodel.inference_disagg import SLO
 from fmstack.perfmodel.inference_plan import Candidate, ServePlan
 
 
-def estimate_argv(model: str, c: Candidate, input_len: int, output_len: int, catalog_dir: Path | None) -> list[str]:
+def estimate_argv(
+    model: str, c: Candidate, input_len: int, output_len: int, catalog_dir: Path | None, slo: SLO | None = None
+) -> list[str]:
     """The `estimate serve` command line that prices ``c``'s replica at its analytic point: its rate, mean TTFT and
-    ITL come out as ``requests_per_s``, ``ttft_s``, ``itl_s`` (the same model, tested)."""
+    ITL come out as ``requests_per_s``, ``ttft_s``, ``itl_s`` (the same model, tested). A disaggregated row (with
+    ``slo``): ``--disagg`` on the split's nodes, whose ``disaggregation`` prints the pools' mean-field figures
+    (``decode_concurrency``, ``decode_itl_s``, ``prefill_s``, ``kv_transfer_s``; tested)."""
     argv = ["fmstack", "estimate", "serve", "--model", model, "--instance", c.instance]
-    if c.nodes_per_replica > 1:
-        argv += ["--nodes", str(c.nodes_per_replica)]
+    split = c.mode == "disaggregated" and slo is not None
+    if split or c.nodes_per_replica > 1:
+        argv += ["--nodes", str(c.nodes if split else c.nodes_per_replica)]
     argv += ["--tp", str(c.tp)]
     if c.pp > 1:
         argv += ["--pp", str(c.pp)]
@@ -29,6 +35,9 @@ def estimate_argv(model: str, c: Candidate, input_len: int, output_len: int, cat
         argv.append("--attention-dp")
     argv += ["--precision", c.precision, "--input-len", str(input_len), "--output-len", str(output_len),
              "--concurrency", str(c.concurrency), "--max-num-tokens", str(c.max_num_tokens), "--no-simulate"]  # fmt: skip
+    if split and slo is not None:
+        argv[argv.index("--concurrency") : argv.index("--concurrency") + 2] = []
+        argv += ["--disagg", "--ttft-slo", f"{slo.ttft_s:g}", "--itl-slo", f"{slo.itl_s:g}"]
     if catalog_dir is not None:
         argv += ["--catalog", str(catalog_dir)]
     return argv
@@ -37,10 +46,11 @@ def estimate_argv(model: str, c: Candidate, input_len: int, output_len: int, cat
 def plan_serve_json(plan: ServePlan, model: str, top: int, catalog_dir: Path | None) -> dict[str, Any]:
     """``best`` and ``candidates`` (each with ``attention_dp`` and its ``estimate_command``), ``slo``, ``qps``,
     ``estimate_command`` (the best's), ``disaggregation`` (the comparison's fields or null) and
-    ``disaggregation_note``."""
+    ``disaggregation_note``. Each row has ``mode`` ("colocated" | "disaggregated"), ``prefill_replicas``,
+    ``decode_replicas`` (0 when colocated; ``replicas`` is their sum) and ``kv_transfer_s``."""
 
     def row(c: Candidate) -> dict[str, Any]:
-        cmd = shlex.join(estimate_argv(model, c, plan.input_len, plan.output_len, catalog_dir))
+        cmd = shlex.join(estimate_argv(model, c, plan.input_len, plan.output_len, catalog_dir, plan.slo))
         return asdict(c) | {"estimate_command": cmd}
 
     best = row(plan.best)
@@ -57,6 +67,8 @@ def render_plan_serve(plan: ServePlan, model: str, top: int, catalog_dir: Path |
     b, slo = plan.best, plan.slo
     layout = f"tp {b.tp}{f' pp {b.pp}' if b.pp > 1 else ''}{f' ep {b.ep}' if b.ep > 1 else ''}"
     layout += " attention-dp" if b.attention_dp else ""
+    if b.mode == "disaggregated":
+        layout = f"{layout} ({b.prefill_replicas} prefill + {b.decode_replicas} decode)"
     out.print(
         f"[bold]{plan.model}[/] at {plan.qps:g} req/s, {plan.input_len}/{plan.output_len} tokens, TTFT p99 <= "
         f"{slo.ttft_s:g} s, ITL p99 <= {slo.itl_s:g} s: [bold]{b.replicas} replica(s) of {layout} {b.precision}[/]"
@@ -65,20 +77,22 @@ def render_plan_serve(plan: ServePlan, model: str, top: int, catalog_dir: Path |
     )
     shown = plan.candidates[:top]
     adp_col = any(c.ep > 1 for c in plan.candidates)  # an MoE model: attention DP was searched
-    cols = ["instance", "prec", "tp", "pp", "ep", *(["attn\nDP"] if adp_col else []), "chunk", "nodes per\nreplica",
-            "replicas", "nodes", "$/h", "req/s per\nreplica", "TTFT p99", "ITL p99", "SLO"]  # fmt: skip
+    cols = ["instance", "prec", "mode", "tp", "pp", "ep", *(["attn\nDP"] if adp_col else []), "chunk",
+            "nodes per\nreplica", "replicas", "nodes", "$/h", "req/s per\nreplica", "TTFT p99", "ITL p99", "SLO"]  # fmt: skip
     rows = []
     for c in shown:
         sim = c.sim or {}
         rows.append([
-            c.instance, c.precision, str(c.tp), str(c.pp), str(c.ep), *(["yes" if c.attention_dp else "-"] if adp_col
+            c.instance, c.precision,
+            f"{c.prefill_replicas}P:{c.decode_replicas}D" if c.mode == "disaggregated" else "coloc", str(c.tp), str(c.pp), str(c.ep), *(["yes" if c.attention_dp else "-"] if adp_col
             else []), str(c.max_num_tokens), str(c.nodes_per_replica), str(c.replicas), str(c.nodes),
             f"{c.cost_per_hour_usd:,.2f}", f"{c.rate_per_replica_rps:.2f}",
             f"{sim['ttft_p99_s']:.3f}" if sim else "-", f"{sim['itl_p99_s']:.4f}" if sim else "-",
             {True: "meets", False: "misses", None: "not simulated"}[c.meets_slo],
         ])  # fmt: skip
     # what every shown row shares goes to the title once (the table fits 140 columns without wrapped headers)
-    said = {"instance": "{}", "prec": "{}", "pp": "pp {}", "nodes per\nreplica": "{} node(s) per replica"}
+    said = {"instance": "{}", "prec": "{}", "pp": "pp {}", "nodes per\nreplica": "{} node(s) per replica",
+            "mode": "{}"}  # fmt: skip
     shared = [i for i, h in enumerate(cols) if h in said and len(rows) > 1 and len({r[i] for r in rows}) == 1]
     title = "candidates (cheapest verified first)"
     if shared:
@@ -90,6 +104,6 @@ def render_plan_serve(plan: ServePlan, model: str, top: int, catalog_dir: Path |
         table.add_row(*(r[i] for i in keep))
     out.print(table)
     out.print("reproduce the best replica's analytic point with:", markup=False)
-    out.print(shlex.join(estimate_argv(model, b, plan.input_len, plan.output_len, catalog_dir)), markup=False,
+    out.print(shlex.join(estimate_argv(model, b, plan.input_len, plan.output_len, catalog_dir, slo)), markup=False,
               soft_wrap=True)  # fmt: skip
     out.print(f"disaggregated prefill/decode: {plan.disaggregation_note}", markup=False, soft_wrap=True)

@@ -303,6 +303,8 @@ def _render_rl_memory(mem: dict[str, Any]) -> None:
               help="Largest replica searched, in whole nodes (TP or PP across them); 1 = one node.")  # fmt: skip
 @click.option("--attention-dp/--no-attention-dp", "search_attention_dp", default=True, show_default=True,
               help="Search attention data parallelism for MoE models (ep = tp; estimate serve --attention-dp).")  # fmt: skip
+@click.option("--disagg/--no-disagg", "search_disagg", default=True, show_default=True,
+              help="Search disaggregated prefill/decode splits (P prefill + D decode replicas of one layout).")  # fmt: skip
 @click.option("--top", type=int, default=8, show_default=True, help="Candidates to show.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write an HTML report.")
 @catalog_option
@@ -310,7 +312,7 @@ def _render_rl_memory(mem: dict[str, Any]) -> None:
 def plan_serve_cmd(
     model: str, qps: float, input_len: int, output_len: int, ttft_p99: float, itl_p99: float,
     instances: tuple[str, ...], precisions: tuple[str, ...], seed: int, max_nodes_per_replica: int,
-    search_attention_dp: bool, top: int, html_path: Path | None, catalog_dir: Path | None, as_json: bool,
+    search_attention_dp: bool, search_disagg: bool, top: int, html_path: Path | None, catalog_dir: Path | None, as_json: bool,
 ) -> None:  # fmt: skip
     """The cheapest deployment (instance, precision, TP / PP / EP, nodes per replica, replicas) serving a request rate
     within p99 targets."""
@@ -328,7 +330,7 @@ def plan_serve_cmd(
         cat, arch, qps=qps, input_len=input_len, output_len=output_len, slo=SLO(ttft_s=ttft_p99, itl_s=itl_p99),
         instances=tuple(n.strip() for v in instances for n in v.split(",") if n.strip()) or None,
         precisions=tuple(p.lower() for p in precisions) or None, seed=seed, max_nodes_per_replica=max_nodes_per_replica,
-        search_attention_dp=search_attention_dp,
+        search_attention_dp=search_attention_dp, search_disagg=search_disagg,
     )  # fmt: skip
     if html_path is not None:
         from fmstack.reports.serve_report import write_serve_plan

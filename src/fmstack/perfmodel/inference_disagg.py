@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
@@ -30,7 +31,7 @@ from fmstack.perfmodel.collectives import GroupPlacement, collective_time_s
 from fmstack.perfmodel.efficiency import Efficiency
 from fmstack.perfmodel.inference import ServeConfig, deployment, max_concurrency, prefill_ctx
 from fmstack.perfmodel.inference_kv import KV_BYTES, kv_bytes_per_token, kv_split
-from fmstack.perfmodel.inference_step import RankLoad, step_time
+from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -77,6 +78,50 @@ def kv_transfer_s(model: ModelArch, cluster: Cluster, cfg: ServeConfig, *, same_
     return total, float(collective_time_s("send_recv", per_gpu, placement, cluster))
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PoolRates:
+    """What one prefill and one decode replica of a layout serve within the SLO (mean field)."""
+
+    per_prefill_rps: float
+    """Prompts/s one prefill replica takes with its M/D/1 wait inside the TTFT budget (0: no slack)."""
+    rho: float
+    """That prefill replica's utilisation."""
+    per_decode_rps: float
+    """Requests/s one decode replica serves at the most sequences whose decode-only ITL meets the target."""
+    decode_concurrency: int
+    decode_itl_s: float
+    prefill_s: float
+    kv_bytes: float
+    kv_s: float
+    kv_link: str
+    same_domain: bool
+
+
+def pool_rates(
+    model: ModelArch, cluster: Cluster, cfg: ServeConfig, slo: SLO, d: Deployment, conc: NDArray[np.float64]
+) -> PoolRates:
+    """Per-replica prefill and decode rates of ``d`` (one replica of ``cfg``) at ``slo``, over ``conc`` sequences."""
+    isl, osl = float(cfg.input_len), float(cfg.output_len)
+    new = isl - math.floor(cfg.prefix_hit_rate * isl)
+    pctx = prefill_ctx(isl, cfg.prefix_hit_rate)
+    dec_itl = step_time(d, conc, isl + osl / 2.0).total_s
+    dec_rate = np.where(dec_itl <= slo.itl_s, conc / (osl * dec_itl), 0.0)
+    dec_i = int(np.argmax(dec_rate))
+    # attention DP: a lone prompt runs on one rank (its dense layers and attention unsplit), the experts over all
+    busy = RankLoad(prefill_tokens=new, prefill_token_ctx=pctx, prefill_seqs=1.0) if cfg.attention_dp else None
+    prefill = float(step_time(d, 0.0, 0.0, new, pctx, 1.0, busiest=busy).total_s)
+    same = 2 * d.num_gpus <= cluster.gpus_per_domain
+    kv_bytes, kv_s = kv_transfer_s(model, cluster, cfg, same_domain=same)
+    slack = (slo.ttft_s - prefill - kv_s - float(dec_itl[dec_i])) / prefill
+    rho = 2 * slack / (1 + 2 * slack) if slack > 0 else 0.0
+    link = f"NVLink ({cluster.scale_up.name})" if same and cluster.scale_up else cluster.scale_out.name.upper()
+    return PoolRates(
+        per_prefill_rps=rho / prefill, rho=rho, per_decode_rps=float(dec_rate[dec_i]),
+        decode_concurrency=int(conc[dec_i]), decode_itl_s=float(dec_itl[dec_i]), prefill_s=prefill,
+        kv_bytes=kv_bytes, kv_s=kv_s, kv_link=link, same_domain=same,
+    )  # fmt: skip
+
+
 def compare_disaggregation(
     model: ModelArch,
     cluster: Cluster,
@@ -104,19 +149,9 @@ def compare_disaggregation(
     ok = (co_ttft <= slo.ttft_s) & (co_itl <= slo.itl_s)
     co_i = int(np.argmax(np.where(ok, co_rate, -1.0)))
     co_rps = float(co_rate[co_i]) * replicas if ok.any() else 0.0
-    dec_itl = step_time(d, conc, isl + osl / 2.0).total_s
-    dec_ok = dec_itl <= slo.itl_s
-    dec_rate = np.where(dec_ok, conc / (osl * dec_itl), 0.0)
-    dec_i = int(np.argmax(dec_rate))
-    per_decode = float(dec_rate[dec_i])
-    # attention DP: a lone prompt runs on one rank (its dense layers and attention unsplit), the experts over all
-    busy = RankLoad(prefill_tokens=new, prefill_token_ctx=pctx, prefill_seqs=1.0) if cfg.attention_dp else None
-    prefill = float(step_time(d, 0.0, 0.0, new, pctx, 1.0, busiest=busy).total_s)
-    same = 2 * d.num_gpus <= cluster.gpus_per_domain
-    kv_bytes, kv_s = kv_transfer_s(model, cluster, cfg, same_domain=same)
-    slack = (slo.ttft_s - prefill - kv_s - float(dec_itl[dec_i])) / prefill
-    rho = 2 * slack / (1 + 2 * slack) if slack > 0 else 0.0
-    per_prefill = rho / prefill
+    pools = pool_rates(model, cluster, cfg, slo, d, conc)
+    per_prefill, per_decode, rho, prefill = pools.per_prefill_rps, pools.per_decode_rps, pools.rho, pools.prefill_s
+    kv_bytes, kv_s, link = pools.kv_bytes, pools.kv_s, pools.kv_link
     best = (0.0, 1)
     for n_pre in range(1, replicas):
         rate = min(n_pre * per_prefill, (replicas - n_pre) * per_decode)
@@ -126,17 +161,16 @@ def compare_disaggregation(
     rho_used = dis_rps / (n_pre * per_prefill) * rho if per_prefill > 0 else 0.0
     wait = rho_used * prefill / (2 * (1 - rho_used)) if rho_used < 1 else math.inf
     gain = dis_rps / co_rps if co_rps > 0 else (math.inf if dis_rps > 0 else 1.0)
-    link = f"NVLink ({cluster.scale_up.name})" if same and cluster.scale_up else cluster.scale_out.name.upper()
-    why = _why(co_rps, dis_rps, float(co_itl[co_i]), int(conc[co_i]), float(dec_itl[dec_i]), int(conc[dec_i]),
+    why = _why(co_rps, dis_rps, float(co_itl[co_i]), int(conc[co_i]), pools.decode_itl_s, pools.decode_concurrency,
                prefill, kv_s, kv_bytes, link, slo)  # fmt: skip
     g = math.gcd(n_pre, replicas - n_pre)
     return DisaggComparison(
         num_gpus=cluster.num_gpus, replicas=replicas, colocated_rps=co_rps, colocated_concurrency=int(conc[co_i]),
         colocated_itl_s=float(co_itl[co_i]), prefill_replicas=n_pre, decode_replicas=replicas - n_pre,
         prefill_to_decode=f"{n_pre // g}:{(replicas - n_pre) // g}", disagg_rps=dis_rps,
-        decode_concurrency=int(conc[dec_i]), decode_itl_s=float(dec_itl[dec_i]), prefill_s=prefill,
+        decode_concurrency=pools.decode_concurrency, decode_itl_s=pools.decode_itl_s, prefill_s=prefill,
         kv_bytes_per_request=kv_bytes, kv_transfer_s=kv_s, kv_link=link,
-        disagg_ttft_s=prefill + wait + kv_s + float(dec_itl[dec_i]), gain=gain, why=why,
+        disagg_ttft_s=prefill + wait + kv_s + pools.decode_itl_s, gain=gain, why=why,
     )  # fmt: skip
 
 

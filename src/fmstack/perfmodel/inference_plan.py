@@ -41,6 +41,9 @@ from fmstack.perfmodel.inference import (
 )
 from fmstack.perfmodel.inference_disagg import SLO, DisaggComparison, compare_disaggregation
 from fmstack.perfmodel.inference_kv import check_tp
+from fmstack.perfmodel.inference_plan_candidate import Candidate as Candidate  # re-exported
+from fmstack.perfmodel.inference_plan_candidate import ClusterOf, config_of, deployment_nodes, with_replicas
+from fmstack.perfmodel.inference_plan_disagg import disagg_analytic, grow_split, simulate_split, split_note
 from fmstack.perfmodel.inference_sim import SimConfig, SimResult, simulate
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
 
@@ -60,41 +63,6 @@ DOUBLINGS_PAST_FIRST = 0
 """Node counts searched past the smallest one at which a layout meets the SLO on the analytic curve."""
 """Prompt-token budgets per iteration the plan tries (vLLM's ``max_num_batched_tokens`` with chunked prefill): a
 smaller chunk keeps a prompt from dominating p99 ITL at the price of more iterations to the first token."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Candidate:
-    """One deployment option and what it costs."""
-
-    instance: str
-    gpu: str
-    precision: str
-    tp: int
-    ep: int
-    """Expert parallel degree inside TP (MoE: 1 or tp)."""
-    attention_dp: bool = False
-    """Attention data parallelism over the ``tp`` GPUs (MoE with ``ep == tp``; ``estimate serve --attention-dp``)."""
-    pp: int
-    """Pipeline stages of a replica (across its nodes)."""
-    nodes_per_replica: int
-    """Whole nodes one replica spans (1: a replica takes ``tp x pp`` GPUs of a node, replicas share nodes)."""
-    replicas: int
-    nodes: int
-    """Nodes of the whole deployment: ``ceil(replicas x tp x pp / gpus_per_node)``."""
-    num_gpus: int
-    cost_per_hour_usd: float
-    max_num_tokens: int
-    """Prompt-token budget per iteration (chunked prefill) the deployment runs with."""
-    rate_per_replica_rps: float
-    """Highest request rate one replica serves within the SLO (analytic means)."""
-    concurrency: int
-    """Sequences in flight at that rate (the analytic curve's point: ``estimate serve --concurrency`` reproduces it)."""
-    mean_ttft_s: float
-    mean_itl_s: float
-    sim: dict[str, float] | None = None
-    """Simulated p50/p90/p99 at the planned rate (None for candidates not simulated)."""
-    meets_slo: bool | None = None
-    """Simulated p99 within the SLO (None when not simulated)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -163,9 +131,11 @@ def plan_serve(
     seed: int = 0,
     max_nodes_per_replica: int = MAX_NODES_PER_REPLICA,
     search_attention_dp: bool = True,
+    search_disagg: bool = True,
 ) -> ServePlan:
     """The cheapest deployment of ``model`` serving ``qps`` requests/s within ``slo`` (p99 checked by simulation).
-    ``search_attention_dp=False`` leaves attention data parallelism out of the search (the search before it)."""
+    ``search_attention_dp=False`` leaves attention data parallelism out of the search (the search before it);
+    ``search_disagg=False`` the disaggregated prefill / decode splits (:mod:`fmstack.perfmodel.inference_plan_disagg`)."""
     if qps <= 0:
         raise InputError("qps", f"must be > 0, got {qps}")
     if max_nodes_per_replica < 1:
@@ -203,6 +173,11 @@ def plan_serve(
                         if option is not None:
                             found.append(option)
                             first = nodes if first is None else first
+                    if search_disagg and not adp:  # the split's prefill pool runs the largest prompt budget
+                        split = disagg_analytic(replace(cfg, max_num_tokens=max(CHUNK_CHOICES)), cluster_of, model, qps, slo,
+                                                name, nodes)  # fmt: skip
+                        if split is not None:  # the node search is bounded by the colocated rows alone
+                            found.append(split)
                 nodes *= 2
     if not found:
         raise InputError(
@@ -218,11 +193,12 @@ def plan_serve(
             f"the cheapest analytic candidate {best.instance} tp {best.tp} pp {best.pp}"
             f"{' attention-dp' if best.attention_dp else ''} {best.precision} misses it",
         )  # fmt: skip
-    cfg = _config(best, input_len, output_len)
+    cfg = config_of(best, input_len, output_len)
     d = deployment(model, cluster_of(best.instance, best.nodes_per_replica), cfg)
     conc = np.arange(1, max_concurrency(d, cfg) + 1, dtype=np.float64)
     curve = serve_curve(d, cfg, conc)
     dis, note = _disaggregation(model, cluster_of(best.instance, best.nodes), best, cfg, qps, slo)
+    note = f"{note}. Splits ranked in the plan: {split_note(ranked, qps, search_disagg)}"
     return ServePlan(
         model=model.name, qps=qps, input_len=input_len, output_len=output_len, slo=slo, best=best,
         candidates=ranked,
@@ -280,16 +256,6 @@ def _one_node_holds(cluster_of: Callable[[str, int], Cluster], names: list[str],
     return False
 
 
-def _config(c: Candidate, input_len: int, output_len: int) -> ServeConfig:
-    return ServeConfig(tp=c.tp, pp=c.pp, ep=c.ep, precision=c.precision, input_len=input_len, output_len=output_len,
-                       max_num_tokens=c.max_num_tokens, attention_dp=c.attention_dp)  # fmt: skip
-
-
-def _deployment_nodes(replicas: int, c: ServeConfig | Candidate, gpus_per_node: int) -> int:
-    """Whole nodes for ``replicas`` replicas of ``tp x pp`` GPUs (a multi-node replica takes all of its nodes)."""
-    return math.ceil(replicas * c.tp * c.pp / gpus_per_node)
-
-
 def _analytic(
     cfg: ServeConfig, cluster: Cluster, model: ModelArch, qps: float, slo: SLO, name: str, nodes_per_replica: int
 ) -> Candidate | None:
@@ -314,7 +280,7 @@ def _analytic(
     rate = float(curve.requests_per_s[i])
     gpn = cluster.instance.num_gpus
     replicas = math.ceil(qps / rate)
-    nodes = _deployment_nodes(replicas, cfg, gpn)
+    nodes = deployment_nodes(replicas, cfg, gpn)
     return Candidate(
         instance=name, gpu=cluster.gpu.name, precision=cfg.precision, tp=cfg.tp, ep=cfg.ep,
         attention_dp=cfg.attention_dp, pp=cfg.pp,
@@ -338,9 +304,6 @@ def _chunk_iteration_s(d: Deployment, cfg: ServeConfig, conc: F) -> F:
         busy = RankLoad(decode_seqs=(conc - 1.0) / d.tp, decode_ctx=ctx, prefill_tokens=chunk,
                         prefill_token_ctx=chunk_ctx, prefill_seqs=1.0)  # fmt: skip
     return step_time(d, conc - 1.0, ctx, chunk, chunk_ctx, 1.0, busiest=busy).total_s
-
-
-ClusterOf = Callable[[str, int], Cluster]
 
 
 def _verify_cheapest(
@@ -369,13 +332,19 @@ def _verify_cheapest(
             break
         pending.pop(0)
         tried += i == 0
-        result = _simulate(cluster_of, model, option, qps, isl, osl, seed)
+        split = option.mode == "disaggregated"
+        result = (simulate_split if split else _simulate)(cluster_of, model, option, qps, isl, osl, seed)
         if result.ttft_s[99] <= slo.ttft_s and result.itl_s[99] <= slo.itl_s:
             checked.append(replace(option, sim=result.percentiles(), meets_slo=True))
         elif i + 1 == len(REPLICA_FACTORS):
             checked.append(replace(first, sim=result.percentiles(), meets_slo=False))
         else:
-            more = _with_replicas(cluster_of, first, math.ceil(first.replicas * REPLICA_FACTORS[i + 1]))
+            factor = REPLICA_FACTORS[i + 1]
+            more = (
+                grow_split(cluster_of, option, first, factor, result, slo)
+                if split
+                else with_replicas(cluster_of, first, math.ceil(first.replicas * factor))
+            )
             pending.append((more, i + 1, first, result.percentiles()))
             pending.sort(key=lambda p: key(p[0]))
     # a miss whose retry with more replicas was left unsimulated: it costs at least the cheapest that meets the SLO
@@ -384,18 +353,11 @@ def _verify_cheapest(
     return sorted(checked, key=lambda c: (not c.meets_slo, *key(c))) + rest
 
 
-def _with_replicas(cluster_of: ClusterOf, c: Candidate, replicas: int) -> Candidate:
-    inst = cluster_of(c.instance, 1).instance
-    nodes = _deployment_nodes(replicas, c, inst.num_gpus)
-    return replace(c, replicas=replicas, nodes=nodes, num_gpus=nodes * inst.num_gpus,
-                   cost_per_hour_usd=nodes * (inst.price_per_hour_usd or 0.0))  # fmt: skip
-
-
 def _simulate(
     cluster_of: ClusterOf, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, seed: int
 ) -> SimResult:
     """Poisson arrivals at ``qps / replicas`` on one replica of ``c``."""
-    cfg = _config(c, isl, osl)
+    cfg = config_of(c, isl, osl)
     d = deployment(model, cluster_of(c.instance, c.nodes_per_replica), cfg)
     sim = SimConfig(request_rate_per_s=qps / c.replicas, num_requests=150, warmup_requests=15, seed=seed)
     return simulate(d, cfg, sim)

@@ -1,0 +1,253 @@
+"""A discrete-event simulation of a disaggregated deployment: ``P`` prefill replicas, ``D`` decode replicas, the KV
+cache moved between them.
+
+Requests arrive as a Poisson process (``SimConfig.request_rate_per_s``, for the whole deployment) into one prefill
+queue that idle prefill replicas pull from, first come first served (Dynamo's global prefill queue, which prefill
+workers pull from; DistServe, Zhong et al. 2024, sec. 4.4, lets prefill instances buffer the load). A prefill
+replica runs prefill-only iterations: it continues its prompts in progress and takes new prompts while the
+iteration's token budget (``max_num_tokens``, chunking a prompt that does not fit) lasts, priced by
+:func:`fmstack.perfmodel.inference_step.step_time` with no decode tokens, as the colocated simulation
+(:mod:`fmstack.perfmodel.inference_sim`) prices its prompt tokens. A finished prompt reserves a slot on the decode
+replica with the most free slots (``max_concurrency``: the KV pool of full-length sequences and ``max_batch``) or,
+with every slot taken, waits for a completion (DistServe's pull: the decode instance fetches the KV cache when it
+has room). Then its KV cache moves (:func:`fmstack.perfmodel.inference_disagg.kv_transfer_s`, NVLink when a
+prefill and a decode replica fit one NVLink domain, else the scale-out fabric): a prefill replica's transfers go
+one after another, each at the link's full rate (every GPU sends its TP shard over its own link share; two at once
+would share it, and first-come-first-served finishes the first earlier and the last at the same time). A decode
+replica runs decode-only iterations with continuous batching; an arrived KV cache joins at the next iteration.
+
+TTFT convention: arrival to the first token the decode replica produces (prefill + queueing + KV transfer + the
+first decode iteration), as a client of vLLM's disaggregated-prefill proxy sees it (the prefill instance runs the
+prompt with ``max_tokens=1``, the decode instance streams every token) and as the mean-field model
+(:func:`fmstack.perfmodel.inference_disagg.compare_disaggregation`) counts it; DistServe's TTFT ends at the
+prefill, earlier by the transfer and one iteration. ITL: the gaps between a request's decode-replica tokens.
+Not modelled: the prefill replica's KV memory (a prompt's cache leaves as soon as it is moved), contention on the
+receiving side, prefix caching across replicas. Every piece of mutable state is on the instance; the same seed
+gives the same result.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+
+from fmstack.errors import InputError
+from fmstack.perfmodel.inference import ServeConfig, max_concurrency
+from fmstack.perfmodel.inference_sim_io import SimConfig, SimRequest, SimResult, summarise
+from fmstack.perfmodel.inference_step import Deployment, step_time
+
+
+class DisaggSim:
+    """``prefill_replicas`` + ``decode_replicas`` replicas of ``d`` under Poisson load."""
+
+    def __init__(
+        self,
+        d: Deployment,
+        cfg: ServeConfig,
+        sim: SimConfig,
+        *,
+        prefill_replicas: int,
+        decode_replicas: int,
+        kv_transfer_s: float,
+    ) -> None:
+        if sim.request_rate_per_s is None:
+            raise InputError("load", "the disaggregated simulation takes an open-loop request rate")
+        if prefill_replicas < 1 or decode_replicas < 1:
+            raise InputError(
+                "disagg", f"needs at least one prefill and one decode replica, got {prefill_replicas}:{decode_replicas}"
+            )
+        if cfg.attention_dp:
+            raise InputError("disagg", "the disaggregated simulation does not model attention DP ranks")
+        if kv_transfer_s < 0:
+            raise InputError("kv-transfer", f"must be >= 0 s, got {kv_transfer_s}")
+        cap = max_concurrency(d, cfg)
+        if cap < 1:
+            raise InputError("disagg", f"one {cfg.input_len + cfg.output_len}-token sequence does not fit a replica")
+        self.d, self.cfg, self.sim = d, cfg, sim
+        self.kv_s = kv_transfer_s
+        self.rng = np.random.default_rng(sim.seed)
+        self.clock_s = 0.0
+        self._events: list[tuple[float, int, str, int]] = []
+        self._counter = 0
+        self._requests: list[SimRequest] = []
+        self._prefill_queue: list[int] = []
+        self._prefill_work: list[list[int]] = [[] for _ in range(prefill_replicas)]
+        """Prompts a prefill replica has started and not finished, in order."""
+        self._prefill_batch: list[dict[int, int]] = [{} for _ in range(prefill_replicas)]
+        self._prefill_busy = [False] * prefill_replicas
+        self._prefill_of: dict[int, int] = {}
+        self._link_free_s = [0.0] * prefill_replicas
+        self._decode_queue: list[int] = []
+        """Prefilled requests waiting for a decode slot (FIFO)."""
+        self._free_slots = [cap] * decode_replicas
+        self._decode_of: dict[int, int] = {}
+        self._arrived: list[list[int]] = [[] for _ in range(decode_replicas)]
+        self._running: list[list[int]] = [[] for _ in range(decode_replicas)]
+        self._decode_busy = [False] * decode_replicas
+        self._ctx_sum = [0] * decode_replicas
+        """Per decode replica: the running sequences' contexts (input + generated tokens) summed."""
+        self._step_cache: list[tuple[int, int, np.ndarray[tuple[int], np.dtype[np.float64]]] | None] = [
+            None
+        ] * decode_replicas
+        self.iterations = 0
+        self.slot_wait_s: list[float] = []
+        """Per request (in completion order of its prefill): time from the prefill's end to a decode slot."""
+        self._prefilled_at: dict[int, float] = {}
+
+    def _push(self, time_s: float, kind: str, idx: int) -> None:
+        heapq.heappush(self._events, (time_s, self._counter, kind, idx))
+        self._counter += 1
+
+    def _length(self, mean: int) -> int:
+        s = self.sim.length_spread
+        return mean if s == 0 else max(1, round(mean * self.rng.uniform(1 - s, 1 + s)))
+
+    def run(self) -> SimResult:
+        rate = self.sim.request_rate_per_s or 1.0
+        for t in np.cumsum(self.rng.exponential(1.0 / rate, self.sim.num_requests)):
+            rid = len(self._requests)
+            isl = self._length(self.cfg.input_len)
+            cached = math.floor(self.cfg.prefix_hit_rate * isl)
+            self._requests.append(SimRequest(rid, float(t), isl, self._length(self.cfg.output_len), prefilled=cached))
+            self._push(float(t), "arrive", rid)
+        while self._events:
+            time_s, _, kind, idx = heapq.heappop(self._events)
+            self.clock_s = time_s
+            if kind == "arrive":
+                self._prefill_queue.append(idx)
+                self._start_prefills()
+            elif kind == "prefill":
+                self._finish_prefill(idx)
+            elif kind == "kv":
+                r = self._decode_of[idx]
+                self._arrived[r].append(idx)
+                if not self._decode_busy[r]:
+                    self._start_decode(r)
+            else:
+                self._finish_decode(idx)
+        return summarise(self._requests, self.sim, self.iterations)
+
+    def _start_prefills(self) -> None:
+        for p, busy in enumerate(self._prefill_busy):
+            if not busy:
+                self._start_prefill(p)
+
+    def _start_prefill(self, p: int) -> None:
+        budget = self.cfg.max_num_tokens
+        work = self._prefill_work[p]
+        chunks: dict[int, int] = {}
+        i = 0
+        while budget > 0:
+            if i == len(work):
+                if not self._prefill_queue:
+                    break
+                rid = self._prefill_queue.pop(0)
+                work.append(rid)
+                self._prefill_of[rid] = p
+            req = self._requests[work[i]]
+            take = min(req.input_len - req.prefilled, budget)
+            chunks[req.rid] = take
+            budget -= take
+            i += 1
+        if not chunks:
+            return
+        tokens = float(sum(chunks.values()))
+        ctx_sum = sum(n * self._requests[r].prefilled + n * (n + 1) / 2 for r, n in chunks.items())
+        done = sum(1 for r, n in chunks.items() if self._requests[r].prefilled + n >= self._requests[r].input_len)
+        t = float(step_time(self.d, 0.0, 0.0, tokens, float(ctx_sum), float(done)).total_s)
+        self._prefill_batch[p] = chunks
+        self._prefill_busy[p] = True
+        self.iterations += 1
+        self._push(self.clock_s + t, "prefill", p)
+
+    def _finish_prefill(self, p: int) -> None:
+        for r, n in self._prefill_batch[p].items():
+            req = self._requests[r]
+            req.prefilled += n
+            if req.prefilled >= req.input_len:
+                self._prefill_work[p].remove(r)
+                self._prefilled_at[r] = self.clock_s
+                self._decode_queue.append(r)
+        self._prefill_batch[p] = {}
+        self._prefill_busy[p] = False
+        self._place()
+        self._start_prefill(p)
+
+    def _place(self) -> None:
+        """Give waiting prefilled requests decode slots (most free slots first) and start their KV transfers."""
+        while self._decode_queue:
+            r = int(np.argmax(self._free_slots))
+            if self._free_slots[r] <= 0:
+                return
+            rid = self._decode_queue.pop(0)
+            self._free_slots[r] -= 1
+            self._decode_of[rid] = r
+            self.slot_wait_s.append(self.clock_s - self._prefilled_at.pop(rid))
+            p = self._prefill_of.pop(rid)
+            end = max(self.clock_s, self._link_free_s[p]) + self.kv_s
+            self._link_free_s[p] = end
+            self._push(end, "kv", rid)
+
+    def _start_decode(self, r: int) -> None:
+        for q in self._arrived[r]:
+            self._ctx_sum[r] += self._requests[q].input_len + self._requests[q].generated
+        self._running[r] += self._arrived[r]
+        self._arrived[r] = []
+        n = len(self._running[r])
+        if n == 0:
+            self._decode_busy[r] = False
+            return
+        self._decode_busy[r] = True
+        self.iterations += 1
+        self._push(self.clock_s + self._decode_step_s(r, n), "decode", r)
+
+    def _decode_step_s(self, r: int, n: int) -> float:
+        """The decode-only iteration of ``n`` sequences at their mean context (exact sum / n, as ``np.mean`` of the
+        integers). The times of the next iterations with the same batch (each one token of context more per
+        sequence, up to the first completion) come from one vectorised ``step_time`` call and are kept until the
+        batch changes: elementwise the same floating-point operations as one call each."""
+        total = self._ctx_sum[r]
+        cached = self._step_cache[r]
+        if cached is not None and cached[0] == n:
+            k, rest = divmod(total - cached[1], n)
+            if rest == 0 and 0 <= k < len(cached[2]):
+                return float(cached[2][k])
+        left = min(self._requests[q].output_len - self._requests[q].generated for q in self._running[r])
+        ks = np.arange(min(left, 512), dtype=np.int64)
+        times = np.broadcast_to(step_time(self.d, float(n), (total + ks * n) / n).total_s, ks.shape)
+        self._step_cache[r] = (n, total, times)
+        return float(times[0])
+
+    def _finish_decode(self, r: int) -> None:
+        now = self.clock_s
+        still: list[int] = []
+        for q in self._running[r]:
+            req = self._requests[q]
+            if req.generated == 0:
+                req.first_token_s = now
+            else:
+                req.gaps_s.append(now - req.last_token_s)
+            req.generated += 1
+            req.last_token_s = now
+            if req.generated < req.output_len:
+                still.append(q)
+                self._ctx_sum[r] += 1
+            else:
+                self._free_slots[r] += 1
+                self._ctx_sum[r] -= req.input_len + req.generated - 1
+        freed = len(still) < len(self._running[r])
+        self._running[r] = still
+        if freed:
+            self._place()
+        self._start_decode(r)
+
+
+def simulate_disagg(
+    d: Deployment, cfg: ServeConfig, sim: SimConfig, *, prefill_replicas: int, decode_replicas: int,
+    kv_transfer_s: float,
+) -> SimResult:  # fmt: skip
+    """Run one simulation of the split deployment (a fresh instance: nothing carries over between runs)."""
+    return DisaggSim(d, cfg, sim, prefill_replicas=prefill_replicas, decode_replicas=decode_replicas,
+                     kv_transfer_s=kv_transfer_s).run()  # fmt: skip

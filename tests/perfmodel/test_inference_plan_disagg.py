@@ -1,0 +1,86 @@
+"""`plan serve` ranks disaggregated splits with colocated rows: where a split wins (long prompts, tight ITL) and
+where colocated serving wins (short prompts); the JSON contract and the flag that turns the search off."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+from click.testing import CliRunner
+
+from fmstack.catalog import Catalog, load_catalog
+from fmstack.cli.main import cli
+from fmstack.cli.plan_serve_render import plan_serve_json
+from fmstack.perfmodel.inference_disagg import SLO
+from fmstack.perfmodel.inference_plan import ServePlan, plan_serve
+
+LONG = {"qps": 5.0, "input_len": 8192, "output_len": 256, "slo": SLO(ttft_s=2.0, itl_s=0.03)}
+SHORT = {"qps": 20.0, "input_len": 256, "output_len": 256, "slo": SLO(ttft_s=0.5, itl_s=0.05)}
+
+
+@pytest.fixture(scope="module")
+def cat() -> Catalog:
+    return load_catalog()
+
+
+def _plan(cat: Catalog, case: dict[str, object], **kw: object) -> ServePlan:
+    return plan_serve(cat, cat.model("llama3.1-70b"), instances=("p5.48xlarge",), **case, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def long_plan(cat: Catalog) -> ServePlan:
+    return _plan(cat, LONG)
+
+
+def test_split_is_cheapest_for_long_prompts_at_a_tight_itl(cat: Catalog, long_plan: ServePlan) -> None:
+    b = long_plan.best
+    assert b.mode == "disaggregated" and b.meets_slo
+    assert b.prefill_replicas + b.decode_replicas == b.replicas
+    assert b.prefill_replicas > b.decode_replicas  # 8k-token prompts: prefill is most of the work
+    assert b.sim is not None and b.sim["ttft_p99_s"] <= 2.0 and b.sim["itl_p99_s"] <= 0.03
+    # no colocated row at or below its cost meets the SLO, and without splits the plan costs strictly more
+    assert not any(c.mode == "colocated" and c.meets_slo and c.cost_per_hour_usd <= b.cost_per_hour_usd
+                   for c in long_plan.candidates)  # fmt: skip
+    off = _plan(cat, LONG, search_disagg=False)
+    assert off.best.mode == "colocated" and off.best.cost_per_hour_usd > b.cost_per_hour_usd
+    assert "Splits ranked in the plan: the split " in long_plan.disaggregation_note
+
+
+def test_colocated_wins_for_short_prompts(cat: Catalog) -> None:
+    plan = _plan(cat, SHORT)
+    assert plan.best.mode == "colocated" and plan.best.meets_slo
+    splits = [c for c in plan.candidates if c.mode == "disaggregated" and c.meets_slo]
+    # a split was verified, and it is no cheaper, with more GPUs busy (a prefill replica for 256-token prompts)
+    assert splits
+    s, b = splits[0], plan.best
+    assert (s.cost_per_hour_usd, s.replicas * s.tp) > (b.cost_per_hour_usd, b.replicas * b.tp)
+    assert " loses against the best colocated row" in plan.disaggregation_note
+
+
+def test_no_disagg_leaves_splits_out(cat: Catalog) -> None:
+    plan = _plan(cat, SHORT, search_disagg=False)
+    assert {c.mode for c in plan.candidates} == {"colocated"}
+    assert all(c.prefill_replicas == c.decode_replicas == 0 for c in plan.candidates)
+    assert plan.disaggregation_note.endswith(
+        "Splits ranked in the plan: disaggregated splits not searched (--no-disagg)"
+    )
+
+
+def test_json_marks_each_row_and_the_split_command_reproduces_its_pools(long_plan: ServePlan) -> None:
+    data = plan_serve_json(long_plan, "llama3.1-70b", 8, None)
+    for key in ("best", "candidates", "slo", "qps", "estimate_command", "disaggregation", "disaggregation_note"):
+        assert key in data
+    rows = data["candidates"]
+    assert {r["mode"] for r in rows} == {"colocated", "disaggregated"}
+    for r in rows:
+        assert {"mode", "prefill_replicas", "decode_replicas", "replicas", "cost_per_hour_usd", "sim"} <= r.keys()
+    split = data["best"]
+    argv = shlex.split(split["estimate_command"])
+    assert "--disagg" in argv and "--concurrency" not in argv
+    result = CliRunner().invoke(cli, [*argv[1:], "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    dz = json.loads(result.output)["disaggregation"]
+    assert dz["decode_concurrency"] == split["concurrency"]
+    assert dz["decode_itl_s"] == pytest.approx(split["mean_itl_s"], rel=1e-12)
+    assert dz["kv_transfer_s"] == pytest.approx(split["kv_transfer_s"], rel=1e-12)
