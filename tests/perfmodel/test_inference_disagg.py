@@ -51,3 +51,17 @@ def test_disaggregation_needs_two_replicas(catalog: Catalog) -> None:
     with pytest.raises(InputError, match="at least 2 replicas"):
         compare_disaggregation(catalog.model("llama3.1-70b"), build_cluster(catalog, "p5.48xlarge", 1),
                                ServeConfig(tp=8), SLO(ttft_s=1.0, itl_s=0.05))  # fmt: skip
+
+
+def test_a_colocated_goodput_of_zero_is_said_in_words(catalog: Catalog) -> None:
+    # 70B tp4, 8k prompts, 1 s TTFT: colocated, one sequence's prompt goes in 32-token chunks beside its decode (256
+    # iterations, 2.9 s to the first token); the "gain" over a colocated goodput of 0 printed as "6351156087739.83x"
+    m, cl = catalog.model("llama3.1-70b"), build_cluster(catalog, "p5.48xlarge", 1)
+    cfg = ServeConfig(tp=4, precision="fp8", input_len=8192, output_len=256)
+    between = compare_disaggregation(m, cl, cfg, SLO(ttft_s=1.0, itl_s=0.015))
+    assert between.colocated_rps == 0.0 < between.disagg_rps
+    assert between.why.startswith("disaggregation wins: colocated misses the SLO (TTFT 1000 ms, ITL 15 ms) even at one")
+    assert "x goodput" not in between.why
+    neither = compare_disaggregation(m, cl, cfg, SLO(ttft_s=1.0, itl_s=0.005))
+    assert neither.colocated_rps == neither.disagg_rps == 0.0
+    assert neither.why.startswith("neither meets the SLO (TTFT 1000 ms, ITL 5 ms) at any load")

@@ -156,7 +156,8 @@ def test_plan_serve_table_and_no_attention_dp_flag() -> None:
     text = CliRunner().invoke(cli, args, catch_exceptions=False).output
     assert "attention-dp fp8" in text.splitlines()[0] + text.splitlines()[1]  # the headline names it
     assert "reproduce the best replica's analytic point with:" in text and "--attention-dp" in text
-    assert "disaggregated prefill/decode: disaggregation not compared" in text
+    assert "disaggregated prefill/decode: splits ranked in the plan" in text
+    assert "On means: disaggregation not compared" in text
     off = json.loads(CliRunner().invoke(cli, [*args, "--no-attention-dp", "--json"], catch_exceptions=False).output)
     assert off["best"]["attention_dp"] is False and off["best"]["cost_per_hour_usd"] >= 2 * P5EN_PRICE - 1e-9
     assert "--attention-dp" not in off["estimate_command"]

@@ -44,7 +44,7 @@ def test_split_is_cheapest_for_long_prompts_at_a_tight_itl(cat: Catalog, long_pl
                    for c in long_plan.candidates)  # fmt: skip
     off = _plan(cat, LONG, search_disagg=False)
     assert off.best.mode == "colocated" and off.best.cost_per_hour_usd > b.cost_per_hour_usd
-    assert "Splits ranked in the plan: the split " in long_plan.disaggregation_note
+    assert long_plan.disaggregation_note.startswith("splits ranked in the plan (p99 by simulation): the split ")
 
 
 def test_colocated_wins_for_short_prompts(cat: Catalog) -> None:
@@ -62,8 +62,8 @@ def test_no_disagg_leaves_splits_out(cat: Catalog) -> None:
     plan = _plan(cat, SHORT, search_disagg=False)
     assert {c.mode for c in plan.candidates} == {"colocated"}
     assert all(c.prefill_replicas == c.decode_replicas == 0 for c in plan.candidates)
-    assert plan.disaggregation_note.endswith(
-        "Splits ranked in the plan: disaggregated splits not searched (--no-disagg)"
+    assert plan.disaggregation_note.startswith(
+        "splits ranked in the plan (p99 by simulation): disaggregated splits not searched (--no-disagg). On means: "
     )
 
 

@@ -162,7 +162,7 @@ def compare_disaggregation(
     wait = rho_used * prefill / (2 * (1 - rho_used)) if rho_used < 1 else math.inf
     gain = dis_rps / co_rps if co_rps > 0 else (math.inf if dis_rps > 0 else 1.0)
     why = _why(co_rps, dis_rps, float(co_itl[co_i]), int(conc[co_i]), pools.decode_itl_s, pools.decode_concurrency,
-               prefill, kv_s, kv_bytes, link, slo)  # fmt: skip
+               prefill, kv_s, kv_bytes, link, slo, co_ttft_s=float(co_ttft[co_i]))  # fmt: skip
     g = math.gcd(n_pre, replicas - n_pre)
     return DisaggComparison(
         num_gpus=cluster.num_gpus, replicas=replicas, colocated_rps=co_rps, colocated_concurrency=int(conc[co_i]),
@@ -176,12 +176,26 @@ def compare_disaggregation(
 
 def _why(
     co: float, dis: float, co_itl: float, co_c: int, dec_itl: float, dec_c: int,
-    prefill: float, kv_s: float, kv_bytes: float, link: str, slo: SLO,
+    prefill: float, kv_s: float, kv_bytes: float, link: str, slo: SLO, *, co_ttft_s: float,
 ) -> str:  # fmt: skip
     kv = f"moving {kv_bytes / 1e6:.0f} MB of KV per request over {link} takes {kv_s * 1e3:.1f} ms"
+    if dis <= 0 and co <= 0:
+        return (
+            f"neither meets the SLO (TTFT {slo.ttft_s * 1e3:.0f} ms, ITL {slo.itl_s * 1e3:.0f} ms) at any load: one "
+            f"sequence per replica colocated has TTFT {co_ttft_s * 1e3:.0f} ms and ITL {co_itl * 1e3:.1f} ms (its "
+            f"prompt in chunks beside the decode), decode-only ITL {dec_itl * 1e3:.1f} ms, prefill "
+            f"{prefill * 1e3:.0f} ms; {kv}"
+        )
+    if dis > co and co <= 0:
+        return (
+            f"disaggregation wins: colocated misses the SLO (TTFT {slo.ttft_s * 1e3:.0f} ms, ITL "
+            f"{slo.itl_s * 1e3:.0f} ms) even at one sequence per replica (TTFT {co_ttft_s * 1e3:.0f} ms, ITL "
+            f"{co_itl * 1e3:.1f} ms: its prompt in chunks beside the decode); decode-only replicas run {dec_c} at "
+            f"{dec_itl * 1e3:.1f} ms; {kv}"
+        )
     if dis > co:
         return (
-            f"disaggregation wins ({dis / max(co, 1e-12):.2f}x goodput): colocated, prompt chunks in decode iterations "
+            f"disaggregation wins ({dis / co:.2f}x goodput): colocated, prompt chunks in decode iterations "
             f"hold the ITL SLO ({slo.itl_s * 1e3:.0f} ms) only up to {co_c} sequences per replica "
             f"({co_itl * 1e3:.1f} ms); decode-only replicas run {dec_c} at {dec_itl * 1e3:.1f} ms; {kv}"
         )

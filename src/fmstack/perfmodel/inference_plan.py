@@ -198,7 +198,13 @@ def plan_serve(
     conc = np.arange(1, max_concurrency(d, cfg) + 1, dtype=np.float64)
     curve = serve_curve(d, cfg, conc)
     dis, note = _disaggregation(model, cluster_of(best.instance, best.nodes), best, cfg, qps, slo)
-    note = f"{note}. Splits ranked in the plan: {split_note(ranked, qps, search_disagg)}"
+    note = f"splits ranked in the plan (p99 by simulation): {split_note(ranked, qps, search_disagg)}. On means: {note}"
+    if dis is not None and best.mode == "disaggregated" and dis.colocated_rps > dis.disagg_rps:
+        note += (
+            " (the two verdicts differ because the SLO applies to p99 in the plan and to means here: colocated "
+            "replicas run prompt chunks inside decode iterations, so their ITL spreads and the p99 misses where "
+            "the mean meets it)"
+        )
     return ServePlan(
         model=model.name, qps=qps, input_len=input_len, output_len=output_len, slo=slo, best=best,
         candidates=ranked,
@@ -222,7 +228,8 @@ def _disaggregation(
     cmp = compare_disaggregation(model, cluster, cfg, slo)
     meets = "at least" if cmp.disagg_rps >= qps else "below"
     return cmp, (
-        f"on the plan's {cmp.num_gpus} GPUs ({cmp.replicas} replicas of {per_replica}), SLO applied to means: "
+        f"DistServe's mean-field comparison on the best row's {cmp.num_gpus} GPUs ({cmp.replicas} replicas of "
+        f"{per_replica}), the SLO applied to means: "
         f"colocated {cmp.colocated_rps:.2f} req/s vs disaggregated {cmp.disagg_rps:.2f} req/s (prefill:decode "
         f"replicas {cmp.prefill_to_decode}, {meets} the {qps:g} req/s asked); {cmp.why}"
     )  # fmt: skip
