@@ -5,6 +5,7 @@ docs/perfmodel.md, "Properties tested", lists them.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -95,13 +96,15 @@ def test_bus_bandwidth_never_beats_the_links(group: tuple[Cluster, GroupPlacemen
     out = link_params(cluster, "scale-out")
     assert out is not None
     nvls = cluster.scale_up.nvls_speedup if (cluster.scale_up is not None and cluster.scale_up.nvls) else 1.0
-    bound = (up.bw_gbps * nvls if (up is not None and g > 1) else 0.0) + (g * out.bw_gbps if g < place.num_ranks else 0.0)
+    bound = (up.bw_gbps * nvls if (up is not None and g > 1) else 0.0) + (
+        g * out.bw_gbps if g < place.num_ranks else 0.0
+    )
     busbw = float(busbw_gbps(op if op != "send_recv" else "send_recv", size, t, place.num_ranks))
     assert busbw <= bound * (1 + 1e-9), (op, busbw, bound)
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
-@given(st.sampled_from(OPS + ("gather",)), st.floats(allow_nan=True, allow_infinity=True), st.integers(-2, 10_000))
+@given(st.sampled_from((*OPS, "gather")), st.floats(allow_nan=True, allow_infinity=True), st.integers(-2, 10_000))
 def test_bad_collective_input_is_an_input_error(op: str, size: float, ranks: int) -> None:
     cluster = cluster_of("p5.48xlarge", 2)
     try:
@@ -150,7 +153,7 @@ def test_plan_rows_fit_agree_with_estimate_and_the_best_is_minimal(
         assert math.isclose(again.memory.total_gib, row.memory.total_gib, rel_tol=1e-9)
         assert again.fits
         scores.append(-row.mfu if objective == "mfu" else 1e12 / row.tokens_per_s)
-    assert all(b >= a * (1 - 1e-12) if a > 0 else b >= a for a, b in zip(scores, scores[1:], strict=False))
+    assert all(b >= a * (1 - 1e-12) if a > 0 else b >= a for a, b in itertools.pairwise(scores))
     # the best reported row is the minimum over every evaluated row that fits
     cols, _ = enumerate_space(model, cluster, space)
     arrays = evaluate(model, cluster, cols)
