@@ -624,3 +624,8 @@ BAD_ARGV += [
 # session 10, RL step stages (helper B): add rows here
 
 # session 10, property-based invariants (helper C): add rows here
+BAD_ARGV += [
+    # fp8 on a GPU without FP8 tensor cores: plan refused it, estimate ran it at the BF16 peak and called it fp8
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "dgx-a100", "--precision", "fp8"],
+     "precision: A100-80GB has no 'fp8' peak"),
+]  # fmt: skip

@@ -218,17 +218,21 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
         )
     else:
         hsdp_ag = hsdp_ar = full_like(nonexpert, 0.0)
-    # zero3 / fsdp: parameters gathered for forward and backward of every micro-batch, grads reduced once
+    # zero3 / fsdp: parameters gathered for forward and backward of every micro-batch, grads reduced once. The
+    # last micro-batch's backward is one window on one link for both its gather and the gradient reduction, so
+    # they hide together (max(0, ag + rs - t_b)), not each behind the whole backward
     fsdp_link = m * 2.0 * ag + rs
     fsdp_exposed = where(
         c.overlap_dp > 0,
-        m * (maximum(0.0, ag - t_f) + maximum(0.0, ag - t_b)) + maximum(0.0, rs - t_b),
+        m * maximum(0.0, ag - t_f) + (m - 1.0) * maximum(0.0, ag - t_b) + maximum(0.0, ag + rs - t_b),
         fsdp_link,
     )
     hsdp_link = m * 2.0 * hsdp_ag + hsdp_ar
     hsdp_exposed = where(
         c.overlap_dp > 0,
-        m * (maximum(0.0, hsdp_ag - t_f) + maximum(0.0, hsdp_ag - t_b)) + maximum(0.0, hsdp_ar - t_b),
+        m * maximum(0.0, hsdp_ag - t_f)
+        + (m - 1.0) * maximum(0.0, hsdp_ag - t_b)
+        + maximum(0.0, hsdp_ag + hsdp_ar - t_b),
         hsdp_link,
     )
     window = t_b + where(c.sharding >= SHARDING_CODE["zero1"], t_f, 0.0)

@@ -152,6 +152,9 @@ def estimate_training(
 ) -> TrainingEstimate:
     """Predict one training step of ``model`` on ``cluster`` with ``config``."""
     validate_config(config, model, cluster.num_gpus)
+    # a precision the GPU has no peak for (fp8 on A100) is refused, as the planner refuses it (plan_training);
+    # the step model would otherwise run the linear layers at the BF16 peak and report an fp8 run
+    cluster.gpu.peak_tflops(config.precision)
     eff = efficiency or default_efficiency(cluster.gpu)
     arrays = step_model(model_consts(model), cluster, eff, columns_of(config))
     return from_arrays(model, cluster, config, arrays, 0, reserve_gib=reserve_gib)
