@@ -116,3 +116,17 @@ def test_plan_serve_html_renders_in_chromium(tmp_path: Path) -> None:
     assert rendered.dom.count('class="plot-container plotly"') == 1
     assert "TTFT p99 SLO" in rendered.dom
     assert "candidates (cheapest first)" in rendered.dom
+
+
+@pytest.mark.browser
+def test_plan_serve_html_shows_a_split_best_row(tmp_path: Path) -> None:
+    # the README's plan serve example on p5: a 5 prefill + 1 decode split is the cheapest row that meets p99; the
+    # report named neither the mode nor the pools, and marked the split's rate on the colocated curve
+    page = tmp_path / "split.html"
+    proc = _run("plan", "serve", "--model", "llama3.1-70b", "--qps", "20", "--input-len", "2048", "--output-len",
+                "256", "--ttft-p99", "0.5", "--itl-p99", "0.05", "--instance", "p5.48xlarge", "--html", str(page))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rendered = render(page)
+    assert rendered.console_errors == []
+    assert "(5 prefill + 1 decode)" in rendered.dom and ">colocated<" in rendered.dom
+    assert "one colocated replica" in rendered.dom and "off this curve" in rendered.dom

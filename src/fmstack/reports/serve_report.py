@@ -26,17 +26,22 @@ def _curve_figure(plan: ServePlan) -> Any:
                   annotation_text=f"TTFT p99 SLO {plan.slo.ttft_s:g} s", annotation_position="top left")  # fmt: skip
     fig.add_hline(y=plan.slo.itl_s, line_dash="dash", line_color="#d62728", row=2, col=1,
                   annotation_text=f"ITL p99 SLO {plan.slo.itl_s:g} s", annotation_position="top left")  # fmt: skip
-    for row in (1, 2):
+    split = best.mode == "disaggregated"
+    for row in (1, 2) if not split else ():  # a split's rate per replica is not a point of the colocated curve
         fig.add_vline(x=best.rate_per_replica_rps, line_color="#2ca02c", row=row, col=1)
     ttft_top = max(min(max(c["ttft_s"]), 4 * plan.slo.ttft_s), 1.2 * plan.slo.ttft_s)  # the SLO always in view
     itl_top = max(min(max(c["itl_s"]), 4 * plan.slo.itl_s), 1.2 * plan.slo.itl_s)
     fig.update_yaxes(title_text="seconds", range=[0, ttft_top * 1.05], row=1, col=1)
     fig.update_yaxes(title_text="seconds", range=[0, itl_top * 1.05], row=2, col=1)
-    fig.update_xaxes(
-        title_text=f"requests/s per replica (green: planned {best.rate_per_replica_rps:.2f})", row=2, col=1
+    planned = (
+        "the split's pools run prefill-only and decode-only iterations, off this curve"
+        if split
+        else (f"green: planned {best.rate_per_replica_rps:.2f}")
     )
+    fig.update_xaxes(title_text=f"requests/s per replica ({planned})", row=2, col=1)
     fig.update_layout(
-        title=f"one replica: {_layout(best)}, {best.precision} (concurrency 1 .. {len(c['ttft_s'])})",
+        title=f"one {'colocated ' if split else ''}replica: {_layout(best)}, {best.precision} (concurrency 1 .. "
+        f"{len(c['ttft_s'])})",
         height=620,
     )
     return fig
@@ -49,16 +54,21 @@ def _layout(c: Any) -> str:
     return f"{nodes}{c.instance}, tp {c.tp}" + (f", pp {c.pp}" if c.pp > 1 else "") + adp
 
 
+def _mode(c: Any) -> str:
+    """``colocated`` or ``2 prefill + 1 decode``."""
+    return f"{c.prefill_replicas} prefill + {c.decode_replicas} decode" if c.mode == "disaggregated" else "colocated"
+
+
 def serve_plan_html(plan: ServePlan) -> str:
     """The page as a string (tested in headless Chromium)."""
     b = plan.best
-    header = ["rank", "instance", "precision", "tp", "pp", "ep", "chunk", "nodes/replica", "replicas", "nodes", "GPUs",
-              "$/h", "rate/replica", "sim TTFT p99", "sim ITL p99", "meets SLO"]  # fmt: skip
+    header = ["rank", "instance", "precision", "mode", "tp", "pp", "ep", "chunk", "nodes/replica", "replicas", "nodes",
+              "GPUs", "$/h", "rate/replica", "sim TTFT p99", "sim ITL p99", "meets SLO"]  # fmt: skip
     rows = []
     for i, c in enumerate(plan.candidates[:20], 1):
         sim = c.sim or {}
         rows.append([
-            i, c.instance, c.precision, c.tp, c.pp, f"{c.ep} + attention DP" if c.attention_dp else c.ep, c.max_num_tokens, c.nodes_per_replica, c.replicas, c.nodes,
+            i, c.instance, c.precision, _mode(c), c.tp, c.pp, f"{c.ep} + attention DP" if c.attention_dp else c.ep, c.max_num_tokens, c.nodes_per_replica, c.replicas, c.nodes,
             c.num_gpus,
             f"{c.cost_per_hour_usd:,.2f}", f"{c.rate_per_replica_rps:.2f}",
             f"{sim['ttft_p99_s']:.3f}" if sim else "-", f"{sim['itl_p99_s']:.4f}" if sim else "-",
@@ -68,7 +78,7 @@ def serve_plan_html(plan: ServePlan) -> str:
         Section(
             title="cheapest deployment",
             text=(
-                f"{b.replicas} replica(s) of {plan.model}, each on {_layout(b)} ({b.precision}, prompt chunk "
+                f"{b.replicas} replica(s) of {plan.model} ({_mode(b)}), each on {_layout(b)} ({b.precision}, prompt chunk "
                 f"{b.max_num_tokens} tokens): {b.nodes} node(s), {b.num_gpus} GPUs, ${b.cost_per_hour_usd:,.2f}/h "
                 f"for {plan.qps:g} requests/s of {plan.input_len}/{plan.output_len} tokens within TTFT p99 "
                 f"{plan.slo.ttft_s:g} s and ITL p99 {plan.slo.itl_s:g} s (p99 from the batching simulation)."
