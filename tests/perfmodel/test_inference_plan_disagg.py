@@ -84,3 +84,15 @@ def test_json_marks_each_row_and_the_split_command_reproduces_its_pools(long_pla
     assert dz["decode_concurrency"] == split["concurrency"]
     assert dz["decode_itl_s"] == pytest.approx(split["mean_itl_s"], rel=1e-12)
     assert dz["kv_transfer_s"] == pytest.approx(split["kv_transfer_s"], rel=1e-12)
+
+
+def test_a_colocated_miss_first_fills_the_nodes_it_pays_for(cat: Catalog) -> None:
+    # the README's example on p5: tp 2 fp8 needs 6 replicas on the mean, 2 nodes; it missed p99 and was shown as
+    # "6 replicas, misses" with the percentiles of a retry it never showed, the next retry (9 replicas) costing a
+    # third node, while 8 tp-2 replicas fit the 2 nodes paid for. Now the retry fills them first, at the same cost,
+    # and a miss is shown as the deployment simulated last, with its own percentiles.
+    plan = plan_serve(cat, cat.model("llama3.1-70b"), instances=("p5.48xlarge",), qps=20.0, input_len=2048,
+                      output_len=256, slo=SLO(ttft_s=0.5, itl_s=0.05))  # fmt: skip
+    tp2 = [c for c in plan.candidates if c.mode == "colocated" and c.tp == 2 and c.sim is not None]
+    assert tp2 and tp2[0].nodes == 2 and tp2[0].replicas == 8 == tp2[0].num_gpus // 2
+    assert all(c.cost_per_hour_usd >= plan.best.cost_per_hour_usd for c in plan.candidates)

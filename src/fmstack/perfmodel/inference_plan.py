@@ -324,8 +324,9 @@ def _verify_cheapest(
     def key(c: Candidate) -> tuple[float, int, float]:
         return (c.cost_per_hour_usd, c.replicas * c.tp * c.pp, -c.rate_per_replica_rps)  # then fewest GPUs busy
 
-    # (option, its factor's index, the candidate as the analytic search found it, the last simulation's percentiles)
-    pending: list[tuple[Candidate, int, Candidate, dict[str, float] | None]] = [
+    # (option, its factor's index, the candidate as the analytic search found it, the last one simulated with its
+    # percentiles: a miss is reported as the largest deployment simulated, with that simulation's p99)
+    pending: list[tuple[Candidate, int, Candidate, Candidate | None]] = [
         (c, 0, c, None) for c in sorted(found, key=key)
     ]
     checked: list[Candidate] = []
@@ -333,7 +334,7 @@ def _verify_cheapest(
     while pending:
         option, i, first, _ = pending[0]
         passing = [c.cost_per_hour_usd for c in checked if c.meets_slo]
-        if tried >= VERIFY_TOP and passing and min(passing) <= option.cost_per_hour_usd:
+        if tried >= VERIFY_TOP and passing and min(passing) < option.cost_per_hour_usd:  # equal cost: simulated
             break
         if i == 0 and tried >= VERIFY_MAX:
             break
@@ -344,20 +345,30 @@ def _verify_cheapest(
         if result.ttft_s[99] <= slo.ttft_s and result.itl_s[99] <= slo.itl_s:
             checked.append(replace(option, sim=result.percentiles(), meets_slo=True))
         elif i + 1 == len(REPLICA_FACTORS):
-            checked.append(replace(first, sim=result.percentiles(), meets_slo=False))
+            checked.append(replace(option, sim=result.percentiles(), meets_slo=False))
         else:
             factor = REPLICA_FACTORS[i + 1]
+            fill = option.nodes // option.nodes_per_replica * _replicas_per_node_group(cluster_of, option)
             more = (
                 grow_split(cluster_of, option, first, factor, result, slo)
                 if split
-                else with_replicas(cluster_of, first, math.ceil(first.replicas * factor))
+                # the replicas the paid nodes hold come first (free); then the next multiple
+                else with_replicas(
+                    cluster_of, first, fill if fill > option.replicas else math.ceil(first.replicas * factor)
+                )
             )
-            pending.append((more, i + 1, first, result.percentiles()))
+            pending.append((more, i + 1, first, replace(option, sim=result.percentiles(), meets_slo=False)))
             pending.sort(key=lambda p: key(p[0]))
     # a miss whose retry with more replicas was left unsimulated: it costs at least the cheapest that meets the SLO
-    checked += [replace(first, sim=sim, meets_slo=False) for _, i, first, sim in pending if i > 0]
+    checked += [missed for _, i, _, missed in pending if i > 0 and missed is not None]
     rest = [first for _, i, first, _ in pending if i == 0]
     return sorted(checked, key=lambda c: (not c.meets_slo, *key(c))) + rest
+
+
+def _replicas_per_node_group(cluster_of: ClusterOf, c: Candidate) -> int:
+    """Replicas of ``c`` that one group of ``c.nodes_per_replica`` nodes holds (8 tp-2 replicas on an 8-GPU node)."""
+    gpus = c.nodes_per_replica * cluster_of(c.instance, 1).instance.num_gpus
+    return max(1, gpus // (c.tp * c.pp))
 
 
 def _simulate(
