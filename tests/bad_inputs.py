@@ -629,3 +629,5 @@ BAD_ARGV += [
     (["estimate", "train", "--model", "llama3.1-8b", "--instance", "dgx-a100", "--precision", "fp8"],
      "precision: A100-80GB has no 'fp8' peak"),
 ]  # fmt: skip
+
+# session 10, fresh-eyes serving and RL review (helper G): add rows here
