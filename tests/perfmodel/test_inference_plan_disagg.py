@@ -108,3 +108,12 @@ def test_one_output_token_has_no_inter_token_gap_to_protect(cat: Catalog) -> Non
                  search_disagg=False)  # fmt: skip
     assert plan.best.meets_slo and plan.best.sim is not None and plan.best.sim["ttft_p99_s"] <= 0.5
     assert any(c.tp <= 2 and c.max_num_tokens == 2048 for c in plan.candidates)
+
+
+def test_a_tiny_rate_prints_its_rate_per_gpu_in_significant_digits(cat: Catalog) -> None:
+    """0.001 req/s on 2 GPUs is 0.0005 req/s per GPU; with two decimals both sides printed 0.00."""
+    plan = _plan(cat, {"qps": 0.001, "input_len": 2048, "output_len": 256, "slo": SLO(ttft_s=0.5, itl_s=0.05)})
+    assert "0.00 req/s per GPU" not in plan.disaggregation_note
+    busy = [c.replicas * c.tp * c.pp for c in plan.candidates if c.meets_slo]
+    if " against the best colocated row" in plan.disaggregation_note:
+        assert any(f"{0.001 / b:.3g} req/s per GPU" in plan.disaggregation_note for b in busy)
