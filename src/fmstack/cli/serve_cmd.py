@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -232,8 +232,11 @@ def rl_cmd(
     with console().status("simulating each rollout replica's batch") if busy else nullcontext():
         est = estimate_rl(actor, cluster, cfg, critic=critic_arch)
         others = compare_placements(actor, cluster, cfg, critic=critic_arch) if compare else {}
+        hint = _offload_hint(actor, cluster, cfg, critic_arch, est)
     if as_json:
         data = est.to_json()
+        if hint:
+            data["hint"] = hint
         if others:
             data["placements"] = {k: {"step_time_s": v.step_time_s, "parts_s": v.parts_s, "bottleneck": v.bottleneck,
                                       "fits": v.fits, "memory": v.memory} for k, v in others.items()}  # fmt: skip
@@ -263,6 +266,8 @@ def rl_cmd(
             f"{sw['host_link_gbps']:.0f} GB/s host link: {sw['time_s']:.2f} s"
         )
     out.print(f"memory: {est.memory['verdict'] if est.fits else '[red]' + est.memory['verdict'] + '[/]'}")
+    if hint:
+        out.print(hint, markup=False, soft_wrap=True)
     out.print(f"bottleneck: [bold]{est.bottleneck}[/]")
     if others:
         cmp = Table("placement", "step (s)", "rollout (s)", "train (s)", "sync (s)", "peak GiB/GPU", "bottleneck",
@@ -273,6 +278,21 @@ def rl_cmd(
             cmp.add_row(name, f"{e.step_time_s:.2f}", f"{p['rollout']:.2f}", f"{p['actor_train'] + p['critic_train']:.2f}",
                         f"{p['weight_sync']:.2f}", peak, e.bottleneck)  # fmt: skip
         out.print(cmp)
+
+
+def _offload_hint(actor: Any, cluster: Any, cfg: Any, critic: Any, est: Any) -> str:
+    """Colocated without offload and over memory: what --offload (NeMo RL's default) would give, or ''."""
+    from fmstack.perfmodel.rl import estimate_rl
+
+    if est.fits or cfg.placement != "colocated" or cfg.offload:
+        return ""
+    alt = estimate_rl(actor, cluster, replace(cfg, offload=True), critic=critic)
+    peak = max(alt.memory["phases_gib"].values())
+    verdict = "fits" if alt.fits else "still does not fit"
+    return (
+        f"with --offload (trained models parked in host memory during generation): peak {peak:.1f} GiB per GPU, "
+        f"{verdict}; step {alt.step_time_s:.2f} s ({alt.step_time_s - est.step_time_s:+.2f} s)"
+    )
 
 
 def _render_rl_memory(mem: dict[str, Any]) -> None:
