@@ -145,3 +145,15 @@ def test_estimate_rl_over_memory_says_what_offload_would_give() -> None:
     assert data["fits"] is False and data["hint"].startswith("with --offload (") and "peak 47.5 GiB" in data["hint"]
     off = json.loads(_run(*args, "--offload", "--json").stdout)
     assert off["fits"] is True and "hint" not in off
+
+
+def test_estimate_serve_one_output_token_prints_no_itl() -> None:
+    """One output token has no inter-token gap: the table printed an ITL of 0.0000 s in every column (read as
+    'infinitely fast decode'); it prints '-' now, the JSON keeps itl_s 0.0."""
+    args = ("estimate", "serve", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--tp", "1", "--input-len",
+            "512", "--output-len", "1", "--concurrency", "4")  # fmt: skip
+    proc = _run(*args)
+    assert proc.returncode == 0, proc.stderr
+    itl = next(line for line in proc.stdout.splitlines() if " itl " in line)
+    assert "0.0000" not in itl and "no gap" in itl
+    assert json.loads(_run(*args, "--json").stdout)["itl_s"] == 0.0

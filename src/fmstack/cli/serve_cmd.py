@@ -141,7 +141,11 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
         cells = (
             [f"{sim[f'{name}_mean_s_sim']:.4f}", *(f"{p[f'{name}_p{q}_s']:.4f}" for q in (50, 90, 99))] if sim else []
         )
-        table.add_row(name, *cells, f"{mean:.4f}")
+        if name == "itl" and c.output_len == 1:  # one output token: no gap (the JSON keeps its 0.0)
+            cells, mean_text = ["-" for _ in cells], "- (1 output token: no gap)"
+        else:
+            mean_text = f"{mean:.4f}"
+        table.add_row(name, *cells, mean_text)
     out.print(table)
     if sim:
         out.print(f"simulated: {sim['requests_measured_sim']:.0f} requests measured; analytic throughput and memory:")
