@@ -175,21 +175,23 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
 @click.option("--model", required=True, help="Actor (policy) model.")
 @click.option("--critic", default=None, help="Critic / reward model [the actor's architecture].")
 @click.option("--instance", required=True, help="Instance name from the catalog.")
-@click.option("--nodes", type=int, default=1, show_default=True)
+@click.option(
+    "--nodes", type=int, default=1, show_default=True, help="Nodes for the whole step (rollout and training)."
+)
 @click.option("--algorithm", type=_choice(("grpo", "ppo")), default="grpo", show_default=True)
 @click.option("--prompts", "prompts_per_step", type=int, default=256, show_default=True, help="Prompts per step.")
 @click.option("--samples", "samples_per_prompt", type=int, default=8, show_default=True, help="Responses/prompt.")
-@click.option("--prompt-len", type=int, default=1024, show_default=True)
-@click.option("--response-len", type=int, default=1024, show_default=True)
+@click.option("--prompt-len", type=int, default=1024, show_default=True, help="Prompt tokens (mean).")
+@click.option("--response-len", type=int, default=1024, show_default=True, help="Response tokens (mean).")
 @click.option("--placement", type=_choice(("colocated", "split")), default="colocated", show_default=True)
 @click.option("--rollout-nodes", type=int, default=None, help="Split: nodes that generate [half].")
 @click.option("--async", "async_split", is_flag=True, help="Split: overlap rollout with training (one step stale).")
 @click.option("--max-trajectory-age", type=int, default=1, show_default=True,
               help="With --async: training steps a trajectory may lag (NeMo RL max_trajectory_age_steps); >= 2 "
               "streams the rollout across steps (no batch tail, more in flight).")  # fmt: skip
-@click.option("--rollout-tp", type=int, default=8, show_default=True)
+@click.option("--rollout-tp", type=int, default=8, show_default=True, help="TP of each generation replica.")
 @click.option("--rollout-precision", type=_choice(PRECISIONS), default="bf16", show_default=True)
-@click.option("--train-tp", type=int, default=8, show_default=True)
+@click.option("--train-tp", type=int, default=8, show_default=True, help="TP of the trained models.")
 @click.option("--train-pp", type=int, default=1, show_default=True)
 @click.option("--train-cp", type=int, default=1, show_default=True, help="Context parallel degree of training.")
 @click.option("--train-ep", type=int, default=1, show_default=True,
