@@ -631,3 +631,13 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 10, fresh-eyes serving and RL review (helper G): add rows here
+BAD_ARGV += [
+    # EP that does not divide the experts: the message names the expert count and the EP degrees allowed
+    (["estimate", "serve", "--model", "deepseek-v3", "--instance", "p5en.48xlarge", "--tp", "8", "--ep", "3",
+      "--precision", "fp8", "--input-len", "2048", "--output-len", "100", "--concurrency", "8"],
+     "ep: ep(3) needs an MoE model, must divide tp(8) and the experts: deepseek-v3 has 256; allowed: 1, 2, 4, 8"),
+    # EP on a dense model
+    (["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--tp", "8", "--ep", "2",
+      "--input-len", "2048", "--output-len", "100", "--concurrency", "8"],
+     "the experts: llama3.1-70b is dense"),
+]  # fmt: skip

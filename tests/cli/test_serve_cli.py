@@ -130,3 +130,30 @@ def test_plan_serve_html_shows_a_split_best_row(tmp_path: Path) -> None:
     assert rendered.console_errors == []
     assert "(5 prefill + 1 decode)" in rendered.dom and ">colocated<" in rendered.dom
     assert "one colocated replica" in rendered.dom and "off this curve" in rendered.dom
+
+
+def test_estimate_rl_over_memory_says_what_offload_would_give() -> None:
+    """Qwen3-32B GRPO colocated on 4 p5 nodes, 4k responses: the rollout phase needs 81.8 GiB of 76.6 (training
+    state 34.3 + reference 7.6 + engine 39.8); parking the trained models in host memory leaves 7.6 + 39.8 = 47.4
+    GiB, so the output says so (before: only 'does NOT fit', with no way out named). The JSON carries the same line."""
+    args = ("estimate", "rl", "--model", "qwen3-32b", "--instance", "p5.48xlarge", "--nodes", "4", "--prompts", "512",
+            "--samples", "8", "--response-len", "4096")  # fmt: skip
+    proc = _run(*args)
+    assert proc.returncode == 0, proc.stderr
+    assert "does NOT fit" in proc.stdout and "with --offload (" in proc.stdout and ", fits; step " in proc.stdout
+    data = json.loads(_run(*args, "--json").stdout)
+    assert data["fits"] is False and data["hint"].startswith("with --offload (") and "peak 47.5 GiB" in data["hint"]
+    off = json.loads(_run(*args, "--offload", "--json").stdout)
+    assert off["fits"] is True and "hint" not in off
+
+
+def test_estimate_serve_one_output_token_prints_no_itl() -> None:
+    """One output token has no inter-token gap: the table printed an ITL of 0.0000 s in every column (read as
+    'infinitely fast decode'); it prints '-' now, the JSON keeps itl_s 0.0."""
+    args = ("estimate", "serve", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--tp", "1", "--input-len",
+            "512", "--output-len", "1", "--concurrency", "4")  # fmt: skip
+    proc = _run(*args)
+    assert proc.returncode == 0, proc.stderr
+    itl = next(line for line in proc.stdout.splitlines() if " itl " in line)
+    assert "0.0000" not in itl and "no gap" in itl
+    assert json.loads(_run(*args, "--json").stdout)["itl_s"] == 0.0

@@ -65,3 +65,13 @@ def test_a_colocated_goodput_of_zero_is_said_in_words(catalog: Catalog) -> None:
     neither = compare_disaggregation(m, cl, cfg, SLO(ttft_s=1.0, itl_s=0.005))
     assert neither.colocated_rps == neither.disagg_rps == 0.0
     assert neither.why.startswith("neither meets the SLO (TTFT 1000 ms, ITL 5 ms) at any load")
+
+
+def test_one_output_token_colocated_is_held_to_ttft_alone(catalog: Catalog) -> None:
+    """With one output token there is no inter-token gap: colocated replicas are held to TTFT only (before the
+    fix: 0 req/s, the prompt iteration read as an ITL of 294 ms against 50 ms)."""
+    m = catalog.model("llama3.1-70b")
+    cl = build_cluster(catalog, "p5.48xlarge", 2)
+    cmp = compare_disaggregation(m, cl, ServeConfig(tp=8, precision="fp8", input_len=2048, output_len=1),
+                                 SLO(ttft_s=0.5, itl_s=0.05))  # fmt: skip
+    assert cmp.colocated_rps > 0 and cmp.colocated_rps >= cmp.disagg_rps

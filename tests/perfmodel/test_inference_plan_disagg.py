@@ -96,3 +96,24 @@ def test_a_colocated_miss_first_fills_the_nodes_it_pays_for(cat: Catalog) -> Non
     tp2 = [c for c in plan.candidates if c.mode == "colocated" and c.tp == 2 and c.sim is not None]
     assert tp2 and tp2[0].nodes == 2 and tp2[0].replicas == 8 == tp2[0].num_gpus // 2
     assert all(c.cost_per_hour_usd >= plan.best.cost_per_hour_usd for c in plan.candidates)
+
+
+def test_one_output_token_has_no_inter_token_gap_to_protect(cat: Catalog) -> None:
+    """2048/1 tokens (scoring, classification): the prompt's iteration produces the only token, so the ITL target
+    binds nothing. Before the fix a 2048-token chunk iteration (150 ms at tp 2 on H100s) was held to the 50 ms ITL
+    target, so every colocated row at chunk 2048 and tp <= 2 was dropped; and once 8 candidates had missed at
+    their analytic replicas (prefill-only replicas run near saturation there) the search stopped before
+    retrying any with more replicas: "no deployment meets the p99 SLO"."""
+    plan = _plan(cat, {"qps": 20.0, "input_len": 2048, "output_len": 1, "slo": SLO(ttft_s=0.5, itl_s=0.05)},
+                 search_disagg=False)  # fmt: skip
+    assert plan.best.meets_slo and plan.best.sim is not None and plan.best.sim["ttft_p99_s"] <= 0.5
+    assert any(c.tp <= 2 and c.max_num_tokens == 2048 for c in plan.candidates)
+
+
+def test_a_tiny_rate_prints_its_rate_per_gpu_in_significant_digits(cat: Catalog) -> None:
+    """0.001 req/s on 2 GPUs is 0.0005 req/s per GPU; with two decimals both sides printed 0.00."""
+    plan = _plan(cat, {"qps": 0.001, "input_len": 2048, "output_len": 256, "slo": SLO(ttft_s=0.5, itl_s=0.05)})
+    assert "0.00 req/s per GPU" not in plan.disaggregation_note
+    busy = [c.replicas * c.tp * c.pp for c in plan.candidates if c.meets_slo]
+    if " against the best colocated row" in plan.disaggregation_note:
+        assert any(f"{0.001 / b:.3g} req/s per GPU" in plan.disaggregation_note for b in busy)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -141,7 +141,11 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
         cells = (
             [f"{sim[f'{name}_mean_s_sim']:.4f}", *(f"{p[f'{name}_p{q}_s']:.4f}" for q in (50, 90, 99))] if sim else []
         )
-        table.add_row(name, *cells, f"{mean:.4f}")
+        if name == "itl" and c.output_len == 1:  # one output token: no gap (the JSON keeps its 0.0)
+            cells, mean_text = ["-" for _ in cells], "- (1 output token: no gap)"
+        else:
+            mean_text = f"{mean:.4f}"
+        table.add_row(name, *cells, mean_text)
     out.print(table)
     if sim:
         out.print(f"simulated: {sim['requests_measured_sim']:.0f} requests measured; analytic throughput and memory:")
@@ -171,21 +175,23 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
 @click.option("--model", required=True, help="Actor (policy) model.")
 @click.option("--critic", default=None, help="Critic / reward model [the actor's architecture].")
 @click.option("--instance", required=True, help="Instance name from the catalog.")
-@click.option("--nodes", type=int, default=1, show_default=True)
+@click.option(
+    "--nodes", type=int, default=1, show_default=True, help="Nodes for the whole step (rollout and training)."
+)
 @click.option("--algorithm", type=_choice(("grpo", "ppo")), default="grpo", show_default=True)
 @click.option("--prompts", "prompts_per_step", type=int, default=256, show_default=True, help="Prompts per step.")
 @click.option("--samples", "samples_per_prompt", type=int, default=8, show_default=True, help="Responses/prompt.")
-@click.option("--prompt-len", type=int, default=1024, show_default=True)
-@click.option("--response-len", type=int, default=1024, show_default=True)
+@click.option("--prompt-len", type=int, default=1024, show_default=True, help="Prompt tokens (mean).")
+@click.option("--response-len", type=int, default=1024, show_default=True, help="Response tokens (mean).")
 @click.option("--placement", type=_choice(("colocated", "split")), default="colocated", show_default=True)
 @click.option("--rollout-nodes", type=int, default=None, help="Split: nodes that generate [half].")
 @click.option("--async", "async_split", is_flag=True, help="Split: overlap rollout with training (one step stale).")
 @click.option("--max-trajectory-age", type=int, default=1, show_default=True,
               help="With --async: training steps a trajectory may lag (NeMo RL max_trajectory_age_steps); >= 2 "
               "streams the rollout across steps (no batch tail, more in flight).")  # fmt: skip
-@click.option("--rollout-tp", type=int, default=8, show_default=True)
+@click.option("--rollout-tp", type=int, default=8, show_default=True, help="TP of each generation replica.")
 @click.option("--rollout-precision", type=_choice(PRECISIONS), default="bf16", show_default=True)
-@click.option("--train-tp", type=int, default=8, show_default=True)
+@click.option("--train-tp", type=int, default=8, show_default=True, help="TP of the trained models.")
 @click.option("--train-pp", type=int, default=1, show_default=True)
 @click.option("--train-cp", type=int, default=1, show_default=True, help="Context parallel degree of training.")
 @click.option("--train-ep", type=int, default=1, show_default=True,
@@ -232,8 +238,11 @@ def rl_cmd(
     with console().status("simulating each rollout replica's batch") if busy else nullcontext():
         est = estimate_rl(actor, cluster, cfg, critic=critic_arch)
         others = compare_placements(actor, cluster, cfg, critic=critic_arch) if compare else {}
+        hint = _offload_hint(actor, cluster, cfg, critic_arch, est)
     if as_json:
         data = est.to_json()
+        if hint:
+            data["hint"] = hint
         if others:
             data["placements"] = {k: {"step_time_s": v.step_time_s, "parts_s": v.parts_s, "bottleneck": v.bottleneck,
                                       "fits": v.fits, "memory": v.memory} for k, v in others.items()}  # fmt: skip
@@ -263,6 +272,8 @@ def rl_cmd(
             f"{sw['host_link_gbps']:.0f} GB/s host link: {sw['time_s']:.2f} s"
         )
     out.print(f"memory: {est.memory['verdict'] if est.fits else '[red]' + est.memory['verdict'] + '[/]'}")
+    if hint:
+        out.print(hint, markup=False, soft_wrap=True)
     out.print(f"bottleneck: [bold]{est.bottleneck}[/]")
     if others:
         cmp = Table("placement", "step (s)", "rollout (s)", "train (s)", "sync (s)", "peak GiB/GPU", "bottleneck",
@@ -273,6 +284,21 @@ def rl_cmd(
             cmp.add_row(name, f"{e.step_time_s:.2f}", f"{p['rollout']:.2f}", f"{p['actor_train'] + p['critic_train']:.2f}",
                         f"{p['weight_sync']:.2f}", peak, e.bottleneck)  # fmt: skip
         out.print(cmp)
+
+
+def _offload_hint(actor: Any, cluster: Any, cfg: Any, critic: Any, est: Any) -> str:
+    """Colocated without offload and over memory: what --offload (NeMo RL's default) would give, or ''."""
+    from fmstack.perfmodel.rl import estimate_rl
+
+    if est.fits or cfg.placement != "colocated" or cfg.offload:
+        return ""
+    alt = estimate_rl(actor, cluster, replace(cfg, offload=True), critic=critic)
+    peak = max(alt.memory["phases_gib"].values())
+    verdict = "fits" if alt.fits else "still does not fit"
+    return (
+        f"with --offload (trained models parked in host memory during generation): peak {peak:.1f} GiB per GPU, "
+        f"{verdict}; step {alt.step_time_s:.2f} s ({alt.step_time_s - est.step_time_s:+.2f} s)"
+    )
 
 
 def _render_rl_memory(mem: dict[str, Any]) -> None:

@@ -59,7 +59,12 @@ class Deployment:
         if self.kv_dtype not in KV_BYTES:
             raise InputError("kv_dtype", f"{self.kv_dtype!r} unknown; allowed: {', '.join(KV_BYTES)}")
         if self.ep > 1 and (self.model.moe is None or self.tp % self.ep or self.model.moe.num_experts % self.ep):
-            raise InputError("ep", f"ep({self.ep}) needs an MoE model, must divide tp({self.tp}) and the experts")
+            n = self.model.moe.num_experts if self.model.moe is not None else 0
+            ok = [str(e) for e in range(1, self.tp + 1) if self.tp % e == 0 and n % e == 0]
+            raise InputError(
+                "ep", f"ep({self.ep}) needs an MoE model, must divide tp({self.tp}) and the experts: "
+                + (f"{self.model.name} has {n}; allowed: {', '.join(ok)}" if n else f"{self.model.name} is dense"),
+            )  # fmt: skip
         if self.attention_dp and (self.model.moe is None or self.ep != self.tp):
             raise InputError(
                 "attention-dp",

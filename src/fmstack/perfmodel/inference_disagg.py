@@ -146,7 +146,7 @@ def compare_disaggregation(
     co_itl = step_time(d, conc, isl + osl / 2.0, k, k * pctx / new, k / new).total_s
     co_ttft = np.ceil(new / k) * co_itl
     co_rate = np.minimum(conc / (osl * co_itl), k / new / co_itl)
-    ok = (co_ttft <= slo.ttft_s) & (co_itl <= slo.itl_s)
+    ok = (co_ttft <= slo.ttft_s) & ((co_itl <= slo.itl_s) | (osl <= 1))  # one output token: no gap to hold
     co_i = int(np.argmax(np.where(ok, co_rate, -1.0)))
     co_rps = float(co_rate[co_i]) * replicas if ok.any() else 0.0
     pools = pool_rates(model, cluster, cfg, slo, d, conc)

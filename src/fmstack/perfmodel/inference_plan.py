@@ -280,7 +280,9 @@ def _analytic(
     conc = np.arange(1, limit + 1, dtype=np.float64)
     curve = serve_curve(d, cfg, conc)
     spike = _chunk_iteration_s(d, cfg, conc)
-    ok = (curve.ttft_s + spike <= slo.ttft_s) & (np.maximum(curve.itl_s, spike) <= slo.itl_s)
+    # one output token: no inter-token gap, the ITL target binds nothing (the prompt iteration is TTFT's)
+    gaps_ok = (np.maximum(curve.itl_s, spike) <= slo.itl_s) | (cfg.output_len == 1)
+    ok = (curve.ttft_s + spike <= slo.ttft_s) & gaps_ok
     if not ok.any():
         return None
     i = int(np.argmax(np.where(ok, curve.requests_per_s, -1.0)))
@@ -332,13 +334,16 @@ def _verify_cheapest(
     checked: list[Candidate] = []
     tried = 0  # candidates simulated at their analytic replicas
     while pending:
-        option, i, first, _ = pending[0]
+        j = 0
+        if tried >= VERIFY_MAX:  # no new candidate; a miss's retries go on while they could still be the cheapest
+            j = next((n for n, p in enumerate(pending) if p[1] > 0), -1)
+            if j < 0:
+                break
+        option, i, first, _ = pending[j]
         passing = [c.cost_per_hour_usd for c in checked if c.meets_slo]
         if tried >= VERIFY_TOP and passing and min(passing) < option.cost_per_hour_usd:  # equal cost: simulated
             break
-        if i == 0 and tried >= VERIFY_MAX:
-            break
-        pending.pop(0)
+        pending.pop(j)
         tried += i == 0
         split = option.mode == "disaggregated"
         result = (simulate_split if split else _simulate)(cluster_of, model, option, qps, isl, osl, seed)

@@ -134,8 +134,8 @@ def split_note(ranked: list[Candidate], qps: float, searched: bool) -> str:
         why += (f", but {split.prefill_replicas} prefill replica(s) must be paid for and the pools come in whole "
                 f"replicas")  # fmt: skip
     return (
-        f"the best split, {pd} (${split.cost_per_hour_usd:,.2f}/h, {busy_s} GPUs busy: {qps / busy_s:.2f} req/s per "
+        f"the best split, {pd} (${split.cost_per_hour_usd:,.2f}/h, {busy_s} GPUs busy: {qps / busy_s:.3g} req/s per "
         f"GPU within the p99 SLO), {verdict} against the best colocated row (${co.cost_per_hour_usd:,.2f}/h, {busy_c} "
-        f"GPUs busy: {qps / busy_c:.2f} req/s per GPU): {why}; KV transfer "
+        f"GPUs busy: {qps / busy_c:.3g} req/s per GPU): {why}; KV transfer "
         f"{split.kv_transfer_s * 1e3:.1f} ms per request"
     )
