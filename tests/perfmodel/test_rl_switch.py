@@ -95,7 +95,7 @@ def test_cli_offload_flag(flag: str | None, moves_state: bool) -> None:
 
     from click.testing import CliRunner
 
-    from fmstack.cli.serve_cmd import rl_cmd
+    from fmstack.cli.rl_cmd import rl_cmd
 
     args = ["--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--prompts", "64", "--rollout-tp", "1",
             "--train-tp", "1", "--json", *([flag] if flag else [])]  # fmt: skip

@@ -34,6 +34,11 @@ def catalog_option(func: F) -> F:
     )(func)
 
 
+def choice(values: tuple[str, ...]) -> click.Choice[str]:
+    """A click choice that takes any letter case (``--precision FP8``)."""
+    return click.Choice(values, case_sensitive=False)
+
+
 def print_json(data: Any) -> None:
     """``data`` as strict JSON (RFC 8259): a NaN or infinite float is written null, not ``NaN`` / ``Infinity``,
     which jq and most parsers refuse."""

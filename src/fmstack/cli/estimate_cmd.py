@@ -14,6 +14,7 @@ from fmstack.catalog.topology import build_cluster, resolve_instance
 from fmstack.cli.common import (
     SubcommandGroup,
     catalog_option,
+    choice,
     console,
     duration_text,
     json_option,
@@ -47,10 +48,6 @@ TRAIN_EXAMPLE = """Example:
 )
 def estimate() -> None:
     """Estimate one workload on one cluster: train, serve, or rl (one PPO / GRPO step)."""
-
-
-def _choice(values: tuple[str, ...]) -> click.Choice[str]:
-    return click.Choice(values, case_sensitive=False)
 
 
 def cluster_options(func: Any) -> Any:
@@ -129,8 +126,8 @@ def resolve_nodes(nodes: int | None, gpus: int | None, gpus_per_node: int) -> in
     "dp * mb * 4 * pp, so the 1F1B bubble (pp - 1) / micro-batches stays <= 25 %].",
 )
 @click.option("--seq-len", type=int, default=None, help="Sequence length in tokens [min(8192, the model's context)].")
-@click.option("--precision", type=_choice(PRECISION_CHOICES), default=None, help="Linear-layer precision [bf16].")
-@click.option("--recompute", type=_choice(RECOMPUTE_CHOICES), default=None, help="Activation recomputation [none].")
+@click.option("--precision", type=choice(PRECISION_CHOICES), default=None, help="Linear-layer precision [bf16].")
+@click.option("--recompute", type=choice(RECOMPUTE_CHOICES), default=None, help="Activation recomputation [none].")
 @click.option(
     "--recompute-modules",
     default=None,
@@ -140,7 +137,7 @@ def resolve_nodes(nodes: int | None, gpus: int | None, gpus_per_node: int) -> in
 @click.option(
     "--recompute-layers", type=int, default=None, help="Fully recompute the first N layers of each pipeline chunk [0]."
 )
-@click.option("--sharding", type=_choice(SHARDING_CHOICES), default=None, help="ZeRO / FSDP sharding [zero1].")
+@click.option("--sharding", type=choice(SHARDING_CHOICES), default=None, help="ZeRO / FSDP sharding [zero1].")
 @click.option("--overlap-dp/--no-overlap-dp", default=None, help="Overlap DP communication [on].")
 @click.option("--overlap-tp/--no-overlap-tp", default=None, help="Overlap TP communication [off].")
 @click.option(
@@ -375,7 +372,8 @@ def memory_hint(est: TrainingEstimate) -> str:
     )
 
 
-from fmstack.cli.serve_cmd import rl_cmd, serve_cmd  # noqa: E402
+from fmstack.cli.rl_cmd import rl_cmd  # noqa: E402
+from fmstack.cli.serve_cmd import serve_cmd  # noqa: E402
 
 estimate.add_command(serve_cmd, "serve")
 estimate.add_command(rl_cmd, "rl")
