@@ -641,3 +641,5 @@ BAD_ARGV += [
       "--input-len", "2048", "--output-len", "100", "--concurrency", "8"],
      "the experts: llama3.1-70b is dense"),
 ]  # fmt: skip
+
+# session 10, simulated splits in estimate serve (helper H): add rows here
