@@ -643,3 +643,5 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 10, simulated splits in estimate serve (helper H): add rows here
+
+# session 10, GB200 multi-node NVLink on Kubernetes (helper I): add rows here
