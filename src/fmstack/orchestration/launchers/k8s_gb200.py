@@ -78,11 +78,13 @@ def plan(job: ResolvedJob) -> DomainPlan | None:
     if not multi_node_nvlink(job):
         if choice == "auto":
             return None
-        where = f"{job.spec.instance} (nvlink_domain_gpus {job.nvlink_domain_gpus} = one node's {job.node_gpus} GPUs)"
+        why = (
+            f"{job.spec.instance} (nvlink_domain_gpus {job.nvlink_domain_gpus}, not above one node's {job.node_gpus} GPUs) has"
+            if job.node_gpus
+            else "a job without an instance (or without GPUs) has"
+        )
         raise InputError(
-            "kubernetes.compute_domain",
-            f"{choice!r}: {where if job.node_gpus else 'no instance'} has no multi-node NVLink to claim; "
-            "allowed: auto or none",
+            "kubernetes.compute_domain", f"{choice!r}: {why} no multi-node NVLink to claim; allowed: auto or none"
         )
     one = job.spec.nodes * job.gpus_per_node <= job.nvlink_domain_gpus
     if choice != "auto":
