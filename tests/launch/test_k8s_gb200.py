@@ -33,12 +33,14 @@ from fmstack.orchestration.launchers.k8s_manifests import (
     render_pytorchjob,
     validate_manifest,
 )
-from tests.launch.test_kubernetes import _Stub, api_server, stub  # noqa: F401  (fixtures)
+from tests.launch import test_kubernetes
+from tests.launch.test_kubernetes import _Stub
 
 pytest.importorskip("kubernetes")
 pytest.importorskip("kubernetes_validate")
 
 GOLDEN = Path(__file__).parent / "golden"
+stub, api_server = test_kubernetes.stub, test_kubernetes.api_server  # the stub API server's fixtures
 GB200_SPEC: dict[str, Any] = {
     "name": "gpt-gb",
     "workload": {"model": "small", "parallel": "fsdp", "precision": "bf16", "steps": 1000, "batch_size": 4},
@@ -141,7 +143,9 @@ def test_instances_without_multi_node_nvlink_are_unchanged(catalog: Catalog) -> 
         if inst.nvlink_domain_gpus > inst.num_gpus:
             continue
         auto, none = (
-            render_manifests(_job(catalog, instance=inst.name, nodes=4, kubernetes={"compute_domain": cd}), render_jobset)
+            render_manifests(
+                _job(catalog, instance=inst.name, nodes=4, kubernetes={"compute_domain": cd}), render_jobset
+            )
             for cd in ("auto", "none")
         )
         assert auto == none and len(auto) == 1, inst.name

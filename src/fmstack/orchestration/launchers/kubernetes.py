@@ -16,8 +16,8 @@ import yaml
 
 from fmstack.errors import InputError
 from fmstack.orchestration.jobspec import ResolvedJob
-from fmstack.orchestration.launchers.base import JobStatus, Submission
 from fmstack.orchestration.launchers import k8s_gb200
+from fmstack.orchestration.launchers.base import JobStatus, Submission
 from fmstack.orchestration.launchers.k8s_manifests import render_jobset, render_manifests, validate_manifest
 
 
@@ -72,19 +72,25 @@ class KubernetesLauncher:
         ns, native = job.spec.namespace, f"{job.spec.namespace}/{job.spec.name}"
         if dry_run:
             return Submission(job_id=f"{self.name}:{native}", rendered=text, dry_run=True)
-        cd = (k8s_gb200.GROUP, k8s_gb200.VERSION, ns, k8s_gb200.PLURAL)
         for d in domains:
-            self._call("create ComputeDomain", lambda api: api.create_namespaced_custom_object(*cd, d))
+            self._domain("create", ns, d)
         try:
             self._call("create", lambda api: api.create_namespaced_custom_object(
                 self.group, self.version, ns, self.plural, m))  # fmt: skip
         except InputError:  # no job to use it: the ComputeDomain goes too, then the job's error
             for d in domains:
                 with contextlib.suppress(InputError):  # the job's error is the one to report
-                    self._call("delete ComputeDomain", lambda api: api.delete_namespaced_custom_object(
-                        *cd, d["metadata"]["name"]))  # fmt: skip
+                    self._domain("delete", ns, d["metadata"]["name"])
             raise
         return Submission(job_id=f"{self.name}:{native}", rendered=text, dry_run=False)
+
+    def _domain(self, verb: str, ns: str, obj: Any) -> None:
+        """Create (obj: the ComputeDomain) or delete (obj: its name) a ComputeDomain (k8s_gb200)."""
+        where = (k8s_gb200.GROUP, k8s_gb200.VERSION, ns, k8s_gb200.PLURAL, obj)
+        if verb == "create":
+            self._call("create ComputeDomain", lambda api: api.create_namespaced_custom_object(*where))
+        else:
+            self._call("delete ComputeDomain", lambda api: api.delete_namespaced_custom_object(*where))
 
     def _split(self, native_id: str) -> tuple[str, str]:
         ns, sep, name = native_id.partition("/")
@@ -173,8 +179,7 @@ class KubernetesLauncher:
             "delete", lambda api: api.delete_namespaced_custom_object(self.group, self.version, ns, self.plural, name)
         )
         if domain:
-            cd = (k8s_gb200.GROUP, k8s_gb200.VERSION, ns, k8s_gb200.PLURAL, domain)
-            self._call("delete ComputeDomain", lambda api: api.delete_namespaced_custom_object(*cd))
+            self._domain("delete", ns, domain)
 
 
 def pods_waiting(pods: list[dict[str, Any]], expected: int) -> str:
