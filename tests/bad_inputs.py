@@ -645,3 +645,27 @@ BAD_ARGV += [
 # session 10, simulated splits in estimate serve (helper H): add rows here
 
 # session 10, GB200 multi-node NVLink on Kubernetes (helper I): add rows here
+BAD_FILES.update(
+    {
+        "job_cd_upper.yaml": "name: a\nimage: x:1\ncommand: ['true']\ninstance: p6e-gb200.36xlarge\nnodes: 2\n"
+        "kubernetes: {compute_domain: Auto}\n",
+        "job_cd_int.yaml": "name: a\nimage: x:1\ncommand: ['true']\ninstance: p6e-gb200.36xlarge\nnodes: 2\n"
+        "kubernetes: {compute_domain: 1}\n",
+        "job_cd_p5.yaml": "name: a\nimage: x:1\ncommand: ['true']\ninstance: p5.48xlarge\nnodes: 2\n"
+        "kubernetes: {compute_domain: my-channel}\n",
+        "job_cd_noinst.yaml": "name: a\nimage: x:1\ncommand: ['true']\nkubernetes: {compute_domain: my-channel}\n",
+    }
+)
+BAD_ARGV += [
+    # a keyword is lowercase; anything else must be a ResourceClaimTemplate name (a DNS-1123 subdomain)
+    (["launch", "@file:job_cd_upper.yaml", "--on", "kubernetes", "--dry-run"],
+     "field 'kubernetes.compute_domain': Value error, must be auto, none or a ResourceClaimTemplate name"),
+    (["launch", "@file:job_cd_int.yaml", "--on", "pytorchjob", "--dry-run"],
+     "field 'kubernetes.compute_domain': Input should be a valid string"),
+    # a channel named for an instance whose NVLink domain is one node: nothing to claim
+    (["launch", "@file:job_cd_p5.yaml", "--on", "kubernetes", "--dry-run"],
+     "kubernetes.compute_domain: 'my-channel': p5.48xlarge (nvlink_domain_gpus 8, not above one node's 8 GPUs) has no "
+     "multi-node NVLink to claim; allowed: auto or none"),
+    (["launch", "@file:job_cd_noinst.yaml", "--on", "kubernetes", "--dry-run"],
+     "kubernetes.compute_domain: 'my-channel': a job without an instance (or without GPUs) has no multi-node NVLink"),
+]  # fmt: skip

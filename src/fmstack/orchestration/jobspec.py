@@ -146,6 +146,26 @@ class KubernetesOptions(_Strict):
             raise ValueError("must be a whole number of 2 MiB pages (an even number of MiB), or 0 for none")
         return v
 
+    compute_domain: str = Field(
+        default="auto",
+        strict=True,
+        description="multi-node NVLink (GB200/GB300) through an NVIDIA DRA ComputeDomain: auto (one per job when its "
+        "whole-node pods span more than one node of an instance whose NVLink domain is larger than a node), none, "
+        "or the name of the channel ResourceClaimTemplate of an existing ComputeDomain (its "
+        "spec.channel.resourceClaimTemplate.name) for the pods to claim",
+    )
+
+    @field_validator("compute_domain")
+    @classmethod
+    def _compute_domain(cls, v: str) -> str:
+        # a ResourceClaimTemplate name is a DNS-1123 subdomain (Kubernetes docs, "Object Names and IDs")
+        if v not in ("auto", "none") and (len(v) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(v)):
+            raise ValueError(
+                "must be auto, none or a ResourceClaimTemplate name: lowercase letters, digits, '-' and '.', "
+                "starting and ending with a letter or digit, at most 253 characters"
+            )
+        return v
+
 
 class Plan(_Strict):
     """Parallel degrees from ``fmstack plan``; their product must equal the job's GPUs (or processes)."""
@@ -221,6 +241,9 @@ class ResolvedJob:
     """GPUs of the whole instance (0 without an instance): a job with fewer shares the node."""
     node_vcpus: int = 0
     """vCPUs of the whole instance (0 without an instance)."""
+    nvlink_domain_gpus: int = 0
+    """GPUs in the instance's NVLink domain (catalog ``nvlink_domain_gpus``; 0 without an instance): above
+    ``node_gpus`` (p6e-gb200: 72 > 4) the domain spans nodes (multi-node NVLink)."""
 
     @property
     def world_size(self) -> int:
@@ -271,7 +294,7 @@ def load_jobspec(path: Path) -> JobSpec:
 
 def resolve(spec: JobSpec, catalog: Catalog) -> ResolvedJob:
     """Fill in from the catalog and check the arithmetic (GPUs per node, plan degrees)."""
-    efa, memory, node_gpus, node_vcpus = 0, None, 0, 0
+    efa, memory, node_gpus, node_vcpus, nvlink_gpus = 0, None, 0, 0, 0
     gpus = spec.gpus_per_node
     if spec.instance is not None:
         inst = catalog.instance(spec.instance)
@@ -283,6 +306,7 @@ def resolve(spec: JobSpec, catalog: Catalog) -> ResolvedJob:
             )
         efa = inst.network_interfaces if inst.network.startswith("efa") else 0
         memory, node_gpus, node_vcpus = inst.host_memory_gib, inst.num_gpus, inst.vcpus
+        nvlink_gpus = inst.nvlink_domain_gpus
         if spec.memory_gib is not None and spec.memory_gib > memory:
             raise InputError("memory_gib", f"{spec.memory_gib:g} > {memory:g}, the memory of one {inst.name}")
     gpus = gpus or 0
@@ -313,6 +337,7 @@ def resolve(spec: JobSpec, catalog: Catalog) -> ResolvedJob:
         log_dir=os.path.abspath(spec.log_dir),
         node_gpus=node_gpus,
         node_vcpus=node_vcpus,
+        nvlink_domain_gpus=nvlink_gpus,
     )
 
 

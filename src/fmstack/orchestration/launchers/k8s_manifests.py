@@ -21,6 +21,7 @@ from typing import Any
 
 from fmstack.errors import InputError
 from fmstack.orchestration.jobspec import ResolvedJob
+from fmstack.orchestration.launchers import k8s_gb200
 from fmstack.orchestration.launchers.torchrun import job_env, program_argv, stop_lead_s, torchrun_prefix
 
 K8S_VERSION = "1.30"
@@ -48,6 +49,8 @@ def _container(job: ResolvedJob, rdzv: list[str], indexed: bool) -> dict[str, An
         raise InputError("image", "a container image is required to run on Kubernetes (e.g. image: my/repo:tag)")
     args = [_escape(a) for a in torchrun_prefix(job)] + rdzv + [_escape(a) for a in program_argv(job)]
     variables = job_env(job)
+    for key, value in k8s_gb200.nccl_env(job).items():  # multi-node NVLink (k8s_gb200); the JobSpec's env wins
+        variables.setdefault(key, value)
     if lead := stop_lead_s(job):
         # torchrun SIGKILLs its workers this long after forwarding a SIGTERM (default 30 s): give them the lead
         variables.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(lead))
@@ -254,6 +257,28 @@ def _pod_annotations(job: ResolvedJob) -> dict[str, str]:
     return {f"kueue.x-k8s.io/podset-{topo.mode}-topology": topo.level}
 
 
+def _template(job: ResolvedJob, rdzv: list[str], indexed: bool) -> dict[str, Any]:
+    """A pod template: Kueue's annotations, the pod spec and, on GB200/GB300, the ComputeDomain claim (k8s_gb200)."""
+    template = {"metadata": {"annotations": _pod_annotations(job)}, "spec": _pod_spec(job, rdzv, indexed)}
+    k8s_gb200.wire_pod(job, template)
+    return template
+
+
+def _metadata(job: ResolvedJob) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": job.spec.name, "namespace": job.spec.namespace, "labels": _labels(job)}
+    domain = k8s_gb200.render_compute_domain(job)
+    if domain is not None:  # the launcher deletes it with the job (KubernetesLauncher.cancel)
+        meta["annotations"] = {k8s_gb200.ANNOTATION: domain["metadata"]["name"]}
+    return meta
+
+
+def render_manifests(job: ResolvedJob, render: Any) -> list[dict[str, Any]]:
+    """What the launcher applies, in order: the ComputeDomain when the job has one (k8s_gb200), then the job
+    rendered by ``render`` (render_jobset or render_pytorchjob)."""
+    domain = k8s_gb200.render_compute_domain(job)
+    return [*([domain] if domain is not None else []), render(job)]
+
+
 def render_jobset(job: ResolvedJob) -> dict[str, Any]:
     spec = job.spec
     n = spec.nodes
@@ -265,12 +290,12 @@ def render_jobset(job: ResolvedJob) -> dict[str, Any]:
         "completionMode": "Indexed",
         "backoffLimit": 0,
         "activeDeadlineSeconds": spec.time_limit_min * 60,
-        "template": {"metadata": {"annotations": _pod_annotations(job)}, "spec": _pod_spec(job, rdzv, True)},
+        "template": _template(job, rdzv, True),
     }
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
-        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": _labels(job)},
+        "metadata": _metadata(job),
         "spec": {
             "suspend": bool(spec.queue),
             "network": {"enableDNSHostnames": True, "subdomain": spec.name},
@@ -285,11 +310,10 @@ def render_pytorchjob(job: ResolvedJob) -> dict[str, Any]:
     """PyTorchJob: the training operator creates the Services and sets MASTER_ADDR, MASTER_PORT and PET_NODE_RANK
     (kubeflow/training-operator pkg/controller.v1/pytorch/envvar.go); Master is node 0."""
     spec = job.spec
-    labels = _labels(job)
     rdzv = ["--node-rank=$(PET_NODE_RANK)", "--master-addr=$(MASTER_ADDR)", "--master-port=$(MASTER_PORT)"]
 
     def tmpl() -> dict[str, Any]:
-        return {"metadata": {"annotations": _pod_annotations(job)}, "spec": _pod_spec(job, rdzv, False)}
+        return _template(job, rdzv, False)
 
     replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": tmpl()}}
     if spec.nodes > 1:
@@ -297,7 +321,7 @@ def render_pytorchjob(job: ResolvedJob) -> dict[str, Any]:
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
-        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": labels},
+        "metadata": _metadata(job),
         "spec": {
             "nprocPerNode": str(job.procs_per_node),
             "runPolicy": {
@@ -317,6 +341,7 @@ def _schema(name: str) -> dict[str, Any]:
 
 
 SCHEMAS = {"JobSet": "jobset-v1alpha2.schema.json", "PyTorchJob": "pytorchjob-v1.schema.json"}
+"""The job kinds; a ComputeDomain (k8s_gb200.SCHEMA, vendored from the NVIDIA DRA driver's CRD) validates too."""
 
 
 def core_objects(manifest: dict[str, Any]) -> list[dict[str, Any]]:
@@ -345,6 +370,9 @@ def validate_manifest(manifest: dict[str, Any]) -> None:
     import kubernetes_validate
 
     kind = manifest.get("kind", "")
+    if kind == "ComputeDomain":
+        k8s_gb200.validate_compute_domain(manifest, _schema(k8s_gb200.SCHEMA))
+        return
     if kind not in SCHEMAS:
         raise InputError("manifest", f"kind {kind!r}; allowed: {', '.join(SCHEMAS)}")
     validator = jsonschema.Draft202012Validator(_schema(SCHEMAS[kind]))
@@ -357,7 +385,8 @@ def validate_manifest(manifest: dict[str, Any]) -> None:
         for c in pod["containers"]:
             check_resources(f"{kind} {obj['kind']} container {c['name']} resources", c.get("resources", {}))
         try:
-            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+            version = k8s_gb200.K8S_VERSION_DRA if k8s_gb200.claims_channel(pod) else K8S_VERSION
+            kubernetes_validate.validate(obj, version, strict=True)
         except kubernetes_validate.ValidationError as exc:
             path = ".".join(str(p) for p in getattr(exc, "path", [])) or "(root)"
             raise InputError(f"{kind} {obj['kind']} {path}", str(getattr(exc, "message", exc))) from None

@@ -2,10 +2,13 @@
 
 The client comes from the kubeconfig (``KUBECONFIG`` or ~/.kube/config; in-cluster config as a fallback) and goes
 through ``CustomObjectsApi`` (create / get / delete). Tests point a kubeconfig at a stub API server on 127.0.0.1.
+A job on GB200/GB300 nodes comes with an NVIDIA DRA ComputeDomain (k8s_gb200): created before the job (its pods
+claim the domain's channel template, which must exist for their claims to be made), deleted after it.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -13,8 +16,9 @@ import yaml
 
 from fmstack.errors import InputError
 from fmstack.orchestration.jobspec import ResolvedJob
+from fmstack.orchestration.launchers import k8s_gb200
 from fmstack.orchestration.launchers.base import JobStatus, Submission
-from fmstack.orchestration.launchers.k8s_manifests import render_jobset, validate_manifest
+from fmstack.orchestration.launchers.k8s_manifests import render_jobset, render_manifests, validate_manifest
 
 
 def default_api_client() -> Any:
@@ -42,13 +46,20 @@ class KubernetesLauncher:
     def __init__(self, api_client_factory: Callable[[], Any] = default_api_client) -> None:
         self._api_client_factory = api_client_factory
 
+    def manifests(self, job: ResolvedJob) -> list[dict[str, Any]]:
+        """Every object the job needs, validated, in the order they are created: [ComputeDomain,] job."""
+        objs = render_manifests(job, self.render_manifest)
+        for m in objs:
+            validate_manifest(m)
+        return objs
+
     def manifest(self, job: ResolvedJob) -> dict[str, Any]:
-        m = self.render_manifest(job)
-        validate_manifest(m)
-        return m
+        """The job object (JobSet / PyTorchJob), validated."""
+        return self.manifests(job)[-1]
 
     def render(self, job: ResolvedJob) -> str:
-        return yaml.safe_dump(self.manifest(job), sort_keys=False)
+        """YAML, one document per object (``---`` between them; a single object as before)."""
+        return yaml.safe_dump_all(self.manifests(job), sort_keys=False)
 
     def _api(self) -> Any:
         from kubernetes import client
@@ -56,14 +67,30 @@ class KubernetesLauncher:
         return client.CustomObjectsApi(self._api_client_factory())
 
     def submit(self, job: ResolvedJob, *, dry_run: bool = False) -> Submission:
-        m = self.manifest(job)
-        text = yaml.safe_dump(m, sort_keys=False)
-        native = f"{job.spec.namespace}/{job.spec.name}"
+        *domains, m = self.manifests(job)
+        text = yaml.safe_dump_all([*domains, m], sort_keys=False)
+        ns, native = job.spec.namespace, f"{job.spec.namespace}/{job.spec.name}"
         if dry_run:
             return Submission(job_id=f"{self.name}:{native}", rendered=text, dry_run=True)
-        self._call("create", lambda api: api.create_namespaced_custom_object(
-            self.group, self.version, job.spec.namespace, self.plural, m))  # fmt: skip
+        for d in domains:
+            self._domain("create", ns, d)
+        try:
+            self._call("create", lambda api: api.create_namespaced_custom_object(
+                self.group, self.version, ns, self.plural, m))  # fmt: skip
+        except InputError:  # no job to use it: the ComputeDomain goes too, then the job's error
+            for d in domains:
+                with contextlib.suppress(InputError):  # the job's error is the one to report
+                    self._domain("delete", ns, d["metadata"]["name"])
+            raise
         return Submission(job_id=f"{self.name}:{native}", rendered=text, dry_run=False)
+
+    def _domain(self, verb: str, ns: str, obj: Any) -> None:
+        """Create (obj: the ComputeDomain) or delete (obj: its name) a ComputeDomain (k8s_gb200)."""
+        where = (k8s_gb200.GROUP, k8s_gb200.VERSION, ns, k8s_gb200.PLURAL, obj)
+        if verb == "create":
+            self._call("create ComputeDomain", lambda api: api.create_namespaced_custom_object(*where))
+        else:
+            self._call("delete ComputeDomain", lambda api: api.delete_namespaced_custom_object(*where))
 
     def _split(self, native_id: str) -> tuple[str, str]:
         ns, sep, name = native_id.partition("/")
@@ -141,10 +168,18 @@ class KubernetesLauncher:
         return "RUNNING"
 
     def cancel(self, native_id: str) -> None:
+        """Delete the job, then the ComputeDomain fmstack created with it (named in its annotation; one the JobSpec
+        named, which fmstack did not create, stays)."""
         ns, name = self._split(native_id)
+        obj = self._call(
+            "get", lambda api: api.get_namespaced_custom_object(self.group, self.version, ns, self.plural, name)
+        )
+        domain = ((obj.get("metadata") or {}).get("annotations") or {}).get(k8s_gb200.ANNOTATION)
         self._call(
             "delete", lambda api: api.delete_namespaced_custom_object(self.group, self.version, ns, self.plural, name)
         )
+        if domain:
+            self._domain("delete", ns, domain)
 
 
 def pods_waiting(pods: list[dict[str, Any]], expected: int) -> str:
