@@ -87,10 +87,20 @@ def serve_cmd(
     cfg = ServeConfig(**values)
     split = _check_split(prefill_replicas, decode_replicas, cfg, cluster, nodes)
     replica_cfg = cfg if split is None else replace(cfg, request_rate_per_s=cfg.request_rate_per_s / sum(split))  # type: ignore[operator]
-    est = estimate_serve(arch, cluster, replica_cfg)
+    note = None
+    try:
+        est = estimate_serve(arch, cluster, replica_cfg)
+    except InputError as exc:  # a split can serve what one colocated replica at qps / (P + D) cannot
+        if split is None or exc.field != "qps":
+            raise
+        replica_cfg = replace(cfg, request_rate_per_s=None)
+        est, simulate = estimate_serve(arch, cluster, replica_cfg), False
+        note = f"colocated: {exc.message}; shown at the most clients a replica holds, not simulated"
     if simulate:
         est = _with_percentiles(est, arch, cluster, replica_cfg, seed, length_spread)
     data = est.to_json()
+    if note is not None:
+        data["colocated_note"] = note
     if split is not None:
         from fmstack.cli.serve_split import split_json
 
@@ -196,6 +206,8 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
     if "disaggregated_simulation" in data:
         from fmstack.cli.serve_split import render_split
 
+        if "colocated_note" in data:
+            out.print(data["colocated_note"], markup=False)
         render_split(data["disaggregated_simulation"])
 
 

@@ -191,7 +191,14 @@ def split_note(ranked: list[Candidate], qps: float, searched: bool) -> str:
     co = next((c for c in meets if c.mode == "colocated"), None)
     if split is None:
         tried = [c for c in ranked if c.mode == "disaggregated" and c.sim is not None]
-        why = "no split was cheap enough on the mean-field model to be simulated"
+        why = "no split was searched"
+        untried = [c for c in ranked if c.mode == "disaggregated"]
+        if untried:
+            u = untried[0]
+            why = (f"none ranked high enough (cost, then GPUs busy) to be simulated; the first, "
+                   f"{u.prefill_replicas}P:{u.decode_replicas}D tp {u.tp} {u.precision} {u.instance} "
+                   f"(${u.cost_per_hour_usd:,.2f}/h, {u.replicas * u.tp * u.pp} GPUs busy), is sized for p99 with a "
+                   f"bound on the prefill queue's wait")  # fmt: skip
         if tried:
             t = tried[0]
             why = (f"the cheapest split simulated ({t.prefill_replicas}P:{t.decode_replicas}D tp {t.tp} "
