@@ -50,9 +50,7 @@ def estimate_argv(
     return argv
 
 
-def plan_serve_json(
-    plan: ServePlan, model: str, top: int, catalog_dir: Path | None, seed: int = 0
-) -> dict[str, Any]:
+def plan_serve_json(plan: ServePlan, model: str, top: int, catalog_dir: Path | None, seed: int = 0) -> dict[str, Any]:
     """``best`` and ``candidates`` (each with ``attention_dp`` and its ``estimate_command``), ``slo``, ``qps``,
     ``estimate_command`` (the best's), ``disaggregation`` (the comparison's fields or null) and
     ``disaggregation_note``. Each row has ``mode`` ("colocated" | "disaggregated"), ``prefill_replicas``,

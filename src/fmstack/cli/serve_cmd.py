@@ -25,6 +25,10 @@ SERVE_EXAMPLE = """Example:
 \b
   fmstack estimate serve --model llama3.1-70b --instance p5.48xlarge --nodes 2 --tp 4 --precision fp8 \\
       --input-len 3000 --output-len 150 --disagg --ttft-slo 1 --itl-slo 0.02
+
+\b
+  fmstack estimate serve --model llama3.1-70b --instance p5.48xlarge --nodes 2 --tp 2 --precision fp8 \\
+      --input-len 8192 --output-len 256 --max-num-tokens 2048 --qps 5 --prefill-replicas 6 --decode-replicas 1
 """
 PLAN_SERVE_EXAMPLE = """Example:
 
@@ -62,12 +66,19 @@ PLAN_SERVE_EXAMPLE = """Example:
 @click.option("--seed", type=int, default=0, show_default=True, help="Simulation seed.")
 @click.option("--length-spread", type=float, default=0.0, show_default=True,
               help="Simulated lengths uniform in mean x [1 - s, 1 + s].")  # fmt: skip
-@click.option("--disagg", is_flag=True, help="Compare colocated and disaggregated serving on all the nodes' GPUs "
-              "(mean-field, the SLO on means).")
-@click.option("--prefill-replicas", type=int, default=None,
-              help="With --decode-replicas and --qps: simulate this split (P prefill + D decode replicas of the "
-              "layout on --nodes) at --qps requests/s for the whole deployment; the colocated rows then show one of "
-              "the P + D replicas at qps / (P + D).")
+@click.option(
+    "--disagg",
+    is_flag=True,
+    help="Compare colocated and disaggregated serving on all the nodes' GPUs (mean-field, the SLO on means).",
+)
+@click.option(
+    "--prefill-replicas",
+    type=int,
+    default=None,
+    help="With --decode-replicas and --qps: simulate this split (P prefill + D decode replicas of the "
+    "layout on --nodes) at --qps requests/s for the whole deployment; the colocated rows then show one of "
+    "the P + D replicas at qps / (P + D).",
+)
 @click.option("--decode-replicas", type=int, default=None, help="Decode replicas of the split (--prefill-replicas).")
 @click.option("--ttft-slo", type=float, default=1.0, show_default=True, help="TTFT target for --disagg (s).")
 @click.option("--itl-slo", type=float, default=0.05, show_default=True, help="ITL target for --disagg (s).")
@@ -124,7 +135,9 @@ def _check_split(
     if prefill is None or decode is None:
         raise InputError("prefill-replicas", "give both --prefill-replicas and --decode-replicas")
     if prefill < 1 or decode < 1:
-        raise InputError("prefill-replicas", f"need at least one prefill and one decode replica, got {prefill}:{decode}")
+        raise InputError(
+            "prefill-replicas", f"need at least one prefill and one decode replica, got {prefill}:{decode}"
+        )
     if cfg.request_rate_per_s is None:
         raise InputError("qps", "a split is simulated at an open-loop rate: give --qps (the whole deployment's)")
     if cfg.attention_dp:
