@@ -653,4 +653,6 @@ BAD_ARGV += [
     ([*_SPLIT, "--nodes", "2", "--prefill-replicas", "6", "--decode-replicas", "1"], "qps: a split is simulated at"),
     ([*_SPLIT, "--nodes", "2", "--qps", "5", "--prefill-replicas", "0", "--decode-replicas", "1"],
      "prefill-replicas: need at least one prefill and one decode replica, got 0:1"),
+    ([*_SPLIT, "--nodes", "2", "--qps", "0", "--prefill-replicas", "6", "--decode-replicas", "1"],
+     "qps: must be > 0, got 0.0"),
 ]  # fmt: skip

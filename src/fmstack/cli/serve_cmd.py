@@ -140,6 +140,8 @@ def _check_split(
         )
     if cfg.request_rate_per_s is None:
         raise InputError("qps", "a split is simulated at an open-loop rate: give --qps (the whole deployment's)")
+    if not cfg.request_rate_per_s > 0:
+        raise InputError("qps", f"must be > 0, got {cfg.request_rate_per_s}")
     if cfg.attention_dp:
         raise InputError("attention-dp", "the disaggregated simulation does not model attention DP ranks")
     per = cfg.tp * cfg.pp
