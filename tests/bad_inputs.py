@@ -643,6 +643,19 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 10, simulated splits in estimate serve (helper H): add rows here
+_SPLIT = ["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--tp", "2", "--precision",
+          "fp8", "--input-len", "8192", "--output-len", "256", "--no-simulate"]  # fmt: skip
+BAD_ARGV += [
+    ([*_SPLIT, "--qps", "5", "--prefill-replicas", "6", "--decode-replicas", "1"],
+     "nodes: 6 prefill + 1 decode replicas of tp 2 x pp 1 need 14 GPUs; 1 x p5.48xlarge has 8"),
+    ([*_SPLIT, "--nodes", "2", "--qps", "5", "--prefill-replicas", "6"],
+     "prefill-replicas: give both --prefill-replicas and --decode-replicas"),
+    ([*_SPLIT, "--nodes", "2", "--prefill-replicas", "6", "--decode-replicas", "1"], "qps: a split is simulated at"),
+    ([*_SPLIT, "--nodes", "2", "--qps", "5", "--prefill-replicas", "0", "--decode-replicas", "1"],
+     "prefill-replicas: need at least one prefill and one decode replica, got 0:1"),
+    ([*_SPLIT, "--nodes", "2", "--qps", "0", "--prefill-replicas", "6", "--decode-replicas", "1"],
+     "qps: must be > 0, got 0.0"),
+]  # fmt: skip
 
 # session 10, GB200 multi-node NVLink on Kubernetes (helper I): add rows here
 BAD_FILES.update(

@@ -47,6 +47,27 @@ def test_estimate_serve_table_and_disagg() -> None:
     assert "disaggregation wins" in proc.stdout
 
 
+def test_estimate_serve_simulates_a_given_split() -> None:
+    """--prefill-replicas 6 --decode-replicas 1 --qps 5 on 2 nodes: the split's own percentiles, its pools and the
+    KV transfer under ``disaggregated_simulation``; the top-level keys are one of the 7 replicas colocated at 5/7."""
+    proc = _run("estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--nodes", "2",
+                "--tp", "2", "--precision", "fp8", "--input-len", "8192", "--output-len", "256",
+                "--max-num-tokens", "2048", "--qps", "5", "--prefill-replicas", "6", "--decode-replicas", "1",
+                "--no-simulate", "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["requests_per_s"] == pytest.approx(5 / 7)
+    z = data["disaggregated_simulation"]
+    for name in ("ttft", "itl", "latency"):
+        assert 0 < z[f"{name}_p50_s"] <= z[f"{name}_p90_s"] <= z[f"{name}_p99_s"]
+    assert (z["prefill_replicas"], z["decode_replicas"]) == (6, 1)
+    # 8192 tokens x 163,840 B of bf16 KV (80 layers x 8 KV heads x 128 x 2 x 2 B) in one transfer over NVLink
+    assert z["kv_bytes_per_request"] == 8192 * 163_840 and z["kv_link"].startswith("NVLink")
+    # 5 req/s of 0.772 s prompts on 6 replicas: 64 % busy by hand; the decode replica below its slots
+    assert z["prefill_utilisation"] == pytest.approx(5 * 0.772 / 6, abs=0.08)
+    assert z["decode_batch_mean"] < z["decode_slots"] and z["bottleneck"] == "prefill"
+
+
 def test_estimate_rl_json() -> None:
     proc = _run("estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "2",
                 "--algorithm", "ppo", "--samples", "1", "--prompts", "512", "--rollout-tp", "1", "--train-tp", "1",

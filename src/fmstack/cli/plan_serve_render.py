@@ -16,12 +16,15 @@ from fmstack.perfmodel.inference_plan import Candidate, ServePlan
 
 
 def estimate_argv(
-    model: str, c: Candidate, input_len: int, output_len: int, catalog_dir: Path | None, slo: SLO | None = None
-) -> list[str]:
+    model: str, c: Candidate, input_len: int, output_len: int, catalog_dir: Path | None, slo: SLO | None = None,
+    *, qps: float | None = None, seed: int = 0,
+) -> list[str]:  # fmt: skip
     """The `estimate serve` command line that prices ``c``'s replica at its analytic point: its rate, mean TTFT and
     ITL come out as ``requests_per_s``, ``ttft_s``, ``itl_s`` (the same model, tested). A disaggregated row (with
     ``slo``): ``--disagg`` on the split's nodes, whose ``disaggregation`` prints the pools' mean-field figures
-    (``decode_concurrency``, ``decode_itl_s``, ``prefill_s``, ``kv_transfer_s``; tested)."""
+    (``decode_concurrency``, ``decode_itl_s``, ``prefill_s``, ``kv_transfer_s``; tested), and with ``qps``
+    ``--qps R --prefill-replicas P --decode-replicas D --seed S``, whose ``disaggregated_simulation`` is the row's
+    simulation: the same p50/p90/p99 (tested)."""
     argv = ["fmstack", "estimate", "serve", "--model", model, "--instance", c.instance]
     split = c.mode == "disaggregated" and slo is not None
     if split or c.nodes_per_replica > 1:
@@ -36,21 +39,26 @@ def estimate_argv(
     argv += ["--precision", c.precision, "--input-len", str(input_len), "--output-len", str(output_len),
              "--concurrency", str(c.concurrency), "--max-num-tokens", str(c.max_num_tokens), "--no-simulate"]  # fmt: skip
     if split and slo is not None:
-        argv[argv.index("--concurrency") : argv.index("--concurrency") + 2] = []
+        at = argv.index("--concurrency")
+        argv[at : at + 2] = [] if qps is None else ["--qps", repr(float(qps))]
         argv += ["--disagg", "--ttft-slo", f"{slo.ttft_s:g}", "--itl-slo", f"{slo.itl_s:g}"]
+        if qps is not None:
+            argv += ["--prefill-replicas", str(c.prefill_replicas), "--decode-replicas", str(c.decode_replicas),
+                     "--seed", str(seed)]  # fmt: skip
     if catalog_dir is not None:
         argv += ["--catalog", str(catalog_dir)]
     return argv
 
 
-def plan_serve_json(plan: ServePlan, model: str, top: int, catalog_dir: Path | None) -> dict[str, Any]:
+def plan_serve_json(plan: ServePlan, model: str, top: int, catalog_dir: Path | None, seed: int = 0) -> dict[str, Any]:
     """``best`` and ``candidates`` (each with ``attention_dp`` and its ``estimate_command``), ``slo``, ``qps``,
     ``estimate_command`` (the best's), ``disaggregation`` (the comparison's fields or null) and
     ``disaggregation_note``. Each row has ``mode`` ("colocated" | "disaggregated"), ``prefill_replicas``,
     ``decode_replicas`` (0 when colocated; ``replicas`` is their sum) and ``kv_transfer_s``."""
 
     def row(c: Candidate) -> dict[str, Any]:
-        cmd = shlex.join(estimate_argv(model, c, plan.input_len, plan.output_len, catalog_dir, plan.slo))
+        argv = estimate_argv(model, c, plan.input_len, plan.output_len, catalog_dir, plan.slo, qps=plan.qps, seed=seed)
+        cmd = shlex.join(argv)
         return asdict(c) | {"estimate_command": cmd}
 
     best = row(plan.best)
@@ -62,7 +70,7 @@ def plan_serve_json(plan: ServePlan, model: str, top: int, catalog_dir: Path | N
     }  # fmt: skip
 
 
-def render_plan_serve(plan: ServePlan, model: str, top: int, catalog_dir: Path | None) -> None:
+def render_plan_serve(plan: ServePlan, model: str, top: int, catalog_dir: Path | None, seed: int = 0) -> None:
     out = console()
     b, slo = plan.best, plan.slo
     layout = f"tp {b.tp}{f' pp {b.pp}' if b.pp > 1 else ''}{f' ep {b.ep}' if b.ep > 1 else ''}"
@@ -103,7 +111,8 @@ def render_plan_serve(plan: ServePlan, model: str, top: int, catalog_dir: Path |
     for r in rows:
         table.add_row(*(r[i] for i in keep))
     out.print(table)
-    out.print("reproduce the best replica's analytic point with:", markup=False)
-    out.print(shlex.join(estimate_argv(model, b, plan.input_len, plan.output_len, catalog_dir, slo)), markup=False,
-              soft_wrap=True)  # fmt: skip
+    what = "the best split's simulation" if b.mode == "disaggregated" else "the best replica's analytic point"
+    out.print(f"reproduce {what} with:", markup=False)
+    argv = estimate_argv(model, b, plan.input_len, plan.output_len, catalog_dir, slo, qps=plan.qps, seed=seed)
+    out.print(shlex.join(argv), markup=False, soft_wrap=True)
     out.print(f"disaggregated prefill/decode: {plan.disaggregation_note}", markup=False, soft_wrap=True)

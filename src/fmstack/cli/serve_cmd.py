@@ -25,6 +25,10 @@ SERVE_EXAMPLE = """Example:
 \b
   fmstack estimate serve --model llama3.1-70b --instance p5.48xlarge --nodes 2 --tp 4 --precision fp8 \\
       --input-len 3000 --output-len 150 --disagg --ttft-slo 1 --itl-slo 0.02
+
+\b
+  fmstack estimate serve --model llama3.1-70b --instance p5.48xlarge --nodes 2 --tp 2 --precision fp8 \\
+      --input-len 8192 --output-len 256 --max-num-tokens 2048 --qps 5 --prefill-replicas 6 --decode-replicas 1
 """
 PLAN_SERVE_EXAMPLE = """Example:
 
@@ -62,25 +66,56 @@ PLAN_SERVE_EXAMPLE = """Example:
 @click.option("--seed", type=int, default=0, show_default=True, help="Simulation seed.")
 @click.option("--length-spread", type=float, default=0.0, show_default=True,
               help="Simulated lengths uniform in mean x [1 - s, 1 + s].")  # fmt: skip
-@click.option("--disagg", is_flag=True, help="Compare colocated and disaggregated serving on all the nodes' GPUs.")
+@click.option(
+    "--disagg",
+    is_flag=True,
+    help="Compare colocated and disaggregated serving on all the nodes' GPUs (mean-field, the SLO on means).",
+)
+@click.option(
+    "--prefill-replicas",
+    type=int,
+    default=None,
+    help="With --decode-replicas and --qps: simulate this split (P prefill + D decode replicas of the "
+    "layout on --nodes) at --qps requests/s for the whole deployment; the colocated rows then show one of "
+    "the P + D replicas at qps / (P + D).",
+)
+@click.option("--decode-replicas", type=int, default=None, help="Decode replicas of the split (--prefill-replicas).")
 @click.option("--ttft-slo", type=float, default=1.0, show_default=True, help="TTFT target for --disagg (s).")
 @click.option("--itl-slo", type=float, default=0.05, show_default=True, help="ITL target for --disagg (s).")
 @catalog_option
 @json_option
 def serve_cmd(
     model: str, instance: str, nodes: int, catalog_dir: Path | None, simulate: bool, seed: int, length_spread: float,
-    disagg: bool, ttft_slo: float, itl_slo: float, as_json: bool, **options: Any,
+    disagg: bool, ttft_slo: float, itl_slo: float, prefill_replicas: int | None, decode_replicas: int | None,
+    as_json: bool, **options: Any,
 ) -> None:  # fmt: skip
-    """Predict TTFT, inter-token latency, throughput, KV cache and the bottleneck of one serving replica."""
+    """Predict TTFT, inter-token latency, throughput, KV cache and the bottleneck of one serving replica; with
+    --prefill-replicas P --decode-replicas D --qps R, simulate a disaggregated split of the nodes at R req/s."""
     cat = load_catalog(catalog_dir)
     arch = cat.model(model)
     cluster = build_cluster(cat, instance, nodes)
     values: dict[str, Any] = {k: (v.lower() if isinstance(v, str) else v) for k, v in options.items()}
     cfg = ServeConfig(**values)
-    est = estimate_serve(arch, cluster, cfg)
+    split = _check_split(prefill_replicas, decode_replicas, cfg, cluster, nodes)
+    replica_cfg = cfg if split is None else replace(cfg, request_rate_per_s=cfg.request_rate_per_s / sum(split))  # type: ignore[operator]
+    note = None
+    try:
+        est = estimate_serve(arch, cluster, replica_cfg)
+    except InputError as exc:  # a split can serve what one colocated replica at qps / (P + D) cannot
+        if split is None or exc.field != "qps":
+            raise
+        replica_cfg = replace(cfg, request_rate_per_s=None)
+        est, simulate = estimate_serve(arch, cluster, replica_cfg), False
+        note = f"colocated: {exc.message}; shown at the most clients a replica holds, not simulated"
     if simulate:
-        est = _with_percentiles(est, arch, cluster, cfg, seed, length_spread)
+        est = _with_percentiles(est, arch, cluster, replica_cfg, seed, length_spread)
     data = est.to_json()
+    if note is not None:
+        data["colocated_note"] = note
+    if split is not None:
+        from fmstack.cli.serve_split import split_json
+
+        data["disaggregated_simulation"] = split_json(cat, arch, instance, cfg, split, seed, length_spread)
     if disagg:
         from fmstack.perfmodel.inference_disagg import SLO, compare_disaggregation
 
@@ -89,6 +124,33 @@ def serve_cmd(
         print_json(data)
         return
     _render_serve(est, data)
+
+
+def _check_split(
+    prefill: int | None, decode: int | None, cfg: ServeConfig, cluster: Any, nodes: int
+) -> tuple[int, int] | None:
+    """(P, D) when a split is asked for, after checking it fits ``--nodes``; None otherwise."""
+    if prefill is None and decode is None:
+        return None
+    if prefill is None or decode is None:
+        raise InputError("prefill-replicas", "give both --prefill-replicas and --decode-replicas")
+    if prefill < 1 or decode < 1:
+        raise InputError(
+            "prefill-replicas", f"need at least one prefill and one decode replica, got {prefill}:{decode}"
+        )
+    if cfg.request_rate_per_s is None:
+        raise InputError("qps", "a split is simulated at an open-loop rate: give --qps (the whole deployment's)")
+    if not cfg.request_rate_per_s > 0:
+        raise InputError("qps", f"must be > 0, got {cfg.request_rate_per_s}")
+    if cfg.attention_dp:
+        raise InputError("attention-dp", "the disaggregated simulation does not model attention DP ranks")
+    per = cfg.tp * cfg.pp
+    if (prefill + decode) * per > cluster.num_gpus:
+        raise InputError(
+            "nodes", f"{prefill} prefill + {decode} decode replicas of tp {cfg.tp} x pp {cfg.pp} need "
+            f"{(prefill + decode) * per} GPUs; {nodes} x {cluster.instance.name} has {cluster.num_gpus}",
+        )  # fmt: skip
+    return prefill, decode
 
 
 def _with_percentiles(
@@ -156,6 +218,12 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
             f"{dz['kv_bytes_per_request'] / 1e6:.0f} MB in {dz['kv_transfer_s'] * 1e3:.2f} ms over {dz['kv_link']})"
         )
         out.print(dz["why"])
+    if "disaggregated_simulation" in data:
+        from fmstack.cli.serve_split import render_split
+
+        if "colocated_note" in data:
+            out.print(data["colocated_note"], markup=False)
+        render_split(data["disaggregated_simulation"])
 
 
 @click.command(epilog=PLAN_SERVE_EXAMPLE)
@@ -209,9 +277,9 @@ def plan_serve_cmd(
     from fmstack.cli.plan_serve_render import plan_serve_json, render_plan_serve
 
     if as_json:
-        print_json(plan_serve_json(plan, model, top, catalog_dir))
+        print_json(plan_serve_json(plan, model, top, catalog_dir, seed))
         return
-    render_plan_serve(plan, model, top, catalog_dir)
+    render_plan_serve(plan, model, top, catalog_dir, seed)
     if html_path is not None:
         console().print(f"report: {html_path}")
 

@@ -204,3 +204,52 @@ def _why(
         f"at {dec_itl * 1e3:.1f} ms vs {co_c} colocated at {co_itl * 1e3:.1f} ms, prefill takes {prefill * 1e3:.0f} ms "
         f"of the {slo.ttft_s * 1e3:.0f} ms TTFT budget; {kv}"
     )
+
+
+def kingman_wait_quantile_s(rate_per_s: float, service_s: float, servers: int, q: float = 0.99) -> float:
+    """An upper bound on the ``q`` quantile of the FCFS wait of M/D/c (``servers`` servers, deterministic service
+    ``service_s``, Poisson arrivals). With equal service times FCFS hands customer ``n`` to server ``n mod c``, so
+    the wait is that of an E_c/D/1 queue (every ``c``-th arrival, Erlang-c gaps; Crommelin 1932), and Kingman's
+    exponential bound for GI/G/1 (Kingman 1964; Ross, *Stochastic Processes*, sec. 6.5) gives
+    ``P(W > t) <= exp(-theta t)`` with ``theta`` the positive root of ``E[exp(theta (S - A))] = 1``, here
+    ``theta s = c ln(1 + theta / lambda)``; so ``W_q <= ln(1 / (1 - q)) / theta`` (inf at or above saturation)."""
+    if rate_per_s * service_s >= servers:
+        return math.inf
+    if rate_per_s <= 0:
+        return 0.0
+
+    def gap(theta: float) -> float:  # > 0 below the root, < 0 above it
+        return servers * math.log1p(theta / rate_per_s) - theta * service_s
+
+    lo, hi = 0.0, 1.0 / service_s
+    while gap(hi) > 0:
+        lo, hi = hi, hi * 2
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if gap(mid) > 0 else (lo, mid)
+    return math.log(1.0 / (1.0 - q)) / lo
+
+
+def prefill_replicas_p99(rate_per_s: float, service_s: float, budget_s: float, limit: int = 100_000) -> int | None:
+    """The fewest prefill replicas whose p99 queueing wait (:func:`kingman_wait_quantile_s`) fits ``budget_s`` at
+    ``rate_per_s`` prompts/s of ``service_s`` each (None: no budget, or more than ``limit`` replicas)."""
+    if budget_s <= 0 or service_s <= 0:
+        return None
+    c = max(1, math.floor(rate_per_s * service_s) + 1)
+    while c <= limit:
+        if kingman_wait_quantile_s(rate_per_s, service_s, c) <= budget_s:
+            return c
+        c += 1
+    return None
+
+
+def prefill_capacity_p99(servers: int, service_s: float, budget_s: float) -> float:
+    """The highest Poisson rate at which ``servers`` prefill replicas keep the p99 wait bound within ``budget_s``
+    (bisection on the bound, which rises with the rate; 0 without budget)."""
+    if budget_s <= 0 or service_s <= 0:
+        return 0.0
+    lo, hi = 0.0, servers / service_s
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if kingman_wait_quantile_s(mid, service_s, servers) <= budget_s else (lo, mid)
+    return lo

@@ -14,27 +14,122 @@ protect; a smaller chunk only adds iterations).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from fmstack.catalog.schema import ModelArch
+from fmstack.catalog.topology import Cluster
 from fmstack.perfmodel.efficiency import default_efficiency
 from fmstack.perfmodel.inference import ServeConfig, deployment, max_concurrency
-from fmstack.perfmodel.inference_disagg import SLO, pool_rates
+from fmstack.perfmodel.inference_disagg import (
+    SLO,
+    kv_transfer_s,
+    pool_rates,
+    prefill_capacity_p99,
+    prefill_replicas_p99,
+)
 from fmstack.perfmodel.inference_plan_candidate import Candidate, ClusterOf, config_of, deployment_nodes, with_replicas
 from fmstack.perfmodel.inference_sim import SimConfig, SimResult
-from fmstack.perfmodel.inference_sim_disagg import simulate_disagg
+from fmstack.perfmodel.inference_sim_disagg import PoolStats, simulate_disagg_stats
+from fmstack.perfmodel.inference_step import Deployment, step_time
 
 SIM_MEASURED = 135
 """Requests measured at least (the colocated check measures 135 on one replica)."""
 SIM_REQUESTS_MAX = 3000
 
 
+def _two_replicas(cluster_of: ClusterOf, name: str, cfg: ServeConfig, nodes_per_replica: int) -> Cluster:
+    """The nodes of two replicas (the KV transfer's link: NVLink when both fit one NVLink domain)."""
+    cluster = cluster_of(name, nodes_per_replica)
+    if cluster.num_gpus >= 2 * cfg.tp * cfg.pp:
+        return cluster
+    return cluster_of(name, deployment_nodes(2, cfg, cluster.instance.num_gpus))
+
+
+def decode_batch(d: Deployment, cfg: ServeConfig, rate_per_s: float) -> int:
+    """Sequences one decode replica runs at ``rate_per_s`` requests/s by Little's law on the decode-only curve: the
+    fewest ``C`` with ``C >= rate x output_len x ITL(C)`` (``max_concurrency`` when none: saturated)."""
+    cap = max_concurrency(d, cfg)
+    conc = np.arange(1, cap + 1, dtype=np.float64)
+    itl = step_time(d, conc, cfg.input_len + cfg.output_len / 2.0).total_s
+    ok = np.nonzero(conc >= rate_per_s * cfg.output_len * itl)[0]
+    return int(conc[ok[0]]) if len(ok) else cap
+
+
+def prefill_alone_s(d: Deployment, cfg: ServeConfig) -> float:
+    """One prompt alone on a prefill replica: its ``max_num_tokens`` chunks, one iteration each, priced as
+    :mod:`fmstack.perfmodel.inference_sim_disagg` prices them (the service time of the prefill queue)."""
+    cached = math.floor(cfg.prefix_hit_rate * cfg.input_len)
+    done, total = cached, 0.0
+    while done < cfg.input_len:
+        n = min(cfg.input_len - done, cfg.max_num_tokens)
+        last = 1.0 if done + n >= cfg.input_len else 0.0
+        total += float(step_time(d, 0.0, 0.0, float(n), n * done + n * (n + 1) / 2, last).total_s)
+        done += n
+    return total
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SplitRun:
+    """One simulation of a split deployment and what it was run with."""
+
+    result: SimResult
+    stats: PoolStats
+    kv_bytes: float
+    kv_transfer_s: float
+    kv_link: str
+    prefill_s: float
+    """One prompt alone on a prefill replica (:func:`prefill_alone_s`)."""
+    decode_batch_mean_field: int
+    """Sequences per decode replica by Little's law at ``qps / D`` (:func:`decode_batch`)."""
+    warmup_requests: int
+    num_requests: int
+
+
+def run_split(
+    cluster_of: ClusterOf, model: ModelArch, cfg: ServeConfig, name: str, qps: float, prefill_replicas: int,
+    decode_replicas: int, seed: int, length_spread: float = 0.0,
+) -> SplitRun:  # fmt: skip
+    """Poisson arrivals at ``qps`` over ``P`` prefill and ``D`` decode replicas of ``cfg`` on ``name``, each replica
+    on its own nodes (as the plan prices it), the KV link priced on two replicas' nodes. The warm-up is the requests
+    in flight by Little's law (``qps x`` the mean-field TTFT, an M/D/1 wait per prefill replica at ``qps / P``,
+    plus ``D`` decode batches of :func:`decode_batch`), then at least twice as many are measured (``SIM_MEASURED``
+    at least; ``SIM_REQUESTS_MAX`` in all). `plan serve` and `estimate serve --prefill-replicas P
+    --decode-replicas D` both run this: the same seed gives the same percentiles."""
+    gpn = cluster_of(name, 1).instance.num_gpus
+    per_replica = max(1, deployment_nodes(1, cfg, gpn))
+    d = deployment(model, cluster_of(name, per_replica), cfg)
+    two = _two_replicas(cluster_of, name, cfg, per_replica)
+    same = 2 * d.num_gpus <= two.gpus_per_domain
+    kv_bytes, kv_s = kv_transfer_s(model, two, cfg, same_domain=same)
+    link = f"NVLink ({two.scale_up.name})" if same and two.scale_up else two.scale_out.name.upper()
+    prefill = prefill_alone_s(d, cfg)
+    batch = decode_batch(d, cfg, qps / decode_replicas)
+    itl = float(step_time(d, float(batch), cfg.input_len + cfg.output_len / 2.0).total_s)
+    rho = qps * prefill / prefill_replicas
+    wait = rho * prefill / (2 * (1 - rho)) if rho < 1 else math.inf
+    inflight = qps * (prefill + wait + kv_s + itl) + decode_replicas * batch
+    warmup = min(max(15, math.ceil(inflight)) if math.isfinite(inflight) else SIM_REQUESTS_MAX, SIM_REQUESTS_MAX // 3)
+    n = min(warmup + max(SIM_MEASURED, 2 * warmup), SIM_REQUESTS_MAX)
+    sim = SimConfig(request_rate_per_s=qps, num_requests=n, warmup_requests=warmup, seed=seed,
+                    length_spread=length_spread)  # fmt: skip
+    result, stats = simulate_disagg_stats(d, cfg, sim, prefill_replicas=prefill_replicas,
+                                          decode_replicas=decode_replicas, kv_transfer_s=kv_s)  # fmt: skip
+    return SplitRun(result=result, stats=stats, kv_bytes=kv_bytes, kv_transfer_s=kv_s, kv_link=link,
+                    prefill_s=prefill, decode_batch_mean_field=batch, warmup_requests=warmup, num_requests=n)  # fmt: skip
+
+
 def disagg_analytic(
     cfg: ServeConfig, cluster_of: ClusterOf, model: ModelArch, qps: float, slo: SLO, name: str, nodes_per_replica: int
 ) -> Candidate | None:
-    """The split of ``cfg``'s replicas that serves ``qps`` within the SLO on the mean-field model, or None. The
-    replica is built on its own nodes (as a colocated one), the KV transfer priced on the nodes of two replicas."""
+    """The split of ``cfg``'s replicas that serves ``qps`` within the SLO, or None. The replica is built on its own
+    nodes (as a colocated one), the KV transfer priced on the nodes of two replicas. The decode pool holds the
+    mean-field rate (decode-only ITL at the target caps a replica's sequences); the prefill pool is sized for the
+    p99: the fewest replicas whose p99 queueing wait (M/M/c Erlang-C tail, an upper bound for the deterministic
+    prefill service: :func:`fmstack.perfmodel.inference_disagg.prefill_replicas_p99`) fits the TTFT target less
+    one prefill, the KV transfer and two decode iterations (a KV cache that lands mid-iteration joins the next).
+    Before session 10's review the M/D/1 *mean* wait sized it, ~92 % busy, and most splits missed p99 TTFT."""
     if cfg.attention_dp:
         return None
     cluster = cluster_of(name, nodes_per_replica)
@@ -42,27 +137,27 @@ def disagg_analytic(
     limit = max_concurrency(d, cfg)
     if limit < 1:
         return None
-    two = (
-        cluster
-        if cluster.num_gpus >= 2 * d.num_gpus
-        else cluster_of(name, deployment_nodes(2, cfg, cluster.instance.num_gpus))
-    )
+    two = _two_replicas(cluster_of, name, cfg, nodes_per_replica)
     pools = pool_rates(model, two, cfg, slo, d, np.arange(1, limit + 1, dtype=np.float64))
-    if pools.per_prefill_rps <= 0 or pools.per_decode_rps <= 0:
+    if pools.per_decode_rps <= 0:
         return None
-    n_pre = math.ceil(qps / pools.per_prefill_rps)
+    service = prefill_alone_s(d, cfg)
+    budget = slo.ttft_s - service - pools.kv_s - 2 * pools.decode_itl_s
+    n_pre = prefill_replicas_p99(qps, service, budget)
+    if n_pre is None:
+        return None
     n_dec = math.ceil(qps / pools.per_decode_rps)
-    rho = qps / (n_pre / pools.prefill_s)
-    wait = rho * pools.prefill_s / (2 * (1 - rho))
+    rho = qps / (n_pre / service)
+    wait = rho * service / (2 * (1 - rho))
     gpn = cluster.instance.num_gpus
     nodes = deployment_nodes(n_pre + n_dec, cfg, gpn)
-    goodput = min(n_pre * pools.per_prefill_rps, n_dec * pools.per_decode_rps)
+    goodput = min(prefill_capacity_p99(n_pre, service, budget), n_dec * pools.per_decode_rps)
     return Candidate(
         instance=name, gpu=cluster.gpu.name, precision=cfg.precision, tp=cfg.tp, ep=cfg.ep, pp=cfg.pp,
         nodes_per_replica=nodes_per_replica, replicas=n_pre + n_dec, nodes=nodes, num_gpus=nodes * gpn,
         cost_per_hour_usd=nodes * (cluster.instance.price_per_hour_usd or 0.0), max_num_tokens=cfg.max_num_tokens,
         rate_per_replica_rps=goodput / (n_pre + n_dec), concurrency=pools.decode_concurrency,
-        mean_ttft_s=pools.prefill_s + wait + pools.kv_s + pools.decode_itl_s, mean_itl_s=pools.decode_itl_s,
+        mean_ttft_s=service + wait + pools.kv_s + pools.decode_itl_s, mean_itl_s=pools.decode_itl_s,
         mode="disaggregated", prefill_replicas=n_pre, decode_replicas=n_dec, kv_transfer_s=pools.kv_s,
     )  # fmt: skip
 
@@ -70,17 +165,9 @@ def disagg_analytic(
 def simulate_split(
     cluster_of: ClusterOf, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, seed: int
 ) -> SimResult:
-    """Poisson arrivals at ``qps`` over the split's ``P`` prefill and ``D`` decode replicas. The warm-up is the
-    requests in flight by Little's law at the analytic means (``qps x (TTFT + out x ITL)``: the decode batches
-    fill), then at least twice as many are measured (``SIM_MEASURED`` at least; ``SIM_REQUESTS_MAX`` in all)."""
-    cfg = config_of(c, isl, osl)
-    d = deployment(model, cluster_of(c.instance, c.nodes_per_replica), cfg)
-    inflight = math.ceil(qps * (c.mean_ttft_s + osl * c.mean_itl_s))
-    warmup = min(max(15, inflight), SIM_REQUESTS_MAX // 3)
-    n = min(warmup + max(SIM_MEASURED, 2 * inflight), SIM_REQUESTS_MAX)
-    sim = SimConfig(request_rate_per_s=qps, num_requests=n, warmup_requests=warmup, seed=seed)
-    return simulate_disagg(d, cfg, sim, prefill_replicas=c.prefill_replicas, decode_replicas=c.decode_replicas,
-                           kv_transfer_s=c.kv_transfer_s)  # fmt: skip
+    """:func:`run_split` of the candidate's ``P`` prefill and ``D`` decode replicas at ``qps``."""
+    return run_split(cluster_of, model, config_of(c, isl, osl), c.instance, qps, c.prefill_replicas,
+                     c.decode_replicas, seed).result  # fmt: skip
 
 
 def grow_split(cluster_of: ClusterOf, option: Candidate, first: Candidate, factor: float, missed: SimResult,
@@ -104,7 +191,14 @@ def split_note(ranked: list[Candidate], qps: float, searched: bool) -> str:
     co = next((c for c in meets if c.mode == "colocated"), None)
     if split is None:
         tried = [c for c in ranked if c.mode == "disaggregated" and c.sim is not None]
-        why = "no split was cheap enough on the mean-field model to be simulated"
+        why = "no split was searched"
+        untried = [c for c in ranked if c.mode == "disaggregated"]
+        if untried:
+            u = untried[0]
+            why = (f"none ranked high enough (cost, then GPUs busy) to be simulated; the first, "
+                   f"{u.prefill_replicas}P:{u.decode_replicas}D tp {u.tp} {u.precision} {u.instance} "
+                   f"(${u.cost_per_hour_usd:,.2f}/h, {u.replicas * u.tp * u.pp} GPUs busy), is sized for p99 with a "
+                   f"bound on the prefill queue's wait")  # fmt: skip
         if tried:
             t = tried[0]
             why = (f"the cheapest split simulated ({t.prefill_replicas}P:{t.decode_replicas}D tp {t.tp} "

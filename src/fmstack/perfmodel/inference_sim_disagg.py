@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -95,6 +96,15 @@ class DisaggSim:
         self.slot_wait_s: list[float] = []
         """Per request (in completion order of its prefill): time from the prefill's end to a decode slot."""
         self._prefilled_at: dict[int, float] = {}
+        self._slot_wait_by_rid: dict[int, float] = {}
+        self.prefill_wait_s: dict[int, float] = {}
+        """Per request: arrival to the moment a prefill replica takes it from the queue."""
+        self._cap = cap
+        self._prefill_log: list[tuple[float, float]] = []
+        """(start, seconds) of every prefill iteration."""
+        self._decode_log: list[tuple[float, float, int, int]] = []
+        """(start, seconds, sequences running, slots reserved: running + KV arriving + waiting to join) of every
+        decode iteration."""
 
     def _push(self, time_s: float, kind: str, idx: int) -> None:
         heapq.heappush(self._events, (time_s, self._counter, kind, idx))
@@ -144,6 +154,7 @@ class DisaggSim:
                 if not self._prefill_queue:
                     break
                 rid = self._prefill_queue.pop(0)
+                self.prefill_wait_s[rid] = self.clock_s - self._requests[rid].arrival_s
                 work.append(rid)
                 self._prefill_of[rid] = p
             req = self._requests[work[i]]
@@ -160,6 +171,7 @@ class DisaggSim:
         self._prefill_batch[p] = chunks
         self._prefill_busy[p] = True
         self.iterations += 1
+        self._prefill_log.append((self.clock_s, t))
         self._push(self.clock_s + t, "prefill", p)
 
     def _finish_prefill(self, p: int) -> None:
@@ -185,6 +197,7 @@ class DisaggSim:
             self._free_slots[r] -= 1
             self._decode_of[rid] = r
             self.slot_wait_s.append(self.clock_s - self._prefilled_at.pop(rid))
+            self._slot_wait_by_rid[rid] = self.slot_wait_s[-1]
             p = self._prefill_of.pop(rid)
             end = max(self.clock_s, self._link_free_s[p]) + self.kv_s
             self._link_free_s[p] = end
@@ -201,7 +214,9 @@ class DisaggSim:
             return
         self._decode_busy[r] = True
         self.iterations += 1
-        self._push(self.clock_s + self._decode_step_s(r, n), "decode", r)
+        t = self._decode_step_s(r, n)
+        self._decode_log.append((self.clock_s, t, n, self._cap - self._free_slots[r]))
+        self._push(self.clock_s + t, "decode", r)
 
     def _decode_step_s(self, r: int, n: int) -> float:
         """The decode-only iteration of ``n`` sequences at their mean context (exact sum / n, as ``np.mean`` of the
@@ -242,6 +257,62 @@ class DisaggSim:
         if freed:
             self._place()
         self._start_decode(r)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PoolStats:
+    """How busy each pool was while the measured requests arrived (from the first measured arrival to the last)."""
+
+    prefill_utilisation: float
+    """Busy share of the prefill replicas' time (1: every replica always in an iteration)."""
+    prefill_wait_p99_s: float
+    """p99 of the measured requests' waits in the prefill queue (arrival to a replica taking the prompt)."""
+    decode_batch_mean: float
+    """Sequences per decode iteration, time-weighted."""
+    decode_slots_in_use: float
+    """Decode slots reserved (running, KV in flight, waiting to join), time-weighted, per decode replica."""
+    decode_slots: int
+    """Slots per decode replica (``max_concurrency``)."""
+    slot_wait_share: float
+    """Share of the measured requests whose prefilled prompt waited for a decode slot."""
+    bottleneck: str
+    """"prefill" or "decode": the pool with the higher utilisation (prefill busy share vs slots in use / slots)."""
+
+
+def _overlap(start: float, dur: float, lo: float, hi: float) -> float:
+    return max(0.0, min(start + dur, hi) - max(start, lo))
+
+
+def pool_stats(s: DisaggSim) -> PoolStats:
+    """:class:`PoolStats` of a finished run."""
+    reqs = s._requests[s.sim.warmup_requests : s.sim.num_requests - s.sim.cooldown_requests]
+    lo, hi = reqs[0].arrival_s, max(reqs[-1].arrival_s, reqs[0].arrival_s + 1e-12)
+    busy = sum(_overlap(t0, dt, lo, hi) for t0, dt in s._prefill_log)
+    n_pre, n_dec = len(s._prefill_busy), len(s._decode_busy)
+    dec_t = [(_overlap(t0, dt, lo, hi), n, used) for t0, dt, n, used in s._decode_log]
+    dec_busy = sum(w for w, _, _ in dec_t)
+    batch = sum(w * n for w, n, _ in dec_t) / dec_busy if dec_busy > 0 else 0.0
+    slots = sum(w * used for w, _, used in dec_t) / (n_dec * (hi - lo))
+    waits = [s.prefill_wait_s[r.rid] for r in reqs if r.rid in s.prefill_wait_s]
+    ids = {r.rid for r in reqs}
+    waited = [r for r in ids if r in s._slot_wait_by_rid and s._slot_wait_by_rid[r] > 0]
+    util = busy / (n_pre * (hi - lo))
+    return PoolStats(
+        prefill_utilisation=util, prefill_wait_p99_s=float(np.percentile(waits, 99)) if waits else 0.0,
+        decode_batch_mean=batch, decode_slots_in_use=slots, decode_slots=s._cap,
+        slot_wait_share=len(waited) / max(1, len(ids)),
+        bottleneck="prefill" if util >= slots / s._cap else "decode",
+    )  # fmt: skip
+
+
+def simulate_disagg_stats(
+    d: Deployment, cfg: ServeConfig, sim: SimConfig, *, prefill_replicas: int, decode_replicas: int,
+    kv_transfer_s: float,
+) -> tuple[SimResult, PoolStats]:  # fmt: skip
+    """:func:`simulate_disagg` and the pools' utilisation over the measured requests' arrivals."""
+    s = DisaggSim(d, cfg, sim, prefill_replicas=prefill_replicas, decode_replicas=decode_replicas,
+                  kv_transfer_s=kv_transfer_s)  # fmt: skip
+    return s.run(), pool_stats(s)
 
 
 def simulate_disagg(

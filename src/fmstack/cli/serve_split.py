@@ -1,0 +1,64 @@
+"""`estimate serve --prefill-replicas P --decode-replicas D --qps R`: one simulated disaggregated split, the run
+`plan serve` checks a split row with (:func:`fmstack.perfmodel.inference_plan_disagg.run_split`, same seed, same
+requests: the row's p99 exactly)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from fmstack.catalog.loader import Catalog
+from fmstack.catalog.schema import ModelArch
+from fmstack.catalog.topology import Cluster, build_cluster
+from fmstack.cli.common import console
+from fmstack.perfmodel.inference import ServeConfig
+
+
+def split_json(
+    cat: Catalog, arch: ModelArch, instance: str, cfg: ServeConfig, split: tuple[int, int], seed: int, spread: float
+) -> dict[str, Any]:
+    """The ``disaggregated_simulation`` object: the colocated simulation's percentile and mean keys
+    (``ttft_p99_s``, ``ttft_mean_s_sim``, ...), the pools (``prefill_replicas``, ``decode_replicas``,
+    ``prefill_utilisation``, ``decode_batch_mean``, ``decode_slots_in_use``, ``decode_slots``, ``bottleneck``) and
+    the KV transfer (``kv_bytes_per_request``, ``kv_transfer_s``, ``kv_link``)."""
+    from fmstack.perfmodel.inference_plan_disagg import run_split
+
+    clusters: dict[tuple[str, int], Cluster] = {}
+
+    def cluster_of(name: str, nodes: int) -> Cluster:
+        if (name, nodes) not in clusters:
+            clusters[name, nodes] = build_cluster(cat, name, nodes)
+        return clusters[name, nodes]
+
+    qps = cfg.request_rate_per_s or 0.0
+    run = run_split(cluster_of, arch, cfg, instance, qps, split[0], split[1], seed, spread)
+    st = run.stats
+    return {
+        **run.result.percentiles(), **run.result.means(),
+        "prefill_replicas": split[0], "decode_replicas": split[1], "request_rate_per_s": qps,
+        "prefill_s": run.prefill_s, "prefill_utilisation": st.prefill_utilisation,
+        "prefill_wait_p99_s": st.prefill_wait_p99_s, "decode_batch_mean": st.decode_batch_mean,
+        "decode_batch_little": run.decode_batch_mean_field, "decode_slots_in_use": st.decode_slots_in_use,
+        "decode_slots": st.decode_slots, "slot_wait_share": st.slot_wait_share, "bottleneck": st.bottleneck,
+        "kv_bytes_per_request": run.kv_bytes, "kv_transfer_s": run.kv_transfer_s, "kv_link": run.kv_link,
+        "warmup_requests": run.warmup_requests, "num_requests": run.num_requests, "seed": seed,
+    }  # fmt: skip
+
+
+def render_split(z: dict[str, Any]) -> None:
+    out = console()
+    table = Table("metric", "mean (sim)", "p50 (sim)", "p90 (sim)", "p99 (sim)", title_justify="left",
+                  title=f"disaggregated split {z['prefill_replicas']}P:{z['decode_replicas']}D at "
+                  f"{z['request_rate_per_s']:g} req/s (simulated, s)")  # fmt: skip
+    for name in ("ttft", "itl", "latency"):
+        table.add_row(name, f"{z[f'{name}_mean_s_sim']:.4f}", *(f"{z[f'{name}_p{q}_s']:.4f}" for q in (50, 90, 99)))
+    out.print(table)
+    out.print(
+        f"prefill pool: {z['prefill_utilisation'] * 100:.0f} % busy (one prompt alone {z['prefill_s'] * 1e3:.0f} ms, "
+        f"p99 queue wait {z['prefill_wait_p99_s'] * 1e3:.0f} ms); decode pool: {z['decode_batch_mean']:.1f} sequences "
+        f"per iteration, {z['decode_slots_in_use']:.1f} of {z['decode_slots']} slots in use per replica "
+        f"({z['slot_wait_share'] * 100:.0f} % of prompts waited for one); bottleneck: {z['bottleneck']}; KV "
+        f"{z['kv_bytes_per_request'] / 1e6:.0f} MB per request in {z['kv_transfer_s'] * 1e3:.2f} ms over "
+        f"{z['kv_link']}; {z['requests_measured_sim']:.0f} requests measured after {z['warmup_requests']} warm-up"
+    )
