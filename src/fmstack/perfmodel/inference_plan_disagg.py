@@ -125,11 +125,12 @@ def disagg_analytic(
 ) -> Candidate | None:
     """The split of ``cfg``'s replicas that serves ``qps`` within the SLO, or None. The replica is built on its own
     nodes (as a colocated one), the KV transfer priced on the nodes of two replicas. The decode pool holds the
-    mean-field rate (decode-only ITL at the target caps a replica's sequences); the prefill pool is sized for the
-    p99: the fewest replicas whose p99 queueing wait (M/M/c Erlang-C tail, an upper bound for the deterministic
-    prefill service: :func:`fmstack.perfmodel.inference_disagg.prefill_replicas_p99`) fits the TTFT target less
-    one prefill, the KV transfer and two decode iterations (a KV cache that lands mid-iteration joins the next).
-    Before session 10's review the M/D/1 *mean* wait sized it, ~92 % busy, and most splits missed p99 TTFT."""
+    mean-field rate (decode-only ITL at the target caps a replica's sequences). The prefill pool's *cost* comes from
+    the mean-field size (an M/D/1 mean wait per replica inside the TTFT target: optimistic, so a cheaper split is
+    never left unsimulated; the simulation decides and a miss grows the pool); within the nodes that size pays for,
+    it then takes up to the p99 size (the fewest replicas whose Kingman p99 wait,
+    :func:`fmstack.perfmodel.inference_disagg.prefill_replicas_p99`, fits the TTFT target less one prefill, the KV
+    transfer and two decode iterations), which is free and usually spares the retry."""
     if cfg.attention_dp:
         return None
     cluster = cluster_of(name, nodes_per_replica)
@@ -143,14 +144,18 @@ def disagg_analytic(
         return None
     service = prefill_alone_s(d, cfg)
     budget = slo.ttft_s - service - pools.kv_s - 2 * pools.decode_itl_s
-    n_pre = prefill_replicas_p99(qps, service, budget)
-    if n_pre is None:
+    p99 = prefill_replicas_p99(qps, service, budget)
+    mean = math.ceil(qps / pools.per_prefill_rps) if pools.per_prefill_rps > 0 else p99
+    if mean is None:
         return None
     n_dec = math.ceil(qps / pools.per_decode_rps)
-    rho = qps / (n_pre / service)
-    wait = rho * service / (2 * (1 - rho))
     gpn = cluster.instance.num_gpus
-    nodes = deployment_nodes(n_pre + n_dec, cfg, gpn)
+    nodes = deployment_nodes(mean + n_dec, cfg, gpn)
+    n_pre = mean
+    while p99 is not None and n_pre < p99 and deployment_nodes(n_pre + 1 + n_dec, cfg, gpn) == nodes:
+        n_pre += 1  # free: the nodes are paid for
+    rho = qps / (n_pre / service)
+    wait = rho * service / (2 * (1 - rho)) if rho < 1 else math.inf
     goodput = min(prefill_capacity_p99(n_pre, service, budget), n_dec * pools.per_decode_rps)
     return Candidate(
         instance=name, gpu=cluster.gpu.name, precision=cfg.precision, tp=cfg.tp, ep=cfg.ep, pp=cfg.pp,
