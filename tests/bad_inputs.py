@@ -682,3 +682,5 @@ BAD_ARGV += [
     (["launch", "@file:job_cd_noinst.yaml", "--on", "kubernetes", "--dry-run"],
      "kubernetes.compute_domain: 'my-channel': a job without an instance (or without GPUs) has no multi-node NVLink"),
 ]  # fmt: skip
+
+# session 10, review of the session's change (helper R): add rows here
