@@ -212,10 +212,13 @@ def split_note(ranked: list[Candidate], qps: float, searched: bool) -> str:
     pd = f"{split.prefill_replicas}P:{split.decode_replicas}D tp {split.tp} {split.precision} on {split.instance}"
     if co is None:
         cheaper = [c for c in ranked if c.mode == "colocated" and c.cost_per_hour_usd <= split.cost_per_hour_usd]
+        missed = sum(1 for c in cheaper if c.meets_slo is False)
+        unsimulated = len(cheaper) - missed  # left once VERIFY_MAX candidates were simulated
         rest = [c.cost_per_hour_usd for c in ranked if c.mode == "colocated" and c not in cheaper]
         return (
             f"the split {pd} (${split.cost_per_hour_usd:,.2f}/h) is the cheapest that meets the p99 SLO: "
-            f"{len(cheaper)} colocated row(s) at or below its cost miss it in simulation"
+            f"{missed} colocated row(s) at or below its cost miss it in simulation"
+            + (f", {unsimulated} at or below its cost were not simulated" if unsimulated else "")
             + (f", the next colocated row costs at least ${min(rest):,.2f}/h" if rest else "")
             + "; decode-only replicas keep prompt chunks out of the decode iterations "
             f"({split.concurrency} sequences at {split.mean_itl_s * 1e3:.1f} ms), KV transfer "
