@@ -184,3 +184,23 @@ def test_split_note_counts_only_simulated_misses() -> None:
     note = split_note([split, missed, unsimulated, dearer], 5.0, True)
     assert "1 colocated row(s) at or below its cost miss it in simulation, 1 at or below its cost were not " in note
     assert "the next colocated row costs at least $165.12/h" in note
+
+
+def test_a_grown_split_shows_its_own_rate_and_mean_ttft(cat: Catalog) -> None:
+    """A split that missed p99 and grew is listed with the rate per replica and mean TTFT of its new P:D, not those
+    of the smaller split it grew from (TTFT 0.85 s, 1 req/s: TP 4 1P:1D misses, 2P:1D meets; the row showed 0.005
+    req/s per replica, the 1P:1D's figure)."""
+    from fmstack.catalog.topology import build_cluster
+    from fmstack.perfmodel.inference_plan_candidate import config_of
+    from fmstack.perfmodel.inference_plan_disagg import _figures, _pools
+
+    slo = SLO(ttft_s=0.85, itl_s=0.03)
+    plan = _plan(cat, {"qps": 1.0, "input_len": 8192, "output_len": 256, "slo": slo}, precisions=("fp8",))
+    splits = [c for c in plan.candidates if c.mode == "disaggregated" and c.sim is not None]
+    assert any(c.tp == 4 and (c.prefill_replicas, c.decode_replicas) == (2, 1) for c in splits)
+    for c in splits:
+        p = _pools(config_of(c, 8192, 256), lambda n, k: build_cluster(cat, n, k), cat.model("llama3.1-70b"), slo,
+                   c.instance, c.nodes_per_replica)  # fmt: skip
+        assert p is not None
+        rate, ttft = _figures(p, 1.0, c.prefill_replicas, c.decode_replicas)
+        assert (c.rate_per_replica_rps, c.mean_ttft_s) == (rate, ttft)
