@@ -684,3 +684,8 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 10, review of the session's change (helper R): add rows here
+BAD_ARGV += [
+    # --concurrency beside a split's --qps: the colocated rows' "not both" error was swallowed into a note (exit 0)
+    ([*_SPLIT, "--nodes", "2", "--qps", "5", "--concurrency", "4", "--prefill-replicas", "6", "--decode-replicas", "1"],
+     "concurrency: a split is simulated at --qps (the whole deployment's rate); drop --concurrency"),
+]  # fmt: skip

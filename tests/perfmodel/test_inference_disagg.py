@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from fmstack.catalog import Catalog
@@ -75,3 +77,27 @@ def test_one_output_token_colocated_is_held_to_ttft_alone(catalog: Catalog) -> N
     cmp = compare_disaggregation(m, cl, ServeConfig(tp=8, precision="fp8", input_len=2048, output_len=1),
                                  SLO(ttft_s=0.5, itl_s=0.05))  # fmt: skip
     assert cmp.colocated_rps > 0 and cmp.colocated_rps >= cmp.disagg_rps
+
+
+def test_prefill_replicas_p99_is_the_fewest_and_searches_in_few_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fewest replicas whose Kingman p99 wait fits the budget (checked against the one below), found in a
+    logarithmic number of bound evaluations: a budget just above zero once took one evaluation per replica count
+    (100,000 and four seconds per plan layout before answering None)."""
+    from fmstack.perfmodel import inference_disagg as m
+
+    for rate, service, budget in ((5.0, 0.772, 0.3), (5.0, 0.772, 7.72e-5), (200.0, 0.05, 0.01), (0.1, 2.0, 5.0)):
+        c = m.prefill_replicas_p99(rate, service, budget)
+        assert c is not None
+        assert m.kingman_wait_quantile_s(rate, service, c) <= budget
+        assert c == max(1, math.floor(rate * service) + 1) or m.kingman_wait_quantile_s(rate, service, c - 1) > budget
+    calls = 0
+    bound = m.kingman_wait_quantile_s
+
+    def counted(*args: float) -> float:
+        nonlocal calls
+        calls += 1
+        return bound(*args)
+
+    monkeypatch.setattr(m, "kingman_wait_quantile_s", counted)
+    assert m.prefill_replicas_p99(5.0, 0.772, 0.772e-6) is None  # more than 100,000 replicas
+    assert calls <= 60

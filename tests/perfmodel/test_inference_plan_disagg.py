@@ -165,3 +165,42 @@ def test_split_cost_comes_from_the_mean_field_size(long_plan: ServePlan) -> None
     tp4 = [c for c in long_plan.candidates if c.mode == "disaggregated" and c.tp == 4 and c.precision == "fp8"]
     assert tp4 and tp4[0].nodes == 2 and tp4[0].meets_slo
     assert tp4[0].sim is not None and tp4[0].sim["ttft_p99_s"] <= LONG["slo"].ttft_s  # type: ignore[attr-defined]
+
+
+def test_split_note_counts_only_simulated_misses() -> None:
+    """A colocated row at or below the split's cost that was never simulated (left once VERIFY_MAX were) is not
+    reported as missing the SLO in simulation."""
+    from fmstack.perfmodel.inference_plan_candidate import Candidate
+    from fmstack.perfmodel.inference_plan_disagg import split_note
+
+    base = {"instance": "p5.48xlarge", "gpu": "H100", "precision": "fp8", "ep": 1, "pp": 1, "nodes_per_replica": 1,
+            "nodes": 2, "num_gpus": 16, "max_num_tokens": 2048, "rate_per_replica_rps": 1.0, "concurrency": 8,
+            "mean_ttft_s": 0.5, "mean_itl_s": 0.02}  # fmt: skip
+    split = Candidate(**base, tp=2, replicas=7, cost_per_hour_usd=110.08, mode="disaggregated", prefill_replicas=6,
+                      decode_replicas=1, meets_slo=True, sim={})  # fmt: skip
+    missed = Candidate(**base, tp=2, replicas=8, cost_per_hour_usd=110.08, meets_slo=False, sim={})
+    unsimulated = Candidate(**base, tp=4, replicas=4, cost_per_hour_usd=110.08)
+    dearer = Candidate(**base, tp=8, replicas=3, cost_per_hour_usd=165.12)
+    note = split_note([split, missed, unsimulated, dearer], 5.0, True)
+    assert "1 colocated row(s) at or below its cost miss it in simulation, 1 at or below its cost were not " in note
+    assert "the next colocated row costs at least $165.12/h" in note
+
+
+def test_a_grown_split_shows_its_own_rate_and_mean_ttft(cat: Catalog) -> None:
+    """A split that missed p99 and grew is listed with the rate per replica and mean TTFT of its new P:D, not those
+    of the smaller split it grew from (TTFT 0.85 s, 1 req/s: TP 4 1P:1D misses, 2P:1D meets; the row showed 0.005
+    req/s per replica, the 1P:1D's figure)."""
+    from fmstack.catalog.topology import build_cluster
+    from fmstack.perfmodel.inference_plan_candidate import config_of
+    from fmstack.perfmodel.inference_plan_disagg import _figures, _pools
+
+    slo = SLO(ttft_s=0.85, itl_s=0.03)
+    plan = _plan(cat, {"qps": 1.0, "input_len": 8192, "output_len": 256, "slo": slo}, precisions=("fp8",))
+    splits = [c for c in plan.candidates if c.mode == "disaggregated" and c.sim is not None]
+    assert any(c.tp == 4 and (c.prefill_replicas, c.decode_replicas) == (2, 1) for c in splits)
+    for c in splits:
+        p = _pools(config_of(c, 8192, 256), lambda n, k: build_cluster(cat, n, k), cat.model("llama3.1-70b"), slo,
+                   c.instance, c.nodes_per_replica)  # fmt: skip
+        assert p is not None
+        rate, ttft = _figures(p, 1.0, c.prefill_replicas, c.decode_replicas)
+        assert (c.rate_per_replica_rps, c.mean_ttft_s) == (rate, ttft)

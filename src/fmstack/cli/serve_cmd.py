@@ -142,6 +142,10 @@ def _check_split(
         raise InputError("qps", "a split is simulated at an open-loop rate: give --qps (the whole deployment's)")
     if not cfg.request_rate_per_s > 0:
         raise InputError("qps", f"must be > 0, got {cfg.request_rate_per_s}")
+    if cfg.concurrency is not None:
+        raise InputError(
+            "concurrency", "a split is simulated at --qps (the whole deployment's rate); drop --concurrency"
+        )
     if cfg.attention_dp:
         raise InputError("attention-dp", "the disaggregated simulation does not model attention DP ranks")
     per = cfg.tp * cfg.pp

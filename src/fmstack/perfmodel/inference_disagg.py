@@ -235,12 +235,26 @@ def prefill_replicas_p99(rate_per_s: float, service_s: float, budget_s: float, l
     ``rate_per_s`` prompts/s of ``service_s`` each (None: no budget, or more than ``limit`` replicas)."""
     if budget_s <= 0 or service_s <= 0:
         return None
-    c = max(1, math.floor(rate_per_s * service_s) + 1)
-    while c <= limit:
-        if kingman_wait_quantile_s(rate_per_s, service_s, c) <= budget_s:
-            return c
-        c += 1
-    return None
+
+    def fits(c: int) -> bool:
+        return kingman_wait_quantile_s(rate_per_s, service_s, c) <= budget_s
+
+    # the bound falls as servers are added (theta s = c ln(1 + theta / lambda) has a larger root for a larger c):
+    # doubling, then bisection (a budget just above zero would otherwise take one evaluation per count)
+    lo = max(1, math.floor(rate_per_s * service_s) + 1)
+    if lo > limit:
+        return None
+    if fits(lo):
+        return lo
+    hi = lo
+    while not fits(hi):  # lo does not fit
+        if hi >= limit:
+            return None
+        lo, hi = hi, min(2 * hi, limit)
+    while hi - lo > 1:  # lo does not fit, hi fits
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi
 
 
 def prefill_capacity_p99(servers: int, service_s: float, budget_s: float) -> float:

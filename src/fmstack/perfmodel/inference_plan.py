@@ -355,7 +355,7 @@ def _verify_cheapest(
             factor = REPLICA_FACTORS[i + 1]
             fill = option.nodes // option.nodes_per_replica * _replicas_per_node_group(cluster_of, option)
             more = (
-                grow_split(cluster_of, option, first, factor, result, slo)
+                grow_split(cluster_of, model, option, first, factor, result, slo, qps, isl, osl)
                 if split
                 # the replicas the paid nodes hold come first (free); then the next multiple
                 else with_replicas(

@@ -14,7 +14,7 @@ protect; a smaller chunk only adds iterations).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from fmstack.perfmodel.efficiency import default_efficiency
 from fmstack.perfmodel.inference import ServeConfig, deployment, max_concurrency
 from fmstack.perfmodel.inference_disagg import (
     SLO,
+    PoolRates,
     kv_transfer_s,
     pool_rates,
     prefill_capacity_p99,
@@ -120,6 +121,41 @@ def run_split(
                     prefill_s=prefill, decode_batch_mean_field=batch, warmup_requests=warmup, num_requests=n)  # fmt: skip
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Pools:
+    """A layout's per-replica pool figures (mean field) and the prefill queue's p99 budget."""
+
+    d: Deployment
+    pools: PoolRates
+    service_s: float
+    """One prompt alone on a prefill replica (:func:`prefill_alone_s`)."""
+    budget_s: float
+    """The TTFT target less one prompt alone, the KV transfer and two decode iterations."""
+
+
+def _pools(
+    cfg: ServeConfig, cluster_of: ClusterOf, model: ModelArch, slo: SLO, name: str, nodes_per_replica: int
+) -> _Pools | None:
+    cluster = cluster_of(name, nodes_per_replica)
+    d = deployment(model, cluster, cfg, default_efficiency(cluster.gpu))
+    limit = max_concurrency(d, cfg)
+    if limit < 1:
+        return None
+    two = _two_replicas(cluster_of, name, cfg, nodes_per_replica)
+    pools = pool_rates(model, two, cfg, slo, d, np.arange(1, limit + 1, dtype=np.float64))
+    service = prefill_alone_s(d, cfg)
+    return _Pools(d=d, pools=pools, service_s=service,
+                  budget_s=slo.ttft_s - service - pools.kv_s - 2 * pools.decode_itl_s)  # fmt: skip
+
+
+def _figures(p: _Pools, qps: float, n_pre: int, n_dec: int) -> tuple[float, float]:
+    """A ``n_pre``:``n_dec`` split's goodput per replica and mean TTFT at ``qps`` (the row's figures)."""
+    rho = qps / (n_pre / p.service_s)
+    wait = rho * p.service_s / (2 * (1 - rho)) if rho < 1 else math.inf
+    goodput = min(prefill_capacity_p99(n_pre, p.service_s, p.budget_s), n_dec * p.pools.per_decode_rps)
+    return goodput / (n_pre + n_dec), p.service_s + wait + p.pools.kv_s + p.pools.decode_itl_s
+
+
 def disagg_analytic(
     cfg: ServeConfig, cluster_of: ClusterOf, model: ModelArch, qps: float, slo: SLO, name: str, nodes_per_replica: int
 ) -> Candidate | None:
@@ -133,18 +169,11 @@ def disagg_analytic(
     transfer and two decode iterations), which is free and usually spares the retry."""
     if cfg.attention_dp:
         return None
-    cluster = cluster_of(name, nodes_per_replica)
-    d = deployment(model, cluster, cfg, default_efficiency(cluster.gpu))
-    limit = max_concurrency(d, cfg)
-    if limit < 1:
+    p = _pools(cfg, cluster_of, model, slo, name, nodes_per_replica)
+    if p is None or p.pools.per_decode_rps <= 0:
         return None
-    two = _two_replicas(cluster_of, name, cfg, nodes_per_replica)
-    pools = pool_rates(model, two, cfg, slo, d, np.arange(1, limit + 1, dtype=np.float64))
-    if pools.per_decode_rps <= 0:
-        return None
-    service = prefill_alone_s(d, cfg)
-    budget = slo.ttft_s - service - pools.kv_s - 2 * pools.decode_itl_s
-    p99 = prefill_replicas_p99(qps, service, budget)
+    pools, cluster = p.pools, cluster_of(name, nodes_per_replica)
+    p99 = prefill_replicas_p99(qps, p.service_s, p.budget_s)
     mean = math.ceil(qps / pools.per_prefill_rps) if pools.per_prefill_rps > 0 else p99
     if mean is None:
         return None
@@ -154,16 +183,13 @@ def disagg_analytic(
     n_pre = mean
     while p99 is not None and n_pre < p99 and deployment_nodes(n_pre + 1 + n_dec, cfg, gpn) == nodes:
         n_pre += 1  # free: the nodes are paid for
-    rho = qps / (n_pre / service)
-    wait = rho * service / (2 * (1 - rho)) if rho < 1 else math.inf
-    goodput = min(prefill_capacity_p99(n_pre, service, budget), n_dec * pools.per_decode_rps)
+    rate, ttft = _figures(p, qps, n_pre, n_dec)
     return Candidate(
         instance=name, gpu=cluster.gpu.name, precision=cfg.precision, tp=cfg.tp, ep=cfg.ep, pp=cfg.pp,
         nodes_per_replica=nodes_per_replica, replicas=n_pre + n_dec, nodes=nodes, num_gpus=nodes * gpn,
         cost_per_hour_usd=nodes * (cluster.instance.price_per_hour_usd or 0.0), max_num_tokens=cfg.max_num_tokens,
-        rate_per_replica_rps=goodput / (n_pre + n_dec), concurrency=pools.decode_concurrency,
-        mean_ttft_s=service + wait + pools.kv_s + pools.decode_itl_s, mean_itl_s=pools.decode_itl_s,
-        mode="disaggregated", prefill_replicas=n_pre, decode_replicas=n_dec, kv_transfer_s=pools.kv_s,
+        concurrency=pools.decode_concurrency, mean_itl_s=pools.decode_itl_s, mode="disaggregated",
+        prefill_replicas=n_pre, decode_replicas=n_dec, kv_transfer_s=pools.kv_s, rate_per_replica_rps=rate, mean_ttft_s=ttft,
     )  # fmt: skip
 
 
@@ -175,16 +201,22 @@ def simulate_split(
                      c.decode_replicas, seed).result  # fmt: skip
 
 
-def grow_split(cluster_of: ClusterOf, option: Candidate, first: Candidate, factor: float, missed: SimResult,
-               slo: SLO) -> Candidate:  # fmt: skip
+def grow_split(cluster_of: ClusterOf, model: ModelArch, option: Candidate, first: Candidate, factor: float,
+               missed: SimResult, slo: SLO, qps: float, isl: int, osl: int) -> Candidate:  # fmt: skip
     """``option`` after a p99 miss: the prefill pool at ``factor`` x the analytic count if TTFT missed, the decode
-    pool if ITL missed (each at least one more than before)."""
+    pool if ITL missed (each at least one more than before); its rate per replica and mean TTFT are those of the
+    new split (not the smaller one's)."""
     n_pre, n_dec = option.prefill_replicas, option.decode_replicas
     if missed.ttft_s[99] > slo.ttft_s:
         n_pre = max(n_pre + 1, math.ceil(first.prefill_replicas * factor))
     if missed.itl_s[99] > slo.itl_s:
         n_dec = max(n_dec + 1, math.ceil(first.decode_replicas * factor))
-    return with_replicas(cluster_of, option, n_pre + n_dec, n_pre, n_dec)
+    grown = with_replicas(cluster_of, option, n_pre + n_dec, n_pre, n_dec)
+    p = _pools(config_of(option, isl, osl), cluster_of, model, slo, option.instance, option.nodes_per_replica)
+    if p is None:
+        return grown
+    rate, ttft = _figures(p, qps, n_pre, n_dec)
+    return replace(grown, rate_per_replica_rps=rate, mean_ttft_s=ttft)
 
 
 def split_note(ranked: list[Candidate], qps: float, searched: bool) -> str:
@@ -212,10 +244,13 @@ def split_note(ranked: list[Candidate], qps: float, searched: bool) -> str:
     pd = f"{split.prefill_replicas}P:{split.decode_replicas}D tp {split.tp} {split.precision} on {split.instance}"
     if co is None:
         cheaper = [c for c in ranked if c.mode == "colocated" and c.cost_per_hour_usd <= split.cost_per_hour_usd]
+        missed = sum(1 for c in cheaper if c.meets_slo is False)
+        unsimulated = len(cheaper) - missed  # left once VERIFY_MAX candidates were simulated
         rest = [c.cost_per_hour_usd for c in ranked if c.mode == "colocated" and c not in cheaper]
         return (
             f"the split {pd} (${split.cost_per_hour_usd:,.2f}/h) is the cheapest that meets the p99 SLO: "
-            f"{len(cheaper)} colocated row(s) at or below its cost miss it in simulation"
+            f"{missed} colocated row(s) at or below its cost miss it in simulation"
+            + (f", {unsimulated} at or below its cost were not simulated" if unsimulated else "")
             + (f", the next colocated row costs at least ${min(rest):,.2f}/h" if rest else "")
             + "; decode-only replicas keep prompt chunks out of the decode iterations "
             f"({split.concurrency} sequences at {split.mean_itl_s * 1e3:.1f} ms), KV transfer "
