@@ -4,6 +4,7 @@ where colocated serving wins (short prompts); the JSON contract and the flag tha
 from __future__ import annotations
 
 import json
+import math
 import shlex
 
 import pytest
@@ -147,8 +148,7 @@ def test_the_prefill_pool_is_sized_for_p99_not_the_mean(cat: Catalog, long_plan:
     KV transfer and two decode iterations."""
     from fmstack.catalog.topology import build_cluster
     from fmstack.perfmodel.inference import ServeConfig, deployment
-    from fmstack.perfmodel.inference_disagg import kingman_wait_quantile_s
-    from fmstack.perfmodel.inference_plan_disagg import prefill_alone_s
+    from fmstack.perfmodel.inference_disagg import kingman_wait_quantile_s, prefill_alone_s
 
     b = long_plan.best
     assert (b.prefill_replicas, b.decode_replicas, b.tp, b.precision) == (6, 1, 2, "fp8")
@@ -204,3 +204,13 @@ def test_a_grown_split_shows_its_own_rate_and_mean_ttft(cat: Catalog) -> None:
         assert p is not None
         rate, ttft = _figures(p, 1.0, c.prefill_replicas, c.decode_replicas)
         assert (c.rate_per_replica_rps, c.mean_ttft_s) == (rate, ttft)
+
+
+def test_split_rows_show_mean_field_figures_like_colocated_rows(cat: Catalog) -> None:
+    # a tight TTFT (0.85 s for 8k prompts): the rate column showed the Kingman p99 capacity, 0.00 req/s per replica
+    # for splits that meet p99 in simulation; and the mean-field size used a one-step prompt time (0.749 s) while
+    # the queue used the chunked one (0.772 s), so some splits had utilisation >= 1 and a null mean TTFT
+    plan = _plan(cat, {"qps": 1.0, "input_len": 8192, "output_len": 256, "slo": SLO(ttft_s=0.85, itl_s=0.03)})
+    splits = [c for c in plan.candidates if c.mode == "disaggregated"]
+    assert splits and all(c.rate_per_replica_rps > 0 and math.isfinite(c.mean_ttft_s) for c in splits)
+    assert all(c.rate_per_replica_rps * c.replicas >= 1.0 for c in splits)  # each sized for the asked rate

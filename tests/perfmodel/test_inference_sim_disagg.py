@@ -99,8 +99,7 @@ def test_kingman_bounds_the_simulated_p99_prefill_wait(catalog: Catalog, servers
     the p99 of the simulated queue waits stays under Kingman's bound on the equivalent E_c/D/1 queue. Measured
     (seed 1, 2000 requests): the bound is 1.02-1.77x the simulated p99, tightest for one replica at low load; the
     M/M/c Erlang-C tail is 2.0-3.0x (not used)."""
-    from fmstack.perfmodel.inference_disagg import kingman_wait_quantile_s
-    from fmstack.perfmodel.inference_plan_disagg import prefill_alone_s
+    from fmstack.perfmodel.inference_disagg import kingman_wait_quantile_s, prefill_alone_s
     from fmstack.perfmodel.inference_sim_disagg import pool_stats
 
     cluster = build_cluster(catalog, "p5.48xlarge", 1)

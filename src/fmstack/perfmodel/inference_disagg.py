@@ -97,6 +97,19 @@ class PoolRates:
     same_domain: bool
 
 
+def prefill_alone_s(d: Deployment, cfg: ServeConfig) -> float:
+    """One prompt alone on a prefill replica: its ``max_num_tokens`` chunks, one iteration each, priced as
+    :mod:`fmstack.perfmodel.inference_sim_disagg` prices them (the service time of the prefill queue)."""
+    cached = math.floor(cfg.prefix_hit_rate * cfg.input_len)
+    done, total = cached, 0.0
+    while done < cfg.input_len:
+        n = min(cfg.input_len - done, cfg.max_num_tokens)
+        last = 1.0 if done + n >= cfg.input_len else 0.0
+        total += float(step_time(d, 0.0, 0.0, float(n), n * done + n * (n + 1) / 2, last).total_s)
+        done += n
+    return total
+
+
 def pool_rates(
     model: ModelArch, cluster: Cluster, cfg: ServeConfig, slo: SLO, d: Deployment, conc: NDArray[np.float64]
 ) -> PoolRates:
@@ -108,8 +121,11 @@ def pool_rates(
     dec_rate = np.where(dec_itl <= slo.itl_s, conc / (osl * dec_itl), 0.0)
     dec_i = int(np.argmax(dec_rate))
     # attention DP: a lone prompt runs on one rank (its dense layers and attention unsplit), the experts over all
-    busy = RankLoad(prefill_tokens=new, prefill_token_ctx=pctx, prefill_seqs=1.0) if cfg.attention_dp else None
-    prefill = float(step_time(d, 0.0, 0.0, new, pctx, 1.0, busiest=busy).total_s)
+    if cfg.attention_dp:
+        busy = RankLoad(prefill_tokens=new, prefill_token_ctx=pctx, prefill_seqs=1.0)
+        prefill = float(step_time(d, 0.0, 0.0, new, pctx, 1.0, busiest=busy).total_s)
+    else:  # in max_num_tokens chunks, as the split simulation runs it (one chunk up to the budget: one step)
+        prefill = prefill_alone_s(d, cfg)
     same = 2 * d.num_gpus <= cluster.gpus_per_domain
     kv_bytes, kv_s = kv_transfer_s(model, cluster, cfg, same_domain=same)
     slack = (slo.ttft_s - prefill - kv_s - float(dec_itl[dec_i])) / prefill
@@ -255,15 +271,3 @@ def prefill_replicas_p99(rate_per_s: float, service_s: float, budget_s: float, l
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if fits(mid) else (mid, hi)
     return hi
-
-
-def prefill_capacity_p99(servers: int, service_s: float, budget_s: float) -> float:
-    """The highest Poisson rate at which ``servers`` prefill replicas keep the p99 wait bound within ``budget_s``
-    (bisection on the bound, which rises with the rate; 0 without budget)."""
-    if budget_s <= 0 or service_s <= 0:
-        return 0.0
-    lo, hi = 0.0, servers / service_s
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if kingman_wait_quantile_s(mid, service_s, servers) <= budget_s else (lo, mid)
-    return lo

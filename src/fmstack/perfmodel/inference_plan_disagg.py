@@ -27,7 +27,7 @@ from fmstack.perfmodel.inference_disagg import (
     PoolRates,
     kv_transfer_s,
     pool_rates,
-    prefill_capacity_p99,
+    prefill_alone_s,
     prefill_replicas_p99,
 )
 from fmstack.perfmodel.inference_plan_candidate import Candidate, ClusterOf, config_of, deployment_nodes, with_replicas
@@ -56,19 +56,6 @@ def decode_batch(d: Deployment, cfg: ServeConfig, rate_per_s: float) -> int:
     itl = step_time(d, conc, cfg.input_len + cfg.output_len / 2.0).total_s
     ok = np.nonzero(conc >= rate_per_s * cfg.output_len * itl)[0]
     return int(conc[ok[0]]) if len(ok) else cap
-
-
-def prefill_alone_s(d: Deployment, cfg: ServeConfig) -> float:
-    """One prompt alone on a prefill replica: its ``max_num_tokens`` chunks, one iteration each, priced as
-    :mod:`fmstack.perfmodel.inference_sim_disagg` prices them (the service time of the prefill queue)."""
-    cached = math.floor(cfg.prefix_hit_rate * cfg.input_len)
-    done, total = cached, 0.0
-    while done < cfg.input_len:
-        n = min(cfg.input_len - done, cfg.max_num_tokens)
-        last = 1.0 if done + n >= cfg.input_len else 0.0
-        total += float(step_time(d, 0.0, 0.0, float(n), n * done + n * (n + 1) / 2, last).total_s)
-        done += n
-    return total
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -149,10 +136,11 @@ def _pools(
 
 
 def _figures(p: _Pools, qps: float, n_pre: int, n_dec: int) -> tuple[float, float]:
-    """A ``n_pre``:``n_dec`` split's goodput per replica and mean TTFT at ``qps`` (the row's figures)."""
+    """A ``n_pre``:``n_dec`` split's goodput per replica and mean TTFT at ``qps`` (the row's figures): mean-field,
+    as a colocated row's (the p99 is the simulation's)."""
     rho = qps / (n_pre / p.service_s)
     wait = rho * p.service_s / (2 * (1 - rho)) if rho < 1 else math.inf
-    goodput = min(prefill_capacity_p99(n_pre, p.service_s, p.budget_s), n_dec * p.pools.per_decode_rps)
+    goodput = min(n_pre * p.pools.per_prefill_rps, n_dec * p.pools.per_decode_rps)
     return goodput / (n_pre + n_dec), p.service_s + wait + p.pools.kv_s + p.pools.decode_itl_s
 
 
