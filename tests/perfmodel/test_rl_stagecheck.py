@@ -26,7 +26,7 @@ def test_rows_and_published_stages(checks: list[StageCheck]) -> None:
     # the v0.3 blog rows and their reruns publish every stage; PR #3461 generation and refit only
     assert counts == {"generation": 5, "logprobs": 4, "training": 4, "refit": 5}
     summary = stage_summary(checks)
-    assert {k: int(v["compared"]) for k, v in summary.items()} == {**counts, "rest": 5, "step": 5}
+    assert {k: int(v["compared"]) for k, v in summary.items()} == {**counts, "rest": 1, "step": 5}
 
 
 def test_measured_rest_is_the_step_less_the_published_stages(checks: list[StageCheck]) -> None:

@@ -227,7 +227,7 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
 
         if "colocated_note" in data:
             out.print(data["colocated_note"], markup=False)
-        render_split(data["disaggregated_simulation"])
+        render_split(data["disaggregated_simulation"], one_token=est.config.output_len == 1)
 
 
 @click.command(epilog=PLAN_SERVE_EXAMPLE)

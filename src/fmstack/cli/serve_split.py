@@ -46,13 +46,16 @@ def split_json(
     }  # fmt: skip
 
 
-def render_split(z: dict[str, Any]) -> None:
+def render_split(z: dict[str, Any], *, one_token: bool = False) -> None:
+    """The split's percentile table and a line on its pools; ITL is '-' with one output token (no gap; the JSON
+    keeps its 0.0), as in the colocated table."""
     out = console()
     table = Table("metric", "mean (sim)", "p50 (sim)", "p90 (sim)", "p99 (sim)", title_justify="left",
                   title=f"disaggregated split {z['prefill_replicas']}P:{z['decode_replicas']}D at "
                   f"{z['request_rate_per_s']:g} req/s (simulated, s)")  # fmt: skip
     for name in ("ttft", "itl", "latency"):
-        table.add_row(name, f"{z[f'{name}_mean_s_sim']:.4f}", *(f"{z[f'{name}_p{q}_s']:.4f}" for q in (50, 90, 99)))
+        cells = [f"{z[f'{name}_mean_s_sim']:.4f}", *(f"{z[f'{name}_p{q}_s']:.4f}" for q in (50, 90, 99))]
+        table.add_row(name, *(["-"] * 4 if name == "itl" and one_token else cells))
     out.print(table)
     out.print(
         f"prefill pool: {z['prefill_utilisation'] * 100:.0f} % busy (one prompt alone {z['prefill_s'] * 1e3:.0f} ms, "
