@@ -14,6 +14,7 @@ tests/launch/test_k8s_gb200.py``.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -273,3 +274,35 @@ def test_dry_run_prints_the_compute_domain(catalog: Catalog) -> None:
     docs = list(yaml.safe_load_all(sub.rendered))
     assert [d["kind"] for d in docs] == ["ComputeDomain", "JobSet"]
     assert docs[0]["spec"]["numNodes"] == 2
+
+
+def test_the_job_owns_its_compute_domain(
+    api_server: tuple[Path, list[tuple[str, str, Any]]], stub: type[_Stub], catalog: Catalog
+) -> None:
+    """Once the API server gives the job a uid, the ComputeDomain gets an ownerReference to it: the garbage
+    collector deletes it with the job however the job goes (it was deleted only by fmstack cancel, and a job that
+    finished or was deleted with kubectl left it behind, so a resubmission of the same name failed at create)."""
+    _, log = api_server
+    post = stub.do_POST
+
+    def post_with_uid(self: _Stub) -> None:
+        if not self.path.endswith("/jobsets"):
+            post(self)
+            return
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.log.append(("POST", self.path, body))
+        self._reply(201, {**body, "metadata": {**body["metadata"], "uid": "0c1d-uid"}})
+
+    def patch(self: _Stub) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.log.append(("PATCH", self.path, (self.headers["Content-Type"], body)))
+        self._reply(200, {})
+
+    stub.do_POST = post_with_uid  # type: ignore[method-assign]
+    stub.do_PATCH = patch  # type: ignore[attr-defined]
+    _launcher(api_server).submit(_job(catalog))
+    assert [e[:2] for e in log] == [("POST", CD_PATH), ("POST", "/apis/jobset.x-k8s.io/v1alpha2/namespaces/research/jobsets"),
+                                    ("PATCH", f"{CD_PATH}/gpt-gb-compute-domain")]  # fmt: skip
+    owner = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "gpt-gb", "uid": "0c1d-uid"}
+    # a merge patch (a JSON patch would need a list of operations)
+    assert log[-1][2] == ("application/merge-patch+json", {"metadata": {"ownerReferences": [owner]}})

@@ -75,22 +75,33 @@ class KubernetesLauncher:
         for d in domains:
             self._domain("create", ns, d)
         try:
-            self._call("create", lambda api: api.create_namespaced_custom_object(
+            created = self._call("create", lambda api: api.create_namespaced_custom_object(
                 self.group, self.version, ns, self.plural, m))  # fmt: skip
         except InputError:  # no job to use it: the ComputeDomain goes too, then the job's error
             for d in domains:
                 with contextlib.suppress(InputError):  # the job's error is the one to report
                     self._domain("delete", ns, d["metadata"]["name"])
             raise
+        uid = ((created or {}).get("metadata") or {}).get("uid") if isinstance(created, dict) else None
+        for d in domains if uid else ():
+            # the job owns its ComputeDomain: Kubernetes' garbage collector deletes it with the job however the job
+            # goes (it finishes and is deleted, kubectl delete), not only on fmstack cancel; a failed patch leaves
+            # the annotation's cleanup (cancel) as before
+            owner = {"apiVersion": m["apiVersion"], "kind": m["kind"], "name": m["metadata"]["name"], "uid": uid}
+            with contextlib.suppress(InputError):
+                self._domain("own", ns, (d["metadata"]["name"], {"metadata": {"ownerReferences": [owner]}}))
         return Submission(job_id=f"{self.name}:{native}", rendered=text, dry_run=False)
 
     def _domain(self, verb: str, ns: str, obj: Any) -> None:
-        """Create (obj: the ComputeDomain) or delete (obj: its name) a ComputeDomain (k8s_gb200)."""
-        where = (k8s_gb200.GROUP, k8s_gb200.VERSION, ns, k8s_gb200.PLURAL, obj)
+        """Create (obj: the ComputeDomain), delete (obj: its name) or give an owner to (obj: (name, merge patch)) a
+        ComputeDomain (k8s_gb200)."""
+        where = (k8s_gb200.GROUP, k8s_gb200.VERSION, ns, k8s_gb200.PLURAL)
         if verb == "create":
-            self._call("create ComputeDomain", lambda api: api.create_namespaced_custom_object(*where))
+            self._call("create ComputeDomain", lambda api: api.create_namespaced_custom_object(*where, obj))
+        elif verb == "own":
+            self._call("patch ComputeDomain", lambda api: api.patch_namespaced_custom_object(*where, *obj))
         else:
-            self._call("delete ComputeDomain", lambda api: api.delete_namespaced_custom_object(*where))
+            self._call("delete ComputeDomain", lambda api: api.delete_namespaced_custom_object(*where, obj))
 
     def _split(self, native_id: str) -> tuple[str, str]:
         ns, sep, name = native_id.partition("/")
