@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +180,19 @@ def test_estimate_serve_one_output_token_prints_no_itl() -> None:
     itl = next(line for line in proc.stdout.splitlines() if " itl " in line)
     assert "0.0000" not in itl and "no gap" in itl
     assert json.loads(_run(*args, "--json").stdout)["itl_s"] == 0.0
+
+
+PLAN_8B = ["plan", "serve", "--model", "llama3.1-8b", "--qps", "5", "--input-len", "512", "--output-len", "128",
+           "--ttft-p99", "0.5", "--itl-p99", "0.05", "--instance", "p5.48xlarge"]  # fmt: skip
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="util-linux script (a pseudo-terminal) not installed")
+def test_plan_serve_says_what_it_simulates_on_a_terminal_only() -> None:
+    # a search simulates dozens of deployments (seconds): on a terminal a status line names each on stderr; a
+    # pipe (and --json) gets the result alone
+    cmd = shlex.join([sys.executable, "-m", "fmstack", *PLAN_8B])
+    tty = subprocess.run(["script", "-qec", cmd, "/dev/null"], capture_output=True, text=True, timeout=300)
+    assert tty.returncode == 0, tty.stdout
+    assert "plan serve: simulating candidate 1: p5.48xlarge" in tty.stdout  # the pty merges stderr into stdout
+    piped = _run(*PLAN_8B)
+    assert piped.returncode == 0 and "simulating candidate" not in piped.stdout + piped.stderr

@@ -4,10 +4,14 @@ colocated-vs-disaggregated comparison of the best row."""
 from __future__ import annotations
 
 import shlex
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
 from rich.table import Table
 
 from fmstack.cli.common import console, no_wrap
@@ -116,3 +120,23 @@ def render_plan_serve(plan: ServePlan, model: str, top: int, catalog_dir: Path |
     argv = estimate_argv(model, b, plan.input_len, plan.output_len, catalog_dir, slo, qps=plan.qps, seed=seed)
     out.print(shlex.join(argv), markup=False, soft_wrap=True)
     out.print(f"disaggregated prefill/decode: {plan.disaggregation_note}", markup=False, soft_wrap=True)
+
+
+@contextmanager
+def simulation_status(quiet: bool) -> Iterator[Callable[[Candidate], None] | None]:
+    """A status line on stderr naming the deployment being simulated (each p99 check takes a fraction of a second to
+    seconds; a search may run dozens), when stderr is a terminal and not for --json: stdout stays the result."""
+    if quiet or not sys.stderr.isatty():
+        yield None
+        return
+    count = 0
+    with Console(stderr=True).status("plan serve: analytic search") as status:
+
+        def show(c: Candidate) -> None:
+            nonlocal count
+            count += 1
+            mode = f"{c.prefill_replicas}P:{c.decode_replicas}D" if c.mode == "disaggregated" else f"{c.replicas} x"
+            status.update(f"plan serve: simulating candidate {count}: {c.instance} {mode} tp {c.tp} pp {c.pp} "
+                          f"{c.precision} (${c.cost_per_hour_usd:,.2f}/h)")  # fmt: skip
+
+        yield show

@@ -12,6 +12,7 @@ from rich.table import Table
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import build_cluster
 from fmstack.cli.common import catalog_option, choice, console, json_option, no_wrap, number_text, print_json
+from fmstack.cli.plan_serve_render import simulation_status
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, ServeEstimate, deployment, estimate_serve
 from fmstack.perfmodel.inference_kv import KV_DTYPES, PRECISIONS
@@ -268,12 +269,14 @@ def plan_serve_cmd(
         raise InputError("html", f"folder {html_path.parent} does not exist")
     cat = load_catalog(catalog_dir)
     arch = cat.model(model)
-    plan = plan_serve(
-        cat, arch, qps=qps, input_len=input_len, output_len=output_len, slo=SLO(ttft_s=ttft_p99, itl_s=itl_p99),
-        instances=tuple(n.strip() for v in instances for n in v.split(",") if n.strip()) or None,
-        precisions=tuple(p.lower() for p in precisions) or None, seed=seed, max_nodes_per_replica=max_nodes_per_replica,
-        search_attention_dp=search_attention_dp, search_disagg=search_disagg,
-    )  # fmt: skip
+    with simulation_status(as_json) as on_simulate:
+        plan = plan_serve(
+            cat, arch, qps=qps, input_len=input_len, output_len=output_len, slo=SLO(ttft_s=ttft_p99, itl_s=itl_p99),
+            instances=tuple(n.strip() for v in instances for n in v.split(",") if n.strip()) or None,
+            precisions=tuple(p.lower() for p in precisions) or None, seed=seed,
+            max_nodes_per_replica=max_nodes_per_replica, search_attention_dp=search_attention_dp,
+            search_disagg=search_disagg, on_simulate=on_simulate,
+        )  # fmt: skip
     if html_path is not None:
         from fmstack.reports.serve_report import write_serve_plan
 

@@ -132,10 +132,12 @@ def plan_serve(
     max_nodes_per_replica: int = MAX_NODES_PER_REPLICA,
     search_attention_dp: bool = True,
     search_disagg: bool = True,
+    on_simulate: Callable[[Candidate], None] | None = None,
 ) -> ServePlan:
     """The cheapest deployment of ``model`` serving ``qps`` requests/s within ``slo`` (p99 checked by simulation).
     ``search_attention_dp=False`` leaves attention data parallelism out of the search (the search before it);
-    ``search_disagg=False`` the disaggregated prefill / decode splits (:mod:`fmstack.perfmodel.inference_plan_disagg`)."""
+    ``search_disagg=False`` the disaggregated prefill / decode splits (:mod:`fmstack.perfmodel.inference_plan_disagg`).
+    ``on_simulate`` is called with each deployment before its simulation (progress for the CLI)."""
     if qps <= 0:
         raise InputError("qps", f"must be > 0, got {qps}")
     if max_nodes_per_replica < 1:
@@ -185,7 +187,7 @@ def plan_serve(
             f"{input_len}/{output_len} tokens on any priced instance, precision and TP / PP layout of up to "
             f"{max_nodes_per_replica} node(s) per replica (even one request at a time)",
         )  # fmt: skip
-    ranked = _verify_cheapest(cluster_of, model, found, qps, input_len, output_len, slo, seed)
+    ranked = _verify_cheapest(cluster_of, model, found, qps, input_len, output_len, slo, seed, on_simulate)
     best = ranked[0]
     if not best.meets_slo:
         raise InputError(
@@ -316,8 +318,9 @@ def _chunk_iteration_s(d: Deployment, cfg: ServeConfig, conc: F) -> F:
 
 
 def _verify_cheapest(
-    cluster_of: ClusterOf, model: ModelArch, found: list[Candidate], qps: float, isl: int, osl: int, slo: SLO, seed: int
-) -> list[Candidate]:
+    cluster_of: ClusterOf, model: ModelArch, found: list[Candidate], qps: float, isl: int, osl: int, slo: SLO, seed: int,
+    on_simulate: Callable[[Candidate], None] | None = None,
+) -> list[Candidate]:  # fmt: skip
     """Simulate the cheapest options first. An option is a candidate at a multiple of its analytic replicas
     (``REPLICA_FACTORS``); one that misses the SLO goes back into the queue at the next multiple, priced at its
     larger replica count, so a cheaper candidate is simulated before a miss is retried with more replicas (an
@@ -346,6 +349,8 @@ def _verify_cheapest(
         pending.pop(j)
         tried += i == 0
         split = option.mode == "disaggregated"
+        if on_simulate is not None:
+            on_simulate(option)
         result = (simulate_split if split else _simulate)(cluster_of, model, option, qps, isl, osl, seed)
         if result.ttft_s[99] <= slo.ttft_s and result.itl_s[99] <= slo.itl_s:
             checked.append(replace(option, sim=result.percentiles(), meets_slo=True))
