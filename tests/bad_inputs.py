@@ -689,3 +689,5 @@ BAD_ARGV += [
     ([*_SPLIT, "--nodes", "2", "--qps", "5", "--concurrency", "4", "--prefill-replicas", "6", "--decode-replicas", "1"],
      "concurrency: a split is simulated at --qps (the whole deployment's rate); drop --concurrency"),
 ]  # fmt: skip
+
+# session 10, heterogeneous prefill/decode pools (helper J): add rows here
