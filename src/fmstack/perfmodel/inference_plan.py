@@ -132,11 +132,13 @@ def plan_serve(
     max_nodes_per_replica: int = MAX_NODES_PER_REPLICA,
     search_attention_dp: bool = True,
     search_disagg: bool = True,
+    search_heterogeneous: bool = True,
     on_simulate: Callable[[Candidate], None] | None = None,
 ) -> ServePlan:
     """The cheapest deployment of ``model`` serving ``qps`` requests/s within ``slo`` (p99 checked by simulation).
     ``search_attention_dp=False`` leaves attention data parallelism out of the search (the search before it);
-    ``search_disagg=False`` the disaggregated prefill / decode splits (:mod:`fmstack.perfmodel.inference_plan_disagg`).
+    ``search_disagg=False`` the disaggregated prefill / decode splits (:mod:`fmstack.perfmodel.inference_plan_disagg`),
+    ``search_heterogeneous=False`` only the splits whose pools take two different layouts.
     ``on_simulate`` is called with each deployment before its simulation (progress for the CLI)."""
     if qps <= 0:
         raise InputError("qps", f"must be > 0, got {qps}")
@@ -182,7 +184,8 @@ def plan_serve(
                         if split is not None:  # the node search is bounded by the colocated rows alone
                             found.append(split)
                 nodes *= 2
-            found += _heterogeneous(split_layouts, cluster_of, model, qps, slo, name)
+            if search_heterogeneous:
+                found += _heterogeneous(split_layouts, cluster_of, model, qps, slo, name)
     if not found:
         raise InputError(
             "slo", f"no deployment meets TTFT {slo.ttft_s:g} s and ITL {slo.itl_s:g} s for {model.name} at "
