@@ -71,7 +71,9 @@ def test_no_disagg_leaves_splits_out(cat: Catalog) -> None:
 
 
 def test_json_marks_each_row_and_the_split_command_reproduces_its_pools(long_plan: ServePlan) -> None:
-    data = plan_serve_json(long_plan, "llama3.1-70b", len(long_plan.candidates), None)  # heterogeneous splits fill the top 8
+    data = plan_serve_json(
+        long_plan, "llama3.1-70b", len(long_plan.candidates), None
+    )  # heterogeneous splits fill the top 8
     for key in ("best", "candidates", "slo", "qps", "estimate_command", "disaggregation", "disaggregation_note"):
         assert key in data
     rows = data["candidates"]
@@ -129,7 +131,9 @@ def test_a_split_rows_command_reproduces_its_simulated_p99_exactly(long_plan: Se
     """`estimate serve --qps R --prefill-replicas P --decode-replicas D --seed S` runs the plan's own split
     simulation (``run_split``: same warm-up, same requests, same seed): every percentile is the row's, bit for bit,
     for the best row and for a split simulated at other pools."""
-    data = plan_serve_json(long_plan, "llama3.1-70b", len(long_plan.candidates), None)  # heterogeneous splits fill the top 8
+    data = plan_serve_json(
+        long_plan, "llama3.1-70b", len(long_plan.candidates), None
+    )  # heterogeneous splits fill the top 8
     rows = [r for r in data["candidates"] if r["mode"] == "disaggregated" and r["sim"] is not None]
     assert len(rows) >= 2 and rows[0] == data["best"]
     for r in rows[:2]:

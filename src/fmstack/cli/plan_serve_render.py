@@ -51,7 +51,14 @@ def estimate_argv(
             argv += ["--prefill-replicas", str(c.prefill_replicas), "--decode-replicas", str(c.decode_replicas),
                      "--seed", str(seed)]  # fmt: skip
             if c.heterogeneous:  # the decode pool's layout (tp / pp / ep above are the prefill pool's)
-                argv += ["--decode-tp", str(c.decode_tp), "--decode-pp", str(c.decode_pp), "--decode-ep", str(c.decode_ep)]
+                argv += [
+                    "--decode-tp",
+                    str(c.decode_tp),
+                    "--decode-pp",
+                    str(c.decode_pp),
+                    "--decode-ep",
+                    str(c.decode_ep),
+                ]
     if catalog_dir is not None:
         argv += ["--catalog", str(catalog_dir)]
     return argv

@@ -75,5 +75,8 @@ def render_split(z: dict[str, Any], *, one_token: bool = False) -> None:
 def _label(z: dict[str, Any]) -> str:
     if (z["decode_tp"], z["decode_pp"]) == (z["prefill_tp"], z["prefill_pp"]):
         return f"{z['prefill_replicas']}P:{z['decode_replicas']}D"
-    pp_p, pp_d = (f" pp{z['prefill_pp']}" if z["prefill_pp"] > 1 else ""), (f" pp{z['decode_pp']}" if z["decode_pp"] > 1 else "")
+    pp_p, pp_d = (
+        (f" pp{z['prefill_pp']}" if z["prefill_pp"] > 1 else ""),
+        (f" pp{z['decode_pp']}" if z["decode_pp"] > 1 else ""),
+    )
     return f"{z['prefill_replicas']}P(tp{z['prefill_tp']}{pp_p}):{z['decode_replicas']}D(tp{z['decode_tp']}{pp_d})"
