@@ -229,10 +229,14 @@ def _heterogeneous(
     out: list[Candidate] = []
     for pre, pre_nodes in layouts:
         for dec, _ in layouts:
-            if (dec.tp, dec.pp, dec.ep) != (pre.tp, pre.pp, pre.ep):
+            if (dec.tp, dec.pp, dec.ep) == (pre.tp, pre.pp, pre.ep):
+                continue
+            try:  # a layout whose weights leave no KV memory (DeepSeek-V3 at tp 1) pairs with nothing
                 c = disagg_analytic(pre, cluster_of, model, qps, slo, name, pre_nodes, decode_cfg=dec)
-                if c is not None:
-                    out.append(c)
+            except InputError:
+                continue
+            if c is not None:
+                out.append(c)
     return out
 
 
