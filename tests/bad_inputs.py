@@ -691,3 +691,13 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 10, heterogeneous prefill/decode pools (helper J): add rows here
+BAD_ARGV += [
+    # a decode pool's TP must divide the heads (64 query heads, 8 KV heads of llama3.1-70b)
+    ([*_SPLIT, "--nodes", "2", "--qps", "5", "--prefill-replicas", "3", "--decode-replicas", "1", "--decode-tp", "3"],
+     "decode-tp: decode pool: tp(3) must divide num_heads(64)"),
+    # 6 prefill replicas of tp 2 and 1 decode replica of tp 8 need 20 GPUs; 2 nodes have 16
+    ([*_SPLIT, "--nodes", "2", "--qps", "5", "--prefill-replicas", "6", "--decode-replicas", "1", "--decode-tp", "8"],
+     "nodes: 6 prefill + 1 decode replicas of tp 2 x pp 1 (prefill) and tp 8 x pp 1 (decode) need 20 GPUs"),
+    # the decode layout belongs to a split
+    ([*_SPLIT, "--decode-tp", "4"], "decode-tp: --decode-tp / --decode-pp / --decode-ep set a split's decode pool"),
+]  # fmt: skip

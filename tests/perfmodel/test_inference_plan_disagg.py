@@ -71,14 +71,19 @@ def test_no_disagg_leaves_splits_out(cat: Catalog) -> None:
 
 
 def test_json_marks_each_row_and_the_split_command_reproduces_its_pools(long_plan: ServePlan) -> None:
-    data = plan_serve_json(long_plan, "llama3.1-70b", 8, None)
+    data = plan_serve_json(
+        long_plan, "llama3.1-70b", len(long_plan.candidates), None
+    )  # heterogeneous splits fill the top 8
     for key in ("best", "candidates", "slo", "qps", "estimate_command", "disaggregation", "disaggregation_note"):
         assert key in data
     rows = data["candidates"]
     assert {r["mode"] for r in rows} == {"colocated", "disaggregated"}
     for r in rows:
-        assert {"mode", "prefill_replicas", "decode_replicas", "replicas", "cost_per_hour_usd", "sim"} <= r.keys()
-    split = data["best"]
+        assert {"mode", "prefill_replicas", "decode_replicas", "replicas", "cost_per_hour_usd", "sim", "decode_tp",
+                "decode_pp"} <= r.keys()  # fmt: skip
+    # --disagg's mean-field comparison splits one layout: a same-layout row's pools (a heterogeneous row's decode
+    # pool is another layout's, priced by its own --decode-tp run)
+    split = next(r for r in rows if r["mode"] == "disaggregated" and r["decode_tp"] == r["tp"])
     argv = shlex.split(split["estimate_command"])
     assert "--disagg" in argv and "--concurrency" not in argv
     result = CliRunner().invoke(cli, [*argv[1:], "--json"], catch_exceptions=False)
@@ -126,7 +131,9 @@ def test_a_split_rows_command_reproduces_its_simulated_p99_exactly(long_plan: Se
     """`estimate serve --qps R --prefill-replicas P --decode-replicas D --seed S` runs the plan's own split
     simulation (``run_split``: same warm-up, same requests, same seed): every percentile is the row's, bit for bit,
     for the best row and for a split simulated at other pools."""
-    data = plan_serve_json(long_plan, "llama3.1-70b", 8, None)
+    data = plan_serve_json(
+        long_plan, "llama3.1-70b", len(long_plan.candidates), None
+    )  # heterogeneous splits fill the top 8
     rows = [r for r in data["candidates"] if r["mode"] == "disaggregated" and r["sim"] is not None]
     assert len(rows) >= 2 and rows[0] == data["best"]
     for r in rows[:2]:
@@ -145,12 +152,13 @@ def test_a_split_rows_command_reproduces_its_simulated_p99_exactly(long_plan: Se
 def test_the_prefill_pool_is_sized_for_p99_not_the_mean(cat: Catalog, long_plan: ServePlan) -> None:
     """With the M/D/1 mean wait the best split was 5P:1D tp 2 (prefill ~77 % busy at 0.772 s a prompt); the p99
     bound (Kingman on E_c/D/1) asks for 6: the fewest replicas whose p99 wait bound fits 2 s less one prompt, the
-    KV transfer and two decode iterations."""
+    KV transfer and two decode iterations. (Same-layout splits: with heterogeneous pools 3P(tp4):1D(tp2) ranks
+    first, at the same cost and GPUs and a higher mean-field rate.)"""
     from fmstack.catalog.topology import build_cluster
     from fmstack.perfmodel.inference import ServeConfig, deployment
     from fmstack.perfmodel.inference_disagg import kingman_wait_quantile_s, prefill_alone_s
 
-    b = long_plan.best
+    b = _plan(cat, LONG, search_heterogeneous=False).best
     assert (b.prefill_replicas, b.decode_replicas, b.tp, b.precision) == (6, 1, 2, "fp8")
     cfg = ServeConfig(tp=2, precision="fp8", input_len=8192, output_len=256, max_num_tokens=2048)
     service = prefill_alone_s(deployment(cat.model("llama3.1-70b"), build_cluster(cat, "p5.48xlarge", 1), cfg), cfg)
@@ -191,7 +199,7 @@ def test_a_grown_split_shows_its_own_rate_and_mean_ttft(cat: Catalog) -> None:
     of the smaller split it grew from (TTFT 0.85 s, 1 req/s: TP 4 1P:1D misses, 2P:1D meets; the row showed 0.005
     req/s per replica, the 1P:1D's figure)."""
     from fmstack.catalog.topology import build_cluster
-    from fmstack.perfmodel.inference_plan_candidate import config_of
+    from fmstack.perfmodel.inference_plan_candidate import config_of, decode_config_of
     from fmstack.perfmodel.inference_plan_disagg import _figures, _pools
 
     slo = SLO(ttft_s=0.85, itl_s=0.03)
@@ -200,7 +208,8 @@ def test_a_grown_split_shows_its_own_rate_and_mean_ttft(cat: Catalog) -> None:
     assert any(c.tp == 4 and (c.prefill_replicas, c.decode_replicas) == (2, 1) for c in splits)
     for c in splits:
         p = _pools(config_of(c, 8192, 256), lambda n, k: build_cluster(cat, n, k), cat.model("llama3.1-70b"), slo,
-                   c.instance, c.nodes_per_replica)  # fmt: skip
+                   c.instance, c.nodes_per_replica,
+                   decode_config_of(c, 8192, 256) if c.heterogeneous else None)  # fmt: skip
         assert p is not None
         rate, ttft = _figures(p, 1.0, c.prefill_replicas, c.decode_replicas)
         assert (c.rate_per_replica_rps, c.mean_ttft_s) == (rate, ttft)

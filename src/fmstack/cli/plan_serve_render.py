@@ -17,6 +17,7 @@ from rich.table import Table
 from fmstack.cli.common import console, no_wrap
 from fmstack.perfmodel.inference_disagg import SLO
 from fmstack.perfmodel.inference_plan import Candidate, ServePlan
+from fmstack.perfmodel.inference_plan_candidate import split_label
 
 
 def estimate_argv(
@@ -49,6 +50,15 @@ def estimate_argv(
         if qps is not None:
             argv += ["--prefill-replicas", str(c.prefill_replicas), "--decode-replicas", str(c.decode_replicas),
                      "--seed", str(seed)]  # fmt: skip
+            if c.heterogeneous:  # the decode pool's layout (tp / pp / ep above are the prefill pool's)
+                argv += [
+                    "--decode-tp",
+                    str(c.decode_tp),
+                    "--decode-pp",
+                    str(c.decode_pp),
+                    "--decode-ep",
+                    str(c.decode_ep),
+                ]
     if catalog_dir is not None:
         argv += ["--catalog", str(catalog_dir)]
     return argv
@@ -58,7 +68,9 @@ def plan_serve_json(plan: ServePlan, model: str, top: int, catalog_dir: Path | N
     """``best`` and ``candidates`` (each with ``attention_dp`` and its ``estimate_command``), ``slo``, ``qps``,
     ``estimate_command`` (the best's), ``disaggregation`` (the comparison's fields or null) and
     ``disaggregation_note``. Each row has ``mode`` ("colocated" | "disaggregated"), ``prefill_replicas``,
-    ``decode_replicas`` (0 when colocated; ``replicas`` is their sum) and ``kv_transfer_s``."""
+    ``decode_replicas`` (0 when colocated; ``replicas`` is their sum), ``kv_transfer_s`` and the decode pool's
+    layout ``decode_tp``, ``decode_pp``, ``decode_ep`` (0 when colocated; ``tp`` / ``pp`` / ``ep`` /
+    ``nodes_per_replica`` are a split's prefill pool's, the decode pool's differ in a heterogeneous split)."""
 
     def row(c: Candidate) -> dict[str, Any]:
         argv = estimate_argv(model, c, plan.input_len, plan.output_len, catalog_dir, plan.slo, qps=plan.qps, seed=seed)
@@ -80,7 +92,8 @@ def render_plan_serve(plan: ServePlan, model: str, top: int, catalog_dir: Path |
     layout = f"tp {b.tp}{f' pp {b.pp}' if b.pp > 1 else ''}{f' ep {b.ep}' if b.ep > 1 else ''}"
     layout += " attention-dp" if b.attention_dp else ""
     if b.mode == "disaggregated":
-        layout = f"{layout} ({b.prefill_replicas} prefill + {b.decode_replicas} decode)"
+        dec = f" of tp {b.decode_tp}{f' pp {b.decode_pp}' if b.decode_pp > 1 else ''}" if b.heterogeneous else ""
+        layout = f"{layout} ({b.prefill_replicas} prefill + {b.decode_replicas} decode{dec})"
     out.print(
         f"[bold]{plan.model}[/] at {plan.qps:g} req/s, {plan.input_len}/{plan.output_len} tokens, TTFT p99 <= "
         f"{slo.ttft_s:g} s, ITL p99 <= {slo.itl_s:g} s: [bold]{b.replicas} replica(s) of {layout} {b.precision}[/]"
@@ -96,7 +109,7 @@ def render_plan_serve(plan: ServePlan, model: str, top: int, catalog_dir: Path |
         sim = c.sim or {}
         rows.append([
             c.instance, c.precision,
-            f"{c.prefill_replicas}P:{c.decode_replicas}D" if c.mode == "disaggregated" else "coloc", str(c.tp), str(c.pp), str(c.ep), *(["yes" if c.attention_dp else "-"] if adp_col
+            split_label(c) if c.mode == "disaggregated" else "coloc", str(c.tp), str(c.pp), str(c.ep), *(["yes" if c.attention_dp else "-"] if adp_col
             else []), str(c.max_num_tokens), str(c.nodes_per_replica), str(c.replicas), str(c.nodes),
             f"{c.cost_per_hour_usd:,.2f}", f"{c.rate_per_replica_rps:.2f}",
             f"{sim['ttft_p99_s']:.3f}" if sim else "-", f"{sim['itl_p99_s']:.4f}" if sim else "-",
@@ -135,7 +148,7 @@ def simulation_status(quiet: bool) -> Iterator[Callable[[Candidate], None] | Non
         def show(c: Candidate) -> None:
             nonlocal count
             count += 1
-            mode = f"{c.prefill_replicas}P:{c.decode_replicas}D" if c.mode == "disaggregated" else f"{c.replicas} x"
+            mode = split_label(c) if c.mode == "disaggregated" else f"{c.replicas} x"
             status.update(f"plan serve: simulating candidate {count}: {c.instance} {mode} tp {c.tp} pp {c.pp} "
                           f"{c.precision} (${c.cost_per_hour_usd:,.2f}/h)")  # fmt: skip
 

@@ -14,7 +14,7 @@ from fmstack.catalog.topology import build_cluster
 from fmstack.cli.common import catalog_option, choice, console, json_option, no_wrap, number_text, print_json
 from fmstack.cli.plan_serve_render import simulation_status
 from fmstack.errors import InputError
-from fmstack.perfmodel.inference import ServeConfig, ServeEstimate, deployment, estimate_serve
+from fmstack.perfmodel.inference import ServeConfig, ServeEstimate, deployment, estimate_serve, validate_serve
 from fmstack.perfmodel.inference_kv import KV_DTYPES, PRECISIONS
 
 SERVE_EXAMPLE = """Example:
@@ -81,6 +81,9 @@ PLAN_SERVE_EXAMPLE = """Example:
     "the P + D replicas at qps / (P + D).",
 )
 @click.option("--decode-replicas", type=int, default=None, help="Decode replicas of the split (--prefill-replicas).")
+@click.option("--decode-tp", type=int, default=None, help="TP of a decode replica of the split [--tp].")
+@click.option("--decode-pp", type=int, default=None, help="Pipeline stages of a decode replica of the split [--pp].")
+@click.option("--decode-ep", type=int, default=None, help="EP of a decode replica of the split [--ep].")
 @click.option("--ttft-slo", type=float, default=1.0, show_default=True, help="TTFT target for --disagg (s).")
 @click.option("--itl-slo", type=float, default=0.05, show_default=True, help="ITL target for --disagg (s).")
 @catalog_option
@@ -88,16 +91,18 @@ PLAN_SERVE_EXAMPLE = """Example:
 def serve_cmd(
     model: str, instance: str, nodes: int, catalog_dir: Path | None, simulate: bool, seed: int, length_spread: float,
     disagg: bool, ttft_slo: float, itl_slo: float, prefill_replicas: int | None, decode_replicas: int | None,
-    as_json: bool, **options: Any,
+    decode_tp: int | None, decode_pp: int | None, decode_ep: int | None, as_json: bool, **options: Any,
 ) -> None:  # fmt: skip
     """Predict TTFT, inter-token latency, throughput, KV cache and the bottleneck of one serving replica; with
-    --prefill-replicas P --decode-replicas D --qps R, simulate a disaggregated split of the nodes at R req/s."""
+    --prefill-replicas P --decode-replicas D --qps R, simulate a disaggregated split of the nodes at R req/s (the
+    decode pool in another layout with --decode-tp / --decode-pp / --decode-ep: heterogeneous pools)."""
     cat = load_catalog(catalog_dir)
     arch = cat.model(model)
     cluster = build_cluster(cat, instance, nodes)
     values: dict[str, Any] = {k: (v.lower() if isinstance(v, str) else v) for k, v in options.items()}
     cfg = ServeConfig(**values)
-    split = _check_split(prefill_replicas, decode_replicas, cfg, cluster, nodes)
+    decode_cfg = _decode_layout(cfg, arch, cluster, decode_tp, decode_pp, decode_ep, prefill_replicas)
+    split = _check_split(prefill_replicas, decode_replicas, cfg, cluster, nodes, decode_cfg)
     replica_cfg = cfg if split is None else replace(cfg, request_rate_per_s=cfg.request_rate_per_s / sum(split))  # type: ignore[operator]
     note = None
     try:
@@ -116,7 +121,8 @@ def serve_cmd(
     if split is not None:
         from fmstack.cli.serve_split import split_json
 
-        data["disaggregated_simulation"] = split_json(cat, arch, instance, cfg, split, seed, length_spread)
+        data["disaggregated_simulation"] = split_json(cat, arch, instance, cfg, split, seed, length_spread,
+                                                      decode_cfg)  # fmt: skip
     if disagg:
         from fmstack.perfmodel.inference_disagg import SLO, compare_disaggregation
 
@@ -127,10 +133,34 @@ def serve_cmd(
     _render_serve(est, data)
 
 
+def _decode_layout(
+    cfg: ServeConfig, arch: Any, cluster: Any, tp: int | None, pp: int | None, ep: int | None, prefill: int | None
+) -> ServeConfig | None:
+    """The decode pool's configuration when --decode-tp / --decode-pp / --decode-ep give another layout than the
+    prefill pool's (None: the same), checked as a replica's (heads divisible, the stages, the experts)."""
+    if tp is None and pp is None and ep is None:
+        return None
+    if prefill is None:
+        raise InputError("decode-tp", "--decode-tp / --decode-pp / --decode-ep set a split's decode pool: give "
+                         "--prefill-replicas and --decode-replicas")  # fmt: skip
+    dc = replace(cfg, tp=cfg.tp if tp is None else tp, pp=cfg.pp if pp is None else pp,
+                 ep=cfg.ep if ep is None else ep)  # fmt: skip
+    try:
+        validate_serve(dc, arch, cluster)
+        deployment(arch, cluster, dc)
+    except InputError as exc:
+        field = {"tp": "decode-tp", "pp": "decode-pp", "ep": "decode-ep"}.get(exc.field, exc.field)
+        raise InputError(field, f"decode pool: {exc.message}") from None
+    same = (dc.tp, dc.pp, dc.ep) == (cfg.tp, cfg.pp, cfg.ep)
+    return None if same else dc
+
+
 def _check_split(
-    prefill: int | None, decode: int | None, cfg: ServeConfig, cluster: Any, nodes: int
-) -> tuple[int, int] | None:
-    """(P, D) when a split is asked for, after checking it fits ``--nodes``; None otherwise."""
+    prefill: int | None, decode: int | None, cfg: ServeConfig, cluster: Any, nodes: int,
+    decode_cfg: ServeConfig | None = None,
+) -> tuple[int, int] | None:  # fmt: skip
+    """(P, D) when a split is asked for, after checking it fits ``--nodes`` (``P x tp x pp + D x decode tp x
+    decode pp`` GPUs); None otherwise."""
     if prefill is None and decode is None:
         return None
     if prefill is None or decode is None:
@@ -150,10 +180,14 @@ def _check_split(
     if cfg.attention_dp:
         raise InputError("attention-dp", "the disaggregated simulation does not model attention DP ranks")
     per = cfg.tp * cfg.pp
-    if (prefill + decode) * per > cluster.num_gpus:
+    dc = cfg if decode_cfg is None else decode_cfg
+    need = prefill * per + decode * dc.tp * dc.pp
+    if need > cluster.num_gpus:
+        layout = (f"tp {cfg.tp} x pp {cfg.pp}" if decode_cfg is None else
+                  f"tp {cfg.tp} x pp {cfg.pp} (prefill) and tp {dc.tp} x pp {dc.pp} (decode)")  # fmt: skip
         raise InputError(
-            "nodes", f"{prefill} prefill + {decode} decode replicas of tp {cfg.tp} x pp {cfg.pp} need "
-            f"{(prefill + decode) * per} GPUs; {nodes} x {cluster.instance.name} has {cluster.num_gpus}",
+            "nodes", f"{prefill} prefill + {decode} decode replicas of {layout} need "
+            f"{need} GPUs; {nodes} x {cluster.instance.name} has {cluster.num_gpus}",
         )  # fmt: skip
     return prefill, decode
 

@@ -16,12 +16,15 @@ from fmstack.perfmodel.inference import ServeConfig
 
 
 def split_json(
-    cat: Catalog, arch: ModelArch, instance: str, cfg: ServeConfig, split: tuple[int, int], seed: int, spread: float
-) -> dict[str, Any]:
+    cat: Catalog, arch: ModelArch, instance: str, cfg: ServeConfig, split: tuple[int, int], seed: int, spread: float,
+    decode_cfg: ServeConfig | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """The ``disaggregated_simulation`` object: the colocated simulation's percentile and mean keys
     (``ttft_p99_s``, ``ttft_mean_s_sim``, ...), the pools (``prefill_replicas``, ``decode_replicas``,
     ``prefill_utilisation``, ``decode_batch_mean``, ``decode_slots_in_use``, ``decode_slots``, ``bottleneck``) and
-    the KV transfer (``kv_bytes_per_request``, ``kv_transfer_s``, ``kv_link``)."""
+    the KV transfer (``kv_bytes_per_request``, ``kv_transfer_s``, ``kv_link``), and each pool's layout
+    (``prefill_tp``, ``prefill_pp``, ``decode_tp``, ``decode_pp``, ``decode_ep``; ``decode_cfg``: heterogeneous
+    pools, else the same as the prefill pool's)."""
     from fmstack.perfmodel.inference_plan_disagg import run_split
 
     clusters: dict[tuple[str, int], Cluster] = {}
@@ -32,7 +35,8 @@ def split_json(
         return clusters[name, nodes]
 
     qps = cfg.request_rate_per_s or 0.0
-    run = run_split(cluster_of, arch, cfg, instance, qps, split[0], split[1], seed, spread)
+    run = run_split(cluster_of, arch, cfg, instance, qps, split[0], split[1], seed, spread, decode_cfg)
+    dc = cfg if decode_cfg is None else decode_cfg
     st = run.stats
     return {
         **run.result.percentiles(), **run.result.means(),
@@ -43,6 +47,7 @@ def split_json(
         "decode_slots": st.decode_slots, "slot_wait_share": st.slot_wait_share, "bottleneck": st.bottleneck,
         "kv_bytes_per_request": run.kv_bytes, "kv_transfer_s": run.kv_transfer_s, "kv_link": run.kv_link,
         "warmup_requests": run.warmup_requests, "num_requests": run.num_requests, "seed": seed,
+        "prefill_tp": cfg.tp, "prefill_pp": cfg.pp, "decode_tp": dc.tp, "decode_pp": dc.pp, "decode_ep": dc.ep,
     }  # fmt: skip
 
 
@@ -51,7 +56,7 @@ def render_split(z: dict[str, Any], *, one_token: bool = False) -> None:
     keeps its 0.0), as in the colocated table."""
     out = console()
     table = Table("metric", "mean (sim)", "p50 (sim)", "p90 (sim)", "p99 (sim)", title_justify="left",
-                  title=f"disaggregated split {z['prefill_replicas']}P:{z['decode_replicas']}D at "
+                  title=f"disaggregated split {_label(z)} at "
                   f"{z['request_rate_per_s']:g} req/s (simulated, s)")  # fmt: skip
     for name in ("ttft", "itl", "latency"):
         cells = [f"{z[f'{name}_mean_s_sim']:.4f}", *(f"{z[f'{name}_p{q}_s']:.4f}" for q in (50, 90, 99))]
@@ -65,3 +70,13 @@ def render_split(z: dict[str, Any], *, one_token: bool = False) -> None:
         f"{z['kv_bytes_per_request'] / 1e6:.0f} MB per request in {z['kv_transfer_s'] * 1e3:.2f} ms over "
         f"{z['kv_link']}; {z['requests_measured_sim']:.0f} requests measured after {z['warmup_requests']} warm-up"
     )
+
+
+def _label(z: dict[str, Any]) -> str:
+    if (z["decode_tp"], z["decode_pp"]) == (z["prefill_tp"], z["prefill_pp"]):
+        return f"{z['prefill_replicas']}P:{z['decode_replicas']}D"
+    pp_p, pp_d = (
+        (f" pp{z['prefill_pp']}" if z["prefill_pp"] > 1 else ""),
+        (f" pp{z['decode_pp']}" if z["decode_pp"] > 1 else ""),
+    )
+    return f"{z['prefill_replicas']}P(tp{z['prefill_tp']}{pp_p}):{z['decode_replicas']}D(tp{z['decode_tp']}{pp_d})"

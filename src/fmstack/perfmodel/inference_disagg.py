@@ -70,10 +70,20 @@ class DisaggComparison:
     why: str
 
 
-def kv_transfer_s(model: ModelArch, cluster: Cluster, cfg: ServeConfig, *, same_domain: bool) -> tuple[float, float]:
-    """(bytes of one prompt's KV cache, seconds to move it) with every TP shard sent in parallel."""
+def kv_transfer_s(
+    model: ModelArch, cluster: Cluster, cfg: ServeConfig, *, same_domain: bool, decode_tp: int | None = None
+) -> tuple[float, float]:
+    """(bytes of one prompt's KV cache, seconds to move it) with every TP shard sent in parallel. With a decode pool
+    of another TP degree (``decode_tp``; heterogeneous pools) each prefill GPU holds ``1 / kv_split(tp_p)`` of the
+    KV heads and each decode GPU needs ``1 / kv_split(tp_d)``: the transfer is priced as one point-to-point send of
+    the larger per-GPU share, all GPUs at once (the heads are re-sliced on the way, as NIXL's KV layout transfer in
+    Dynamo does when prefill and decode TP differ; a decode GPU pulls from the prefill GPUs that hold its heads,
+    DistServe sec. 4.3's pull). Contention of several senders on one receiver's link is not modelled."""
     total = cfg.input_len * kv_bytes_per_token(model, KV_BYTES[cfg.kv])
-    per_gpu = total / kv_split(model, 1 if cfg.attention_dp else cfg.tp)  # attention DP: a prompt's KV on one rank
+    split = kv_split(model, 1 if cfg.attention_dp else cfg.tp)  # attention DP: a prompt's KV on one rank
+    if decode_tp is not None:
+        split = min(split, kv_split(model, decode_tp))
+    per_gpu = total / split
     placement = GroupPlacement(num_ranks=2, ranks_per_domain=2 if same_domain and cluster.scale_up else 1)
     return total, float(collective_time_s("send_recv", per_gpu, placement, cluster))
 
@@ -111,13 +121,17 @@ def prefill_alone_s(d: Deployment, cfg: ServeConfig) -> float:
 
 
 def pool_rates(
-    model: ModelArch, cluster: Cluster, cfg: ServeConfig, slo: SLO, d: Deployment, conc: NDArray[np.float64]
-) -> PoolRates:
-    """Per-replica prefill and decode rates of ``d`` (one replica of ``cfg``) at ``slo``, over ``conc`` sequences."""
+    model: ModelArch, cluster: Cluster, cfg: ServeConfig, slo: SLO, d: Deployment, conc: NDArray[np.float64],
+    decode: Deployment | None = None,
+) -> PoolRates:  # fmt: skip
+    """Per-replica prefill and decode rates of ``d`` (one replica of ``cfg``) at ``slo``, over ``conc`` sequences
+    (decode replicas of ``decode`` when given: heterogeneous pools, ``conc`` up to its slots; the KV link is
+    NVLink when one replica of each fits an NVLink domain of ``cluster``)."""
+    dd = d if decode is None else decode
     isl, osl = float(cfg.input_len), float(cfg.output_len)
     new = isl - math.floor(cfg.prefix_hit_rate * isl)
     pctx = prefill_ctx(isl, cfg.prefix_hit_rate)
-    dec_itl = step_time(d, conc, isl + osl / 2.0).total_s
+    dec_itl = step_time(dd, conc, isl + osl / 2.0).total_s
     dec_rate = np.where(dec_itl <= slo.itl_s, conc / (osl * dec_itl), 0.0)
     dec_i = int(np.argmax(dec_rate))
     # attention DP: a lone prompt runs on one rank (its dense layers and attention unsplit), the experts over all
@@ -126,8 +140,8 @@ def pool_rates(
         prefill = float(step_time(d, 0.0, 0.0, new, pctx, 1.0, busiest=busy).total_s)
     else:  # in max_num_tokens chunks, as the split simulation runs it (one chunk up to the budget: one step)
         prefill = prefill_alone_s(d, cfg)
-    same = 2 * d.num_gpus <= cluster.gpus_per_domain
-    kv_bytes, kv_s = kv_transfer_s(model, cluster, cfg, same_domain=same)
+    same = d.num_gpus + dd.num_gpus <= cluster.gpus_per_domain
+    kv_bytes, kv_s = kv_transfer_s(model, cluster, cfg, same_domain=same, decode_tp=None if decode is None else dd.tp)
     slack = (slo.ttft_s - prefill - kv_s - float(dec_itl[dec_i])) / prefill
     rho = 2 * slack / (1 + 2 * slack) if slack > 0 else 0.0
     link = f"NVLink ({cluster.scale_up.name})" if same and cluster.scale_up else cluster.scale_out.name.upper()

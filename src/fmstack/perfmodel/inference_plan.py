@@ -132,11 +132,13 @@ def plan_serve(
     max_nodes_per_replica: int = MAX_NODES_PER_REPLICA,
     search_attention_dp: bool = True,
     search_disagg: bool = True,
+    search_heterogeneous: bool = True,
     on_simulate: Callable[[Candidate], None] | None = None,
 ) -> ServePlan:
     """The cheapest deployment of ``model`` serving ``qps`` requests/s within ``slo`` (p99 checked by simulation).
     ``search_attention_dp=False`` leaves attention data parallelism out of the search (the search before it);
-    ``search_disagg=False`` the disaggregated prefill / decode splits (:mod:`fmstack.perfmodel.inference_plan_disagg`).
+    ``search_disagg=False`` the disaggregated prefill / decode splits (:mod:`fmstack.perfmodel.inference_plan_disagg`),
+    ``search_heterogeneous=False`` only the splits whose pools take two different layouts.
     ``on_simulate`` is called with each deployment before its simulation (progress for the CLI)."""
     if qps <= 0:
         raise InputError("qps", f"must be > 0, got {qps}")
@@ -161,6 +163,7 @@ def plan_serve(
         has = [p for p in ("bf16", "fp8", "fp4") if getattr(cluster.gpu, f"{p}_dense_tflops", None) is not None]
         for precision in _precisions(has, precisions):
             first: int | None = None  # the fewest nodes per replica at which a layout meets the SLO
+            split_layouts: list[tuple[ServeConfig, int]] = []  # for heterogeneous pools
             nodes = 1
             while nodes <= max_nodes_per_replica and (first is None or nodes <= first * 2**DOUBLINGS_PAST_FIRST):
                 if nodes > 1 and _one_node_holds(cluster_of, names, name, nodes):
@@ -176,11 +179,13 @@ def plan_serve(
                             found.append(option)
                             first = nodes if first is None else first
                     if search_disagg and not adp:  # the split's prefill pool runs the largest prompt budget
-                        split = disagg_analytic(replace(cfg, max_num_tokens=max(CHUNK_CHOICES)), cluster_of, model, qps, slo,
-                                                name, nodes)  # fmt: skip
+                        split_layouts.append((replace(cfg, max_num_tokens=max(CHUNK_CHOICES)), nodes))
+                        split = disagg_analytic(split_layouts[-1][0], cluster_of, model, qps, slo, name, nodes)
                         if split is not None:  # the node search is bounded by the colocated rows alone
                             found.append(split)
                 nodes *= 2
+            if search_heterogeneous:
+                found += _heterogeneous(split_layouts, cluster_of, model, qps, slo, name)
     if not found:
         raise InputError(
             "slo", f"no deployment meets TTFT {slo.ttft_s:g} s and ITL {slo.itl_s:g} s for {model.name} at "
@@ -214,6 +219,25 @@ def plan_serve(
                "ttft_s": curve.ttft_s.tolist(), "itl_s": curve.itl_s.tolist()},
         disaggregation=dis, disaggregation_note=note,
     )  # fmt: skip
+
+
+def _heterogeneous(
+    layouts: list[tuple[ServeConfig, int]], cluster_of: ClusterOf, model: ModelArch, qps: float, slo: SLO, name: str
+) -> list[Candidate]:
+    """Splits whose prefill and decode pools take two different layouts of those searched (every ordered pair; the
+    same-layout split is the diagonal, found in the search loop)."""
+    out: list[Candidate] = []
+    for pre, pre_nodes in layouts:
+        for dec, _ in layouts:
+            if (dec.tp, dec.pp, dec.ep) == (pre.tp, pre.pp, pre.ep):
+                continue
+            try:  # a layout whose weights leave no KV memory (DeepSeek-V3 at tp 1) pairs with nothing
+                c = disagg_analytic(pre, cluster_of, model, qps, slo, name, pre_nodes, decode_cfg=dec)
+            except InputError:
+                continue
+            if c is not None:
+                out.append(c)
+    return out
 
 
 def _disaggregation(
@@ -327,7 +351,7 @@ def _verify_cheapest(
     attention-DP candidate missing p99 ITL by a hair costs its retries only while they could still be cheapest)."""
 
     def key(c: Candidate) -> tuple[float, int, float]:
-        return (c.cost_per_hour_usd, c.replicas * c.tp * c.pp, -c.rate_per_replica_rps)  # then fewest GPUs busy
+        return (c.cost_per_hour_usd, c.busy_gpus, -c.rate_per_replica_rps)  # then fewest GPUs busy
 
     # (option, its factor's index, the candidate as the analytic search found it, the last one simulated with its
     # percentiles: a miss is reported as the largest deployment simulated, with that simulation's p99)

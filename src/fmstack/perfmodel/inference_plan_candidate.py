@@ -57,11 +57,55 @@ class Candidate:
     """Disaggregated: replicas of the decode pool (0 when colocated)."""
     kv_transfer_s: float = 0.0
     """Disaggregated: moving one prompt's KV cache from a prefill to a decode replica (0 when colocated)."""
+    decode_tp: int = 0
+    """Disaggregated: TP of a decode replica (0 when colocated). ``tp`` / ``pp`` / ``ep`` / ``nodes_per_replica``
+    are the prefill pool's layout; the decode pool may differ (heterogeneous pools, DistServe sec. 4)."""
+    decode_pp: int = 0
+    """Disaggregated: pipeline stages of a decode replica (0 when colocated)."""
+    decode_ep: int = 0
+    """Disaggregated: EP of a decode replica (0 when colocated)."""
+
+    @property
+    def heterogeneous(self) -> bool:
+        """A split whose decode pool has another layout than its prefill pool."""
+        return self.mode == "disaggregated" and (self.decode_tp, self.decode_pp, self.decode_ep) != (
+            self.tp, self.pp, self.ep)  # fmt: skip
+
+    @property
+    def busy_gpus(self) -> int:
+        """GPUs the replicas take: ``P x tp x pp + D x decode_tp x decode_pp`` for a split."""
+        if self.mode != "disaggregated":
+            return self.replicas * self.tp * self.pp
+        return self.prefill_replicas * self.tp * self.pp + self.decode_replicas * self.decode_tp * self.decode_pp
 
 
 def config_of(c: Candidate, input_len: int, output_len: int) -> ServeConfig:
     return ServeConfig(tp=c.tp, pp=c.pp, ep=c.ep, precision=c.precision, input_len=input_len, output_len=output_len,
                        max_num_tokens=c.max_num_tokens, attention_dp=c.attention_dp)  # fmt: skip
+
+
+def split_label(c: Candidate) -> str:
+    """``4P:1D``, or with heterogeneous pools each pool's layout: ``4P(tp2):1D(tp8)`` (pp and ep where > 1)."""
+    if not c.heterogeneous:
+        return f"{c.prefill_replicas}P:{c.decode_replicas}D"
+
+    def lay(tp: int, pp: int, ep: int) -> str:
+        return f"tp{tp}" + (f" pp{pp}" if pp > 1 else "") + (f" ep{ep}" if ep > 1 else "")
+
+    return (f"{c.prefill_replicas}P({lay(c.tp, c.pp, c.ep)}):"
+            f"{c.decode_replicas}D({lay(c.decode_tp, c.decode_pp, c.decode_ep)})")  # fmt: skip
+
+
+def decode_config_of(c: Candidate, input_len: int, output_len: int) -> ServeConfig:
+    """The decode pool's configuration of a split (its layout; the same prompt budget and lengths)."""
+    return replace(config_of(c, input_len, output_len), tp=c.decode_tp or c.tp, pp=c.decode_pp or c.pp,
+                   ep=c.decode_ep or c.ep)  # fmt: skip
+
+
+def split_nodes(prefill: int, decode: int, p: ServeConfig, dc: ServeConfig, gpus_per_node: int) -> int:
+    """Whole nodes for ``prefill`` replicas of ``p`` and ``decode`` of ``dc``: the GPUs together over a node (a
+    replica within one node takes a divisor of it, a larger one whole nodes: the replicas pack without gaps)."""
+    return math.ceil((prefill * p.tp * p.pp + decode * dc.tp * dc.pp) / gpus_per_node)
 
 
 def deployment_nodes(replicas: int, c: ServeConfig | Candidate, gpus_per_node: int) -> int:
@@ -75,6 +119,9 @@ def with_replicas(
     """``c`` with ``replicas`` replicas, its nodes and cost (a split: ``prefill + decode == replicas``)."""
     inst = cluster_of(c.instance, 1).instance
     nodes = deployment_nodes(replicas, c, inst.num_gpus)
+    if c.mode == "disaggregated" and prefill is not None and decode is not None:
+        gpus = prefill * c.tp * c.pp + decode * (c.decode_tp or c.tp) * (c.decode_pp or c.pp)
+        nodes = math.ceil(gpus / inst.num_gpus)
     return replace(c, replicas=replicas, nodes=nodes, num_gpus=nodes * inst.num_gpus,
                    cost_per_hour_usd=nodes * (inst.price_per_hour_usd or 0.0),
                    prefill_replicas=c.prefill_replicas if prefill is None else prefill,

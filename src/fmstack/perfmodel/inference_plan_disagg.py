@@ -30,7 +30,16 @@ from fmstack.perfmodel.inference_disagg import (
     prefill_alone_s,
     prefill_replicas_p99,
 )
-from fmstack.perfmodel.inference_plan_candidate import Candidate, ClusterOf, config_of, deployment_nodes, with_replicas
+from fmstack.perfmodel.inference_plan_candidate import (
+    Candidate,
+    ClusterOf,
+    config_of,
+    decode_config_of,
+    deployment_nodes,
+    split_label,
+    split_nodes,
+    with_replicas,
+)
 from fmstack.perfmodel.inference_sim import SimConfig, SimResult
 from fmstack.perfmodel.inference_sim_disagg import PoolStats, simulate_disagg_stats
 from fmstack.perfmodel.inference_step import Deployment, step_time
@@ -40,12 +49,19 @@ SIM_MEASURED = 135
 SIM_REQUESTS_MAX = 3000
 
 
-def _two_replicas(cluster_of: ClusterOf, name: str, cfg: ServeConfig, nodes_per_replica: int) -> Cluster:
-    """The nodes of two replicas (the KV transfer's link: NVLink when both fit one NVLink domain)."""
+def _two_replicas(cluster_of: ClusterOf, name: str, cfg: ServeConfig, nodes_per_replica: int,
+                  decode_cfg: ServeConfig | None = None) -> Cluster:  # fmt: skip
+    """The nodes of a prefill and a decode replica (the KV transfer's link: NVLink when both fit one NVLink
+    domain)."""
+    dc = cfg if decode_cfg is None else decode_cfg
     cluster = cluster_of(name, nodes_per_replica)
-    if cluster.num_gpus >= 2 * cfg.tp * cfg.pp:
+    if cluster.num_gpus >= cfg.tp * cfg.pp + dc.tp * dc.pp:
         return cluster
-    return cluster_of(name, deployment_nodes(2, cfg, cluster.instance.num_gpus))
+    return cluster_of(name, split_nodes(1, 1, cfg, dc, cluster.instance.num_gpus))
+
+
+def _replica_nodes(cfg: ServeConfig, gpus_per_node: int) -> int:
+    return max(1, deployment_nodes(1, cfg, gpus_per_node))
 
 
 def decode_batch(d: Deployment, cfg: ServeConfig, rate_per_s: float) -> int:
@@ -77,24 +93,27 @@ class SplitRun:
 
 def run_split(
     cluster_of: ClusterOf, model: ModelArch, cfg: ServeConfig, name: str, qps: float, prefill_replicas: int,
-    decode_replicas: int, seed: int, length_spread: float = 0.0,
+    decode_replicas: int, seed: int, length_spread: float = 0.0, decode_cfg: ServeConfig | None = None,
 ) -> SplitRun:  # fmt: skip
     """Poisson arrivals at ``qps`` over ``P`` prefill and ``D`` decode replicas of ``cfg`` on ``name``, each replica
     on its own nodes (as the plan prices it), the KV link priced on two replicas' nodes. The warm-up is the requests
     in flight by Little's law (``qps x`` the mean-field TTFT, an M/D/1 wait per prefill replica at ``qps / P``,
     plus ``D`` decode batches of :func:`decode_batch`), then at least twice as many are measured (``SIM_MEASURED``
     at least; ``SIM_REQUESTS_MAX`` in all). `plan serve` and `estimate serve --prefill-replicas P
-    --decode-replicas D` both run this: the same seed gives the same percentiles."""
+    --decode-replicas D` both run this: the same seed gives the same percentiles. ``decode_cfg``: the decode pool's
+    layout when it differs (heterogeneous pools; the KV transfer re-slices the heads, :func:`kv_transfer_s`)."""
     gpn = cluster_of(name, 1).instance.num_gpus
-    per_replica = max(1, deployment_nodes(1, cfg, gpn))
+    dc = cfg if decode_cfg is None else decode_cfg
+    per_replica = _replica_nodes(cfg, gpn)
     d = deployment(model, cluster_of(name, per_replica), cfg)
-    two = _two_replicas(cluster_of, name, cfg, per_replica)
-    same = 2 * d.num_gpus <= two.gpus_per_domain
-    kv_bytes, kv_s = kv_transfer_s(model, two, cfg, same_domain=same)
+    dd = d if decode_cfg is None else deployment(model, cluster_of(name, _replica_nodes(dc, gpn)), dc)
+    two = _two_replicas(cluster_of, name, cfg, per_replica, dc)
+    same = d.num_gpus + dd.num_gpus <= two.gpus_per_domain
+    kv_bytes, kv_s = kv_transfer_s(model, two, cfg, same_domain=same, decode_tp=None if decode_cfg is None else dc.tp)
     link = f"NVLink ({two.scale_up.name})" if same and two.scale_up else two.scale_out.name.upper()
     prefill = prefill_alone_s(d, cfg)
-    batch = decode_batch(d, cfg, qps / decode_replicas)
-    itl = float(step_time(d, float(batch), cfg.input_len + cfg.output_len / 2.0).total_s)
+    batch = decode_batch(dd, dc, qps / decode_replicas)
+    itl = float(step_time(dd, float(batch), cfg.input_len + cfg.output_len / 2.0).total_s)
     rho = qps * prefill / prefill_replicas
     wait = rho * prefill / (2 * (1 - rho)) if rho < 1 else math.inf
     inflight = qps * (prefill + wait + kv_s + itl) + decode_replicas * batch
@@ -103,7 +122,8 @@ def run_split(
     sim = SimConfig(request_rate_per_s=qps, num_requests=n, warmup_requests=warmup, seed=seed,
                     length_spread=length_spread)  # fmt: skip
     result, stats = simulate_disagg_stats(d, cfg, sim, prefill_replicas=prefill_replicas,
-                                          decode_replicas=decode_replicas, kv_transfer_s=kv_s)  # fmt: skip
+                                          decode_replicas=decode_replicas, kv_transfer_s=kv_s,
+                                          decode=None if decode_cfg is None else dd, decode_cfg=decode_cfg)  # fmt: skip
     return SplitRun(result=result, stats=stats, kv_bytes=kv_bytes, kv_transfer_s=kv_s, kv_link=link,
                     prefill_s=prefill, decode_batch_mean_field=batch, warmup_requests=warmup, num_requests=n)  # fmt: skip
 
@@ -121,15 +141,22 @@ class _Pools:
 
 
 def _pools(
-    cfg: ServeConfig, cluster_of: ClusterOf, model: ModelArch, slo: SLO, name: str, nodes_per_replica: int
-) -> _Pools | None:
+    cfg: ServeConfig, cluster_of: ClusterOf, model: ModelArch, slo: SLO, name: str, nodes_per_replica: int,
+    decode_cfg: ServeConfig | None = None,
+) -> _Pools | None:  # fmt: skip
     cluster = cluster_of(name, nodes_per_replica)
     d = deployment(model, cluster, cfg, default_efficiency(cluster.gpu))
-    limit = max_concurrency(d, cfg)
-    if limit < 1:
+    dd, dc = d, cfg
+    if decode_cfg is not None:
+        dc = decode_cfg
+        dcl = cluster_of(name, _replica_nodes(dc, cluster.instance.num_gpus))
+        dd = deployment(model, dcl, dc, default_efficiency(dcl.gpu))
+    limit = max_concurrency(dd, dc)
+    if limit < 1 or (decode_cfg is not None and max_concurrency(d, cfg) < 1):  # each pool's replica holds a prompt
         return None
-    two = _two_replicas(cluster_of, name, cfg, nodes_per_replica)
-    pools = pool_rates(model, two, cfg, slo, d, np.arange(1, limit + 1, dtype=np.float64))
+    two = _two_replicas(cluster_of, name, cfg, nodes_per_replica, dc)
+    conc = np.arange(1, limit + 1, dtype=np.float64)
+    pools = pool_rates(model, two, cfg, slo, d, conc, None if decode_cfg is None else dd)
     service = prefill_alone_s(d, cfg)
     return _Pools(d=d, pools=pools, service_s=service,
                   budget_s=slo.ttft_s - service - pools.kv_s - 2 * pools.decode_itl_s)  # fmt: skip
@@ -145,8 +172,9 @@ def _figures(p: _Pools, qps: float, n_pre: int, n_dec: int) -> tuple[float, floa
 
 
 def disagg_analytic(
-    cfg: ServeConfig, cluster_of: ClusterOf, model: ModelArch, qps: float, slo: SLO, name: str, nodes_per_replica: int
-) -> Candidate | None:
+    cfg: ServeConfig, cluster_of: ClusterOf, model: ModelArch, qps: float, slo: SLO, name: str, nodes_per_replica: int,
+    decode_cfg: ServeConfig | None = None,
+) -> Candidate | None:  # fmt: skip
     """The split of ``cfg``'s replicas that serves ``qps`` within the SLO, or None. The replica is built on its own
     nodes (as a colocated one), the KV transfer priced on the nodes of two replicas. The decode pool holds the
     mean-field rate (decode-only ITL at the target caps a replica's sequences). The prefill pool's *cost* comes from
@@ -154,10 +182,13 @@ def disagg_analytic(
     never left unsimulated; the simulation decides and a miss grows the pool); within the nodes that size pays for,
     it then takes up to the p99 size (the fewest replicas whose Kingman p99 wait,
     :func:`fmstack.perfmodel.inference_disagg.prefill_replicas_p99`, fits the TTFT target less one prefill, the KV
-    transfer and two decode iterations), which is free and usually spares the retry."""
-    if cfg.attention_dp:
+    transfer and two decode iterations), which is free and usually spares the retry. ``decode_cfg``: the decode
+    pool in another layout of the same instance and precision (heterogeneous pools; ``cfg`` is the prefill pool's),
+    the nodes priced on both pools' GPUs together (:func:`split_nodes`)."""
+    dc = cfg if decode_cfg is None else decode_cfg
+    if cfg.attention_dp or dc.attention_dp:
         return None
-    p = _pools(cfg, cluster_of, model, slo, name, nodes_per_replica)
+    p = _pools(cfg, cluster_of, model, slo, name, nodes_per_replica, decode_cfg)
     if p is None or p.pools.per_decode_rps <= 0:
         return None
     pools, cluster = p.pools, cluster_of(name, nodes_per_replica)
@@ -167,9 +198,9 @@ def disagg_analytic(
         return None
     n_dec = math.ceil(qps / pools.per_decode_rps)
     gpn = cluster.instance.num_gpus
-    nodes = deployment_nodes(mean + n_dec, cfg, gpn)
+    nodes = split_nodes(mean, n_dec, cfg, dc, gpn)
     n_pre = mean
-    while p99 is not None and n_pre < p99 and deployment_nodes(n_pre + 1 + n_dec, cfg, gpn) == nodes:
+    while p99 is not None and n_pre < p99 and split_nodes(n_pre + 1, n_dec, cfg, dc, gpn) == nodes:
         n_pre += 1  # free: the nodes are paid for
     rate, ttft = _figures(p, qps, n_pre, n_dec)
     return Candidate(
@@ -178,6 +209,7 @@ def disagg_analytic(
         cost_per_hour_usd=nodes * (cluster.instance.price_per_hour_usd or 0.0), max_num_tokens=cfg.max_num_tokens,
         concurrency=pools.decode_concurrency, mean_itl_s=pools.decode_itl_s, mode="disaggregated",
         prefill_replicas=n_pre, decode_replicas=n_dec, kv_transfer_s=pools.kv_s, rate_per_replica_rps=rate, mean_ttft_s=ttft,
+        decode_tp=dc.tp, decode_pp=dc.pp, decode_ep=dc.ep,
     )  # fmt: skip
 
 
@@ -185,8 +217,9 @@ def simulate_split(
     cluster_of: ClusterOf, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, seed: int
 ) -> SimResult:
     """:func:`run_split` of the candidate's ``P`` prefill and ``D`` decode replicas at ``qps``."""
+    dc = decode_config_of(c, isl, osl) if c.heterogeneous else None
     return run_split(cluster_of, model, config_of(c, isl, osl), c.instance, qps, c.prefill_replicas,
-                     c.decode_replicas, seed).result  # fmt: skip
+                     c.decode_replicas, seed, decode_cfg=dc).result  # fmt: skip
 
 
 def grow_split(cluster_of: ClusterOf, model: ModelArch, option: Candidate, first: Candidate, factor: float,
@@ -200,11 +233,16 @@ def grow_split(cluster_of: ClusterOf, model: ModelArch, option: Candidate, first
     if missed.itl_s[99] > slo.itl_s:
         n_dec = max(n_dec + 1, math.ceil(first.decode_replicas * factor))
     grown = with_replicas(cluster_of, option, n_pre + n_dec, n_pre, n_dec)
-    p = _pools(config_of(option, isl, osl), cluster_of, model, slo, option.instance, option.nodes_per_replica)
+    dc = decode_config_of(option, isl, osl) if option.heterogeneous else None
+    p = _pools(config_of(option, isl, osl), cluster_of, model, slo, option.instance, option.nodes_per_replica, dc)
     if p is None:
         return grown
     rate, ttft = _figures(p, qps, n_pre, n_dec)
     return replace(grown, rate_per_replica_rps=rate, mean_ttft_s=ttft)
+
+
+def _pd(c: Candidate) -> str:
+    return split_label(c) if c.heterogeneous else f"{split_label(c)} tp {c.tp}"
 
 
 def split_note(ranked: list[Candidate], qps: float, searched: bool) -> str:
@@ -221,15 +259,15 @@ def split_note(ranked: list[Candidate], qps: float, searched: bool) -> str:
         if untried:
             u = untried[0]
             why = (f"none ranked high enough (cost, then GPUs busy) to be simulated; the first, "
-                   f"{u.prefill_replicas}P:{u.decode_replicas}D tp {u.tp} {u.precision} {u.instance} "
-                   f"(${u.cost_per_hour_usd:,.2f}/h, {u.replicas * u.tp * u.pp} GPUs busy), is sized for p99 with a "
+                   f"{_pd(u)} {u.precision} {u.instance} "
+                   f"(${u.cost_per_hour_usd:,.2f}/h, {u.busy_gpus} GPUs busy), is sized for p99 with a "
                    f"bound on the prefill queue's wait")  # fmt: skip
         if tried:
             t = tried[0]
-            why = (f"the cheapest split simulated ({t.prefill_replicas}P:{t.decode_replicas}D tp {t.tp} "
+            why = (f"the cheapest split simulated ({_pd(t)} "
                    f"{t.instance}, ${t.cost_per_hour_usd:,.2f}/h) misses the p99 SLO")  # fmt: skip
         return f"no disaggregated split meets the SLO among the verified candidates: {why}"
-    pd = f"{split.prefill_replicas}P:{split.decode_replicas}D tp {split.tp} {split.precision} on {split.instance}"
+    pd = f"{_pd(split)} {split.precision} on {split.instance}"
     if co is None:
         cheaper = [c for c in ranked if c.mode == "colocated" and c.cost_per_hour_usd <= split.cost_per_hour_usd]
         missed = sum(1 for c in cheaper if c.meets_slo is False)
@@ -244,7 +282,7 @@ def split_note(ranked: list[Candidate], qps: float, searched: bool) -> str:
             f"({split.concurrency} sequences at {split.mean_itl_s * 1e3:.1f} ms), KV transfer "
             f"{split.kv_transfer_s * 1e3:.1f} ms per request"
         )
-    busy_s, busy_c = split.replicas * split.tp * split.pp, co.replicas * co.tp * co.pp
+    busy_s, busy_c = split.busy_gpus, co.busy_gpus
     win = (split.cost_per_hour_usd, busy_s) < (co.cost_per_hour_usd, busy_c)
     verdict = "wins" if win else "loses"
     why = (

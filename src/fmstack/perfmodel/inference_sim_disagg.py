@@ -21,7 +21,10 @@ first decode iteration), as a client of vLLM's disaggregated-prefill proxy sees 
 prompt with ``max_tokens=1``, the decode instance streams every token) and as the mean-field model
 (:func:`fmstack.perfmodel.inference_disagg.compare_disaggregation`) counts it; DistServe's TTFT ends at the
 prefill, earlier by the transfer and one iteration. ITL: the gaps between a request's decode-replica tokens.
-Not modelled: the prefill replica's KV memory (a prompt's cache leaves as soon as it is moved), contention on the
+Heterogeneous pools (``decode``: another TP / PP of the same instance and precision, DistServe sec. 4's per-phase
+parallelism): prefill iterations are priced on ``d``, decode iterations and the slots on ``decode``; the caller
+prices the KV transfer between the two layouts (:func:`fmstack.perfmodel.inference_disagg.kv_transfer_s` with
+``decode_tp``). Not modelled: the prefill replica's KV memory (a prompt's cache leaves as soon as it is moved), contention on the
 receiving side, prefix caching across replicas. Every piece of mutable state is on the instance; the same seed
 gives the same result.
 """
@@ -41,7 +44,8 @@ from fmstack.perfmodel.inference_step import Deployment, step_time
 
 
 class DisaggSim:
-    """``prefill_replicas`` + ``decode_replicas`` replicas of ``d`` under Poisson load."""
+    """``prefill_replicas`` replicas of ``d`` + ``decode_replicas`` replicas of ``decode`` (default ``d``) under
+    Poisson load; ``decode_cfg`` is ``cfg`` with the decode pool's layout (default ``cfg``)."""
 
     def __init__(
         self,
@@ -52,6 +56,8 @@ class DisaggSim:
         prefill_replicas: int,
         decode_replicas: int,
         kv_transfer_s: float,
+        decode: Deployment | None = None,
+        decode_cfg: ServeConfig | None = None,
     ) -> None:
         if sim.request_rate_per_s is None:
             raise InputError("load", "the disaggregated simulation takes an open-loop request rate")
@@ -63,7 +69,8 @@ class DisaggSim:
             raise InputError("disagg", "the disaggregated simulation does not model attention DP ranks")
         if kv_transfer_s < 0:
             raise InputError("kv-transfer", f"must be >= 0 s, got {kv_transfer_s}")
-        cap = max_concurrency(d, cfg)
+        self.dd = d if decode is None else decode
+        cap = max_concurrency(self.dd, cfg if decode_cfg is None else decode_cfg)
         if cap < 1:
             raise InputError("disagg", f"one {cfg.input_len + cfg.output_len}-token sequence does not fit a replica")
         self.d, self.cfg, self.sim = d, cfg, sim
@@ -231,7 +238,7 @@ class DisaggSim:
                 return float(cached[2][k])
         left = min(self._requests[q].output_len - self._requests[q].generated for q in self._running[r])
         ks = np.arange(min(left, 512), dtype=np.int64)
-        times = np.broadcast_to(step_time(self.d, float(n), (total + ks * n) / n).total_s, ks.shape)
+        times = np.broadcast_to(step_time(self.dd, float(n), (total + ks * n) / n).total_s, ks.shape)
         self._step_cache[r] = (n, total, times)
         return float(times[0])
 
@@ -307,18 +314,18 @@ def pool_stats(s: DisaggSim) -> PoolStats:
 
 def simulate_disagg_stats(
     d: Deployment, cfg: ServeConfig, sim: SimConfig, *, prefill_replicas: int, decode_replicas: int,
-    kv_transfer_s: float,
+    kv_transfer_s: float, decode: Deployment | None = None, decode_cfg: ServeConfig | None = None,
 ) -> tuple[SimResult, PoolStats]:  # fmt: skip
     """:func:`simulate_disagg` and the pools' utilisation over the measured requests' arrivals."""
     s = DisaggSim(d, cfg, sim, prefill_replicas=prefill_replicas, decode_replicas=decode_replicas,
-                  kv_transfer_s=kv_transfer_s)  # fmt: skip
+                  kv_transfer_s=kv_transfer_s, decode=decode, decode_cfg=decode_cfg)  # fmt: skip
     return s.run(), pool_stats(s)
 
 
 def simulate_disagg(
     d: Deployment, cfg: ServeConfig, sim: SimConfig, *, prefill_replicas: int, decode_replicas: int,
-    kv_transfer_s: float,
+    kv_transfer_s: float, decode: Deployment | None = None, decode_cfg: ServeConfig | None = None,
 ) -> SimResult:  # fmt: skip
     """Run one simulation of the split deployment (a fresh instance: nothing carries over between runs)."""
     return DisaggSim(d, cfg, sim, prefill_replicas=prefill_replicas, decode_replicas=decode_replicas,
-                     kv_transfer_s=kv_transfer_s).run()  # fmt: skip
+                     kv_transfer_s=kv_transfer_s, decode=decode, decode_cfg=decode_cfg).run()  # fmt: skip
