@@ -76,9 +76,10 @@ def kv_transfer_s(
     """(bytes of one prompt's KV cache, seconds to move it) with every TP shard sent in parallel. With a decode pool
     of another TP degree (``decode_tp``; heterogeneous pools) each prefill GPU holds ``1 / kv_split(tp_p)`` of the
     KV heads and each decode GPU needs ``1 / kv_split(tp_d)``: the transfer is priced as one point-to-point send of
-    the larger per-GPU share, all GPUs at once (the heads are re-sliced on the way, as NIXL's KV layout transfer in
-    Dynamo does when prefill and decode TP differ; a decode GPU pulls from the prefill GPUs that hold its heads,
-    DistServe sec. 4.3's pull). Contention of several senders on one receiver's link is not modelled."""
+    the larger per-GPU share, all GPUs at once (an assumption: each decode GPU receives its heads from the prefill
+    GPUs that hold them; NVIDIA Dynamo's disaggregation design doc: NIXL moves the KV cache from the prefill engine's
+    VRAM to the decode engine's, and a larger decode TP than prefill TP is the recommended use; no source times a
+    mismatched-TP transfer). Contention of several senders on one receiver's link is not modelled."""
     total = cfg.input_len * kv_bytes_per_token(model, KV_BYTES[cfg.kv])
     split = kv_split(model, 1 if cfg.attention_dp else cfg.tp)  # attention DP: a prompt's KV on one rank
     if decode_tp is not None:

@@ -367,8 +367,10 @@ def _verify_cheapest(
             if j < 0:
                 break
         option, i, first, _ = pending[j]
-        passing = [c.cost_per_hour_usd for c in checked if c.meets_slo]
-        if tried >= VERIFY_TOP and passing and min(passing) < option.cost_per_hour_usd:  # equal cost: simulated
+        # stop once a deployment that meets the SLO ranks at or before this one on cost, then GPUs busy (the queue is
+        # in that order: nothing after it can rank first); an equal-cost option with fewer GPUs busy is simulated
+        passing = [key(c)[:2] for c in checked if c.meets_slo]
+        if tried >= VERIFY_TOP and passing and min(passing) <= key(option)[:2]:
             break
         pending.pop(j)
         tried += i == 0
