@@ -42,27 +42,20 @@ from fmstack.perfmodel.inference import (
 from fmstack.perfmodel.inference_disagg import SLO, DisaggComparison, compare_disaggregation
 from fmstack.perfmodel.inference_kv import check_tp
 from fmstack.perfmodel.inference_plan_candidate import Candidate as Candidate  # re-exported
-from fmstack.perfmodel.inference_plan_candidate import ClusterOf, config_of, deployment_nodes, with_replicas
-from fmstack.perfmodel.inference_plan_disagg import disagg_analytic, grow_split, simulate_split, split_note
-from fmstack.perfmodel.inference_sim import SimConfig, SimResult, simulate
+from fmstack.perfmodel.inference_plan_candidate import ClusterOf, config_of, deployment_nodes
+from fmstack.perfmodel.inference_plan_disagg import disagg_analytic, split_note
+from fmstack.perfmodel.inference_plan_verify import verify_cheapest
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
 
 F = NDArray[np.float64]
 
-VERIFY_TOP = 3
-"""Candidates checked by simulation at least (cheapest first); more while an unchecked one could still be cheaper
-than the cheapest checked one that meets the SLO (the analytic cost is a lower bound), up to ``VERIFY_MAX``."""
-VERIFY_MAX = 8
-REPLICA_FACTORS = (1.0, 1.5, 2.0, 3.0)
-"""Replica counts tried, as multiples of the analytic count, for a candidate whose simulated p99 misses the SLO
-before it is dropped (means understate p99: queueing behind another prompt's prefill)."""
 CHUNK_CHOICES = (2048, 512)
+"""Prompt-token budgets per iteration the plan tries (vLLM's ``max_num_batched_tokens`` with chunked prefill): a
+smaller chunk keeps a prompt from dominating p99 ITL at the price of more iterations to the first token."""
 MAX_NODES_PER_REPLICA = 4
 """Default bound on the nodes of one replica (4 x 8 H100 = 32 GPUs hold DeepSeek-V3 in bf16, 1.34 TB)."""
 DOUBLINGS_PAST_FIRST = 0
 """Node counts searched past the smallest one at which a layout meets the SLO on the analytic curve."""
-"""Prompt-token budgets per iteration the plan tries (vLLM's ``max_num_batched_tokens`` with chunked prefill): a
-smaller chunk keeps a prompt from dominating p99 ITL at the price of more iterations to the first token."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -192,7 +185,7 @@ def plan_serve(
             f"{input_len}/{output_len} tokens on any priced instance, precision and TP / PP layout of up to "
             f"{max_nodes_per_replica} node(s) per replica (even one request at a time)",
         )  # fmt: skip
-    ranked = _verify_cheapest(cluster_of, model, found, qps, input_len, output_len, slo, seed, on_simulate)
+    ranked = verify_cheapest(cluster_of, model, found, qps, input_len, output_len, slo, seed, on_simulate)
     best = ranked[0]
     if not best.meets_slo:
         raise InputError(
@@ -339,79 +332,3 @@ def _chunk_iteration_s(d: Deployment, cfg: ServeConfig, conc: F) -> F:
         busy = RankLoad(decode_seqs=(conc - 1.0) / d.tp, decode_ctx=ctx, prefill_tokens=chunk,
                         prefill_token_ctx=chunk_ctx, prefill_seqs=1.0)  # fmt: skip
     return step_time(d, conc - 1.0, ctx, chunk, chunk_ctx, 1.0, busiest=busy).total_s
-
-
-def _verify_cheapest(
-    cluster_of: ClusterOf, model: ModelArch, found: list[Candidate], qps: float, isl: int, osl: int, slo: SLO, seed: int,
-    on_simulate: Callable[[Candidate], None] | None = None,
-) -> list[Candidate]:  # fmt: skip
-    """Simulate the cheapest options first. An option is a candidate at a multiple of its analytic replicas
-    (``REPLICA_FACTORS``); one that misses the SLO goes back into the queue at the next multiple, priced at its
-    larger replica count, so a cheaper candidate is simulated before a miss is retried with more replicas (an
-    attention-DP candidate missing p99 ITL by a hair costs its retries only while they could still be cheapest)."""
-
-    def key(c: Candidate) -> tuple[float, int, float]:
-        return (c.cost_per_hour_usd, c.busy_gpus, -c.rate_per_replica_rps)  # then fewest GPUs busy
-
-    # (option, its factor's index, the candidate as the analytic search found it, the last one simulated with its
-    # percentiles: a miss is reported as the largest deployment simulated, with that simulation's p99)
-    pending: list[tuple[Candidate, int, Candidate, Candidate | None]] = [
-        (c, 0, c, None) for c in sorted(found, key=key)
-    ]
-    checked: list[Candidate] = []
-    tried = 0  # candidates simulated at their analytic replicas
-    while pending:
-        j = 0
-        if tried >= VERIFY_MAX:  # no new candidate; a miss's retries go on while they could still be the cheapest
-            j = next((n for n, p in enumerate(pending) if p[1] > 0), -1)
-            if j < 0:
-                break
-        option, i, first, _ = pending[j]
-        # stop once a deployment that meets the SLO ranks at or before this one on cost, then GPUs busy (the queue is
-        # in that order: nothing after it can rank first); an equal-cost option with fewer GPUs busy is simulated
-        passing = [key(c)[:2] for c in checked if c.meets_slo]
-        if tried >= VERIFY_TOP and passing and min(passing) <= key(option)[:2]:
-            break
-        pending.pop(j)
-        tried += i == 0
-        split = option.mode == "disaggregated"
-        if on_simulate is not None:
-            on_simulate(option)
-        result = (simulate_split if split else _simulate)(cluster_of, model, option, qps, isl, osl, seed)
-        if result.ttft_s[99] <= slo.ttft_s and result.itl_s[99] <= slo.itl_s:
-            checked.append(replace(option, sim=result.percentiles(), meets_slo=True))
-        elif i + 1 == len(REPLICA_FACTORS):
-            checked.append(replace(option, sim=result.percentiles(), meets_slo=False))
-        else:
-            factor = REPLICA_FACTORS[i + 1]
-            fill = option.nodes // option.nodes_per_replica * _replicas_per_node_group(cluster_of, option)
-            more = (
-                grow_split(cluster_of, model, option, first, factor, result, slo, qps, isl, osl)
-                if split
-                # the replicas the paid nodes hold come first (free); then the next multiple
-                else with_replicas(
-                    cluster_of, first, fill if fill > option.replicas else math.ceil(first.replicas * factor)
-                )
-            )
-            pending.append((more, i + 1, first, replace(option, sim=result.percentiles(), meets_slo=False)))
-            pending.sort(key=lambda p: key(p[0]))
-    # a miss whose retry with more replicas was left unsimulated: it costs at least the cheapest that meets the SLO
-    checked += [missed for _, i, _, missed in pending if i > 0 and missed is not None]
-    rest = [first for _, i, first, _ in pending if i == 0]
-    return sorted(checked, key=lambda c: (not c.meets_slo, *key(c))) + rest
-
-
-def _replicas_per_node_group(cluster_of: ClusterOf, c: Candidate) -> int:
-    """Replicas of ``c`` that one group of ``c.nodes_per_replica`` nodes holds (8 tp-2 replicas on an 8-GPU node)."""
-    gpus = c.nodes_per_replica * cluster_of(c.instance, 1).instance.num_gpus
-    return max(1, gpus // (c.tp * c.pp))
-
-
-def _simulate(
-    cluster_of: ClusterOf, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, seed: int
-) -> SimResult:
-    """Poisson arrivals at ``qps / replicas`` on one replica of ``c``."""
-    cfg = config_of(c, isl, osl)
-    d = deployment(model, cluster_of(c.instance, c.nodes_per_replica), cfg)
-    sim = SimConfig(request_rate_per_s=qps / c.replicas, num_requests=150, warmup_requests=15, seed=seed)
-    return simulate(d, cfg, sim)

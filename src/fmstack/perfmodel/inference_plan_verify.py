@@ -1,0 +1,100 @@
+"""`plan serve`'s verification: the cheapest candidates are simulated at p99, best-ranked first; a miss retries with
+more replicas (first the ones its paid nodes hold, then multiples of its analytic count) while it could still rank
+first (:func:`verify_cheapest`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+
+from fmstack.catalog.schema import ModelArch
+from fmstack.perfmodel.inference import deployment
+from fmstack.perfmodel.inference_disagg import SLO
+from fmstack.perfmodel.inference_plan_candidate import Candidate, ClusterOf, config_of, with_replicas
+from fmstack.perfmodel.inference_plan_disagg import grow_split, simulate_split
+from fmstack.perfmodel.inference_sim import SimConfig, SimResult, simulate
+
+VERIFY_TOP = 3
+"""Candidates checked by simulation at least (best-ranked first); more while an unchecked one could still rank
+first (the analytic cost is a lower bound), up to ``VERIFY_MAX`` new candidates."""
+VERIFY_MAX = 8
+REPLICA_FACTORS = (1.0, 1.5, 2.0, 3.0)
+"""Replica counts tried, as multiples of the analytic count, for a candidate whose simulated p99 misses the SLO
+before it is dropped (means understate p99: queueing behind another prompt's prefill)."""
+
+
+def verify_cheapest(
+    cluster_of: ClusterOf, model: ModelArch, found: list[Candidate], qps: float, isl: int, osl: int, slo: SLO, seed: int,
+    on_simulate: Callable[[Candidate], None] | None = None,
+) -> list[Candidate]:  # fmt: skip
+    """Simulate the cheapest options first. An option is a candidate at a multiple of its analytic replicas
+    (``REPLICA_FACTORS``); one that misses the SLO goes back into the queue at the next multiple, priced at its
+    larger replica count, so a cheaper candidate is simulated before a miss is retried with more replicas (an
+    attention-DP candidate missing p99 ITL by a hair costs its retries only while they could still be cheapest)."""
+
+    def key(c: Candidate) -> tuple[float, int, float]:
+        return (c.cost_per_hour_usd, c.busy_gpus, -c.rate_per_replica_rps)  # then fewest GPUs busy
+
+    # (option, its factor's index, the candidate as the analytic search found it, the last one simulated with its
+    # percentiles: a miss is reported as the largest deployment simulated, with that simulation's p99)
+    pending: list[tuple[Candidate, int, Candidate, Candidate | None]] = [
+        (c, 0, c, None) for c in sorted(found, key=key)
+    ]
+    checked: list[Candidate] = []
+    tried = 0  # candidates simulated at their analytic replicas
+    while pending:
+        j = 0
+        if tried >= VERIFY_MAX:  # no new candidate; a miss's retries go on while they could still be the cheapest
+            j = next((n for n, p in enumerate(pending) if p[1] > 0), -1)
+            if j < 0:
+                break
+        option, i, first, _ = pending[j]
+        # stop once a deployment that meets the SLO ranks at or before this one on cost, then GPUs busy (the queue is
+        # in that order: nothing after it can rank first); an equal-cost option with fewer GPUs busy is simulated
+        passing = [key(c)[:2] for c in checked if c.meets_slo]
+        if tried >= VERIFY_TOP and passing and min(passing) <= key(option)[:2]:
+            break
+        pending.pop(j)
+        tried += i == 0
+        split = option.mode == "disaggregated"
+        if on_simulate is not None:
+            on_simulate(option)
+        result = (simulate_split if split else _simulate)(cluster_of, model, option, qps, isl, osl, seed)
+        if result.ttft_s[99] <= slo.ttft_s and result.itl_s[99] <= slo.itl_s:
+            checked.append(replace(option, sim=result.percentiles(), meets_slo=True))
+        elif i + 1 == len(REPLICA_FACTORS):
+            checked.append(replace(option, sim=result.percentiles(), meets_slo=False))
+        else:
+            factor = REPLICA_FACTORS[i + 1]
+            fill = option.nodes // option.nodes_per_replica * _replicas_per_node_group(cluster_of, option)
+            more = (
+                grow_split(cluster_of, model, option, first, factor, result, slo, qps, isl, osl)
+                if split
+                # the replicas the paid nodes hold come first (free); then the next multiple
+                else with_replicas(
+                    cluster_of, first, fill if fill > option.replicas else math.ceil(first.replicas * factor)
+                )
+            )
+            pending.append((more, i + 1, first, replace(option, sim=result.percentiles(), meets_slo=False)))
+            pending.sort(key=lambda p: key(p[0]))
+    # a miss whose retry with more replicas was left unsimulated: it costs at least the cheapest that meets the SLO
+    checked += [missed for _, i, _, missed in pending if i > 0 and missed is not None]
+    rest = [first for _, i, first, _ in pending if i == 0]
+    return sorted(checked, key=lambda c: (not c.meets_slo, *key(c))) + rest
+
+
+def _replicas_per_node_group(cluster_of: ClusterOf, c: Candidate) -> int:
+    """Replicas of ``c`` that one group of ``c.nodes_per_replica`` nodes holds (8 tp-2 replicas on an 8-GPU node)."""
+    gpus = c.nodes_per_replica * cluster_of(c.instance, 1).instance.num_gpus
+    return max(1, gpus // (c.tp * c.pp))
+
+
+def _simulate(
+    cluster_of: ClusterOf, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, seed: int
+) -> SimResult:
+    """Poisson arrivals at ``qps / replicas`` on one replica of ``c``."""
+    cfg = config_of(c, isl, osl)
+    d = deployment(model, cluster_of(c.instance, c.nodes_per_replica), cfg)
+    sim = SimConfig(request_rate_per_s=qps / c.replicas, num_requests=150, warmup_requests=15, seed=seed)
+    return simulate(d, cfg, sim)
