@@ -196,3 +196,16 @@ def test_plan_serve_says_what_it_simulates_on_a_terminal_only() -> None:
     assert "plan serve: simulating candidate 1: p5.48xlarge" in tty.stdout  # the pty merges stderr into stdout
     piped = _run(*PLAN_8B)
     assert piped.returncode == 0 and "simulating candidate" not in piped.stdout + piped.stderr
+
+
+def test_html_names_each_pool_of_a_heterogeneous_split() -> None:
+    from types import SimpleNamespace
+
+    from fmstack.reports.serve_report import _mode
+
+    base = {"prefill_replicas": 3, "decode_replicas": 1, "tp": 4, "decode_tp": 2}
+    assert (
+        _mode(SimpleNamespace(mode="disaggregated", heterogeneous=True, **base)) == "3 prefill (tp4) + 1 decode (tp2)"
+    )
+    assert _mode(SimpleNamespace(mode="disaggregated", heterogeneous=False, **base)) == "3 prefill + 1 decode"
+    assert _mode(SimpleNamespace(mode="colocated", heterogeneous=False, **base)) == "colocated"

@@ -55,8 +55,12 @@ def _layout(c: Any) -> str:
 
 
 def _mode(c: Any) -> str:
-    """``colocated`` or ``2 prefill + 1 decode``."""
-    return f"{c.prefill_replicas} prefill + {c.decode_replicas} decode" if c.mode == "disaggregated" else "colocated"
+    """``colocated``, ``2 prefill + 1 decode``, or with heterogeneous pools ``2 prefill (tp4) + 1 decode (tp2)``."""
+    if c.mode != "disaggregated":
+        return "colocated"
+    if not c.heterogeneous:
+        return f"{c.prefill_replicas} prefill + {c.decode_replicas} decode"
+    return f"{c.prefill_replicas} prefill (tp{c.tp}) + {c.decode_replicas} decode (tp{c.decode_tp})"
 
 
 def serve_plan_html(plan: ServePlan) -> str:
