@@ -27,6 +27,7 @@ from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig
 from fmstack.perfmodel.inference_disagg import SLO
 from fmstack.perfmodel.inference_plan import MAX_NODES_PER_REPLICA, plan_serve
+from fmstack.perfmodel.inference_plan_candidate import split_label
 from fmstack.perfmodel.inference_sim import BatchingSim, SimConfig, SimResult
 from fmstack.perfmodel.inference_step import Deployment
 
@@ -71,7 +72,7 @@ def _run(
         result = plan_serve(cat, model, max_nodes_per_replica=max_nodes, search_attention_dp=adp,
                             search_disagg=disagg, **args)  # fmt: skip
         b, full = result.best, repr(result)
-        split = f" {b.prefill_replicas}P:{b.decode_replicas}D" if b.mode == "disaggregated" else ""
+        split = f" {split_label(b)}" if b.mode == "disaggregated" else ""
         what = (f"{b.replicas} x ({b.nodes_per_replica} x {b.instance} tp {b.tp} pp {b.pp} ep {b.ep}"
                 f"{' attention-dp' if b.attention_dp else ''} {b.precision}){split} on {b.nodes} nodes, "
                 f"${b.cost_per_hour_usd:,.2f}/h")  # fmt: skip
