@@ -114,3 +114,18 @@ def test_kingman_bounds_the_simulated_p99_prefill_wait(catalog: Catalog, servers
     assert stats.prefill_utilisation == pytest.approx(rho, abs=0.05)
     bound = kingman_wait_quantile_s(rate, service, servers)
     assert stats.prefill_wait_p99_s <= bound <= 1.8 * stats.prefill_wait_p99_s
+
+
+def test_pool_stats_of_a_load_the_split_cannot_take(setup: tuple[Deployment, ServeConfig, float]) -> None:
+    # 1e9 requests/s arrive within microseconds: measured over the arrivals alone the decode pool read 0.0 sequences
+    # and 0.0 slots in use while every prompt waited for a slot; measured until the last completion, the decode
+    # slots (max_batch 4) are full and the decode pool is the bottleneck
+    from fmstack.perfmodel.inference_sim_disagg import pool_stats
+
+    d, _, kv = setup
+    small = ServeConfig(tp=4, precision="fp8", input_len=ISL, output_len=OSL, max_num_tokens=CHUNK, max_batch=4)
+    sim = DisaggSim(d, small, _sim(1e9, n=60), prefill_replicas=4, decode_replicas=1, kv_transfer_s=kv)
+    sim.run()
+    stats = pool_stats(sim)
+    assert stats.decode_slots == 4 and stats.decode_slots_in_use > 3.5 and stats.decode_batch_mean > 3.5
+    assert stats.bottleneck == "decode" and stats.slot_wait_share > 0.9

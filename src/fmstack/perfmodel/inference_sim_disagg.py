@@ -268,7 +268,10 @@ class DisaggSim:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PoolStats:
-    """How busy each pool was while the measured requests arrived (from the first measured arrival to the last)."""
+    """How busy each pool was while the measured requests arrived (from the first measured arrival to the last), or,
+    when those arrivals span less time than a measured request spends in the system on average (a load the
+    deployment cannot take: 1e9 requests/s arrive within microseconds and take minutes), until the last measured
+    completion."""
 
     prefill_utilisation: float
     """Busy share of the prefill replicas' time (1: every replica always in an iteration)."""
@@ -293,7 +296,10 @@ def _overlap(start: float, dur: float, lo: float, hi: float) -> float:
 def pool_stats(s: DisaggSim) -> PoolStats:
     """:class:`PoolStats` of a finished run."""
     reqs = s._requests[s.sim.warmup_requests : s.sim.num_requests - s.sim.cooldown_requests]
+    done = [r for r in reqs if r.generated >= r.output_len]
     lo, hi = reqs[0].arrival_s, max(reqs[-1].arrival_s, reqs[0].arrival_s + 1e-12)
+    if done and hi - lo < float(np.mean([r.last_token_s - r.arrival_s for r in done])):
+        hi = max(hi, max(r.last_token_s for r in done))
     busy = sum(_overlap(t0, dt, lo, hi) for t0, dt in s._prefill_log)
     n_pre, n_dec = len(s._prefill_busy), len(s._decode_busy)
     dec_t = [(_overlap(t0, dt, lo, hi), n, used) for t0, dt, n, used in s._decode_log]
