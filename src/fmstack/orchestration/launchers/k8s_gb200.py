@@ -129,7 +129,7 @@ def wire_pod(job: ResolvedJob, template: dict[str, Any]) -> None:
         if p.one_domain
         else {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]}
     )
-    pod["affinity"] = {"podAffinity": affinity}
+    pod.setdefault("affinity", {})["podAffinity"] = affinity  # a node affinity set before stays
     for c in pod["containers"]:
         c.setdefault("resources", {})["claims"] = [{"name": CLAIM}]
 
