@@ -121,6 +121,19 @@ def prefill_alone_s(d: Deployment, cfg: ServeConfig) -> float:
     return total
 
 
+def kv_move(
+    model: ModelArch, cluster: Cluster, cfg: ServeConfig, d: Deployment, decode: Deployment | None = None
+) -> tuple[float, float, str, bool]:
+    """(bytes, seconds, link name, same NVLink domain) of one prompt's KV cache from a prefill replica ``d`` to a
+    decode replica (``decode``, else one like ``d``) on ``cluster``: NVLink when both replicas fit one NVLink
+    domain, else the scale-out fabric (:func:`kv_transfer_s`)."""
+    dd = d if decode is None else decode
+    same = d.num_gpus + dd.num_gpus <= cluster.gpus_per_domain
+    kv_bytes, kv_s = kv_transfer_s(model, cluster, cfg, same_domain=same, decode_tp=None if decode is None else dd.tp)
+    link = f"NVLink ({cluster.scale_up.name})" if same and cluster.scale_up else cluster.scale_out.name.upper()
+    return kv_bytes, kv_s, link, same
+
+
 def pool_rates(
     model: ModelArch, cluster: Cluster, cfg: ServeConfig, slo: SLO, d: Deployment, conc: NDArray[np.float64],
     decode: Deployment | None = None,
@@ -141,11 +154,9 @@ def pool_rates(
         prefill = float(step_time(d, 0.0, 0.0, new, pctx, 1.0, busiest=busy).total_s)
     else:  # in max_num_tokens chunks, as the split simulation runs it (one chunk up to the budget: one step)
         prefill = prefill_alone_s(d, cfg)
-    same = d.num_gpus + dd.num_gpus <= cluster.gpus_per_domain
-    kv_bytes, kv_s = kv_transfer_s(model, cluster, cfg, same_domain=same, decode_tp=None if decode is None else dd.tp)
+    kv_bytes, kv_s, link, same = kv_move(model, cluster, cfg, d, decode)
     slack = (slo.ttft_s - prefill - kv_s - float(dec_itl[dec_i])) / prefill
     rho = 2 * slack / (1 + 2 * slack) if slack > 0 else 0.0
-    link = f"NVLink ({cluster.scale_up.name})" if same and cluster.scale_up else cluster.scale_out.name.upper()
     return PoolRates(
         per_prefill_rps=rho / prefill, rho=rho, per_decode_rps=float(dec_rate[dec_i]),
         decode_concurrency=int(conc[dec_i]), decode_itl_s=float(dec_itl[dec_i]), prefill_s=prefill,

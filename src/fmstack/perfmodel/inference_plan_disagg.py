@@ -1,7 +1,8 @@
-"""Disaggregated candidates of `plan serve`: a prefill pool and a decode pool of the same replica layout.
+"""Disaggregated candidates of `plan serve`: a prefill pool and a decode pool, of one replica layout or of two
+(heterogeneous pools, ``decode_cfg``: same instance and precision, another TP / PP / EP).
 
-For each layout the plan searches (same instance, precision, TP / PP / EP for both pools; no attention DP: the
-split simulation has no ranks), the mean-field model (:func:`fmstack.perfmodel.inference_disagg.pool_rates`:
+For each layout (or pair of layouts) the plan searches (no attention DP: the split simulation has no ranks), the
+mean-field model (:func:`fmstack.perfmodel.inference_disagg.pool_rates`:
 decode-only ITL caps a decode replica's sequences, an M/D/1 prefill queue must leave the KV transfer and the first
 decode iteration inside the TTFT target) gives ``P = ceil(qps / prefill rate)`` and ``D = ceil(qps / decode
 rate)`` replicas; whole nodes for ``P + D`` replicas give the cost. The plan ranks these with the colocated
@@ -25,7 +26,7 @@ from fmstack.perfmodel.inference import ServeConfig, deployment, max_concurrency
 from fmstack.perfmodel.inference_disagg import (
     SLO,
     PoolRates,
-    kv_transfer_s,
+    kv_move,
     pool_rates,
     prefill_alone_s,
     prefill_replicas_p99,
@@ -101,16 +102,14 @@ def run_split(
     plus ``D`` decode batches of :func:`decode_batch`), then at least twice as many are measured (``SIM_MEASURED``
     at least; ``SIM_REQUESTS_MAX`` in all). `plan serve` and `estimate serve --prefill-replicas P
     --decode-replicas D` both run this: the same seed gives the same percentiles. ``decode_cfg``: the decode pool's
-    layout when it differs (heterogeneous pools; the KV transfer re-slices the heads, :func:`kv_transfer_s`)."""
+    layout when it differs (heterogeneous pools; the KV transfer re-slices the heads, :func:`fmstack.perfmodel.inference_disagg.kv_transfer_s`)."""
     gpn = cluster_of(name, 1).instance.num_gpus
     dc = cfg if decode_cfg is None else decode_cfg
     per_replica = _replica_nodes(cfg, gpn)
     d = deployment(model, cluster_of(name, per_replica), cfg)
     dd = d if decode_cfg is None else deployment(model, cluster_of(name, _replica_nodes(dc, gpn)), dc)
     two = _two_replicas(cluster_of, name, cfg, per_replica, dc)
-    same = d.num_gpus + dd.num_gpus <= two.gpus_per_domain
-    kv_bytes, kv_s = kv_transfer_s(model, two, cfg, same_domain=same, decode_tp=None if decode_cfg is None else dc.tp)
-    link = f"NVLink ({two.scale_up.name})" if same and two.scale_up else two.scale_out.name.upper()
+    kv_bytes, kv_s, link, _ = kv_move(model, two, cfg, d, None if decode_cfg is None else dd)
     prefill = prefill_alone_s(d, cfg)
     batch = decode_batch(dd, dc, qps / decode_replicas)
     itl = float(step_time(dd, float(batch), cfg.input_len + cfg.output_len / 2.0).total_s)
