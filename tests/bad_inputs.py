@@ -701,3 +701,9 @@ BAD_ARGV += [
     # the decode layout belongs to a split
     ([*_SPLIT, "--decode-tp", "4"], "decode-tp: --decode-tp / --decode-pp / --decode-ep set a split's decode pool"),
 ]  # fmt: skip
+
+# session 11, Slurm on GB200 (helper S): add rows here
+BAD_ARGV += []
+
+# session 11, disaggregation side check (helper D): add rows here
+BAD_ARGV += []
