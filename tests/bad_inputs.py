@@ -707,3 +707,6 @@ BAD_ARGV += []
 
 # session 11, disaggregation side check (helper D): add rows here
 BAD_ARGV += []
+
+# session 11, attention-DP disaggregation (helper E): add rows here
+BAD_ARGV += []
