@@ -32,14 +32,14 @@ def _collective_checks(cat: Any) -> list[Any]:
 
 @click.command(
     epilog="Example:\n\n  fmstack validate\n\n  fmstack validate --only training --json\n\n"
-    "  fmstack validate --only sidecheck\n\n  fmstack validate --only rlcheck"
+    "  fmstack validate --only sidecheck\n\n  fmstack validate --only rlcheck\n\n  fmstack validate --only disaggcheck"
 )
 @click.option(
     "--only",
-    type=click.Choice(["training", "collectives", "inference", "sidecheck", "rlcheck"]),
+    type=click.Choice(["training", "collectives", "inference", "sidecheck", "rlcheck", "disaggcheck"]),
     default=None,
     help="One set only (sidecheck: PyTorch FSDP BF16 runs of llm-foundry; rlcheck: NeMo RL GRPO step times; "
-    "neither is calibration data).",
+    "disaggcheck: NVIDIA Dynamo's disaggregation claims; none is calibration data).",
 )
 @catalog_option
 @json_option
@@ -100,10 +100,22 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
             "summary": rl_stagecheck.stage_summary(stages),
             "cases": [c.to_json() for c in stages],
         }
+    disagg_lines: list[str] = []
+    if only == "disaggcheck":
+        from fmstack.perfmodel import validation_disagg
+
+        checks = validation_disagg.check_disagg(cat)
+        result["disagg_check_dynamo"] = {
+            "source": validation_disagg.SOURCE,
+            "nodes": [c.to_json() for c in checks],
+        }
+        disagg_lines = validation_disagg.report_lines(checks)
     if as_json:
         print_json(result)
         return
     out = console()
+    for line in disagg_lines:
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
     if training:
         table = Table("id", "model", "GPUs", "metric", "measured", "predicted", "error", "config",
                       title="training: predicted vs published", title_justify="left")  # fmt: skip
