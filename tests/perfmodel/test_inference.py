@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -30,6 +31,24 @@ def test_kv_cache_llama31_70b_128k_by_hand(catalog: Catalog) -> None:
 def test_kv_cache_mla_caches_the_latent(catalog: Catalog) -> None:
     # DeepSeek-V2/V3: (kv_lora_rank 512 + rope 64) per layer per token, 61 layers, 2 bytes = 70,272 B
     assert kv_bytes_per_token(catalog.model("deepseek-v3"), 2.0) == 61 * (512 + 64) * 2
+
+
+def test_kv_cache_counts_every_copy_it_keeps(catalog: Catalog) -> None:
+    """``kv_cache_gib`` is what the running sequences take of ``kv_pool_gib``: MLA's latent (no heads to split) sits
+    on all 8 TP GPUs; at tp 16 each of llama3.1-70b's 8 KV heads sits on 2 GPUs; attention DP keeps a sequence on one
+    rank. A full pool is full (was 1/8 of the DeepSeek-V3 pool and 1/2 at tp 16)."""
+    h100 = build_cluster(catalog, "p5en.48xlarge", 1)
+    cfg = ServeConfig(tp=8, ep=8, precision="fp8", kv_dtype="fp8", input_len=1000, output_len=1000, concurrency=100)
+    est = estimate_serve(catalog.model("deepseek-v3"), h100, cfg)
+    assert est.running == 100
+    # 100 sequences x 2000 tokens x 61 x 576 B (fp8 latent) x 8 GPUs
+    assert est.kv_cache_gib == pytest.approx(100 * 2000 * 61 * 576 * 8 / GIB)
+    adp = estimate_serve(catalog.model("deepseek-v3"), h100, replace(cfg, attention_dp=True))
+    assert adp.kv_cache_gib == pytest.approx(100 * 2000 * 61 * 576 / GIB)
+    two = build_cluster(catalog, "p5.48xlarge", 2)
+    tp16 = estimate_serve(catalog.model("llama3.1-70b"), two,
+                          ServeConfig(tp=16, input_len=2048, output_len=256, concurrency=64))  # fmt: skip
+    assert tp16.kv_cache_gib == pytest.approx(2 * 64 * 2304 * 327_680 / GIB) == 90.0
 
 
 def test_paged_max_concurrency_by_hand(catalog: Catalog) -> None:

@@ -287,7 +287,8 @@ class ServeEstimate:
     output_tokens_per_s_per_gpu: float
     max_concurrency: int
     kv_cache_gib: float
-    """KV cache of the running sequences at full length, all GPUs of the replica."""
+    """KV cache of the running sequences at full length, all GPUs of the replica: a KV head (or MLA's latent)
+    held on several GPUs counts once per GPU that holds it, as it fills ``kv_pool_gib``."""
     kv_pool_gib: float
     weights_gib_per_gpu: float
     kv_bytes_per_token: float
@@ -332,6 +333,7 @@ def estimate_serve(
     if cfg.tp > cluster.gpus_per_domain:  # TP across domains: the all-reduce's inter-domain step on the fabric
         link = f"{link} and {cluster.scale_out.name}"
     kv_tok = kv_bytes_per_token(model, KV_BYTES[cfg.kv])
+    holders = cfg.pp if cfg.attention_dp else d.num_gpus  # GPUs that hold a share of one token's KV
     rps = float(curve.requests_per_s[0]) if cfg.request_rate_per_s is None else cfg.request_rate_per_s
     out = rps * osl
     return ServeEstimate(
@@ -339,7 +341,8 @@ def estimate_serve(
         concurrency=clients, running=running, ttft_s=float(curve.ttft_s[0]), itl_s=float(curve.itl_s[0]),
         latency_s=float(curve.latency_s[0]), requests_per_s=rps,
         output_tokens_per_s=out, output_tokens_per_s_per_gpu=out / d.num_gpus, max_concurrency=limit,
-        kv_cache_gib=running * (isl + osl) * kv_tok / 2**30, kv_pool_gib=mem.kv_pool_gib * d.num_gpus,
+        kv_cache_gib=running * (isl + osl) * mem.kv_bytes_per_token_gpu * holders / 2**30,
+        kv_pool_gib=mem.kv_pool_gib * d.num_gpus,
         weights_gib_per_gpu=mem.weights_gib, kv_bytes_per_token=kv_tok, bottleneck=bottleneck(parts, link),
         iteration_parts_s=parts,
     )  # fmt: skip
