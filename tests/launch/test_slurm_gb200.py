@@ -102,9 +102,11 @@ def test_instances_without_multi_node_nvlink(catalog: Catalog) -> None:
     text = render_sbatch(_job(catalog, **p5))
     assert _segment_lines(text) == [] and "NCCL_MNNVL_ENABLE" not in text and "IMEX" not in text
     assert _segment_lines(render_sbatch(_job(catalog, **p5, slurm={"segment": "none"}))) == []
-    with pytest.raises(InputError, match=r"slurm.segment: 2: p5.48xlarge \(nvlink_domain_gpus 8, not above one node's 8"):
+    with pytest.raises(
+        InputError, match=r"slurm.segment: 2: p5.48xlarge \(nvlink_domain_gpus 8, not above one node's 8"
+    ):
         render_sbatch(_job(catalog, **p5, slurm={"segment": 2}))
-    with pytest.raises(InputError, match="slurm.segment: 2: a job without an instance"):
+    with pytest.raises(InputError, match=r"slurm.segment: 2: a job without an instance"):
         render_sbatch(_job(catalog, instance=None, nodes=2, slurm={"segment": 2}))
     # one GB200 node: NVLink within the node needs no IMEX
     one = render_sbatch(_job(catalog, nodes=1))
@@ -113,7 +115,9 @@ def test_instances_without_multi_node_nvlink(catalog: Catalog) -> None:
 
 @pytest.mark.parametrize("bad", ["Auto", 0, -18, True, "18", 1.5])
 def test_segment_field_is_strict(bad: object) -> None:
-    with pytest.raises(InputError, match="field 'slurm.segment': Value error, must be auto, none or a number of nodes"):
+    with pytest.raises(
+        InputError, match=r"field 'slurm.segment': Value error, must be auto, none or a number of nodes"
+    ):
         parse_jobspec({**GB200_SLURM_SPEC, "slurm": {"segment": bad}})
 
 
@@ -133,7 +137,7 @@ def test_check_sbatch_refuses_segment_before_24_05(catalog: Catalog) -> None:
         "slurm.segment: --segment=18 needs Slurm 24.05 or newer (topology/block segments), but sbatch --version says "
         "'slurm-wlm 22.05.8'; set slurm.segment: none to submit without it"
     )
-    with pytest.raises(InputError, match="'slurm 23.11.10'"):
+    with pytest.raises(InputError, match=r"'slurm 23.11.10'"):
         slurm_gb200.check_sbatch(script, "slurm 23.11.10")
     for ok in ("slurm 24.05.0", "slurm 25.05.3", "unknown"):
         slurm_gb200.check_sbatch(script, ok)
@@ -155,7 +159,7 @@ def test_submit_asks_sbatch_its_version_first(
 
     job = _job(catalog, nodes=2, log_dir=str(tmp_path / "logs"), checkpoint=None, image=None)
     monkeypatch.setattr(shell, "run", fake("slurm-wlm 22.05.8\n"))
-    with pytest.raises(InputError, match="slurm.segment: --segment=2 needs Slurm 24.05"):
+    with pytest.raises(InputError, match=r"slurm.segment: --segment=2 needs Slurm 24.05"):
         get_launcher("slurm").submit(job)
     assert calls == [["sbatch", "--version"]]  # sbatch --parsable never ran
     calls.clear()

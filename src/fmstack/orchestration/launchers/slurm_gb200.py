@@ -181,6 +181,8 @@ def topology_block_conf(blocks: Mapping[str, Sequence[str]], block_size: int) ->
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or not all(re.fullmatch(r"[A-Za-z0-9_.-]+", n) for n in nodes):
             raise InputError("blocks", f"{name!r}: block and node names are letters, digits, '_', '.' and '-'")
         if len(nodes) < block_size:
-            raise InputError("blocks", f"{name}: {len(nodes)} nodes < BlockSizes {block_size}; a block holds at least that")
+            raise InputError(
+                "blocks", f"{name}: {len(nodes)} nodes < BlockSizes {block_size}; a block holds at least that"
+            )
         lines.append(f"BlockName={name} Nodes={','.join(nodes)}")
     return "\n".join([*lines, f"BlockSizes={block_size}"]) + "\n"
