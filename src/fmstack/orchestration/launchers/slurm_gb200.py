@@ -3,7 +3,7 @@
 A p6e-gb200.36xlarge has 4 GPUs; its NVLink domain is the rack, 72 GPUs on 18 nodes (one u-p6e-gb200x72
 UltraServer; catalog ``nvlink_domain_gpus`` 72 > ``num_gpus`` 4). Slurm sees racks through the topology/block plugin
 (topology.conf ``BlockName=<rack> Nodes=<its nodes>``, ``BlockSizes=<nodes per rack>``; topology.conf(5)); AWS
-ParallelCluster 3.14 and AWS PCS configure one block per UltraServer. A job asks for its nodes in segments with
+ParallelCluster 3.14, AWS PCS and SageMaker HyperPod configure one block per UltraServer. A job asks for its nodes in segments with
 ``sbatch --segment=N``: every segment of N nodes is placed in one block, the node count must be divisible by N
 (sbatch(1)). ``--segment`` and ``--exclusive=topo`` came with Slurm 24.05 (SchedMD/slurm CHANGELOG/slurm-24.05.md,
 24.05.0rc1: "Add --segment to job allocation to be used in topology/block"); an older sbatch refuses the
