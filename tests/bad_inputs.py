@@ -703,7 +703,32 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 11, Slurm on GB200 (helper S): add rows here
-BAD_ARGV += []
+_GB = "name: a\ncommand: ['true']\ninstance: p6e-gb200.36xlarge\n"
+BAD_FILES.update(
+    {
+        "job_seg_7.yaml": _GB + "nodes: 36\nslurm: {segment: 7}\n",
+        "job_seg_36.yaml": _GB + "nodes: 36\nslurm: {segment: 36}\n",
+        "job_seg_upper.yaml": _GB + "nodes: 2\nslurm: {segment: Auto}\n",
+        "job_seg_zero.yaml": _GB + "nodes: 2\nslurm: {segment: 0}\n",
+        "job_seg_p5.yaml": "name: a\ncommand: ['true']\ninstance: p5.48xlarge\nnodes: 2\nslurm: {segment: 2}\n",
+    }
+)
+BAD_ARGV += [
+    # a segment must divide the nodes and fit one 18-node NVL72 rack (72 GPUs / 4 per node)
+    (["launch", "@file:job_seg_7.yaml", "--on", "slurm", "--dry-run"],
+     "slurm.segment: 7: a segment must divide nodes(36) and lie in one NVLink domain of 18 nodes (72 GPUs / 4 per "
+     "p6e-gb200.36xlarge); allowed: auto, none or one of 1, 2, 3, 4, 6, 9, 12, 18"),
+    (["launch", "@file:job_seg_36.yaml", "--on", "slurm", "--dry-run"],
+     "slurm.segment: 36: a segment must divide nodes(36) and lie in one NVLink domain of 18 nodes"),
+    (["launch", "@file:job_seg_upper.yaml", "--on", "slurm", "--dry-run"],
+     "field 'slurm.segment': Value error, must be auto, none or a number of nodes >= 1 (given 'Auto')"),
+    (["launch", "@file:job_seg_zero.yaml", "--on", "slurm", "--dry-run"],
+     "field 'slurm.segment': Value error, must be auto, none or a number of nodes >= 1 (given 0)"),
+    # an explicit segment where the NVLink domain is one node
+    (["launch", "@file:job_seg_p5.yaml", "--on", "slurm", "--dry-run"],
+     "slurm.segment: 2: p5.48xlarge (nvlink_domain_gpus 8, not above one node's 8 GPUs) has no NVLink domain of "
+     "several nodes; allowed: auto or none"),
+]  # fmt: skip
 
 # session 11, disaggregation side check (helper D): add rows here
 BAD_ARGV += []

@@ -31,3 +31,16 @@ P5_SPEC: dict[str, Any] = {
 @pytest.fixture
 def p5_job(catalog: Catalog) -> ResolvedJob:
     return resolve(parse_jobspec(P5_SPEC), catalog)
+
+
+GB200_SLURM_SPEC: dict[str, Any] = {
+    "name": "gpt-gb",
+    "workload": {"model": "small", "parallel": "fsdp", "precision": "bf16", "steps": 1000, "batch_size": 4},
+    "nodes": 36,  # two u-p6e-gb200x72 racks of 18 nodes: --segment=18
+    "instance": "p6e-gb200.36xlarge",
+    "partition": "gpu",
+    "time_limit_min": 120,
+    "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/fmstack:0.1",
+    "log_dir": "/fsx/logs",
+    "checkpoint": {"location": "/fsx/ckpt/gpt-gb", "interval_steps": 50},
+}

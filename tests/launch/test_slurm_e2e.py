@@ -4,6 +4,7 @@ The daemons are stopped by PID (scripts/slurm/stop.sh) when the session ends."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -191,3 +192,40 @@ def test_cancel_now_is_a_plain_scancel(slurm: SlurmLauncher, tmp_path: Path) -> 
     assert _wait(slurm, native, {"COMPLETED", "FAILED", "CANCELLED"}, 120).state == "CANCELLED"
     log = (tmp_path / "logs" / f"gpt-e2e-{native}.out").read_text()
     assert "cancel requested: checkpoint and stop" not in log
+
+
+def test_gb200_segment_on_a_slurm_without_it(slurm: SlurmLauncher, tmp_path: Path) -> None:
+    # a 2-node p6e-gb200 job renders --segment=2 (one NVL72 rack holds it); CI's Slurm (Debian 12: 22.05.8) predates
+    # --segment (24.05): `fmstack launch` says so in one line, exit 2, before sbatch sees the script; segment: none
+    # submits the same job, which runs (the NCCL MNNVL variables are exported all the same)
+    from fmstack.orchestration.launchers.slurm_gb200 import SEGMENT_SINCE, parse_version
+
+    version_text = subprocess.run(["sbatch", "--version"], capture_output=True, text=True, check=True).stdout
+    version = parse_version(version_text)
+    assert version is not None, version_text
+    (tmp_path / "logs").mkdir()
+    spec = _spec(tmp_path, command=["/bin/true"], workload=None, checkpoint=None, instance="p6e-gb200.36xlarge",
+                 gpus_per_node=None, procs_per_node=1)  # fmt: skip
+    path = tmp_path / "gb.yaml"
+    path.write_text(json.dumps(spec))  # JSON is YAML
+    before = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=True).stdout
+    proc = subprocess.run([sys.executable, "-m", "fmstack", "launch", str(path), "--on", "slurm"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    if version[:2] < SEGMENT_SINCE:
+        assert proc.returncode == 2, proc.stderr + proc.stdout
+        assert proc.stderr.splitlines() == [
+            f"fmstack: error: slurm.segment: --segment=2 needs Slurm 24.05 or newer (topology/block segments), but "
+            f"sbatch --version says {version_text.strip()!r}; set slurm.segment: none to submit without it"
+        ]
+        assert subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout == before
+    else:  # a newer CI Slurm has --segment; without topology/block configured its answer is its own
+        pytest.skip(f"sbatch {version_text.strip()} knows --segment")
+    spec["slurm"] = {"segment": "none"}
+    job = resolve(parse_jobspec(spec), load_catalog())
+    native = slurm.submit(job).job_id.split(":")[1]
+    st = _wait(slurm, native, {"COMPLETED", "FAILED", "CANCELLED"}, 120)
+    log = (tmp_path / "logs" / f"gpt-e2e-{native}.out").read_text()
+    assert st.state == "COMPLETED", log[-3000:]
+    script = subprocess.run(["scontrol", "write", "batch_script", native, "-"], capture_output=True, text=True)
+    assert script.returncode == 0, script.stderr  # slurmctld keeps the script while it remembers the job
+    assert "#SBATCH --segment" not in script.stdout and "export NCCL_MNNVL_ENABLE=1" in script.stdout

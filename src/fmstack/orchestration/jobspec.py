@@ -167,6 +167,25 @@ class KubernetesOptions(_Strict):
         return v
 
 
+class SlurmOptions(_Strict):
+    """Slurm-only settings (ignored by Kubernetes and local)."""
+
+    segment: int | str = Field(
+        default="auto",
+        description="sbatch --segment for instances whose NVLink domain spans nodes (GB200/GB300 NVL72, Slurm "
+        "topology/block, Slurm >= 24.05): auto (each segment of the job's nodes in one NVLink domain: the job's "
+        "nodes, or the largest divisor of them that fits one domain), none, or a number of nodes that divides the "
+        "job's nodes and fits one domain",
+    )
+
+    @field_validator("segment", mode="before")
+    @classmethod
+    def _segment(cls, v: Any) -> Any:
+        if v in ("auto", "none") or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+            return v
+        raise ValueError("must be auto, none or a number of nodes >= 1")
+
+
 class Plan(_Strict):
     """Parallel degrees from ``fmstack plan``; their product must equal the job's GPUs (or processes)."""
 
@@ -190,6 +209,7 @@ class JobSpec(_Strict):
     queue: str | None = Field(default=None, description="Kueue LocalQueue name (Kubernetes)")
     topology: Topology = Field(default_factory=Topology)
     kubernetes: KubernetesOptions = Field(default_factory=KubernetesOptions)
+    slurm: SlurmOptions = Field(default_factory=SlurmOptions)
     namespace: str = "default"
     time_limit_min: int = Field(default=60, gt=0)
     exclusive: bool = True

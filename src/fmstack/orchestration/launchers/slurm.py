@@ -29,7 +29,7 @@ import shlex
 from fmstack.errors import InputError
 from fmstack.observability.actions import Action
 from fmstack.orchestration.jobspec import ResolvedJob
-from fmstack.orchestration.launchers import shell
+from fmstack.orchestration.launchers import shell, slurm_gb200
 from fmstack.orchestration.launchers.base import ENDED, AlreadyEnded, JobStatus, Submission
 from fmstack.orchestration.launchers.torchrun import (
     DEFAULT_STOP_WARNING_S as DEFAULT_STOP_WARNING_S,
@@ -170,6 +170,7 @@ def render_sbatch(job: ResolvedJob) -> str:
     d.append(f"--time={spec.time_limit_min}")
     if spec.partition:
         d.append(f"--partition={spec.partition}")
+    d += slurm_gb200.directives(job)  # --segment on GB200/GB300 NVL72 (topology/block)
     d += ["--requeue", "--open-mode=append", f"--output={job.log_dir}/%x-%j.out"]
     lead_s = stop_warning_s(job)
     if lead_s:
@@ -184,6 +185,8 @@ def render_sbatch(job: ResolvedJob) -> str:
     inner = f"exec {shlex.join(cmd)} {rdzv} {shlex.join(program_argv(job))}"
     requeue_codes = " ".join(str(c) for c in spec.retry.requeue_exit_codes)
     env = job_env(job)
+    for key, value in slurm_gb200.nccl_env(job).items():  # multi-node NVLink; the JobSpec's env wins
+        env.setdefault(key, value)
     if lead_s:
         # torchrun SIGKILLs its workers this long after forwarding a SIGTERM (default 30 s): give them the lead
         env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(lead_s))
@@ -191,6 +194,7 @@ def render_sbatch(job: ResolvedJob) -> str:
         "#!/bin/bash",
         *(f"#SBATCH {x}" for x in d),
         f"# fmstack: {spec.nodes} node(s) x {job.procs_per_node} process(es), {job.gpus_per_node} GPU(s) per node",
+        *slurm_gb200.comment_lines(job),
         "set -uo pipefail",
         *(f"export {k}={q(v)}" for k, v in sorted(env.items())),
         'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
@@ -236,6 +240,8 @@ class SlurmLauncher:
         text = self.render(job)
         if dry_run:
             return Submission(job_id="slurm:DRY-RUN", rendered=text, dry_run=True)
+        if slurm_gb200.SEGMENT_DIRECTIVE in text:  # an sbatch before 24.05 fails on --segment: say why first
+            slurm_gb200.check_sbatch(text, shell.run(["sbatch", "--version"]))
         _make_log_dir(job.log_dir)
         out = shell.run(["sbatch", "--parsable"], input_text=text)
         native = out.strip().split(";")[0]
