@@ -89,6 +89,20 @@ def resilience_options(func: Any) -> Any:
     return func
 
 
+RESILIENCE_FLAGS = ("checkpoint_tier", "fsx_capacity_tib", "recovery", "spares", "mtbf_hours", "failure_model",
+                    "sync_checkpoint")  # fmt: skip
+"""The parameters of :func:`resilience_options`: they shape the time to train, so they need ``--tokens``."""
+
+
+def _refuse_resilience_without_tokens() -> None:
+    """A resilience flag given on the command line without ``--tokens`` would change nothing: say so."""
+    ctx = click.get_current_context()
+    for name in RESILIENCE_FLAGS:
+        if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
+            flag = name.replace("_", "-")
+            raise InputError(flag, f"--{flag} shapes the time to train with checkpoints and failures; add --tokens N")
+
+
 def resolve_nodes(nodes: int | None, gpus: int | None, gpus_per_node: int) -> int:
     if nodes is None and gpus is None:
         return 1
@@ -204,6 +218,8 @@ def train_cmd(
         efficiency = efficiency_from_profile(load_profile(calibration), cluster.gpu, force=calibration_force)
     if tokens is not None and not (math.isfinite(tokens) and tokens > 0):
         raise InputError("tokens", f"must be > 0 and finite, got {tokens:g}")
+    if tokens is None:
+        _refuse_resilience_without_tokens()
     est = estimate_training(arch, cluster, cfg, efficiency=efficiency)
     data = est.to_json()
     if tokens is not None:
@@ -360,6 +376,9 @@ def memory_hint(est: TrainingEstimate) -> str:
     over = m.total_gib - (m.capacity_gib - m.reserve_gib)
     if top == "activations":
         levers = "--recompute selective or full, a smaller --micro-batch, or more --tp (with --sp), --cp or --pp"
+    elif c.dp == 1:  # nothing to shard the states over: only more GPUs (or more HBM) shrink them
+        levers = ("more nodes (data parallelism is 1, so --sharding cannot split anything) with more --tp / --pp / "
+                  "--dp across them, or an instance with more HBM per GPU")  # fmt: skip
     elif top == "optimizer" and c.sharding == "none":
         levers = "--sharding zero1 (the optimizer state split over data parallelism), or more --tp / --pp"
     elif c.sharding in ("zero3", "fsdp", "hsdp"):

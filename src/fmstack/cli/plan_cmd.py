@@ -280,7 +280,7 @@ def plan_train(
                                 gpus=best.num_gpus, tokens=tokens, objective=objective, space=space).points  # fmt: skip
         except InputError:
             scaling = []  # a smaller point may not fit in memory; the report shows what exists
-        write_html(html_path, plan_html(result, scaling))
+        write_html(html_path, plan_html(result, scaling, scaling_of=f"{best.instance}, re-planned at each size"))
     commands = [
         shlex.join(estimate_argv(model, est.instance, est.num_gpus, est.config, catalog_dir=catalog_dir,
                                  calibration=calibration, calibration_force=calibration_force, tokens=tokens))

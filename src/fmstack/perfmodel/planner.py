@@ -220,6 +220,13 @@ def _score(objective: str, arrays: StepArrays[FloatArray], cluster: Cluster, tok
     return np.asarray(seconds, dtype=np.float64)
 
 
+def _unsearched_levers(space: SearchSpace) -> str:
+    """The memory levers the search was not allowed to use (full recomputation, FSDP), or that it used both."""
+    off = [name for name, on in (("--recompute full", "full" in space.recompute), ("FSDP", "fsdp" in space.sharding))
+           if not on]  # fmt: skip
+    return f", or allow {' and '.join(off)}" if off else "; the search already tried full recomputation and FSDP"
+
+
 def plan_training(
     model: ModelArch,
     clusters: Sequence[Cluster],
@@ -291,8 +298,8 @@ def plan_training(
         hint = best_misfit[1] if best_misfit else "no configuration has a valid shape"
         raise InputError(
             "model",
-            f"no configuration of {model.name} fits: {hint}; try more GPUs, full recomputation, fsdp, "
-            "or an instance with more HBM per GPU (e.g. p5en.48xlarge, p6-b200.48xlarge)",
+            f"no configuration of {model.name} fits: {hint}; try more GPUs or an instance with more HBM per GPU "
+            f"(e.g. p5en.48xlarge, p6-b200.48xlarge){_unsearched_levers(space)}",
         )
     candidates.sort(key=lambda c: (c[0], c[1], c[2]))
     ranked: list[TrainingEstimate] = []

@@ -96,7 +96,11 @@ def hours_figure(result: PlanResult) -> object:
     return fig
 
 
-def plan_html(result: PlanResult, scaling: Sequence[ScalePoint] = (), scaling_axis: str = "nodes") -> str:
+def plan_html(
+    result: PlanResult, scaling: Sequence[ScalePoint] = (), scaling_axis: str = "nodes", scaling_of: str = ""
+) -> str:
+    """The report: ranked rows, step and memory breakdowns, the hours with failures, and a scaling sweep (of
+    ``scaling_of``, e.g. the best row's instance and configuration, over ``scaling_axis``)."""
     counts = (
         f"{result.considered:,} configurations considered, {result.rejected_shape:,} rejected for shape, "
         f"{result.rejected_memory:,} rejected for memory; objective: {result.objective}"
@@ -123,10 +127,10 @@ def plan_html(result: PlanResult, scaling: Sequence[ScalePoint] = (), scaling_ax
                  f"{p.scaling_efficiency:.2f}", p.config, p.bottleneck] for p in scaling]  # fmt: skip
         sections.append(
             Section(
-                title=f"scaling over {scaling_axis}",
+                title=f"scaling over {scaling_axis}" + (f": {scaling_of}" if scaling_of else ""),
                 figures=[scaling_figure(scaling, scaling_axis)],
                 table_header=(
-                    "value",
+                    scaling_axis,
                     "GPUs",
                     "step s",
                     "MFU %",
@@ -139,4 +143,5 @@ def plan_html(result: PlanResult, scaling: Sequence[ScalePoint] = (), scaling_ax
             )
         )
     tokens = f"{result.tokens:.3g} tokens" if result.tokens else ""
-    return html_page(f"fmstack plan: {result.model}", sections, subtitle=f"{tokens} on {', '.join(result.clusters)}")
+    instances = ", ".join(dict.fromkeys(result.clusters))  # one name per instance type, in search order
+    return html_page(f"fmstack plan: {result.model}", sections, subtitle=f"{tokens} on {instances}")
