@@ -110,13 +110,16 @@ class PoolRates:
 
 def prefill_alone_s(d: Deployment, cfg: ServeConfig) -> float:
     """One prompt alone on a prefill replica: its ``max_num_tokens`` chunks, one iteration each, priced as
-    :mod:`fmstack.perfmodel.inference_sim_disagg` prices them (the service time of the prefill queue)."""
+    :mod:`fmstack.perfmodel.inference_sim_disagg` prices them (the service time of the prefill queue). Attention
+    DP: on one rank, within that rank's budget, the other ranks idle (the service time of one rank)."""
     cached = math.floor(cfg.prefix_hit_rate * cfg.input_len)
     done, total = cached, 0.0
     while done < cfg.input_len:
         n = min(cfg.input_len - done, cfg.max_num_tokens)
         last = 1.0 if done + n >= cfg.input_len else 0.0
-        total += float(step_time(d, 0.0, 0.0, float(n), n * done + n * (n + 1) / 2, last).total_s)
+        ctx = n * done + n * (n + 1) / 2
+        busy = RankLoad(prefill_tokens=float(n), prefill_token_ctx=ctx, prefill_seqs=last) if d.attention_dp else None
+        total += float(step_time(d, 0.0, 0.0, float(n), ctx, last, busiest=busy).total_s)
         done += n
     return total
 
@@ -129,7 +132,10 @@ def kv_move(
     domain, else the scale-out fabric (:func:`kv_transfer_s`)."""
     dd = d if decode is None else decode
     same = d.num_gpus + dd.num_gpus <= cluster.gpus_per_domain
-    kv_bytes, kv_s = kv_transfer_s(model, cluster, cfg, same_domain=same, decode_tp=None if decode is None else dd.tp)
+    # an attention-DP decode rank receives a prompt's whole KV cache (kv_split(1)), as an attention-DP prefill rank
+    # sends it (``cfg.attention_dp``)
+    decode_tp = None if decode is None else (1 if dd.attention_dp else dd.tp)
+    kv_bytes, kv_s = kv_transfer_s(model, cluster, cfg, same_domain=same, decode_tp=decode_tp)
     link = f"NVLink ({cluster.scale_up.name})" if same and cluster.scale_up else cluster.scale_out.name.upper()
     return kv_bytes, kv_s, link, same
 
