@@ -94,7 +94,8 @@ class PoolRates:
     """What one prefill and one decode replica of a layout serve within the SLO (mean field)."""
 
     per_prefill_rps: float
-    """Prompts/s one prefill replica takes with its M/D/1 wait inside the TTFT budget (0: no slack)."""
+    """Prompts/s one prefill replica takes with its M/D/1 wait inside the TTFT budget (0: no slack); attention DP:
+    one rank of it (each of its ``tp`` ranks takes its own prompts)."""
     rho: float
     """That prefill replica's utilisation."""
     per_decode_rps: float
@@ -199,6 +200,8 @@ def compare_disaggregation(
     co_rps = float(co_rate[co_i]) * replicas if ok.any() else 0.0
     pools = pool_rates(model, cluster, cfg, slo, d, conc)
     per_prefill, per_decode, rho, prefill = pools.per_prefill_rps, pools.per_decode_rps, pools.rho, pools.prefill_s
+    if cfg.attention_dp:  # each rank serves its own prompts: tp prefill servers per replica, each at that rate
+        per_prefill *= cfg.tp
     kv_bytes, kv_s, link = pools.kv_bytes, pools.kv_s, pools.kv_link
     best = (0.0, 1)
     for n_pre in range(1, replicas):
