@@ -71,7 +71,7 @@ def test_a_burst_spreads_over_the_prefill_ranks(
 ) -> None:
     """Nine 2048-token prompts at once: the first starts alone on rank 0; the other eight, queued behind it, go one
     to each rank in the next iteration (each fills its rank's 2048-token budget), priced at the busiest rank."""
-    d, _, cfg, _, kv = pools
+    d, _, _, _, kv = pools
     short = ServeConfig(tp=8, ep=8, precision="fp8", input_len=CHUNK, output_len=OSL, max_num_tokens=CHUNK,
                         attention_dp=True)  # fmt: skip
     s = AdpDisaggSim(d, short, _sim(1e9, n=9), prefill_replicas=1, decode_replicas=1, kv_transfer_s=kv)
@@ -108,7 +108,7 @@ def test_decode_ranks_hold_their_share_of_the_slots(
     pools: tuple[Deployment, Deployment, ServeConfig, ServeConfig, float], catalog: Catalog
 ) -> None:
     """``max_batch`` 16 over 8 ranks: 2 slots a rank; the 17th prefilled request waits for a completion."""
-    d, _, cfg, _, kv = pools
+    d, _, _, _, kv = pools
     small = ServeConfig(tp=8, ep=8, precision="fp8", input_len=ISL, output_len=OSL, max_num_tokens=CHUNK,
                         attention_dp=True, max_batch=16)  # fmt: skip
     s = AdpDisaggSim(d, small, _sim(1e9, n=40), prefill_replicas=4, decode_replicas=1, kv_transfer_s=kv)

@@ -31,8 +31,8 @@ import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig
-from fmstack.perfmodel.inference_sim_io import SimConfig
 from fmstack.perfmodel.inference_sim_disagg import DisaggSim
+from fmstack.perfmodel.inference_sim_io import SimConfig
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
 
 F = np.ndarray[tuple[int], np.dtype[np.float64]]
@@ -109,7 +109,11 @@ class AdpDisaggSim(DisaggSim):
         for k, chunks in enumerate(rank_chunks):
             for r, n in chunks.items():
                 req = self._requests[r]
-                loads[:, k] += (n, n * req.prefilled + n * (n + 1) / 2, 1.0 if req.prefilled + n >= req.input_len else 0.0)
+                loads[:, k] += (
+                    n,
+                    n * req.prefilled + n * (n + 1) / 2,
+                    1.0 if req.prefilled + n >= req.input_len else 0.0,
+                )
         zeros = np.zeros(n_ranks)
         busy = RankLoad(decode_seqs=zeros, decode_ctx=zeros, prefill_tokens=loads[0], prefill_token_ctx=loads[1],
                         prefill_seqs=loads[2])  # fmt: skip
@@ -190,8 +194,10 @@ class AdpDisaggSim(DisaggSim):
         if cached is not None and cached[0] == counts:
             k0 = next(k for k, c in enumerate(counts) if c)
             j, rest = divmod(sums[k0] - cached[1][k0], counts[k0])
-            if rest == 0 and 0 <= j < len(cached[2]) and all(
-                s - b == j * c for s, b, c in zip(sums, cached[1], counts, strict=True)
+            if (
+                rest == 0
+                and 0 <= j < len(cached[2])
+                and all(s - b == j * c for s, b, c in zip(sums, cached[1], counts, strict=True))
             ):
                 return float(cached[2][j])
         left = min(self._requests[q].output_len - self._requests[q].generated for run in self._rank_run[r] for q in run)
