@@ -715,7 +715,7 @@ BAD_ARGV += [
       "--decode-attention-dp"], "decode-attention-dp: decode pool: attention data parallelism needs an MoE model"),
     (["estimate", "serve", "--model", "deepseek-v3", "--instance", "p5en.48xlarge", "--tp", "8", "--ep", "8",
       "--precision", "fp8", "--input-len", "2048", "--output-len", "128", "--decode-attention-dp"],
-     "decode-tp: --decode-tp / --decode-pp / --decode-ep / --[no-]decode-attention-dp set a split's decode pool"),
+     "decode-tp: --decode-tp / --decode-pp / --decode-ep set a split's decode pool (as --[no-]decode-attention-dp"),
     (["estimate", "serve", "--model", "deepseek-v3", "--instance", "p5en.48xlarge", "--nodes", "2", "--tp", "8",
       "--ep", "8", "--precision", "fp8", "--input-len", "2048", "--output-len", "128", "--qps", "2",
       "--prefill-replicas", "1", "--decode-replicas", "1", "--attention-dp", "--max-batch", "4"],

@@ -149,8 +149,8 @@ def _decode_layout(
     if tp is None and pp is None and ep is None and adp is None:
         return None
     if prefill is None:
-        raise InputError("decode-tp", "--decode-tp / --decode-pp / --decode-ep / --[no-]decode-attention-dp set a "
-                         "split's decode pool: give --prefill-replicas and --decode-replicas")  # fmt: skip
+        raise InputError("decode-tp", "--decode-tp / --decode-pp / --decode-ep set a split's decode pool (as "
+                         "--[no-]decode-attention-dp does): give --prefill-replicas and --decode-replicas")  # fmt: skip
     dc = replace(cfg, tp=cfg.tp if tp is None else tp, pp=cfg.pp if pp is None else pp,
                  ep=cfg.ep if ep is None else ep, attention_dp=cfg.attention_dp if adp is None else adp)  # fmt: skip
     try:
