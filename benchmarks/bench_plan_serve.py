@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import fmstack.perfmodel.inference_plan as plan_mod
+import fmstack.perfmodel.inference_plan_verify as verify_mod
 from fmstack.catalog import load_catalog
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig
@@ -160,7 +161,7 @@ def _skip(cat: Any, repeat: int) -> None:
 @contextlib.contextmanager
 def _counting(counts: dict[str, int]) -> Iterator[None]:
     """Count ``plan_serve``'s simulations: colocated replicas and splits."""
-    module: Any = plan_mod  # both are imports there, wrapped here
+    module: Any = verify_mod  # both are imports there, wrapped here
     real = {"coloc": module._simulate, "split": module.simulate_split}
 
     def wrap(kind: str) -> Any:

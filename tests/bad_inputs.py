@@ -737,4 +737,19 @@ BAD_ARGV += [
 BAD_ARGV += []
 
 # session 11, attention-DP disaggregation (helper E): add rows here
-BAD_ARGV += []
+BAD_ARGV += [
+    (["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--nodes", "2", "--tp", "8",
+      "--input-len", "2048", "--output-len", "128", "--qps", "2", "--prefill-replicas", "1", "--decode-replicas", "1",
+      "--decode-attention-dp"], "decode-attention-dp: decode pool: attention data parallelism needs an MoE model"),
+    (["estimate", "serve", "--model", "deepseek-v3", "--instance", "p5en.48xlarge", "--tp", "8", "--ep", "8",
+      "--precision", "fp8", "--input-len", "2048", "--output-len", "128", "--decode-attention-dp"],
+     "decode-tp: --decode-tp / --decode-pp / --decode-ep set a split's decode pool (as --[no-]decode-attention-dp"),
+    (["estimate", "serve", "--model", "deepseek-v3", "--instance", "p5en.48xlarge", "--nodes", "2", "--tp", "8",
+      "--ep", "8", "--precision", "fp8", "--input-len", "2048", "--output-len", "128", "--qps", "2",
+      "--prefill-replicas", "1", "--decode-replicas", "1", "--attention-dp", "--max-batch", "4"],
+     "attention-dp: a decode replica holds 4 sequences of 2176 tokens, fewer than one per each of its 8 ranks"),
+    (["estimate", "serve", "--model", "deepseek-v3", "--instance", "p5en.48xlarge", "--nodes", "2", "--tp", "8",
+      "--ep", "8", "--precision", "fp8", "--input-len", "2048", "--output-len", "128", "--qps", "2",
+      "--prefill-replicas", "1", "--decode-replicas", "1", "--attention-dp", "--decode-ep", "4"],
+     "decode-attention-dp: decode pool: attention data parallelism needs an MoE model and ep == tp, got ep(4) tp(8)"),
+]  # fmt: skip

@@ -59,6 +59,8 @@ def estimate_argv(
                     "--decode-ep",
                     str(c.decode_ep),
                 ]
+                if c.decode_attention_dp != c.attention_dp:  # --decode-attention-dp defaults to --attention-dp
+                    argv.append("--decode-attention-dp" if c.decode_attention_dp else "--no-decode-attention-dp")
     if catalog_dir is not None:
         argv += ["--catalog", str(catalog_dir)]
     return argv

@@ -84,6 +84,8 @@ PLAN_SERVE_EXAMPLE = """Example:
 @click.option("--decode-tp", type=int, default=None, help="TP of a decode replica of the split [--tp].")
 @click.option("--decode-pp", type=int, default=None, help="Pipeline stages of a decode replica of the split [--pp].")
 @click.option("--decode-ep", type=int, default=None, help="EP of a decode replica of the split [--ep].")
+@click.option("--decode-attention-dp/--no-decode-attention-dp", default=None,
+              help="Attention DP in the split's decode pool [--attention-dp].")  # fmt: skip
 @click.option("--ttft-slo", type=float, default=1.0, show_default=True, help="TTFT target for --disagg (s).")
 @click.option("--itl-slo", type=float, default=0.05, show_default=True, help="ITL target for --disagg (s).")
 @catalog_option
@@ -91,17 +93,20 @@ PLAN_SERVE_EXAMPLE = """Example:
 def serve_cmd(
     model: str, instance: str, nodes: int, catalog_dir: Path | None, simulate: bool, seed: int, length_spread: float,
     disagg: bool, ttft_slo: float, itl_slo: float, prefill_replicas: int | None, decode_replicas: int | None,
-    decode_tp: int | None, decode_pp: int | None, decode_ep: int | None, as_json: bool, **options: Any,
+    decode_tp: int | None, decode_pp: int | None, decode_ep: int | None, decode_attention_dp: bool | None,
+    as_json: bool, **options: Any,
 ) -> None:  # fmt: skip
     """Predict TTFT, inter-token latency, throughput, KV cache and the bottleneck of one serving replica; with
     --prefill-replicas P --decode-replicas D --qps R, simulate a disaggregated split of the nodes at R req/s (the
-    decode pool in another layout with --decode-tp / --decode-pp / --decode-ep: heterogeneous pools)."""
+    decode pool in another layout with --decode-tp / --decode-pp / --decode-ep / --[no-]decode-attention-dp:
+    heterogeneous pools; --attention-dp: attention DP in both pools unless --no-decode-attention-dp)."""
     cat = load_catalog(catalog_dir)
     arch = cat.model(model)
     cluster = build_cluster(cat, instance, nodes)
     values: dict[str, Any] = {k: (v.lower() if isinstance(v, str) else v) for k, v in options.items()}
     cfg = ServeConfig(**values)
-    decode_cfg = _decode_layout(cfg, arch, cluster, decode_tp, decode_pp, decode_ep, prefill_replicas)
+    decode_cfg = _decode_layout(cfg, arch, cluster, (decode_tp, decode_pp, decode_ep, decode_attention_dp),
+                                prefill_replicas)  # fmt: skip
     split = _check_split(prefill_replicas, decode_replicas, cfg, cluster, nodes, decode_cfg)
     replica_cfg = cfg if split is None else replace(cfg, request_rate_per_s=cfg.request_rate_per_s / sum(split))  # type: ignore[operator]
     note = None
@@ -134,24 +139,28 @@ def serve_cmd(
 
 
 def _decode_layout(
-    cfg: ServeConfig, arch: Any, cluster: Any, tp: int | None, pp: int | None, ep: int | None, prefill: int | None
-) -> ServeConfig | None:
-    """The decode pool's configuration when --decode-tp / --decode-pp / --decode-ep give another layout than the
-    prefill pool's (None: the same), checked as a replica's (heads divisible, the stages, the experts)."""
-    if tp is None and pp is None and ep is None:
+    cfg: ServeConfig, arch: Any, cluster: Any, layout: tuple[int | None, int | None, int | None, bool | None],
+    prefill: int | None,
+) -> ServeConfig | None:  # fmt: skip
+    """The decode pool's configuration when --decode-tp / --decode-pp / --decode-ep / --[no-]decode-attention-dp
+    (``layout``) give another layout than the prefill pool's (None: the same), checked as a replica's (heads
+    divisible, the stages, the experts, attention DP on an MoE model with ep = tp)."""
+    tp, pp, ep, adp = layout
+    if tp is None and pp is None and ep is None and adp is None:
         return None
     if prefill is None:
-        raise InputError("decode-tp", "--decode-tp / --decode-pp / --decode-ep set a split's decode pool: give "
-                         "--prefill-replicas and --decode-replicas")  # fmt: skip
+        raise InputError("decode-tp", "--decode-tp / --decode-pp / --decode-ep set a split's decode pool (as "
+                         "--[no-]decode-attention-dp does): give --prefill-replicas and --decode-replicas")  # fmt: skip
     dc = replace(cfg, tp=cfg.tp if tp is None else tp, pp=cfg.pp if pp is None else pp,
-                 ep=cfg.ep if ep is None else ep)  # fmt: skip
+                 ep=cfg.ep if ep is None else ep, attention_dp=cfg.attention_dp if adp is None else adp)  # fmt: skip
     try:
         validate_serve(dc, arch, cluster)
         deployment(arch, cluster, dc)
     except InputError as exc:
-        field = {"tp": "decode-tp", "pp": "decode-pp", "ep": "decode-ep"}.get(exc.field, exc.field)
+        field = {"tp": "decode-tp", "pp": "decode-pp", "ep": "decode-ep", "attention-dp": "decode-attention-dp"}.get(
+            exc.field, exc.field)  # fmt: skip
         raise InputError(field, f"decode pool: {exc.message}") from None
-    same = (dc.tp, dc.pp, dc.ep) == (cfg.tp, cfg.pp, cfg.ep)
+    same = (dc.tp, dc.pp, dc.ep, dc.attention_dp) == (cfg.tp, cfg.pp, cfg.ep, cfg.attention_dp)
     return None if same else dc
 
 
@@ -177,8 +186,6 @@ def _check_split(
         raise InputError(
             "concurrency", "a split is simulated at --qps (the whole deployment's rate); drop --concurrency"
         )
-    if cfg.attention_dp:
-        raise InputError("attention-dp", "the disaggregated simulation does not model attention DP ranks")
     per = cfg.tp * cfg.pp
     dc = cfg if decode_cfg is None else decode_cfg
     need = prefill * per + decode * dc.tp * dc.pp

@@ -23,8 +23,8 @@ def split_json(
     (``ttft_p99_s``, ``ttft_mean_s_sim``, ...), the pools (``prefill_replicas``, ``decode_replicas``,
     ``prefill_utilisation``, ``decode_batch_mean``, ``decode_slots_in_use``, ``decode_slots``, ``bottleneck``) and
     the KV transfer (``kv_bytes_per_request``, ``kv_transfer_s``, ``kv_link``), and each pool's layout
-    (``prefill_tp``, ``prefill_pp``, ``decode_tp``, ``decode_pp``, ``decode_ep``; ``decode_cfg``: heterogeneous
-    pools, else the same as the prefill pool's)."""
+    (``prefill_tp``, ``prefill_pp``, ``decode_tp``, ``decode_pp``, ``decode_ep``, ``prefill_attention_dp``,
+    ``decode_attention_dp``; ``decode_cfg``: heterogeneous pools, else the same as the prefill pool's)."""
     from fmstack.perfmodel.inference_plan_disagg import run_split
 
     clusters: dict[tuple[str, int], Cluster] = {}
@@ -48,6 +48,7 @@ def split_json(
         "kv_bytes_per_request": run.kv_bytes, "kv_transfer_s": run.kv_transfer_s, "kv_link": run.kv_link,
         "warmup_requests": run.warmup_requests, "num_requests": run.num_requests, "seed": seed,
         "prefill_tp": cfg.tp, "prefill_pp": cfg.pp, "decode_tp": dc.tp, "decode_pp": dc.pp, "decode_ep": dc.ep,
+        "prefill_attention_dp": cfg.attention_dp, "decode_attention_dp": dc.attention_dp,
     }  # fmt: skip
 
 
@@ -73,10 +74,11 @@ def render_split(z: dict[str, Any], *, one_token: bool = False) -> None:
 
 
 def _label(z: dict[str, Any]) -> str:
-    if (z["decode_tp"], z["decode_pp"]) == (z["prefill_tp"], z["prefill_pp"]):
-        return f"{z['prefill_replicas']}P:{z['decode_replicas']}D"
+    adp_p, adp_d = z["prefill_attention_dp"], z["decode_attention_dp"]
+    if (z["decode_tp"], z["decode_pp"], adp_d) == (z["prefill_tp"], z["prefill_pp"], adp_p):
+        return f"{z['prefill_replicas']}P:{z['decode_replicas']}D" + (" attn-dp" if adp_p else "")
     pp_p, pp_d = (
-        (f" pp{z['prefill_pp']}" if z["prefill_pp"] > 1 else ""),
-        (f" pp{z['decode_pp']}" if z["decode_pp"] > 1 else ""),
+        (f" pp{z['prefill_pp']}" if z["prefill_pp"] > 1 else "") + (" attn-dp" if adp_p else ""),
+        (f" pp{z['decode_pp']}" if z["decode_pp"] > 1 else "") + (" attn-dp" if adp_d else ""),
     )
     return f"{z['prefill_replicas']}P(tp{z['prefill_tp']}{pp_p}):{z['decode_replicas']}D(tp{z['decode_tp']}{pp_d})"

@@ -94,7 +94,8 @@ class PoolRates:
     """What one prefill and one decode replica of a layout serve within the SLO (mean field)."""
 
     per_prefill_rps: float
-    """Prompts/s one prefill replica takes with its M/D/1 wait inside the TTFT budget (0: no slack)."""
+    """Prompts/s one prefill replica takes with its M/D/1 wait inside the TTFT budget (0: no slack); attention DP:
+    one rank of it (each of its ``tp`` ranks takes its own prompts)."""
     rho: float
     """That prefill replica's utilisation."""
     per_decode_rps: float
@@ -110,13 +111,16 @@ class PoolRates:
 
 def prefill_alone_s(d: Deployment, cfg: ServeConfig) -> float:
     """One prompt alone on a prefill replica: its ``max_num_tokens`` chunks, one iteration each, priced as
-    :mod:`fmstack.perfmodel.inference_sim_disagg` prices them (the service time of the prefill queue)."""
+    :mod:`fmstack.perfmodel.inference_sim_disagg` prices them (the service time of the prefill queue). Attention
+    DP: on one rank, within that rank's budget, the other ranks idle (the service time of one rank)."""
     cached = math.floor(cfg.prefix_hit_rate * cfg.input_len)
     done, total = cached, 0.0
     while done < cfg.input_len:
         n = min(cfg.input_len - done, cfg.max_num_tokens)
         last = 1.0 if done + n >= cfg.input_len else 0.0
-        total += float(step_time(d, 0.0, 0.0, float(n), n * done + n * (n + 1) / 2, last).total_s)
+        ctx = n * done + n * (n + 1) / 2
+        busy = RankLoad(prefill_tokens=float(n), prefill_token_ctx=ctx, prefill_seqs=last) if d.attention_dp else None
+        total += float(step_time(d, 0.0, 0.0, float(n), ctx, last, busiest=busy).total_s)
         done += n
     return total
 
@@ -129,7 +133,10 @@ def kv_move(
     domain, else the scale-out fabric (:func:`kv_transfer_s`)."""
     dd = d if decode is None else decode
     same = d.num_gpus + dd.num_gpus <= cluster.gpus_per_domain
-    kv_bytes, kv_s = kv_transfer_s(model, cluster, cfg, same_domain=same, decode_tp=None if decode is None else dd.tp)
+    # an attention-DP decode rank receives a prompt's whole KV cache (kv_split(1)), as an attention-DP prefill rank
+    # sends it (``cfg.attention_dp``)
+    decode_tp = None if decode is None else (1 if dd.attention_dp else dd.tp)
+    kv_bytes, kv_s = kv_transfer_s(model, cluster, cfg, same_domain=same, decode_tp=decode_tp)
     link = f"NVLink ({cluster.scale_up.name})" if same and cluster.scale_up else cluster.scale_out.name.upper()
     return kv_bytes, kv_s, link, same
 
@@ -193,6 +200,8 @@ def compare_disaggregation(
     co_rps = float(co_rate[co_i]) * replicas if ok.any() else 0.0
     pools = pool_rates(model, cluster, cfg, slo, d, conc)
     per_prefill, per_decode, rho, prefill = pools.per_prefill_rps, pools.per_decode_rps, pools.rho, pools.prefill_s
+    if cfg.attention_dp:  # each rank serves its own prompts: tp prefill servers per replica, each at that rate
+        per_prefill *= cfg.tp
     kv_bytes, kv_s, link = pools.kv_bytes, pools.kv_s, pools.kv_link
     best = (0.0, 1)
     for n_pre in range(1, replicas):

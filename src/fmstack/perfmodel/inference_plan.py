@@ -171,7 +171,7 @@ def plan_serve(
                         if option is not None:
                             found.append(option)
                             first = nodes if first is None else first
-                    if search_disagg and not adp:  # the split's prefill pool runs the largest prompt budget
+                    if search_disagg:  # the split's prefill pool runs the largest prompt budget
                         split_layouts.append((replace(cfg, max_num_tokens=max(CHUNK_CHOICES)), nodes))
                         split = disagg_analytic(split_layouts[-1][0], cluster_of, model, qps, slo, name, nodes)
                         if split is not None:  # the node search is bounded by the colocated rows alone
@@ -217,12 +217,12 @@ def plan_serve(
 def _heterogeneous(
     layouts: list[tuple[ServeConfig, int]], cluster_of: ClusterOf, model: ModelArch, qps: float, slo: SLO, name: str
 ) -> list[Candidate]:
-    """Splits whose prefill and decode pools take two different layouts of those searched (every ordered pair; the
-    same-layout split is the diagonal, found in the search loop)."""
+    """Splits whose prefill and decode pools take two different layouts of those searched (every ordered pair, attention
+    DP on and off counting as two layouts; the same-layout split is the diagonal, found in the search loop)."""
     out: list[Candidate] = []
     for pre, pre_nodes in layouts:
         for dec, _ in layouts:
-            if (dec.tp, dec.pp, dec.ep) == (pre.tp, pre.pp, pre.ep):
+            if (dec.tp, dec.pp, dec.ep, dec.attention_dp) == (pre.tp, pre.pp, pre.ep, pre.attention_dp):
                 continue
             try:  # a layout whose weights leave no KV memory (DeepSeek-V3 at tp 1) pairs with nothing
                 c = disagg_analytic(pre, cluster_of, model, qps, slo, name, pre_nodes, decode_cfg=dec)

@@ -64,12 +64,17 @@ class Candidate:
     """Disaggregated: pipeline stages of a decode replica (0 when colocated)."""
     decode_ep: int = 0
     """Disaggregated: EP of a decode replica (0 when colocated)."""
+    decode_attention_dp: bool = False
+    """Disaggregated: the decode pool runs attention DP (False when colocated; ``attention_dp`` is the prefill
+    pool's)."""
 
     @property
     def heterogeneous(self) -> bool:
-        """A split whose decode pool has another layout than its prefill pool."""
-        return self.mode == "disaggregated" and (self.decode_tp, self.decode_pp, self.decode_ep) != (
-            self.tp, self.pp, self.ep)  # fmt: skip
+        """A split whose decode pool has another layout than its prefill pool (attention DP in one pool only
+        included)."""
+        return self.mode == "disaggregated" and (
+            self.decode_tp, self.decode_pp, self.decode_ep, self.decode_attention_dp) != (
+            self.tp, self.pp, self.ep, self.attention_dp)  # fmt: skip
 
     @property
     def busy_gpus(self) -> int:
@@ -85,21 +90,22 @@ def config_of(c: Candidate, input_len: int, output_len: int) -> ServeConfig:
 
 
 def split_label(c: Candidate) -> str:
-    """``4P:1D``, or with heterogeneous pools each pool's layout: ``4P(tp2):1D(tp8)`` (pp and ep where > 1)."""
+    """``4P:1D`` (``4P:1D attn-dp`` when both pools run attention DP), or with heterogeneous pools each pool's
+    layout: ``4P(tp2):1D(tp8)`` (pp and ep where > 1, ``attn-dp`` where the pool runs attention DP)."""
     if not c.heterogeneous:
-        return f"{c.prefill_replicas}P:{c.decode_replicas}D"
+        return f"{c.prefill_replicas}P:{c.decode_replicas}D" + (" attn-dp" if c.attention_dp else "")
 
-    def lay(tp: int, pp: int, ep: int) -> str:
-        return f"tp{tp}" + (f" pp{pp}" if pp > 1 else "") + (f" ep{ep}" if ep > 1 else "")
+    def lay(tp: int, pp: int, ep: int, adp: bool) -> str:
+        return f"tp{tp}" + (f" pp{pp}" if pp > 1 else "") + (f" ep{ep}" if ep > 1 else "") + (" attn-dp" if adp else "")
 
-    return (f"{c.prefill_replicas}P({lay(c.tp, c.pp, c.ep)}):"
-            f"{c.decode_replicas}D({lay(c.decode_tp, c.decode_pp, c.decode_ep)})")  # fmt: skip
+    return (f"{c.prefill_replicas}P({lay(c.tp, c.pp, c.ep, c.attention_dp)}):"
+            f"{c.decode_replicas}D({lay(c.decode_tp, c.decode_pp, c.decode_ep, c.decode_attention_dp)})")  # fmt: skip
 
 
 def decode_config_of(c: Candidate, input_len: int, output_len: int) -> ServeConfig:
     """The decode pool's configuration of a split (its layout; the same prompt budget and lengths)."""
     return replace(config_of(c, input_len, output_len), tp=c.decode_tp or c.tp, pp=c.decode_pp or c.pp,
-                   ep=c.decode_ep or c.ep)  # fmt: skip
+                   ep=c.decode_ep or c.ep, attention_dp=c.decode_attention_dp)  # fmt: skip
 
 
 def split_nodes(prefill: int, decode: int, p: ServeConfig, dc: ServeConfig, gpus_per_node: int) -> int:

@@ -1,15 +1,17 @@
 """Disaggregated candidates of `plan serve`: a prefill pool and a decode pool, of one replica layout or of two
 (heterogeneous pools, ``decode_cfg``: same instance and precision, another TP / PP / EP).
 
-For each layout (or pair of layouts) the plan searches (no attention DP: the split simulation has no ranks), the
-mean-field model (:func:`fmstack.perfmodel.inference_disagg.pool_rates`:
+For each layout (or pair of layouts) the plan searches (attention DP included, in either pool or both:
+:mod:`fmstack.perfmodel.inference_sim_disagg_adp`), the mean-field model (:func:`fmstack.perfmodel.inference_disagg.pool_rates`:
 decode-only ITL caps a decode replica's sequences, an M/D/1 prefill queue must leave the KV transfer and the first
 decode iteration inside the TTFT target) gives ``P = ceil(qps / prefill rate)`` and ``D = ceil(qps / decode
 rate)`` replicas; whole nodes for ``P + D`` replicas give the cost. The plan ranks these with the colocated
 candidates and checks the cheapest by simulation (:mod:`fmstack.perfmodel.inference_sim_disagg`, the whole
 deployment at ``qps``); a split that misses p99 grows the pool that missed (TTFT: prefill, ITL: decode).
 The prefill pool runs the largest prompt budget the plan tries (a prefill-only replica has no decode gaps to
-protect; a smaller chunk only adds iterations).
+protect; a smaller chunk only adds iterations). An attention-DP prefill replica is ``tp`` prefill servers (each rank
+takes its own prompts within its own budget): the mean-field and p99 sizes count ranks, and ``P`` is the replicas
+that hold them.
 """
 
 from __future__ import annotations
@@ -59,6 +61,12 @@ def _two_replicas(cluster_of: ClusterOf, name: str, cfg: ServeConfig, nodes_per_
     if cluster.num_gpus >= cfg.tp * cfg.pp + dc.tp * dc.pp:
         return cluster
     return cluster_of(name, split_nodes(1, 1, cfg, dc, cluster.instance.num_gpus))
+
+
+def prefill_servers(cfg: ServeConfig) -> int:
+    """Prompts a prefill replica of ``cfg`` serves side by side: its ranks under attention DP (each its own prompts
+    within its own budget), else 1 (the replica's iteration takes prompts within one budget)."""
+    return cfg.tp if cfg.attention_dp else 1
 
 
 def _replica_nodes(cfg: ServeConfig, gpus_per_node: int) -> int:
@@ -113,7 +121,7 @@ def run_split(
     prefill = prefill_alone_s(d, cfg)
     batch = decode_batch(dd, dc, qps / decode_replicas)
     itl = float(step_time(dd, float(batch), cfg.input_len + cfg.output_len / 2.0).total_s)
-    rho = qps * prefill / prefill_replicas
+    rho = qps * prefill / (prefill_replicas * prefill_servers(cfg))
     wait = rho * prefill / (2 * (1 - rho)) if rho < 1 else math.inf
     inflight = qps * (prefill + wait + kv_s + itl) + decode_replicas * batch
     warmup = min(max(15, math.ceil(inflight)) if math.isfinite(inflight) else SIM_REQUESTS_MAX, SIM_REQUESTS_MAX // 3)
@@ -137,6 +145,8 @@ class _Pools:
     """One prompt alone on a prefill replica (:func:`prefill_alone_s`)."""
     budget_s: float
     """The TTFT target less one prompt alone, the KV transfer and two decode iterations."""
+    servers: int
+    """Prefill servers per prefill replica (:func:`prefill_servers`)."""
 
 
 def _pools(
@@ -157,16 +167,16 @@ def _pools(
     conc = np.arange(1, limit + 1, dtype=np.float64)
     pools = pool_rates(model, two, cfg, slo, d, conc, None if decode_cfg is None else dd)
     service = prefill_alone_s(d, cfg)
-    return _Pools(d=d, pools=pools, service_s=service,
+    return _Pools(d=d, pools=pools, service_s=service, servers=prefill_servers(cfg),
                   budget_s=slo.ttft_s - service - pools.kv_s - 2 * pools.decode_itl_s)  # fmt: skip
 
 
 def _figures(p: _Pools, qps: float, n_pre: int, n_dec: int) -> tuple[float, float]:
     """A ``n_pre``:``n_dec`` split's goodput per replica and mean TTFT at ``qps`` (the row's figures): mean-field,
     as a colocated row's (the p99 is the simulation's)."""
-    rho = qps / (n_pre / p.service_s)
+    rho = qps / (n_pre * p.servers / p.service_s)
     wait = rho * p.service_s / (2 * (1 - rho)) if rho < 1 else math.inf
-    goodput = min(n_pre * p.pools.per_prefill_rps, n_dec * p.pools.per_decode_rps)
+    goodput = min(n_pre * p.servers * p.pools.per_prefill_rps, n_dec * p.pools.per_decode_rps)
     return goodput / (n_pre + n_dec), p.service_s + wait + p.pools.kv_s + p.pools.decode_itl_s
 
 
@@ -183,16 +193,16 @@ def disagg_analytic(
     :func:`fmstack.perfmodel.inference_disagg.prefill_replicas_p99`, fits the TTFT target less one prefill, the KV
     transfer and two decode iterations), which is free and usually spares the retry. ``decode_cfg``: the decode
     pool in another layout of the same instance and precision (heterogeneous pools; ``cfg`` is the prefill pool's),
-    the nodes priced on both pools' GPUs together (:func:`split_nodes`)."""
+    the nodes priced on both pools' GPUs together (:func:`split_nodes`). Attention DP in either pool: an attention-DP
+    prefill replica counts as ``tp`` servers (:func:`prefill_servers`)."""
     dc = cfg if decode_cfg is None else decode_cfg
-    if cfg.attention_dp or dc.attention_dp:
-        return None
     p = _pools(cfg, cluster_of, model, slo, name, nodes_per_replica, decode_cfg)
     if p is None or p.pools.per_decode_rps <= 0:
         return None
     pools, cluster = p.pools, cluster_of(name, nodes_per_replica)
-    p99 = prefill_replicas_p99(qps, p.service_s, p.budget_s)
-    mean = math.ceil(qps / pools.per_prefill_rps) if pools.per_prefill_rps > 0 else p99
+    servers = prefill_replicas_p99(qps, p.service_s, p.budget_s)
+    p99 = None if servers is None else math.ceil(servers / p.servers)
+    mean = math.ceil(qps / (p.servers * pools.per_prefill_rps)) if pools.per_prefill_rps > 0 else p99
     if mean is None:
         return None
     n_dec = math.ceil(qps / pools.per_decode_rps)
@@ -204,11 +214,11 @@ def disagg_analytic(
     rate, ttft = _figures(p, qps, n_pre, n_dec)
     return Candidate(
         instance=name, gpu=cluster.gpu.name, precision=cfg.precision, tp=cfg.tp, ep=cfg.ep, pp=cfg.pp,
-        nodes_per_replica=nodes_per_replica, replicas=n_pre + n_dec, nodes=nodes, num_gpus=nodes * gpn,
+        attention_dp=cfg.attention_dp, nodes_per_replica=nodes_per_replica, replicas=n_pre + n_dec, nodes=nodes, num_gpus=nodes * gpn,
         cost_per_hour_usd=nodes * (cluster.instance.price_per_hour_usd or 0.0), max_num_tokens=cfg.max_num_tokens,
         concurrency=pools.decode_concurrency, mean_itl_s=pools.decode_itl_s, mode="disaggregated",
         prefill_replicas=n_pre, decode_replicas=n_dec, kv_transfer_s=pools.kv_s, rate_per_replica_rps=rate, mean_ttft_s=ttft,
-        decode_tp=dc.tp, decode_pp=dc.pp, decode_ep=dc.ep,
+        decode_tp=dc.tp, decode_pp=dc.pp, decode_ep=dc.ep, decode_attention_dp=dc.attention_dp,
     )  # fmt: skip
 
 
@@ -241,7 +251,9 @@ def grow_split(cluster_of: ClusterOf, model: ModelArch, option: Candidate, first
 
 
 def _pd(c: Candidate) -> str:
-    return split_label(c) if c.heterogeneous else f"{split_label(c)} tp {c.tp}"
+    if c.heterogeneous:
+        return split_label(c)
+    return f"{c.prefill_replicas}P:{c.decode_replicas}D tp {c.tp}" + (" attention DP" if c.attention_dp else "")
 
 
 def split_note(ranked: list[Candidate], qps: float, searched: bool) -> str:

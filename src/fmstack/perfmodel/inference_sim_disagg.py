@@ -24,7 +24,9 @@ prefill, earlier by the transfer and one iteration. ITL: the gaps between a requ
 Heterogeneous pools (``decode``: another TP / PP of the same instance and precision, DistServe sec. 4's per-phase
 parallelism): prefill iterations are priced on ``d``, decode iterations and the slots on ``decode``; the caller
 prices the KV transfer between the two layouts (:func:`fmstack.perfmodel.inference_disagg.kv_transfer_s` with
-``decode_tp``). Not modelled: the prefill replica's KV memory (a prompt's cache leaves as soon as it is moved), contention on the
+``decode_tp``). Attention DP in either pool (``cfg.attention_dp`` / ``decode_cfg.attention_dp``): the ranks'
+requests, budgets, slots and KV links, :class:`fmstack.perfmodel.inference_sim_disagg_adp.AdpDisaggSim`, which
+:func:`simulate_disagg` runs for such pools. Not modelled: the prefill replica's KV memory (a prompt's cache leaves as soon as it is moved), contention on the
 receiving side, prefix caching across replicas. Every piece of mutable state is on the instance; the same seed
 gives the same result.
 """
@@ -65,11 +67,11 @@ class DisaggSim:
             raise InputError(
                 "disagg", f"needs at least one prefill and one decode replica, got {prefill_replicas}:{decode_replicas}"
             )
-        if cfg.attention_dp:
-            raise InputError("disagg", "the disaggregated simulation does not model attention DP ranks")
         if kv_transfer_s < 0:
             raise InputError("kv-transfer", f"must be >= 0 s, got {kv_transfer_s}")
         self.dd = d if decode is None else decode
+        if type(self) is DisaggSim and (d.attention_dp or self.dd.attention_dp):
+            raise InputError("attention-dp", "attention-DP pools have ranks: use simulate_disagg or AdpDisaggSim")
         cap = max_concurrency(self.dd, cfg if decode_cfg is None else decode_cfg)
         if cap < 1:
             raise InputError("disagg", f"one {cfg.input_len + cfg.output_len}-token sequence does not fit a replica")
@@ -323,8 +325,8 @@ def simulate_disagg_stats(
     kv_transfer_s: float, decode: Deployment | None = None, decode_cfg: ServeConfig | None = None,
 ) -> tuple[SimResult, PoolStats]:  # fmt: skip
     """:func:`simulate_disagg` and the pools' utilisation over the measured requests' arrivals."""
-    s = DisaggSim(d, cfg, sim, prefill_replicas=prefill_replicas, decode_replicas=decode_replicas,
-                  kv_transfer_s=kv_transfer_s, decode=decode, decode_cfg=decode_cfg)  # fmt: skip
+    s = _make(d, cfg, sim, prefill_replicas=prefill_replicas, decode_replicas=decode_replicas,
+              kv_transfer_s=kv_transfer_s, decode=decode, decode_cfg=decode_cfg)  # fmt: skip
     return s.run(), pool_stats(s)
 
 
@@ -333,5 +335,19 @@ def simulate_disagg(
     kv_transfer_s: float, decode: Deployment | None = None, decode_cfg: ServeConfig | None = None,
 ) -> SimResult:  # fmt: skip
     """Run one simulation of the split deployment (a fresh instance: nothing carries over between runs)."""
-    return DisaggSim(d, cfg, sim, prefill_replicas=prefill_replicas, decode_replicas=decode_replicas,
-                     kv_transfer_s=kv_transfer_s, decode=decode, decode_cfg=decode_cfg).run()  # fmt: skip
+    return _make(d, cfg, sim, prefill_replicas=prefill_replicas, decode_replicas=decode_replicas,
+                 kv_transfer_s=kv_transfer_s, decode=decode, decode_cfg=decode_cfg).run()  # fmt: skip
+
+
+def _make(
+    d: Deployment, cfg: ServeConfig, sim: SimConfig, *, prefill_replicas: int, decode_replicas: int,
+    kv_transfer_s: float, decode: Deployment | None, decode_cfg: ServeConfig | None,
+) -> DisaggSim:  # fmt: skip
+    """The simulation of the pools: :class:`DisaggSim`, or with attention DP in either pool its subclass with ranks."""
+    kind = DisaggSim
+    if d.attention_dp or (d if decode is None else decode).attention_dp:
+        from fmstack.perfmodel.inference_sim_disagg_adp import AdpDisaggSim
+
+        kind = AdpDisaggSim
+    return kind(d, cfg, sim, prefill_replicas=prefill_replicas, decode_replicas=decode_replicas,
+                kv_transfer_s=kv_transfer_s, decode=decode, decode_cfg=decode_cfg)  # fmt: skip
