@@ -233,8 +233,10 @@ BAD_ARGV += [
     ([*_EST8, "--instance", "p5.48xlarge", "--spares", "-1"], "spares: must be a non-negative"),
     ([*_EST8, "--instance", "p5.48xlarge", "--recovery", "teleport"], "'teleport' is not one of"),
     # a resilience flag without --tokens would change nothing (session 11 review)
-    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--mtbf-hours", "10"],
-     "mtbf-hours: --mtbf-hours shapes the time to train with checkpoints and failures; add --tokens N"),
+    (
+        ["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--mtbf-hours", "10"],
+        "mtbf-hours: --mtbf-hours shapes the time to train with checkpoints and failures; add --tokens N",
+    ),
     (["simulate", "--nodes", "4", "--days", "1", "--trace", "@file:bad_trace.csv"], "bad_trace.csv line 3"),
     (["simulate", "--nodes", "4", "--days", "1", "--trace", "@file:huge_trace.csv"], "larger than the fleet"),
     (["simulate", "--nodes", "4", "--days", "1", "--policy", "lottery"], "unknown policy 'lottery'; allowed"),
