@@ -755,3 +755,16 @@ BAD_ARGV += [
       "--prefill-replicas", "1", "--decode-replicas", "1", "--attention-dp", "--decode-ep", "4"],
      "decode-attention-dp: decode pool: attention data parallelism needs an MoE model and ep == tp, got ep(4) tp(8)"),
 ]  # fmt: skip
+
+# session 11, review: flags that would be silently ignored are refused (lead)
+_SERVE70 = ["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--input-len", "2048",
+            "--output-len", "256"]  # fmt: skip
+BAD_ARGV += [
+    ([*_SERVE70, "--nodes", "4", "--tp", "8", "--concurrency", "64"],
+     "nodes: --nodes 4: estimate serve predicts one replica, and tp 8 x pp 1 uses 1 node(s)"),
+    ([*_SERVE70, "--tp", "8", "--ttft-slo", "0.1"], "ttft-slo: --ttft-slo is the target of --disagg's comparison"),
+    ([*_SERVE70, "--tp", "8", "--itl-slo", "0.01"], "itl-slo: --itl-slo is the target of --disagg's comparison"),
+    (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "2", "--prompts", "256",
+      "--samples", "8", "--minibatches", "3"],
+     "minibatches: 3 does not divide the step's 256 prompts x 8 samples = 2048 sequences; allowed: 1, 2, 4, 8"),
+]  # fmt: skip

@@ -70,3 +70,14 @@ def test_topology_outside_kubernetes_is_named_as_ignored(tmp_path: Path, no_side
     assert "warning: topology.mode 'required' applies to Kubernetes with Kueue only; --on slurm ignores it" in (
         result.stderr
     )
+
+
+def test_array_outside_slurm_is_named_as_ignored(tmp_path: Path, no_side_effects: None) -> None:
+    """A Slurm job array means nothing to a JobSet: the launch says it runs one job (review of session 11)."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({**P5_SPEC, "array": "0-3"}))
+    result = CliRunner().invoke(cli, ["launch", str(spec), "--on", "kubernetes", "--dry-run"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "warning: array '0-3' is a Slurm job array; --on kubernetes runs one job and ignores it" in result.stderr
+    slurm = CliRunner().invoke(cli, ["launch", str(spec), "--on", "slurm", "--dry-run"], catch_exceptions=False)
+    assert "#SBATCH --array=0-3" in slurm.output and "is a Slurm job array" not in slurm.stderr

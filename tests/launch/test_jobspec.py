@@ -45,6 +45,8 @@ def test_plan_must_cover_the_job(catalog: Catalog) -> None:
         ({"command": ["echo"]}, "exactly one of 'workload' or 'command'"),
         ({"nodes": 0}, "field 'nodes'"),
         ({"array": "0-3; rm -rf /"}, "field 'array'"),
+        ({"array": "3-1"}, "field 'array': Value error, '3-1': the range 3-1 runs backwards"),
+        ({"array": "0-3,9-5%2"}, "the range 9-5 runs backwards"),
     ],
 )
 def test_bad_specs_name_the_field(patch: dict[str, object], expected: str) -> None:

@@ -48,6 +48,9 @@ def launch(spec: Path, on: str, dry_run: bool, catalog_dir: Path | None, as_json
         # Kueue's topology-aware scheduling has no meaning on Slurm or a local run (Slurm: --switches / topology.conf)
         click.echo(f"warning: topology.mode {topo.mode!r} applies to Kubernetes with Kueue only; --on {on} ignores it",
                    err=True)  # fmt: skip
+    if job.spec.array is not None and on != "slurm":
+        click.echo(f"warning: array {job.spec.array!r} is a Slurm job array; --on {on} runs one job and ignores it",
+                   err=True)  # fmt: skip
     sub = launcher.submit(job, dry_run=dry_run)
     if as_json:
         print_json({"job_id": sub.job_id, "dry_run": sub.dry_run, "rendered": sub.rendered})

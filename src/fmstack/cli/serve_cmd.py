@@ -46,7 +46,8 @@ PLAN_SERVE_EXAMPLE = """Example:
 @click.command(epilog=SERVE_EXAMPLE)
 @click.option("--model", required=True, help="Zoo model name or a model YAML file.")
 @click.option("--instance", required=True, help="Instance or UltraServer name from the catalog.")
-@click.option("--nodes", type=int, default=1, show_default=True, help="Nodes (for --disagg: the GPUs to split).")
+@click.option("--nodes", type=int, default=1, show_default=True,
+              help="Nodes: one replica's (TP across nodes), or the GPUs to split for --disagg / a split.")  # fmt: skip
 @click.option("--tp", type=int, default=1, show_default=True, help="Tensor parallel degree of a replica.")
 @click.option("--pp", type=int, default=1, show_default=True, help="Pipeline stages of a replica.")
 @click.option("--ep", type=int, default=1, show_default=True, help="Expert parallel degree inside TP (MoE).")
@@ -108,6 +109,8 @@ def serve_cmd(
     decode_cfg = _decode_layout(cfg, arch, cluster, (decode_tp, decode_pp, decode_ep, decode_attention_dp),
                                 prefill_replicas)  # fmt: skip
     split = _check_split(prefill_replicas, decode_replicas, cfg, cluster, nodes, decode_cfg)
+    if split is None:
+        _check_colocated_flags(cfg, arch, cluster, nodes, disagg)
     replica_cfg = cfg if split is None else replace(cfg, request_rate_per_s=cfg.request_rate_per_s / sum(split))  # type: ignore[operator]
     note = None
     try:
@@ -162,6 +165,27 @@ def _decode_layout(
         raise InputError(field, f"decode pool: {exc.message}") from None
     same = (dc.tp, dc.pp, dc.ep, dc.attention_dp) == (cfg.tp, cfg.pp, cfg.ep, cfg.attention_dp)
     return None if same else dc
+
+
+def _check_colocated_flags(cfg: ServeConfig, arch: Any, cluster: Any, nodes: int, disagg: bool) -> None:
+    """One colocated replica is estimated: nodes beyond the replica's, or SLO targets, only serve ``--disagg`` (or a
+    split); refuse them rather than ignore them."""
+    validate_serve(cfg, arch, cluster)  # the layout's own errors first
+    if disagg:
+        return
+    need = -(-cfg.tp * cfg.pp // cluster.instance.num_gpus)
+    if nodes > need:
+        raise InputError(
+            "nodes", f"--nodes {nodes}: estimate serve predicts one replica, and tp {cfg.tp} x pp {cfg.pp} uses {need} "
+            f"node(s); more nodes serve --disagg or a --prefill-replicas / --decode-replicas split (several colocated "
+            "replicas: fmstack plan serve)",
+        )  # fmt: skip
+    ctx = click.get_current_context()
+    for name in ("ttft_slo", "itl_slo"):
+        if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
+            flag = name.replace("_", "-")
+            raise InputError(flag, f"--{flag} is the target of --disagg's comparison; add --disagg (fmstack plan "
+                             "serve takes --ttft-p99 / --itl-p99)")  # fmt: skip
 
 
 def _check_split(
@@ -288,7 +312,7 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
 @click.option("--attention-dp/--no-attention-dp", "search_attention_dp", default=True, show_default=True,
               help="Search attention data parallelism for MoE models (ep = tp; estimate serve --attention-dp).")  # fmt: skip
 @click.option("--disagg/--no-disagg", "search_disagg", default=True, show_default=True,
-              help="Search disaggregated prefill/decode splits (P prefill + D decode replicas of one layout).")  # fmt: skip
+              help="Search disaggregated prefill/decode splits (P prefill + D decode replicas, the same layout or a decode pool in another TP / PP / EP).")  # fmt: skip
 @click.option("--top", type=int, default=8, show_default=True, help="Candidates to show.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write an HTML report.")
 @catalog_option

@@ -93,6 +93,14 @@ def check_rl_config(cfg: RLConfig, cluster: Cluster) -> None:
     for name, flag in flags.items():
         if getattr(cfg, name) < 1:
             raise InputError(flag, f"must be >= 1, got {getattr(cfg, name)}")
+    seqs = cfg.prompts_per_step * cfg.samples_per_prompt
+    if seqs % cfg.minibatches:  # veRL and NeMo RL both require whole minibatches of the step's sequences
+        allowed = [d for d in range(1, min(seqs, 64) + 1) if seqs % d == 0]
+        raise InputError(
+            "minibatches", f"{cfg.minibatches} does not divide the step's {cfg.prompts_per_step} prompts x "
+            f"{cfg.samples_per_prompt} samples = {seqs} sequences; allowed: {', '.join(map(str, allowed))}"
+            + (", ..." if seqs > 64 else ""),
+        )  # fmt: skip
     f = cfg.rollout_memory_fraction
     if f is not None and not (math.isfinite(f) and 0.0 < f <= 1.0):
         raise InputError("rollout-memory-fraction", f"must be in (0, 1], got {f}")
