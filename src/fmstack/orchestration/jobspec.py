@@ -240,7 +240,9 @@ class JobSpec(_Strict):
     @field_validator("array")
     @classmethod
     def _array(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"\d+(-\d+)?(:\d+)?(,\d+(-\d+)?)*(%\d+)?", v):
+        if v is None:
+            return v
+        if not re.fullmatch(r"\d+(-\d+)?(:\d+)?(,\d+(-\d+)?)*(%\d+)?", v):
             raise ValueError(f"{v!r} is not a Slurm array range like 0-3, 1,3,5 or 1-8%2")
         for lo, hi in re.findall(r"(\d+)-(\d+)", v.split("%")[0]):
             if int(lo) > int(hi):
