@@ -768,3 +768,6 @@ BAD_ARGV += [
       "--samples", "8", "--minibatches", "3"],
      "minibatches: 3 does not divide the step's 256 prompts x 8 samples = 2048 sequences; allowed: 1, 2, 4, 8"),
 ]  # fmt: skip
+
+# session 11, plan rl (helper P): add rows here
+BAD_ARGV += []
