@@ -150,17 +150,12 @@ def pool_rates(
     NVLink when one replica of each fits an NVLink domain of ``cluster``)."""
     dd = d if decode is None else decode
     isl, osl = float(cfg.input_len), float(cfg.output_len)
-    new = isl - math.floor(cfg.prefix_hit_rate * isl)
-    pctx = prefill_ctx(isl, cfg.prefix_hit_rate)
     dec_itl = step_time(dd, conc, isl + osl / 2.0).total_s
     dec_rate = np.where(dec_itl <= slo.itl_s, conc / (osl * dec_itl), 0.0)
     dec_i = int(np.argmax(dec_rate))
-    # attention DP: a lone prompt runs on one rank (its dense layers and attention unsplit), the experts over all
-    if cfg.attention_dp:
-        busy = RankLoad(prefill_tokens=new, prefill_token_ctx=pctx, prefill_seqs=1.0)
-        prefill = float(step_time(d, 0.0, 0.0, new, pctx, 1.0, busiest=busy).total_s)
-    else:  # in max_num_tokens chunks, as the split simulation runs it (one chunk up to the budget: one step)
-        prefill = prefill_alone_s(d, cfg)
+    # in max_num_tokens chunks, as the split simulation runs it (one chunk up to the budget: one step); attention
+    # DP: on one rank (its dense layers and attention unsplit), the experts over all
+    prefill = prefill_alone_s(d, cfg)
     kv_bytes, kv_s, link, same = kv_move(model, cluster, cfg, d, decode)
     slack = (slo.ttft_s - prefill - kv_s - float(dec_itl[dec_i])) / prefill
     rho = 2 * slack / (1 + 2 * slack) if slack > 0 else 0.0
