@@ -771,3 +771,6 @@ BAD_ARGV += [
 
 # session 11, plan rl (helper P): add rows here
 BAD_ARGV += []
+
+# session 11, RL response-length distribution (helper L): add rows here
+BAD_ARGV += []
