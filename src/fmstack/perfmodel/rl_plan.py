@@ -75,7 +75,7 @@ class RLPlan:
     rejected_shape: int
     """Layouts that do not divide the GPUs, or rollout engines that cannot hold their weights."""
     rejected_memory: int
-    """Estimated points over GPU memory in some phase."""
+    """Estimated points over GPU memory in some phase (``evaluated + pruned + rejected_shape = considered``)."""
     ranked: list[RLPlanRow]
     notes: list[str] = field(default_factory=list)
 
@@ -215,7 +215,7 @@ def plan_rl(
     pruned = 0
     for n, (bound, i, p) in enumerate(order):
         if prune and len(fits) >= top and bound > fits[top - 1][0]:
-            pruned = len(order) - n
+            pruned = sum(1 for _, _, q in order[n:] if q not in search.done)  # probes are priced already
             break
         est = search.estimate(p)
         assert isinstance(est, RLEstimate)  # both sides priced on their own
@@ -251,7 +251,9 @@ def plan_rl(
     notes.append(CAVEAT)
     return RLPlan(
         model=actor.name, objective=objective, considered=considered, evaluated=evaluated, pruned=pruned,
-        rejected_shape=rejected_shape, rejected_memory=len(misses), ranked=ranked, notes=notes,
+        rejected_shape=rejected_shape, rejected_memory=sum(1 for v in search.done.values()
+                                                           if isinstance(v, RLEstimate) and not v.fits),
+        ranked=ranked, notes=notes,
     )  # fmt: skip
 
 
@@ -261,9 +263,14 @@ def _nothing_fits(
     where = " or ".join(f"{c.num_nodes} x {c.instance.name}" for c in clusters)
     helps = "more --nodes, an instance with more GPU memory, --rollout-precision fp8, or a smaller --critic"
     if not misses:
-        errors = [v for v in search.done.values() if isinstance(v, InputError)]
-        first = f": e.g. {errors[0].field}: {errors[0].message}" if errors else ""
-        return InputError("model", f"no placement and layout of {actor.name} is valid on {where}{first}")
+        errors = [(pt, v) for pt, v in search.done.items() if isinstance(v, InputError)]
+        if not errors:
+            return InputError("model", f"no placement of {actor.name} to search on {where}")
+        pt, err = max(errors, key=lambda e: e[0].rollout_tp)  # the first error at the largest rollout TP tried
+        return InputError(
+            "model", f"no placement and layout of {actor.name} is valid on {where}; at rollout tp {pt.rollout_tp} "
+            f"({pt.placement.label}, train {pt.layout.label}): {err.field}: {err.message}; {helps} would help",
+        )  # fmt: skip
     over, est = min(misses, key=lambda m: m[0])
     p = next(pt for pt, v in search.done.items() if v is est)
     return InputError(
