@@ -45,6 +45,8 @@ def parse_nodes(text: str) -> list[int]:
                 out += [lo << i for i in range((hi // lo).bit_length())]
             else:
                 out.append(int(part))
+    except InputError:
+        raise
     except ValueError:
         raise InputError("nodes", f"{text!r} is not a count, a list (2,4,8) or a doubling range (2-16)") from None
     if not out or any(n < 1 for n in out):
