@@ -17,8 +17,12 @@ CASES = [
     ("llama3.1-8b", 2, RLConfig(), 2),
     ("llama3.1-8b", 8, RLConfig(), 2),
     ("llama3.1-70b", 4, RLConfig(), 1),
-    ("llama3.1-70b", 4, RLConfig(prompts_per_step=64, prompt_len=256, response_len=8192, reference=False,
-                                 old_logprob=False), 2),  # fmt: skip
+    (
+        "llama3.1-70b",
+        4,
+        RLConfig(prompts_per_step=64, prompt_len=256, response_len=8192, reference=False, old_logprob=False),
+        2,
+    ),
 ]
 
 

@@ -779,8 +779,12 @@ BAD_ARGV += [
     ([*_PLAN_RL, "--nodes", "2", "--top", "0"], "top: must be >= 1"),
     ([*_PLAN_RL, "--nodes", "2", "--max-trajectory-age", "0"], "max-trajectory-age: must be >= 1"),
     ([*_PLAN_RL, "--nodes", "2", "--minibatches", "3"], "minibatches: 3 does not divide"),
-    (["plan", "rl", "--model", "llama3.1-8b", "--instance", "dgx-h100", "--nodes", "2", "--objective", "cost"],
-     "objective: cost needs a price for dgx-h100"),
-    (["plan", "rl", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--nodes", "1"],
-     "model: nothing fits in GPU memory on 1 x p5.48xlarge: the closest is"),
+    (
+        ["plan", "rl", "--model", "llama3.1-8b", "--instance", "dgx-h100", "--nodes", "2", "--objective", "cost"],
+        "objective: cost needs a price for dgx-h100",
+    ),
+    (
+        ["plan", "rl", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--nodes", "1"],
+        "model: nothing fits in GPU memory on 1 x p5.48xlarge: the closest is",
+    ),
 ]

@@ -139,7 +139,8 @@ def plan_rl_cmd(
 ) -> None:  # fmt: skip
     """Search placement (colocated, split, async), rollout TP and training layout of one PPO / GRPO step: the
     fastest or cheapest that fits, with its bottleneck."""
-    from fmstack.perfmodel.rl import RLConfig, check_rl_config
+    from fmstack.perfmodel.rl import RLConfig
+    from fmstack.perfmodel.rl_config import check_rl_config
     from fmstack.perfmodel.rl_plan import plan_rl
 
     cat = load_catalog(catalog_dir)
@@ -150,7 +151,7 @@ def plan_rl_cmd(
         raise InputError("instance", f"give at least one instance name, got {instance!r}")
     where: list[tuple[str, int]] = [(n, k) for n in names for k in parse_nodes(nodes_text)]
     clusters: list[Cluster] = [build_cluster(cat, n, k) for n, k in where]
-    values = {k: (v.lower() if isinstance(v, str) else v) for k, v in options.items()}
+    values: dict[str, Any] = {k: (v.lower() if isinstance(v, str) else v) for k, v in options.items()}
     base = RLConfig(**values)
     check_rl_config(base, clusters[0])  # batch, lengths and flags before searching
     with _status(as_json) as progress:
@@ -172,7 +173,9 @@ def plan_rl_cmd(
     _render(data, several=len(clusters) > 1)
 
 
-def _row_json(row: Any, where: tuple[str, int], model: str, critic: str | None, catalog_dir: Path | None) -> dict[str, Any]:
+def _row_json(
+    row: Any, where: tuple[str, int], model: str, critic: str | None, catalog_dir: Path | None
+) -> dict[str, Any]:
     est, p = row.estimate, row.point
     cfg, parts = est.config, est.parts_s
     mem = est.memory
@@ -215,9 +218,9 @@ def _render(data: dict[str, Any], *, several: bool) -> None:
                       f"{r['peak_gib_per_gpu']:.1f}", *([value] if value else []),
                       r["bottleneck"].split(" (")[0].removesuffix(" of the step"))  # fmt: skip
     out.print(table)
-    out.print(f"{data['considered']:,} configurations considered, {data['evaluated']:,} estimated, "
-              f"{data['pruned']:,} pruned by the bound, {data['rejected_shape']:,} rejected for shape, "
-              f"{data['rejected_memory']:,} rejected for memory")  # fmt: skip
+    out.print(f"{data['considered']:,} configurations considered: {data['rejected_shape']:,} rejected for shape, "
+              f"{data['pruned']:,} pruned by the bound, {data['evaluated']:,} estimated ({data['rejected_memory']:,} "
+              "of them over memory)")  # fmt: skip
     out.print(f"best: [bold]{first['placement']}[/], rollout tp {first['rollout_tp']}, train {first['train_layout']} "
               f"{first['train_sharding']}: {first['step_time_s']:.2f} s per step, {first['samples_per_s']:.1f} samples/s")  # fmt: skip
     out.print(f"bottleneck: {first['bottleneck']}", markup=False)

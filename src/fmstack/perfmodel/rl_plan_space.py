@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
+from fmstack.perfmodel.rl_config import Placement as RLPlacement
 
 PP_CHOICES = (1, 2, 4, 8)
 """Pipeline stages searched for the trained models (veRL / NeMo RL Megatron recipes use 1-8)."""
@@ -27,7 +28,7 @@ MAX_ROLLOUT_DOMAINS = 2
 class Placement:
     """Where rollout and training run on a cluster's nodes."""
 
-    placement: str
+    placement: RLPlacement
     """``colocated`` or ``split``."""
     offload: bool = False
     """Colocated: trained models parked in host memory during generation."""
