@@ -770,7 +770,24 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 11, plan rl (helper P): add rows here
-BAD_ARGV += []
+_PLAN_RL = ["plan", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge"]
+BAD_ARGV += [
+    ([*_PLAN_RL, "--nodes", "0"], "nodes: must be node counts >= 1"),
+    ([*_PLAN_RL, "--nodes", "two"], "nodes: 'two' is not a count"),
+    ([*_PLAN_RL, "--nodes", "8-2"], "nodes: range '8-2' must start at 1 or more"),
+    ([*_PLAN_RL, "--nodes", "2", "--placement", "hybrid"], "placement: 'hybrid' unknown"),
+    ([*_PLAN_RL, "--nodes", "2", "--top", "0"], "top: must be >= 1"),
+    ([*_PLAN_RL, "--nodes", "2", "--max-trajectory-age", "0"], "max-trajectory-age: must be >= 1"),
+    ([*_PLAN_RL, "--nodes", "2", "--minibatches", "3"], "minibatches: 3 does not divide"),
+    (
+        ["plan", "rl", "--model", "llama3.1-8b", "--instance", "dgx-h100", "--nodes", "2", "--objective", "cost"],
+        "objective: cost needs a price for dgx-h100",
+    ),
+    (
+        ["plan", "rl", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--nodes", "1"],
+        "model: nothing fits in GPU memory on 1 x p5.48xlarge: the closest is",
+    ),
+]
 
 # session 11, RL response-length distribution (helper L): add rows here
 BAD_ARGV += []

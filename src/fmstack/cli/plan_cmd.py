@@ -238,7 +238,7 @@ def search_options(func: Any) -> Any:
 
 @click.group(cls=SubcommandGroup, epilog=PLAN_EXAMPLE)
 def plan() -> None:
-    """Search every configuration, rank it, explain the best: training (train) or serving (serve)."""
+    """Search every configuration, rank it, explain the best: training (train), serving (serve) or an RL step (rl)."""
 
 
 @plan.command("train", cls=SearchCommand, epilog=PLAN_EXAMPLE)
@@ -333,3 +333,7 @@ def _ideal_s(result: PlanResult, est: TrainingEstimate) -> float | None:
 from fmstack.cli.serve_cmd import plan_serve_cmd  # noqa: E402
 
 plan.add_command(plan_serve_cmd, "serve")
+
+from fmstack.cli.rl_plan_cmd import plan_rl_cmd  # noqa: E402
+
+plan.add_command(plan_rl_cmd, "rl")
