@@ -271,6 +271,15 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
         step = sum(parts.values())
     top = max(parts, key=lambda k: parts[k])
     bottleneck = f"{top.replace('_', ' ')}: {100 * parts[top] / step:.0f} % of the step"
+    if cfg.placement == "split" and cfg.async_split and rest > rollout:  # the training side sets the pace
+        train_side = {k: v for k, v in parts.items() if k not in ("rollout", "weight_sync") and v > 0}
+        top = max(train_side, key=lambda k: train_side[k])
+        bottleneck = (
+            f"the training side: {100 * rest / step:.0f} % of the step ({top.replace('_', ' ')} "
+            f"{100 * parts[top] / step:.0f} %); the rollout ({rollout:.1f} s) runs beside it"
+        )
+    elif cfg.placement == "split" and cfg.async_split:
+        bottleneck += f"; the training side ({rest:.1f} s) runs beside it"
     if top == "rollout":
         bottleneck += f" (decode {gen.bottleneck}"
         if batch.drain_s > 0.05 * rollout and cfg.max_trajectory_age == 1:
