@@ -195,7 +195,8 @@ def test_cancel_now_is_a_plain_scancel(slurm: SlurmLauncher, tmp_path: Path) -> 
 
 
 def test_gb200_segment_on_a_slurm_without_it(slurm: SlurmLauncher, tmp_path: Path) -> None:
-    # a 2-node p6e-gb200 job renders --segment=2 (one NVL72 rack holds it); CI's Slurm (Debian 12: 22.05.8) predates
+    # a 2-node p6e-gb200 job with slurm.segment: 2 renders --segment=2 (auto renders none: one NVL72 rack holds two
+    # nodes); CI's Slurm (Debian 12: 22.05.8) predates
     # --segment (24.05): `fmstack launch` says so in one line, exit 2, before sbatch sees the script; segment: none
     # submits the same job, which runs (the NCCL MNNVL variables are exported all the same)
     from fmstack.orchestration.launchers.slurm_gb200 import SEGMENT_SINCE, parse_version
@@ -206,6 +207,7 @@ def test_gb200_segment_on_a_slurm_without_it(slurm: SlurmLauncher, tmp_path: Pat
     (tmp_path / "logs").mkdir()
     spec = _spec(tmp_path, command=["/bin/true"], workload=None, checkpoint=None, instance="p6e-gb200.36xlarge",
                  gpus_per_node=None, procs_per_node=1)  # fmt: skip
+    spec["slurm"] = {"segment": 2}
     path = tmp_path / "gb.yaml"
     path.write_text(json.dumps(spec))  # JSON is YAML
     before = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=True).stdout

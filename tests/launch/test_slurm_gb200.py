@@ -42,7 +42,7 @@ def test_render_matches_golden(catalog: Catalog) -> None:
 @pytest.mark.parametrize(
     ("nodes", "size"),
     [
-        (2, 2), (8, 8), (18, 18),  # one rack holds the job: the whole job is one segment
+        (2, None), (8, None), (18, None),  # one rack holds the job: topology/block keeps it there, no segment needed
         (36, 18), (54, 18), (72, 18),  # whole racks
         (20, 10), (24, 12), (30, 15), (40, 10),  # largest divisor <= 18: 20 = 2 x 10, 24 = 2 x 12, 30 = 2 x 15, 40 = 4 x 10
         (1, None),  # one node: NVLink within the node, nothing to place
@@ -60,8 +60,9 @@ def test_auto_says_why_when_below_one_rack(catalog: Catalog) -> None:
     assert "# fmstack: --segment=10: the largest divisor of 20 nodes that fits one NVLink domain of 18 nodes" in text
     text = render_sbatch(_job(catalog, nodes=19))
     assert "# fmstack: no --segment: 19 nodes have no divisor from 2 to 18" in text
-    # a choice equal to the job's nodes or to a rack needs no comment
+    # a choice equal to a rack needs no comment; a job that one rack holds gets none and says why
     assert "largest divisor" not in render_sbatch(_job(catalog, nodes=36))
+    assert "# fmstack: no --segment: 8 nodes fit one NVLink domain of 18 nodes" in render_sbatch(_job(catalog, nodes=8))
 
 
 def test_explicit_segment_is_checked(catalog: Catalog) -> None:
@@ -157,7 +158,8 @@ def test_submit_asks_sbatch_its_version_first(
 
         return run
 
-    job = _job(catalog, nodes=2, log_dir=str(tmp_path / "logs"), checkpoint=None, image=None)
+    job = _job(catalog, nodes=2, log_dir=str(tmp_path / "logs"), checkpoint=None, image=None,
+               slurm={"segment": 2})  # fmt: skip
     monkeypatch.setattr(shell, "run", fake("slurm-wlm 22.05.8\n"))
     with pytest.raises(InputError, match=r"slurm.segment: --segment=2 needs Slurm 24.05"):
         get_launcher("slurm").submit(job)

@@ -119,7 +119,10 @@ def test_estimate_argv_of_a_multinode_row(cat: Catalog) -> None:
 def test_disaggregation_of_the_best_row(cat: Catalog, dsv3_plan: ServePlan) -> None:
     """One replica on one node cannot be split into a prefill and a decode pool; a plan of 8 TP 1 replicas is
     compared on its 8 GPUs and the note says which side wins, consistently with the goodputs."""
-    assert dsv3_plan.disaggregation is None and "at least double the GPUs" in dsv3_plan.disaggregation_note
+    assert (
+        dsv3_plan.disaggregation is None
+        and "2 x 8 GPUs, and the plan's 1 node(s) hold 8" in dsv3_plan.disaggregation_note
+    )
     plan = plan_serve(cat, cat.model("llama3.1-8b"), qps=5.0, input_len=512, output_len=128,
                       slo=SLO(ttft_s=0.5, itl_s=0.05), instances=("p5.48xlarge",))  # fmt: skip
     dz = plan.disaggregation
@@ -157,7 +160,7 @@ def test_plan_serve_table_and_no_attention_dp_flag() -> None:
     assert "attention-dp fp8" in text.splitlines()[0] + text.splitlines()[1]  # the headline names it
     assert "reproduce the best replica's analytic point with:" in text and "--attention-dp" in text
     assert "disaggregated prefill/decode: splits ranked in the plan" in text
-    assert "On means: disaggregation not compared" in text
+    assert "On means: DistServe's comparison not made: it splits the best row's own layout" in text
     off = json.loads(CliRunner().invoke(cli, [*args, "--no-attention-dp", "--json"], catch_exceptions=False).output)
     assert off["best"]["attention_dp"] is False and off["best"]["cost_per_hour_usd"] >= 2 * P5EN_PRICE - 1e-9
     assert "--attention-dp" not in off["estimate_command"]

@@ -127,6 +127,9 @@ def render_plan_serve(plan: ServePlan, model: str, top: int, catalog_dir: Path |
     keep = [i for i in range(len(cols)) if i not in shared]
     table = Table(*(cols[i] for i in keep), title=title, title_justify="left")
     no_wrap(table, *(h for h in ("instance", "SLO") if h in [cols[i] for i in keep]))  # "p6-b200.48x…" named none
+    for column in table.columns:  # a split's label folds onto more lines rather than lose its decode layout to "…"
+        if column.header == "mode":
+            column.overflow = "fold"
     for r in rows:
         table.add_row(*(r[i] for i in keep))
     out.print(table)

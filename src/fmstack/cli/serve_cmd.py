@@ -135,6 +135,7 @@ def serve_cmd(
         from fmstack.perfmodel.inference_disagg import SLO, compare_disaggregation
 
         data["disaggregation"] = asdict(compare_disaggregation(arch, cluster, cfg, SLO(ttft_s=ttft_slo, itl_s=itl_slo)))
+        data["disaggregation"]["layout"] = _layout_text(cfg)  # both pools (DistServe's equal-layout comparison)
     if as_json:
         print_json(data)
         return
@@ -165,6 +166,10 @@ def _decode_layout(
         raise InputError(field, f"decode pool: {exc.message}") from None
     same = (dc.tp, dc.pp, dc.ep, dc.attention_dp) == (cfg.tp, cfg.pp, cfg.ep, cfg.attention_dp)
     return None if same else dc
+
+
+def _layout_text(c: ServeConfig) -> str:
+    return f"tp {c.tp} pp {c.pp}" + (f" ep {c.ep}" if c.ep > 1 else "") + (" attention DP" if c.attention_dp else "")
 
 
 def _check_colocated_flags(cfg: ServeConfig, arch: Any, cluster: Any, nodes: int, disagg: bool) -> None:
@@ -283,7 +288,8 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
     if "disaggregation" in data:
         dz = data["disaggregation"]
         out.print(
-            f"disaggregation on {dz['num_gpus']} GPUs: colocated {dz['colocated_rps']:.2f} req/s vs disaggregated "
+            f"disaggregation (DistServe's mean field, both pools {dz['layout']}) on {dz['num_gpus']} GPUs: colocated "
+            f"{dz['colocated_rps']:.2f} req/s vs disaggregated "
             f"{dz['disagg_rps']:.2f} req/s (prefill:decode replicas {dz['prefill_to_decode']}, KV "
             f"{dz['kv_bytes_per_request'] / 1e6:.0f} MB in {dz['kv_transfer_s'] * 1e3:.2f} ms over {dz['kv_link']})"
         )

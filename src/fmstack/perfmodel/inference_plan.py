@@ -233,6 +233,11 @@ def _heterogeneous(
     return out
 
 
+def _layout(c: Candidate) -> str:
+    """The prefill pool's (or a colocated replica's) layout, as the plan's notes name it."""
+    return f"tp {c.tp} pp {c.pp}" + (f" ep {c.ep}" if c.ep > 1 else "") + (" attention DP" if c.attention_dp else "")
+
+
 def _disaggregation(
     model: ModelArch, cluster: Cluster, best: Candidate, cfg: ServeConfig, qps: float, slo: SLO
 ) -> tuple[DisaggComparison | None, str]:
@@ -241,14 +246,15 @@ def _disaggregation(
     per_replica = best.tp * best.pp
     if cluster.num_gpus < 2 * per_replica:
         return None, (
-            f"disaggregation not compared: it needs a prefill and a decode replica, 2 x {per_replica} GPUs, and the "
-            f"plan's {best.nodes} node(s) hold {cluster.num_gpus}; splitting would at least double the GPUs"
+            f"DistServe's comparison not made: it splits the best row's own layout ({_layout(best)}) into a prefill "
+            f"and a decode replica, 2 x {per_replica} GPUs, and the plan's {best.nodes} node(s) hold "
+            f"{cluster.num_gpus}"
         )  # fmt: skip
     cmp = compare_disaggregation(model, cluster, cfg, slo)
     meets = "at least" if cmp.disagg_rps >= qps else "below"
     return cmp, (
         f"DistServe's mean-field comparison on the best row's {cmp.num_gpus} GPUs ({cmp.replicas} replicas of "
-        f"{per_replica}), the SLO applied to means: "
+        f"{_layout(best)}, both pools in that layout), the SLO applied to means: "
         f"colocated {cmp.colocated_rps:.2f} req/s vs disaggregated {cmp.disagg_rps:.2f} req/s (prefill:decode "
         f"replicas {cmp.prefill_to_decode}, {meets} the {qps:g} req/s asked); {cmp.why}"
     )  # fmt: skip

@@ -294,19 +294,21 @@ def split_note(ranked: list[Candidate], qps: float, searched: bool) -> str:
             f"{split.kv_transfer_s * 1e3:.1f} ms per request"
         )
     busy_s, busy_c = split.busy_gpus, co.busy_gpus
-    win = (split.cost_per_hour_usd, busy_s) < (co.cost_per_hour_usd, busy_c)
-    verdict = "wins" if win else "loses"
+    key_s, key_c = (split.cost_per_hour_usd, busy_s), (co.cost_per_hour_usd, busy_c)
+    verdict = "wins against" if key_s < key_c else ("ties with" if key_s == key_c else "loses against")
     why = (
         "decode-only replicas keep prompt chunks out of the decode iterations, so each holds "
         f"{split.concurrency} sequences at {split.mean_itl_s * 1e3:.1f} ms vs {co.concurrency} colocated at "
         f"{co.mean_itl_s * 1e3:.1f} ms"
     )
-    if not win:
+    if key_s > key_c:
         why += (f", but {split.prefill_replicas} prefill replica(s) must be paid for and the pools come in whole "
                 f"replicas")  # fmt: skip
+    elif key_s == key_c:
+        why += "; the same cost and GPUs busy either way, so the ranking puts the higher analytic rate per replica first"  # fmt: skip
     return (
         f"the best split, {pd} (${split.cost_per_hour_usd:,.2f}/h, {busy_s} GPUs busy: {qps / busy_s:.3g} req/s per "
-        f"GPU within the p99 SLO), {verdict} against the best colocated row (${co.cost_per_hour_usd:,.2f}/h, {busy_c} "
+        f"GPU within the p99 SLO), {verdict} the best colocated row (${co.cost_per_hour_usd:,.2f}/h, {busy_c} "
         f"GPUs busy: {qps / busy_c:.3g} req/s per GPU): {why}; KV transfer "
         f"{split.kv_transfer_s * 1e3:.1f} ms per request"
     )

@@ -12,12 +12,15 @@ directive, so :func:`check_sbatch` refuses it first with the way out.
 What ``slurm.segment: auto`` (the default) renders, for an instance whose NVLink domain spans nodes and a job of
 two or more nodes (``per`` = nvlink_domain_gpus / GPUs per node, 18 on p6e-gb200):
 
-- nodes <= per: ``--segment=<nodes>``: the whole job in one rack;
+- nodes <= per: no ``--segment`` (a comment says why): topology/block already places a job that fits one block in
+  one block (it picks the smallest block level that holds the job, ``ROUNDUP(nodes, BlockSizes[0])`` in
+  ``eval_nodes_block.c``; SchedMD's topology guide: "If all nodes fit within a single segment, this option has no
+  effect"), and leaving the directive out keeps such jobs submittable on a Slurm before 24.05;
 - nodes > per: the largest divisor of nodes that is <= per (36 -> 18, 20 -> 10, 24 -> 12), said in a comment when
   it is below per; no divisor above 1 (a prime such as 19 or 37): no ``--segment`` and a comment saying so.
 
-This is the rule NVIDIA's Megatron-Bridge performance scripts use for GB200 (``slurm_executor``: nodes <= 18 ->
-segment = nodes, else the largest divisor of nodes in 18..1). ``none`` renders no ``--segment``; an int is checked
+Above one rack this is the rule NVIDIA's Megatron-Bridge performance scripts use for GB200 (``slurm_executor``: the
+largest divisor of nodes in 18..1; at or below 18 nodes they pass segment = nodes, which changes nothing). ``none`` renders no ``--segment``; an int is checked
 (divides the nodes, at most per). Whatever the segment, a job of two or more nodes on such an instance gets
 ``NCCL_MNNVL_ENABLE=1`` and ``NCCL_NVLS_ENABLE=1`` (:data:`k8s_gb200.NCCL_ENV`, as AWS's GB200 sample sets them; a
 value in the JobSpec's env wins) and a comment block naming what the cluster's Prolog must do for IMEX.
@@ -93,6 +96,12 @@ def segment(job: ResolvedJob) -> Segment:
         return Segment(size=choice)
     if nodes < 2:
         return Segment(size=None)
+    if nodes <= per:  # topology/block already keeps a job that fits one block in one block
+        return Segment(
+            size=None,
+            note=f"no --segment: {nodes} nodes fit one NVLink domain of {domain}, and topology/block places a job "
+            "that fits one block in one block (a segment of the whole job would change nothing)",
+        )
     size = max(_divisors(nodes, per))
     if size == 1:
         return Segment(
@@ -100,7 +109,7 @@ def segment(job: ResolvedJob) -> Segment:
             note=f"no --segment: {nodes} nodes have no divisor from 2 to {per} (one NVLink domain holds {domain}); "
             "Slurm places them without segments",
         )
-    if size < min(nodes, per):
+    if size < per:
         return Segment(
             size=size,
             note=f"--segment={size}: the largest divisor of {nodes} nodes that fits one NVLink domain of {domain}",
