@@ -34,7 +34,7 @@ simulation, so there is no separate ``tail_s``). veRL and NeMo RL split the step
 contiguous chunks and the step waits for the slowest replica, so lengths are drawn for every replica and the one
 simulated is the replica holding the step's longest response (most tokens among ties, e.g. several at the cap).
 The whole batch is simulated, however many fills: the last-fills shortcut above misses a long response admitted in
-an early fill that outlasts every later one (10-18 % short at clip ratios 0.02-0.1, 6-12 fills).
+an early fill that outlasts every later one (9-18 % short at clip ratios 0.02-0.1, 6-12 fills).
 ``length_*`` report the step's drawn lengths: sigma, the share at the cap, median and 99th percentile.
 """
 
@@ -119,7 +119,7 @@ def rollout_time(
         # waves before them at the engine's mixed steady rate, from the requests between the simulation's first and
         # last c (its start and its drain): c in flight finish one wave per mean latency (Little's law). Not for
         # log-normal lengths: a long response admitted in an early wave can outlast every later one, so the last
-        # requests alone miss it (10-18 % short at clip ratios 0.02-0.1, tests/perfmodel/test_rl_lengths.py)
+        # requests alone miss it (9-18 % short at clip ratios 0.02-0.1, tests/perfmodel/test_rl_lengths.py)
         k = max(0, math.ceil((requests - 4 * c) / c)) if outputs is None else 0
         n2 = requests - k * c
         cfg = SimConfig(
