@@ -70,10 +70,18 @@ RL_EXAMPLE = """Example:
 @click.option("--length-dist", type=choice(("uniform", "lognormal")), default="uniform", show_default=True,
               help="Response lengths: uniform (--length-spread) or lognormal, set by --response-len (the mean, as "
               "veRL's response_length/mean) and --clip-ratio or --length-cv; simulated.")  # fmt: skip
-@click.option("--clip-ratio", type=float, default=None,
-              help="Lognormal: share of responses reaching --response-cap (veRL response_length/clip_ratio).")
-@click.option("--length-cv", type=float, default=None,
-              help="Lognormal: coefficient of variation of the response lengths (before the cap, if any).")
+@click.option(
+    "--clip-ratio",
+    type=float,
+    default=None,
+    help="Lognormal: share of responses reaching --response-cap (veRL response_length/clip_ratio).",
+)
+@click.option(
+    "--length-cv",
+    type=float,
+    default=None,
+    help="Lognormal: coefficient of variation of the response lengths (before the cap, if any).",
+)
 @click.option("--offload/--no-offload", default=None,
               help="Colocated: park the trained models' weights and optimizer state in host memory during "
               "generation (host copies each step, less GPU memory; NeMo RL always does) [off, as veRL's defaults].")  # fmt: skip
@@ -160,7 +168,11 @@ def _lengths_line(cfg: Any, b: dict[str, float]) -> str:
             f"response lengths: log-normal ({given}, mean {cfg.response_len}): sigma {b['length_sigma']:.3f}, "
             f"{capped}, p50 {b['length_p50']:.0f}, p99 {b['length_p99']:.0f} tokens"
         )
-    spread = f"uniform in mean x [1 - {cfg.length_spread:g}, 1 + {cfg.length_spread:g}]" if cfg.length_spread else "all at the mean"
+    spread = (
+        f"uniform in mean x [1 - {cfg.length_spread:g}, 1 + {cfg.length_spread:g}]"
+        if cfg.length_spread
+        else "all at the mean"
+    )
     bound = f"; one response per replica runs on to the cap {cfg.response_cap} (a bound)" if cfg.response_cap else ""
     return f"response lengths: {spread} ({cfg.response_len} tokens){bound}"
 
