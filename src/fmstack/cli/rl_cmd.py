@@ -129,7 +129,7 @@ def rl_cmd(
     out.print(
         f"rollout {est.rollout_tokens_per_s:,.0f} tokens/s: each replica's {b['waves']:.2f} fills of the engine take "
         f"{b['time_s']:.2f} s, {b['drain_s']:.2f} s more than at the steady rate (the last wave"
-        f"{' and the longest responses' if cfg.length_spread > 0 or cfg.response_cap else ''}); training step MFU "
+        f"{' and the longest responses' if cfg.length_spread > 0 or cfg.response_cap or cfg.length_dist == 'lognormal' else ''}); training step MFU "
         f"{est.train_step['mfu'] * 100:.1f} %"
     )
     out.print(_lengths_line(cfg, b))
