@@ -790,4 +790,23 @@ BAD_ARGV += [
 ]
 
 # session 11, RL response-length distribution (helper L): add rows here
-BAD_ARGV += []
+_RL_LEN = ["estimate", "rl", "--model", "llama3.1-8b", "--instance", "dgx-h100", "--prompts", "64", "--samples", "32",
+           "--prompt-len", "130", "--response-len", "795", "--rollout-tp", "1", "--train-tp", "1"]  # fmt: skip
+BAD_ARGV += [
+    ([*_RL_LEN, "--length-dist", "lognormal", "--clip-ratio", "0.02"],
+     "clip-ratio: is the share of responses reaching the cap: needs --response-cap"),
+    ([*_RL_LEN, "--length-dist", "lognormal", "--clip-ratio", "0", "--response-cap", "3966"],
+     "clip-ratio: must be in (0, 1), got 0.0"),
+    ([*_RL_LEN, "--length-dist", "lognormal", "--clip-ratio", "1.5", "--response-cap", "3966"],
+     "clip-ratio: must be in (0, 1), got 1.5"),
+    ([*_RL_LEN, "--length-dist", "lognormal", "--length-cv", "-0.5"], "length-cv: must be >= 0, got -0.5"),
+    ([*_RL_LEN, "--length-dist", "lognormal", "--clip-ratio", "0.25", "--response-cap", "3966"],
+     "clip-ratio: no log-normal has both: the capped responses alone give a mean of clip-ratio(0.25) x "
+     "response-cap(3966) = 992 >= response-len(795)"),
+    ([*_RL_LEN, "--clip-ratio", "0.02", "--response-cap", "3966"],
+     "clip-ratio: sets a log-normal; needs --length-dist lognormal"),
+    ([*_RL_LEN, "--length-dist", "lognormal"],
+     "length-dist: lognormal needs exactly one of --clip-ratio (with --response-cap) and --length-cv, got neither"),
+    ([*_RL_LEN, "--length-dist", "lognormal", "--length-cv", "1", "--clip-ratio", "0.02", "--response-cap", "3966"],
+     "length-dist: lognormal needs exactly one of --clip-ratio (with --response-cap) and --length-cv, got both"),
+]  # fmt: skip

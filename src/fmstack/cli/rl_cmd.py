@@ -67,6 +67,21 @@ RL_EXAMPLE = """Example:
 @click.option("--response-cap", type=int, default=None,
               help="Token limit per response (NeMo RL: max_total_sequence_length - prompt): one response per replica "
               "runs to it after the others end [no cap tail].")  # fmt: skip
+@click.option("--length-dist", type=choice(("uniform", "lognormal")), default="uniform", show_default=True,
+              help="Response lengths: uniform (--length-spread) or lognormal, set by --response-len (the mean, as "
+              "veRL's response_length/mean) and --clip-ratio or --length-cv; simulated.")  # fmt: skip
+@click.option(
+    "--clip-ratio",
+    type=float,
+    default=None,
+    help="Lognormal: share of responses reaching --response-cap (veRL response_length/clip_ratio).",
+)
+@click.option(
+    "--length-cv",
+    type=float,
+    default=None,
+    help="Lognormal: coefficient of variation of the response lengths (before the cap, if any).",
+)
 @click.option("--offload/--no-offload", default=None,
               help="Colocated: park the trained models' weights and optimizer state in host memory during "
               "generation (host copies each step, less GPU memory; NeMo RL always does) [off, as veRL's defaults].")  # fmt: skip
@@ -87,7 +102,7 @@ def rl_cmd(
     values: dict[str, Any] = {k: (v.lower() if isinstance(v, str) else v) for k, v in options.items()}
     cfg = RLConfig(**values)
     # the long-tail simulation takes seconds for long responses: a spinner on terminals (not for --json)
-    busy = cfg.length_spread > 0 and not as_json
+    busy = (cfg.length_spread > 0 or cfg.length_dist == "lognormal") and not as_json
     with console().status("simulating each rollout replica's batch") if busy else nullcontext():
         est = estimate_rl(actor, cluster, cfg, critic=critic_arch)
         others = compare_placements(actor, cluster, cfg, critic=critic_arch) if compare else {}
@@ -114,9 +129,10 @@ def rl_cmd(
     out.print(
         f"rollout {est.rollout_tokens_per_s:,.0f} tokens/s: each replica's {b['waves']:.2f} fills of the engine take "
         f"{b['time_s']:.2f} s, {b['drain_s']:.2f} s more than at the steady rate (the last wave"
-        f"{' and the longest responses' if cfg.length_spread > 0 or cfg.response_cap else ''}); training step MFU "
+        f"{' and the longest responses' if cfg.length_spread > 0 or cfg.response_cap or cfg.length_dist == 'lognormal' else ''}); training step MFU "
         f"{est.train_step['mfu'] * 100:.1f} %"
     )
+    out.print(_lengths_line(cfg, b))
     if est.switch:
         sw = est.switch
         out.print(
@@ -137,6 +153,28 @@ def rl_cmd(
             cmp.add_row(name, f"{e.step_time_s:.2f}", f"{p['rollout']:.2f}", f"{p['actor_train'] + p['critic_train']:.2f}",
                         f"{p['weight_sync']:.2f}", peak, e.bottleneck)  # fmt: skip
         out.print(cmp)
+
+
+def _lengths_line(cfg: Any, b: dict[str, float]) -> str:
+    """Which response-length distribution the rollout used, and its shape."""
+    if cfg.length_dist == "lognormal":
+        given = f"clip ratio {cfg.clip_ratio}" if cfg.clip_ratio is not None else f"cv {cfg.length_cv}"
+        capped = (
+            f"{100 * b['length_clip_share']:.1f} % of the drawn responses at the cap {cfg.response_cap}"
+            if cfg.response_cap
+            else "no cap"
+        )
+        return (
+            f"response lengths: log-normal ({given}, mean {cfg.response_len}): sigma {b['length_sigma']:.3f}, "
+            f"{capped}, p50 {b['length_p50']:.0f}, p99 {b['length_p99']:.0f} tokens"
+        )
+    spread = (
+        f"uniform in mean x [1 - {cfg.length_spread:g}, 1 + {cfg.length_spread:g}]"
+        if cfg.length_spread
+        else "all at the mean"
+    )
+    bound = f"; one response per replica runs on to the cap {cfg.response_cap} (a bound)" if cfg.response_cap else ""
+    return f"response lengths: {spread} ({cfg.response_len} tokens){bound}"
 
 
 def _offload_hint(actor: Any, cluster: Any, cfg: Any, critic: Any, est: Any) -> str:

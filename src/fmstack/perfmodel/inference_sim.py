@@ -63,6 +63,8 @@ class BatchingSim:
         self._rank_reqs: list[list[int]] = [[] for _ in range(self.ranks)]
         """Requests assigned to each rank (running or waiting there), in arrival order."""
         self._rank_kv_free = [self._kv_tokens_free / self.ranks] * self.ranks
+        self._kv_pool_tokens = self._kv_tokens_free / self.ranks
+        """One sequence's KV must fit in one pool (a rank's under attention DP)."""
         if self.ranks > 1 and self._rank_kv_free[0] < cfg.input_len + cfg.output_len:
             raise InputError(
                 "attention-dp", f"each of the {self.ranks} ranks' KV pools holds {self._rank_kv_free[0]:.0f} tokens, "
@@ -89,7 +91,14 @@ class BatchingSim:
         # a prefix-cache hit needs no prefill: those tokens start as already computed context (vLLM's automatic
         # prefix caching; the same floor as the analytic model's ``prefill_ctx``)
         cached = math.floor(self.cfg.prefix_hit_rate * isl)
-        self._requests.append(SimRequest(rid, at_s, isl, self._length(self.cfg.output_len), prefilled=cached))
+        given = self.sim.output_lengths
+        osl = self._length(self.cfg.output_len) if given is None else given[rid]
+        if given is not None and isl + osl > self._kv_pool_tokens:
+            raise InputError(
+                "output-lengths", f"request {rid}: {isl} + {osl} tokens exceed the replica's KV pool of "
+                f"{self._kv_pool_tokens:.0f} tokens (an engine refuses it; cap the lengths)",
+            )  # fmt: skip
+        self._requests.append(SimRequest(rid, at_s, isl, osl, prefilled=cached))
         self._push(at_s, "arrive", rid)
 
     def run(self) -> SimResult:

@@ -34,6 +34,10 @@ class SimConfig:
     than ``concurrency`` clients (shorter iterations, fewer prompts to wait behind)."""
     length_spread: float = 0.0
     """Input and output lengths uniform in [1 - spread, 1 + spread] x the mean (bench_serving --random-range-ratio)."""
+    output_lengths: tuple[int, ...] | None = None
+    """Each request's output length, in arrival order (one per request; drawn by the caller, e.g. an RL rollout's
+    log-normal responses, :mod:`fmstack.perfmodel.rl_lengths`); None = the mean output length, spread by
+    ``length_spread``. Input lengths still follow ``length_spread``."""
     chunked_prefill: bool = True
     stationary_start: bool = False
     """Closed loop without attention DP: at t = 0 every client's first request is already running (while the KV
@@ -55,6 +59,13 @@ class SimConfig:
             raise InputError("ramp", f"must be >= 0, got {self.ramp_s}")
         if not 0 <= self.length_spread < 1:
             raise InputError("length-spread", f"must be in [0, 1), got {self.length_spread}")
+        if self.output_lengths is not None and (
+            len(self.output_lengths) != self.num_requests or min(self.output_lengths, default=1) < 1
+        ):
+            raise InputError(
+                "output-lengths", f"needs one length >= 1 per request ({self.num_requests}), got "
+                f"{len(self.output_lengths)} with minimum {min(self.output_lengths, default=0)}",
+            )  # fmt: skip
         if self.cooldown_requests < 0:
             raise InputError("cooldown", f"must be >= 0, got {self.cooldown_requests}")
         if self.num_requests <= self.warmup_requests + self.cooldown_requests:

@@ -46,7 +46,7 @@ from fmstack.perfmodel.rl_config import SPLIT_KV_FRACTION as SPLIT_KV_FRACTION
 from fmstack.perfmodel.rl_config import Algorithm as Algorithm
 from fmstack.perfmodel.rl_config import Placement as Placement
 from fmstack.perfmodel.rl_config import RLConfig as RLConfig
-from fmstack.perfmodel.rl_config import check_rl_config
+from fmstack.perfmodel.rl_config import check_rl_config, response_lengths
 from fmstack.perfmodel.rl_memory import rl_memory
 from fmstack.perfmodel.rl_rollout import rollout_time
 from fmstack.perfmodel.rl_switch import colocated_switch
@@ -227,6 +227,8 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
             seed=cfg.seed,
             at_concurrency=gen,
             response_cap=cfg.response_cap,
+            lengths=response_lengths(cfg),
+            replicas=replicas,
         )
     rollout = batch.time_s
     streamed_s = 0.0

@@ -11,9 +11,11 @@ from typing import Literal
 from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.config import SHARDING_CHOICES
+from fmstack.perfmodel.rl_lengths import LogNormalLengths, from_clip_ratio, from_cv
 
 Algorithm = Literal["ppo", "grpo"]
 Placement = Literal["colocated", "split"]
+LengthDist = Literal["uniform", "lognormal"]
 COLOCATED_GPU_MEMORY_UTILIZATION = 0.5
 """Colocated: the rollout engine's weights + KV pool take this share of *total* HBM, the rest stays for the
 trainer's state (veRL examples: rollout gpu_memory_utilization 0.5; veRL docs/faq/resolving_oom.rst: a fraction of
@@ -72,9 +74,19 @@ class RLConfig:
     seed: int = 0
     """Seed of the rollout simulation (``length_spread > 0``)."""
     response_cap: int | None = None
-    """The engine's token limit per response (NeMo RL: ``max_total_sequence_length`` - prompt); set, one response
-    per replica runs to it after the others end (:func:`fmstack.perfmodel.rl_rollout.cap_tail_s`; not for the
-    streamed rollout of ``max_trajectory_age`` > 1). None = no tail beyond ``length_spread``."""
+    """The engine's token limit per response (NeMo RL: ``max_total_sequence_length`` - prompt). Uniform lengths:
+    one response per replica runs to it after the others end (:func:`fmstack.perfmodel.rl_rollout.cap_tail_s`, a
+    bound); log-normal lengths: the responses drawn above it stop at it (no separate tail). Not for the streamed
+    rollout of ``max_trajectory_age`` > 1. None = no tail beyond ``length_spread``."""
+    length_dist: LengthDist = "uniform"
+    """Response lengths: ``uniform`` (``length_spread``; the default, as before) or ``lognormal``, set by
+    ``response_len`` (the mean of the capped lengths, as veRL's ``response_length/mean``) and one of
+    ``clip_ratio`` and ``length_cv`` (:mod:`fmstack.perfmodel.rl_lengths`). Log-normal responses are simulated;
+    ``length_spread`` then spreads the prompts only."""
+    clip_ratio: float | None = None
+    """Log-normal: the share of responses that reach ``response_cap`` (veRL's ``response_length/clip_ratio``)."""
+    length_cv: float | None = None
+    """Log-normal: the coefficient of variation of the response lengths before the cap."""
     offload: bool | None = None
     """Colocated: park the trained models' weights and optimizer state in host memory during generation (NeMo RL
     does whenever it colocates: ``offload_before_refit`` / ``offload_after_refit``; veRL's ``param_offload`` /
@@ -116,6 +128,7 @@ def check_rl_config(cfg: RLConfig, cluster: Cluster) -> None:
         raise InputError("offload", "needs --placement colocated (split GPUs never switch between the phases)")
     if cfg.response_cap is not None and cfg.response_cap < cfg.response_len:
         raise InputError("response-cap", f"must be >= --response-len ({cfg.response_len}), got {cfg.response_cap}")
+    response_lengths(cfg)  # its InputError names the flag of a bad or impossible combination
     if cfg.max_trajectory_age < 1:
         raise InputError("max-trajectory-age", f"must be >= 1, got {cfg.max_trajectory_age}")
     if cfg.max_trajectory_age > 1 and not cfg.async_split:
@@ -138,3 +151,30 @@ def check_rl_config(cfg: RLConfig, cluster: Cluster) -> None:
         r = cfg.rollout_nodes if cfg.rollout_nodes is not None else cluster.num_nodes // 2
         if not 1 <= r < cluster.num_nodes:
             raise InputError("rollout-nodes", f"must be between 1 and {cluster.num_nodes - 1}, got {r}")
+
+
+def response_lengths(cfg: RLConfig) -> LogNormalLengths | None:
+    """The log-normal response lengths of ``cfg`` (None: uniform); InputError names the flag of a bad or impossible
+    combination (:mod:`fmstack.perfmodel.rl_lengths`)."""
+    r, cv, cap = cfg.clip_ratio, cfg.length_cv, cfg.response_cap
+    if cfg.length_dist not in ("uniform", "lognormal"):
+        raise InputError("length-dist", f"{cfg.length_dist!r} unknown; allowed: uniform, lognormal")
+    if r is not None and not (math.isfinite(r) and 0.0 < r < 1.0):
+        raise InputError("clip-ratio", f"must be in (0, 1), got {r}")
+    if cv is not None and not (math.isfinite(cv) and cv >= 0.0):
+        raise InputError("length-cv", f"must be >= 0, got {cv}")
+    if cfg.length_dist == "uniform":
+        for flag, value in (("clip-ratio", r), ("length-cv", cv)):
+            if value is not None:
+                raise InputError(flag, "sets a log-normal; needs --length-dist lognormal")
+        return None
+    if (r is None) == (cv is None):
+        raise InputError(
+            "length-dist", "lognormal needs exactly one of --clip-ratio (with --response-cap) and --length-cv, got "
+            + ("both" if r is not None else "neither"),
+        )  # fmt: skip
+    if cv is not None:
+        return from_cv(cfg.response_len, cv, cap)
+    if r is None or cap is None:
+        raise InputError("clip-ratio", "is the share of responses reaching the cap: needs --response-cap")
+    return from_clip_ratio(cfg.response_len, cap, r)
