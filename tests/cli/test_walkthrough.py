@@ -25,7 +25,7 @@ def test_group_help_names_every_subcommand() -> None:
     _, out, _ = _invoke("estimate", "--help")
     assert "train, serve, or rl (one PPO / GRPO step)" in " ".join(out.split())
     _, out, _ = _invoke("plan", "--help")
-    assert "training (train) or serving (serve)" in " ".join(out.split())
+    assert "training (train), serving (serve) or an RL step (rl)" in " ".join(out.split())
 
 
 def test_validate_numbers_never_print_in_exponent_form() -> None:
