@@ -161,6 +161,8 @@ def _pools(
         dcl = cluster_of(name, _replica_nodes(dc, cluster.instance.num_gpus))
         dd = deployment(model, dcl, dc, default_efficiency(dcl.gpu))
     limit = max_concurrency(dd, dc)
+    if dc.attention_dp:  # the decode simulation's slots: max_concurrency // tp on each rank
+        limit = limit // dc.tp * dc.tp
     if limit < 1 or (decode_cfg is not None and max_concurrency(d, cfg) < 1):  # each pool's replica holds a prompt
         return None
     two = _two_replicas(cluster_of, name, cfg, nodes_per_replica, dc)
