@@ -810,3 +810,6 @@ BAD_ARGV += [
     ([*_RL_LEN, "--length-dist", "lognormal", "--length-cv", "1", "--clip-ratio", "0.02", "--response-cap", "3966"],
      "length-dist: lognormal needs exactly one of --clip-ratio (with --response-cap) and --length-cv, got both"),
 ]  # fmt: skip
+
+# session 11, KV transfer per prefill/decode pair by placement (helper K): add rows here
+BAD_ARGV += []
