@@ -15,7 +15,7 @@ from rich.table import Table
 
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import Cluster, build_cluster
-from fmstack.cli.common import catalog_option, choice, console, json_option, print_json
+from fmstack.cli.common import catalog_option, choice, console, json_option, no_wrap, print_json
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference_kv import PRECISIONS
 
@@ -209,6 +209,7 @@ def _render(data: dict[str, Any], *, several: bool) -> None:
     table = Table(*head, title=title, title_justify="left",
                   caption="train: forward passes and training; sync: weight sync + colocated switch; placement "
                   "Nr: N rollout nodes", caption_justify="left")  # fmt: skip
+    no_wrap(table, "instance", "bottleneck")  # "p5en.48xl…" names no instance; "rollout: 46 %" reads as one value
     for i, r in enumerate(data["ranked"], 1):
         value = {"throughput": f"{r['samples_per_s_per_gpu']:.2f}",
                  "cost": f"{r['cost_per_step_usd'] or 0:.2f}"}.get(obj)  # fmt: skip

@@ -272,21 +272,22 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
     else:
         step = sum(parts.values())
     top = max(parts, key=lambda k: parts[k])
-    bottleneck = f"{top.replace('_', ' ')}: {100 * parts[top] / step:.0f} % of the step"
-    if cfg.placement == "split" and cfg.async_split and rest > rollout:  # the training side sets the pace
-        train_side = {k: v for k, v in parts.items() if k not in ("rollout", "weight_sync") and v > 0}
-        top = max(train_side, key=lambda k: train_side[k])
-        bottleneck = (
-            f"the training side: {100 * rest / step:.0f} % of the step ({top.replace('_', ' ')} "
-            f"{100 * parts[top] / step:.0f} %); the rollout ({rollout:.1f} s) runs beside it"
-        )
-    elif cfg.placement == "split" and cfg.async_split:
-        bottleneck += f"; the training side ({rest:.1f} s) runs beside it"
+    details: list[str] = []
+    if cfg.placement == "split" and cfg.async_split:  # max(rollout, training side) + sync: name the side that paces
+        if rest > rollout:
+            top = max((k for k in parts if k not in ("rollout", "weight_sync")), key=lambda k: parts[k])
+            details.append(f"the training side sets the pace; the rollout, {rollout:.1f} s, runs beside it")
+        else:
+            top = "rollout"
+            details.append(f"the training side, {rest:.1f} s, runs beside it")
     if top == "rollout":
-        bottleneck += f" (decode {gen.bottleneck}"
+        decode = f"decode {gen.bottleneck}"
         if batch.drain_s > 0.05 * rollout and cfg.max_trajectory_age == 1:
-            bottleneck += f"; the batch's last wave and longest responses add {100 * batch.drain_s / rollout:.0f} %"
-        bottleneck += ")"
+            decode += f"; the batch's last wave and longest responses add {100 * batch.drain_s / rollout:.0f} %"
+        details.insert(0, decode)
+    bottleneck = f"{top.replace('_', ' ')}: {100 * parts[top] / step:.0f} % of the step"
+    if details:
+        bottleneck += f" ({'; '.join(details)})"
     mem = rl_memory(actor=actor_step, critic=critic_step, reward=reward_step, reference=cfg.reference, rollout=gen,
                     rollout_max_sequences=first.max_concurrency, colocated=colocated, offload=offload)  # fmt: skip
     return RLEstimate(
