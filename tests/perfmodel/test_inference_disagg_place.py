@@ -78,7 +78,9 @@ def tp2(catalog: Catalog) -> tuple[Deployment, ServeConfig, float, float]:
     return deployment(model, cluster, cfg), cfg, nv, efa
 
 
-def test_pair_times_price_each_pair_on_its_link(catalog: Catalog, tp2: tuple[Deployment, ServeConfig, float, float]) -> None:
+def test_pair_times_price_each_pair_on_its_link(
+    catalog: Catalog, tp2: tuple[Deployment, ServeConfig, float, float]
+) -> None:
     d, cfg, nv, efa = tp2
     model, cluster = catalog.model("llama3.1-70b"), build_cluster(catalog, "p5.48xlarge", 1)
     kv = kv_pair_times(model, cluster, cfg, d, None, 5, 1, 8, cluster.nodes_per_domain)
@@ -107,7 +109,8 @@ def test_a_no_load_request_from_a_remote_prefill_replica_pays_the_efa_transfer(
 
 
 def test_equally_free_decode_replicas_prefer_the_one_in_the_prefill_replicas_domain(
-    catalog: Catalog, tp2: tuple[Deployment, ServeConfig, float, float],
+    catalog: Catalog,
+    tp2: tuple[Deployment, ServeConfig, float, float],
 ) -> None:
     d, cfg, nv, efa = tp2
     s = DisaggSim(d, cfg, _sim(1e-4), prefill_replicas=1, decode_replicas=2, kv_transfer_s=[[efa, nv]])

@@ -56,7 +56,9 @@ class SplitPlacement:
     def nvlink_pairs_share(self) -> float:
         """Share of the ``P x D`` pairs that lie in one NVLink domain."""
         pairs = len(self.prefill_domain) * len(self.decode_domain)
-        same = sum(self.same_domain(p, r) for p in range(len(self.prefill_domain)) for r in range(len(self.decode_domain)))
+        same = sum(
+            self.same_domain(p, r) for p in range(len(self.prefill_domain)) for r in range(len(self.decode_domain))
+        )
         return same / pairs
 
 

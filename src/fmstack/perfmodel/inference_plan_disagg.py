@@ -11,7 +11,10 @@ deployment at ``qps``); a split that misses p99 grows the pool that missed (TTFT
 The prefill pool runs the largest prompt budget the plan tries (a prefill-only replica has no decode gaps to
 protect; a smaller chunk only adds iterations). An attention-DP prefill replica is ``tp`` prefill servers (each rank
 takes its own prompts within its own budget): the mean-field and p99 sizes count ranks, and ``P`` is the replicas
-that hold them.
+that hold them. KV link: the mean field takes the best pair (NVLink when one prefill and one decode replica fit an
+NVLink domain, :func:`fmstack.perfmodel.inference_disagg.kv_move`): optimistic or equal, so no cheaper split is
+skipped on its link; the simulation places the replicas (:mod:`fmstack.perfmodel.inference_disagg_place`) and
+moves each pair's KV over its own link (NVLink within a domain, else the scale-out fabric), and decides.
 """
 
 from __future__ import annotations
