@@ -22,7 +22,12 @@ def split_json(
     """The ``disaggregated_simulation`` object: the colocated simulation's percentile and mean keys
     (``ttft_p99_s``, ``ttft_mean_s_sim``, ...), the pools (``prefill_replicas``, ``decode_replicas``,
     ``prefill_utilisation``, ``decode_batch_mean``, ``decode_slots_in_use``, ``decode_slots``, ``bottleneck``) and
-    the KV transfer (``kv_bytes_per_request``, ``kv_transfer_s``, ``kv_link``), and each pool's layout
+    the KV transfer (``kv_bytes_per_request``; ``kv_transfer_s`` and ``kv_link``: the best pair's, NVLink when a
+    prefill and a decode replica fit one NVLink domain, the plan row's figure; per pair by placement:
+    ``kv_transfer_s_by_link`` (seconds per link the placement uses), ``kv_pairs_nvlink_share`` (share of the
+    ``P x D`` pairs in one NVLink domain), ``kv_requests_nvlink_share`` and ``kv_transfer_mean_s`` (the measured
+    requests' transfers), ``prefill_domains`` / ``decode_domains`` (each replica's NVLink domain, null: it spans
+    several)), and each pool's layout
     (``prefill_tp``, ``prefill_pp``, ``decode_tp``, ``decode_pp``, ``decode_ep``, ``prefill_attention_dp``,
     ``decode_attention_dp``; ``decode_cfg``: heterogeneous pools, else the same as the prefill pool's)."""
     from fmstack.perfmodel.inference_plan_disagg import run_split
@@ -46,6 +51,10 @@ def split_json(
         "decode_batch_little": run.decode_batch_mean_field, "decode_slots_in_use": st.decode_slots_in_use,
         "decode_slots": st.decode_slots, "slot_wait_share": st.slot_wait_share, "bottleneck": st.bottleneck,
         "kv_bytes_per_request": run.kv_bytes, "kv_transfer_s": run.kv_transfer_s, "kv_link": run.kv_link,
+        "kv_transfer_s_by_link": dict(run.kv.by_link), "kv_pairs_nvlink_share": run.kv.nvlink_pairs_share,
+        "kv_requests_nvlink_share": st.kv_fastest_share if run.kv.nvlink_pairs_share > 0 else 0.0,
+        "kv_transfer_mean_s": st.kv_transfer_mean_s, "prefill_domains": list(run.kv.placement.prefill_domain),
+        "decode_domains": list(run.kv.placement.decode_domain),
         "warmup_requests": run.warmup_requests, "num_requests": run.num_requests, "seed": seed,
         "prefill_tp": cfg.tp, "prefill_pp": cfg.pp, "decode_tp": dc.tp, "decode_pp": dc.pp, "decode_ep": dc.ep,
         "prefill_attention_dp": cfg.attention_dp, "decode_attention_dp": dc.attention_dp,
@@ -68,9 +77,19 @@ def render_split(z: dict[str, Any], *, one_token: bool = False) -> None:
         f"p99 queue wait {z['prefill_wait_p99_s'] * 1e3:.0f} ms); decode pool: {z['decode_batch_mean']:.1f} sequences "
         f"per iteration, {z['decode_slots_in_use']:.1f} of {z['decode_slots']} slots in use per replica "
         f"({z['slot_wait_share'] * 100:.0f} % of prompts waited for one); bottleneck: {z['bottleneck']}; KV "
-        f"{z['kv_bytes_per_request'] / 1e6:.0f} MB per request in {z['kv_transfer_s'] * 1e3:.2f} ms over "
-        f"{z['kv_link']}; {z['requests_measured_sim']:.0f} requests measured after {z['warmup_requests']} warm-up"
+        f"{z['kv_bytes_per_request'] / 1e6:.0f} MB per request {_links(z)}; {z['requests_measured_sim']:.0f} "
+        f"requests measured after {z['warmup_requests']} warm-up"
     )
+
+
+def _links(z: dict[str, Any]) -> str:
+    """``in 1.82 ms over NVLink (...)``, or with pairs on both links each link's time and the shares."""
+    links: dict[str, float] = z["kv_transfer_s_by_link"]
+    if len(links) < 2:
+        return f"in {z['kv_transfer_s'] * 1e3:.2f} ms over {z['kv_link']}"
+    each = ", ".join(f"{s * 1e3:.2f} ms over {name}" for name, s in sorted(links.items(), key=lambda kv: kv[1]))
+    return (f"in {each} ({z['kv_pairs_nvlink_share'] * 100:.0f} % of the prefill/decode pairs in one NVLink "
+            f"domain, {z['kv_requests_nvlink_share'] * 100:.0f} % of the requests over NVLink)")  # fmt: skip
 
 
 def _label(z: dict[str, Any]) -> str:

@@ -126,13 +126,16 @@ def prefill_alone_s(d: Deployment, cfg: ServeConfig) -> float:
 
 
 def kv_move(
-    model: ModelArch, cluster: Cluster, cfg: ServeConfig, d: Deployment, decode: Deployment | None = None
-) -> tuple[float, float, str, bool]:
+    model: ModelArch, cluster: Cluster, cfg: ServeConfig, d: Deployment, decode: Deployment | None = None,
+    *, same_domain: bool | None = None,
+) -> tuple[float, float, str, bool]:  # fmt: skip
     """(bytes, seconds, link name, same NVLink domain) of one prompt's KV cache from a prefill replica ``d`` to a
     decode replica (``decode``, else one like ``d``) on ``cluster``: NVLink when both replicas fit one NVLink
-    domain, else the scale-out fabric (:func:`kv_transfer_s`)."""
+    domain (the best pair a split can have: the mean-field figure), else the scale-out fabric
+    (:func:`kv_transfer_s`). ``same_domain=False``: the scale-out fabric's figure (a pair the split's placement puts
+    in two domains, :mod:`fmstack.perfmodel.inference_disagg_place`)."""
     dd = d if decode is None else decode
-    same = d.num_gpus + dd.num_gpus <= cluster.gpus_per_domain
+    same = d.num_gpus + dd.num_gpus <= cluster.gpus_per_domain and same_domain is not False
     # an attention-DP decode rank receives a prompt's whole KV cache (kv_split(1)), as an attention-DP prefill rank
     # sends it (``cfg.attention_dp``)
     decode_tp = None if decode is None else (1 if dd.attention_dp else dd.tp)

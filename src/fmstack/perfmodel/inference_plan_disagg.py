@@ -11,7 +11,10 @@ deployment at ``qps``); a split that misses p99 grows the pool that missed (TTFT
 The prefill pool runs the largest prompt budget the plan tries (a prefill-only replica has no decode gaps to
 protect; a smaller chunk only adds iterations). An attention-DP prefill replica is ``tp`` prefill servers (each rank
 takes its own prompts within its own budget): the mean-field and p99 sizes count ranks, and ``P`` is the replicas
-that hold them.
+that hold them. KV link: the mean field takes the best pair (NVLink when one prefill and one decode replica fit an
+NVLink domain, :func:`fmstack.perfmodel.inference_disagg.kv_move`): optimistic or equal, so no cheaper split is
+skipped on its link; the simulation places the replicas (:mod:`fmstack.perfmodel.inference_disagg_place`) and
+moves each pair's KV over its own link (NVLink within a domain, else the scale-out fabric), and decides.
 """
 
 from __future__ import annotations
@@ -28,11 +31,11 @@ from fmstack.perfmodel.inference import ServeConfig, deployment, max_concurrency
 from fmstack.perfmodel.inference_disagg import (
     SLO,
     PoolRates,
-    kv_move,
     pool_rates,
     prefill_alone_s,
     prefill_replicas_p99,
 )
+from fmstack.perfmodel.inference_disagg_place import KvPairs, kv_pair_times
 from fmstack.perfmodel.inference_plan_candidate import (
     Candidate,
     ClusterOf,
@@ -91,7 +94,11 @@ class SplitRun:
     stats: PoolStats
     kv_bytes: float
     kv_transfer_s: float
+    """The best pair's transfer (NVLink when a prefill and a decode replica fit one NVLink domain): the plan row's
+    mean-field figure; each pair's is in ``kv``."""
     kv_link: str
+    kv: KvPairs
+    """The placement of the replicas and each (prefill, decode) pair's transfer the simulation ran with."""
     prefill_s: float
     """One prompt alone on a prefill replica (:func:`prefill_alone_s`)."""
     decode_batch_mean_field: int
@@ -109,7 +116,9 @@ def run_split(
     in flight by Little's law (``qps x`` the mean-field TTFT, an M/D/1 wait per prefill replica at ``qps / P``,
     plus ``D`` decode batches of :func:`decode_batch`), then at least twice as many are measured (``SIM_MEASURED``
     at least; ``SIM_REQUESTS_MAX`` in all). `plan serve` and `estimate serve --prefill-replicas P
-    --decode-replicas D` both run this: the same seed gives the same percentiles. ``decode_cfg``: the decode pool's
+    --decode-replicas D` both run this: the same seed gives the same percentiles. The replicas are placed on the
+    split's whole nodes (:func:`fmstack.perfmodel.inference_disagg_place.place_split`) and each pair's KV moves over
+    NVLink when both lie in one NVLink domain, else over the scale-out fabric. ``decode_cfg``: the decode pool's
     layout when it differs (heterogeneous pools; the KV transfer re-slices the heads, :func:`fmstack.perfmodel.inference_disagg.kv_transfer_s`)."""
     gpn = cluster_of(name, 1).instance.num_gpus
     dc = cfg if decode_cfg is None else decode_cfg
@@ -117,7 +126,9 @@ def run_split(
     d = deployment(model, cluster_of(name, per_replica), cfg)
     dd = d if decode_cfg is None else deployment(model, cluster_of(name, _replica_nodes(dc, gpn)), dc)
     two = _two_replicas(cluster_of, name, cfg, per_replica, dc)
-    kv_bytes, kv_s, link, _ = kv_move(model, two, cfg, d, None if decode_cfg is None else dd)
+    kv = kv_pair_times(model, two, cfg, d, None if decode_cfg is None else dd, prefill_replicas, decode_replicas,
+                       gpn, cluster_of(name, 1).nodes_per_domain)  # fmt: skip
+    kv_bytes, kv_s, link = kv.kv_bytes, kv.best_s, kv.best_link
     prefill = prefill_alone_s(d, cfg)
     batch = decode_batch(dd, dc, qps / decode_replicas)
     itl = float(step_time(dd, float(batch), cfg.input_len + cfg.output_len / 2.0).total_s)
@@ -129,9 +140,9 @@ def run_split(
     sim = SimConfig(request_rate_per_s=qps, num_requests=n, warmup_requests=warmup, seed=seed,
                     length_spread=length_spread)  # fmt: skip
     result, stats = simulate_disagg_stats(d, cfg, sim, prefill_replicas=prefill_replicas,
-                                          decode_replicas=decode_replicas, kv_transfer_s=kv_s,
+                                          decode_replicas=decode_replicas, kv_transfer_s=kv.pair_s,
                                           decode=None if decode_cfg is None else dd, decode_cfg=decode_cfg)  # fmt: skip
-    return SplitRun(result=result, stats=stats, kv_bytes=kv_bytes, kv_transfer_s=kv_s, kv_link=link,
+    return SplitRun(result=result, stats=stats, kv_bytes=kv_bytes, kv_transfer_s=kv_s, kv_link=link, kv=kv,
                     prefill_s=prefill, decode_batch_mean_field=batch, warmup_requests=warmup, num_requests=n)  # fmt: skip
 
 

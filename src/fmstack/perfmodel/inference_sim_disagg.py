@@ -8,11 +8,13 @@ replica runs prefill-only iterations: it continues its prompts in progress and t
 iteration's token budget (``max_num_tokens``, chunking a prompt that does not fit) lasts, priced by
 :func:`fmstack.perfmodel.inference_step.step_time` with no decode tokens, as the colocated simulation
 (:mod:`fmstack.perfmodel.inference_sim`) prices its prompt tokens. A finished prompt reserves a slot on the decode
-replica with the most free slots (``max_concurrency``: the KV pool of full-length sequences and ``max_batch``) or,
-with every slot taken, waits for a completion (DistServe's pull: the decode instance fetches the KV cache when it
-has room). Then its KV cache moves (:func:`fmstack.perfmodel.inference_disagg.kv_transfer_s`, NVLink when a
-prefill and a decode replica fit one NVLink domain, else the scale-out fabric): a prefill replica's transfers go
-one after another, each at the link's full rate (every GPU sends its TP shard over its own link share; two at once
+replica with the most free slots (``max_concurrency``: the KV pool of full-length sequences and ``max_batch``;
+among replicas with equally many free slots, the one its KV reaches fastest, i.e. one in the prefill replica's
+NVLink domain: a KV-locality tie-break a router can apply, then the lowest index) or, with every slot taken, waits
+for a completion (DistServe's pull: the decode instance fetches the KV cache when it has room). Then its KV cache
+moves, in ``kv_transfer_s[p][r]`` for prefill replica ``p`` and decode replica ``r`` (one figure for every pair,
+or the matrix of :func:`fmstack.perfmodel.inference_disagg_place.kv_pair_times`: NVLink for a pair in one NVLink
+domain, else the scale-out fabric): a prefill replica's transfers go one after another, each at the link's full rate (every GPU sends its TP shard over its own link share; two at once
 would share it, and first-come-first-served finishes the first earlier and the last at the same time). A decode
 replica runs decode-only iterations with continuous batching; an arrived KV cache joins at the next iteration.
 
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +46,24 @@ from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
 from fmstack.perfmodel.inference_sim_io import SimConfig, SimRequest, SimResult, summarise
 from fmstack.perfmodel.inference_step import Deployment, step_time
+
+KvTimes = float | Sequence[Sequence[float]]
+"""One prompt's KV transfer in seconds: one figure for every (prefill, decode) pair, or ``[p][r]`` per pair."""
+
+
+def kv_matrix(kv_transfer_s: KvTimes, prefill_replicas: int, decode_replicas: int) -> list[list[float]]:
+    """``kv_transfer_s`` as a ``prefill_replicas x decode_replicas`` matrix (a figure repeated), checked."""
+    if isinstance(kv_transfer_s, (int, float)):
+        rows = [[float(kv_transfer_s)] * decode_replicas for _ in range(prefill_replicas)]
+    else:
+        rows = [[float(x) for x in row] for row in kv_transfer_s]
+        if len(rows) != prefill_replicas or any(len(row) != decode_replicas for row in rows):
+            raise InputError("kv-transfer", f"needs {prefill_replicas} x {decode_replicas} pair times (prefill x "
+                             f"decode), got {len(rows)} rows of {sorted({len(row) for row in rows})}")  # fmt: skip
+    bad = [x for row in rows for x in row if not x >= 0]
+    if bad:
+        raise InputError("kv-transfer", f"must be >= 0 s, got {bad[0]}")
+    return rows
 
 
 class DisaggSim:
@@ -57,7 +78,7 @@ class DisaggSim:
         *,
         prefill_replicas: int,
         decode_replicas: int,
-        kv_transfer_s: float,
+        kv_transfer_s: KvTimes,
         decode: Deployment | None = None,
         decode_cfg: ServeConfig | None = None,
     ) -> None:
@@ -67,8 +88,9 @@ class DisaggSim:
             raise InputError(
                 "disagg", f"needs at least one prefill and one decode replica, got {prefill_replicas}:{decode_replicas}"
             )
-        if kv_transfer_s < 0:
-            raise InputError("kv-transfer", f"must be >= 0 s, got {kv_transfer_s}")
+        self.kv_pair_s = kv_matrix(kv_transfer_s, prefill_replicas, decode_replicas)
+        """Seconds to move one prompt's KV cache from prefill replica ``p`` to decode replica ``r``."""
+        self._kv_uniform = len({x for row in self.kv_pair_s for x in row}) == 1
         self.dd = d if decode is None else decode
         if type(self) is DisaggSim and (d.attention_dp or self.dd.attention_dp):
             raise InputError("attention-dp", "attention-DP pools have ranks: use simulate_disagg or AdpDisaggSim")
@@ -76,7 +98,8 @@ class DisaggSim:
         if cap < 1:
             raise InputError("disagg", f"one {cfg.input_len + cfg.output_len}-token sequence does not fit a replica")
         self.d, self.cfg, self.sim = d, cfg, sim
-        self.kv_s = kv_transfer_s
+        self.kv_moved: dict[int, float] = {}
+        """Per request: the seconds its KV transfer took on the link (without waiting for the sender's link)."""
         self.rng = np.random.default_rng(sim.seed)
         self.clock_s = 0.0
         self._events: list[tuple[float, int, str, int]] = []
@@ -199,7 +222,8 @@ class DisaggSim:
     def _place(self) -> None:
         """Give waiting prefilled requests decode slots (most free slots first) and start their KV transfers."""
         while self._decode_queue:
-            r = int(np.argmax(self._free_slots))
+            p = self._prefill_of[self._decode_queue[0]]
+            r = self._pick(self._free_slots, p, 1)
             if self._free_slots[r] <= 0:
                 return
             rid = self._decode_queue.pop(0)
@@ -207,10 +231,21 @@ class DisaggSim:
             self._decode_of[rid] = r
             self.slot_wait_s.append(self.clock_s - self._prefilled_at.pop(rid))
             self._slot_wait_by_rid[rid] = self.slot_wait_s[-1]
-            p = self._prefill_of.pop(rid)
-            end = max(self.clock_s, self._link_free_s[p]) + self.kv_s
+            del self._prefill_of[rid]
+            kv_s = self.kv_moved[rid] = self.kv_pair_s[p][r]
+            end = max(self.clock_s, self._link_free_s[p]) + kv_s
             self._link_free_s[p] = end
             self._push(end, "kv", rid)
+
+    def _pick(self, free: list[int], p: int, per: int) -> int:
+        """Of ``free`` (slots per decode unit, ``per`` units to a decode replica), the unit with the most free
+        slots; among equals the one prefill replica ``p``'s KV reaches fastest (its NVLink domain), then the
+        lowest."""
+        most = max(free)
+        if self._kv_uniform:
+            return free.index(most)
+        row = self.kv_pair_s[p]
+        return min((u for u, f in enumerate(free) if f == most), key=lambda u: row[u // per])
 
     def _start_decode(self, r: int) -> None:
         for q in self._arrived[r]:
@@ -289,6 +324,12 @@ class PoolStats:
     """Share of the measured requests whose prefilled prompt waited for a decode slot."""
     bottleneck: str
     """"prefill" or "decode": the pool with the higher utilisation (prefill busy share vs slots in use / slots)."""
+    kv_transfer_mean_s: float = 0.0
+    """Mean over the measured requests of their KV transfer's time on its link (the pair's figure, without the
+    wait for the sender's earlier transfers)."""
+    kv_fastest_share: float = 1.0
+    """Share of the measured requests whose KV moved over the fastest pair of the matrix (with NVLink and fabric
+    pairs: the NVLink share; with one figure for every pair: 1)."""
 
 
 def _overlap(start: float, dur: float, lo: float, hi: float) -> float:
@@ -312,17 +353,21 @@ def pool_stats(s: DisaggSim) -> PoolStats:
     ids = {r.rid for r in reqs}
     waited = [r for r in ids if r in s._slot_wait_by_rid and s._slot_wait_by_rid[r] > 0]
     util = busy / (n_pre * (hi - lo))
+    moved = [s.kv_moved[r.rid] for r in reqs if r.rid in s.kv_moved]
+    fastest = min(x for row in s.kv_pair_s for x in row)
     return PoolStats(
         prefill_utilisation=util, prefill_wait_p99_s=float(np.percentile(waits, 99)) if waits else 0.0,
         decode_batch_mean=batch, decode_slots_in_use=slots, decode_slots=s._cap,
         slot_wait_share=len(waited) / max(1, len(ids)),
         bottleneck="prefill" if util >= slots / s._cap else "decode",
+        kv_transfer_mean_s=float(np.mean(moved)) if moved else 0.0,
+        kv_fastest_share=sum(1 for x in moved if x == fastest) / len(moved) if moved else 1.0,
     )  # fmt: skip
 
 
 def simulate_disagg_stats(
     d: Deployment, cfg: ServeConfig, sim: SimConfig, *, prefill_replicas: int, decode_replicas: int,
-    kv_transfer_s: float, decode: Deployment | None = None, decode_cfg: ServeConfig | None = None,
+    kv_transfer_s: KvTimes, decode: Deployment | None = None, decode_cfg: ServeConfig | None = None,
 ) -> tuple[SimResult, PoolStats]:  # fmt: skip
     """:func:`simulate_disagg` and the pools' utilisation over the measured requests' arrivals."""
     s = _make(d, cfg, sim, prefill_replicas=prefill_replicas, decode_replicas=decode_replicas,
@@ -332,7 +377,7 @@ def simulate_disagg_stats(
 
 def simulate_disagg(
     d: Deployment, cfg: ServeConfig, sim: SimConfig, *, prefill_replicas: int, decode_replicas: int,
-    kv_transfer_s: float, decode: Deployment | None = None, decode_cfg: ServeConfig | None = None,
+    kv_transfer_s: KvTimes, decode: Deployment | None = None, decode_cfg: ServeConfig | None = None,
 ) -> SimResult:  # fmt: skip
     """Run one simulation of the split deployment (a fresh instance: nothing carries over between runs)."""
     return _make(d, cfg, sim, prefill_replicas=prefill_replicas, decode_replicas=decode_replicas,
@@ -341,7 +386,7 @@ def simulate_disagg(
 
 def _make(
     d: Deployment, cfg: ServeConfig, sim: SimConfig, *, prefill_replicas: int, decode_replicas: int,
-    kv_transfer_s: float, decode: Deployment | None, decode_cfg: ServeConfig | None,
+    kv_transfer_s: KvTimes, decode: Deployment | None, decode_cfg: ServeConfig | None,
 ) -> DisaggSim:  # fmt: skip
     """The simulation of the pools: :class:`DisaggSim`, or with attention DP in either pool its subclass with ranks."""
     kind = DisaggSim

@@ -15,11 +15,12 @@ prices a colocated attention-DP replica).
   that rank, where its KV cache is). The iteration is priced once for the replica with the ranks' loads.
 - Decode replica: ``max_concurrency // tp`` slots per rank (the replica's KV pool of full-length sequences and
   ``max_batch`` shared equally, as the colocated simulation's ``_rank_kv_free`` and ``_assign_ranks``); a prefilled
-  request takes a slot on the (replica, rank) with the most free slots (ties: the lowest replica, then rank), so each
-  placement lands on a rank holding at most ``ceil(reserved / ranks)`` slots of all the pool's ranks (tested);
+  request takes a slot on the (replica, rank) with the most free slots (ties: a replica in the prefill replica's
+  NVLink domain, i.e. the fastest KV pair, then the lowest replica, then rank), so each placement lands on a rank holding at most ``ceil(reserved / ranks)`` slots of all the pool's ranks (tested);
   decode-only iterations priced with the ranks' loads.
 - KV transfer: a prompt's cache lives on one rank (``kv_split(1)``, priced by the caller with
-  :func:`fmstack.perfmodel.inference_disagg.kv_move`); each prefill GPU sends its own prompts' caches one after
+  :func:`fmstack.perfmodel.inference_disagg.kv_move`, per pair by placement:
+  :func:`fmstack.perfmodel.inference_disagg_place.kv_pair_times`); each prefill GPU sends its own prompts' caches one after
   another on its own link (a non-attention-DP prefill replica sends all its GPUs' shards at once: one link).
 
 A pool without attention DP behaves as in :class:`fmstack.perfmodel.inference_sim_disagg.DisaggSim` (one rank).
@@ -31,7 +32,7 @@ import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig
-from fmstack.perfmodel.inference_sim_disagg import DisaggSim
+from fmstack.perfmodel.inference_sim_disagg import DisaggSim, KvTimes
 from fmstack.perfmodel.inference_sim_io import SimConfig
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
 
@@ -43,7 +44,7 @@ class AdpDisaggSim(DisaggSim):
 
     def __init__(
         self, d: Deployment, cfg: ServeConfig, sim: SimConfig, *, prefill_replicas: int, decode_replicas: int,
-        kv_transfer_s: float, decode: Deployment | None = None, decode_cfg: ServeConfig | None = None,
+        kv_transfer_s: KvTimes, decode: Deployment | None = None, decode_cfg: ServeConfig | None = None,
     ) -> None:  # fmt: skip
         super().__init__(d, cfg, sim, prefill_replicas=prefill_replicas, decode_replicas=decode_replicas,
                          kv_transfer_s=kv_transfer_s, decode=decode, decode_cfg=decode_cfg)  # fmt: skip
@@ -145,10 +146,10 @@ class AdpDisaggSim(DisaggSim):
     # placement and KV transfer -------------------------------------------------------------------------------------
 
     def _place(self) -> None:
-        """Give waiting prefilled requests the (replica, rank) with the most free slots and start their KV
-        transfers, each on its prefill rank's link."""
+        """Give waiting prefilled requests the (replica, rank) with the most free slots (among equals: the one
+        the KV reaches fastest, then the lowest) and start their KV transfers, each on its prefill rank's link."""
         while self._decode_queue:
-            u = int(np.argmax(self._unit_free))
+            u = self._pick(self._unit_free, self._prefill_of[self._decode_queue[0]], self.decode_ranks)
             if self._unit_free[u] <= 0:
                 return
             rid = self._decode_queue.pop(0)
@@ -160,8 +161,10 @@ class AdpDisaggSim(DisaggSim):
             self.placements.append((self.rank_slots - self._unit_free[u], reserved))
             self.slot_wait_s.append(self.clock_s - self._prefilled_at.pop(rid))
             self._slot_wait_by_rid[rid] = self.slot_wait_s[-1]
-            link = self._prefill_of.pop(rid) * self.prefill_ranks + self._prefill_rank.pop(rid, 0)
-            end = max(self.clock_s, self._link_free_s[link]) + self.kv_s
+            p = self._prefill_of.pop(rid)
+            link = p * self.prefill_ranks + self._prefill_rank.pop(rid, 0)
+            kv_s = self.kv_moved[rid] = self.kv_pair_s[p][r]
+            end = max(self.clock_s, self._link_free_s[link]) + kv_s
             self._link_free_s[link] = end
             self._push(end, "kv", rid)
 
