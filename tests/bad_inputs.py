@@ -813,3 +813,6 @@ BAD_ARGV += [
 
 # session 11, KV transfer per prefill/decode pair by placement (helper K): add rows here
 BAD_ARGV += []
+
+# session 11, plan rl --html (helper H): add rows here
+BAD_ARGV += []
