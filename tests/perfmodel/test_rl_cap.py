@@ -47,11 +47,21 @@ def test_cap_in_the_step(catalog: Catalog) -> None:
         assert capped.parts_s[k] == pytest.approx(plain.parts_s[k])
 
 
-def test_streamed_rollout_has_no_cap_tail(catalog: Catalog) -> None:
+def test_streamed_rollout_bounds_the_cap_by_the_age(catalog: Catalog) -> None:
+    """Streamed (age >= 2): no batch tail, but the longest response must finish within ``age`` steps, so the rollout
+    is max(a step's share at the steady rate, longest x ITL / age); the cap is the longest response (it was dropped
+    here before the session-11 review)."""
     m, cl = catalog.model("llama3.1-8b"), build_cluster(catalog, "dgx-h100", 4)
     cfg = RLConfig(prompts_per_step=64, samples_per_prompt=32, prompt_len=130, response_len=795, rollout_tp=1,
                    train_tp=1, placement="split", rollout_nodes=1, async_split=True, max_trajectory_age=4)  # fmt: skip
-    assert estimate_rl(m, cl, replace(cfg, response_cap=3966)).step_time_s == estimate_rl(m, cl, cfg).step_time_s
+    free, capped = estimate_rl(m, cl, cfg), estimate_rl(m, cl, replace(cfg, response_cap=3966))
+    share = free.rollout["streamed_s"]
+    assert share > 0 and capped.rollout["streamed_s"] == share  # the stream itself does not change
+    # equal lengths: the longest response is the mean; capped: the cap, at the same ITL
+    assert capped.rollout["streamed_longest_s"] == pytest.approx(free.rollout["streamed_longest_s"] * 3966 / 795)
+    for est in (free, capped):
+        assert est.parts_s["rollout"] == max(share, est.rollout["streamed_longest_s"] / 4)
+    assert capped.parts_s["rollout"] > free.parts_s["rollout"]  # 3966 tokens at the stream's ITL exceed 4 shares
 
 
 def test_cap_below_the_mean_is_refused(catalog: Catalog) -> None:

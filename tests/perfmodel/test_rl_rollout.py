@@ -100,8 +100,12 @@ def test_deeper_trajectory_age_streams_the_rollout(catalog: Catalog) -> None:
         m, build_cluster(catalog, "p5.48xlarge", 2), replace(serve, concurrency=min(8 * per_replica, cap))
     )
     assert deep.rollout_concurrency == min(8 * per_replica, cap)
-    assert deep.parts_s["rollout"] == pytest.approx(per_replica / at.requests_per_s, rel=1e-12)
-    assert deep.rollout["streamed_s"] == deep.parts_s["rollout"]
+    assert deep.rollout["streamed_s"] == pytest.approx(per_replica / at.requests_per_s, rel=1e-12)
+    # ... but the longest response, 512 x 1.5 tokens at the stream's ITL, must finish within 8 steps: here it sets
+    # the step (13.9 s over 8 steps against 1.16 s for a step's share)
+    assert deep.rollout["streamed_longest_s"] == pytest.approx(768 * at.itl_s, rel=1e-12)
+    assert deep.parts_s["rollout"] == pytest.approx(768 * at.itl_s / 8, rel=1e-12)
+    assert deep.parts_s["rollout"] > deep.rollout["streamed_s"]
     assert deep.parts_s["rollout"] < one.parts_s["rollout"]  # no tail, larger decode batches
     for bad, message in (({"max_trajectory_age": 0}, "max-trajectory-age: must be >= 1, got 0"),
                          ({"max_trajectory_age": 2, "async_split": False}, "max-trajectory-age: 2 steps of lag needs "

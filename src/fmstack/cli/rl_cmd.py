@@ -126,12 +126,23 @@ def rl_cmd(
     out.print(parts_table("RL step", "phase", est.parts_s, est.step_time_s, digits=2))
     _render_rl_memory(est.memory)
     b = est.rollout
-    out.print(
-        f"rollout {est.rollout_tokens_per_s:,.0f} tokens/s: each replica's {b['waves']:.2f} fills of the engine take "
-        f"{b['time_s']:.2f} s, {b['drain_s']:.2f} s more than at the steady rate (the last wave"
-        f"{' and the longest responses' if cfg.length_spread > 0 or cfg.response_cap or cfg.length_dist == 'lognormal' else ''}); training step MFU "
-        f"{est.train_step['mfu'] * 100:.1f} %"
-    )
+    if b["streamed_s"] > 0:  # trajectories may lag: the rollout streams, the batch's makespan does not apply
+        longest = b["streamed_longest_s"]
+        bound = longest / cfg.max_trajectory_age
+        out.print(
+            f"rollout {est.rollout_tokens_per_s:,.0f} tokens/s, streamed (max trajectory age "
+            f"{cfg.max_trajectory_age}): a step's share at the engine's steady rate takes {b['streamed_s']:.2f} s; "
+            f"the longest response ({longest:.1f} s) must finish within {cfg.max_trajectory_age} steps, "
+            + (f"so a step takes at least {bound:.2f} s" if bound > b["streamed_s"] else "which it does")
+            + f"; training step MFU {est.train_step['mfu'] * 100:.1f} %"
+        )
+    else:
+        out.print(
+            f"rollout {est.rollout_tokens_per_s:,.0f} tokens/s: each replica's {b['waves']:.2f} fills of the engine "
+            f"take {b['time_s']:.2f} s, {b['drain_s']:.2f} s more than at the steady rate (the last wave"
+            f"{' and the longest responses' if cfg.length_spread > 0 or cfg.response_cap or cfg.length_dist == 'lognormal' else ''}); "
+            f"training step MFU {est.train_step['mfu'] * 100:.1f} %"
+        )
     out.print(_lengths_line(cfg, b))
     if est.switch:
         sw = est.switch

@@ -48,7 +48,7 @@ from fmstack.perfmodel.rl_config import Placement as Placement
 from fmstack.perfmodel.rl_config import RLConfig as RLConfig
 from fmstack.perfmodel.rl_config import check_rl_config, response_lengths
 from fmstack.perfmodel.rl_memory import rl_memory
-from fmstack.perfmodel.rl_rollout import rollout_time
+from fmstack.perfmodel.rl_rollout import RolloutTime, rollout_time
 from fmstack.perfmodel.rl_switch import colocated_switch
 from fmstack.perfmodel.training import TrainingEstimate, estimate_training
 
@@ -171,6 +171,22 @@ def _sync_s(model: ModelArch, train: Cluster, whole: Cluster | None, cfg: RLConf
     return t
 
 
+def _spread_lengths(cfg: RLConfig) -> bool:
+    """Whether responses differ in length (a spread, a log-normal, or the cap bound's one long response)."""
+    return cfg.length_spread > 0 or cfg.response_cap is not None or cfg.length_dist == "lognormal"
+
+
+def _longest_response_tokens(cfg: RLConfig, batch: RolloutTime) -> float:
+    """The longest response a streamed rollout must finish within ``max_trajectory_age`` steps: the cap when set
+    (equal or uniform lengths: one response runs to it; log-normal: the capped share), else the longest uniform
+    length, ``mean x (1 + spread)``, or, log-normal without a cap, the draws' 99th percentile."""
+    if cfg.response_cap is not None:
+        return float(cfg.response_cap)
+    if cfg.length_dist == "lognormal":
+        return batch.length_p99
+    return cfg.response_len * (1.0 + cfg.length_spread)
+
+
 def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: ModelArch | None = None) -> RLEstimate:
     """Predict one PPO / GRPO step of ``actor`` on ``cluster`` (critic and reward model default to the actor)."""
     check_rl_config(cfg, cluster)
@@ -231,13 +247,17 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
             replicas=replicas,
         )
     rollout = batch.time_s
-    streamed_s = 0.0
+    streamed_s = longest_s = 0.0
     if cfg.async_split and cfg.max_trajectory_age > 1:
         # streamed: the engine keeps up to age x its per-step share in flight; a step costs its share at that rate
         conc = max(1, min(cfg.max_trajectory_age * per_replica, first.max_concurrency))
         streamed = estimate_serve(actor, rollout_cl, replace(serve, concurrency=conc))
         rollout = streamed_s = per_replica / streamed.requests_per_s
         gen = streamed
+        # ... but a trajectory may lag at most `age` steps: the longest response, decoding at the stream's ITL, must
+        # finish within that many steps, so a step is at least its time over the age
+        longest_s = _longest_response_tokens(cfg, batch) * streamed.itl_s
+        rollout = max(rollout, longest_s / cfg.max_trajectory_age)
 
     actor_step = _train(actor, train_cl, cfg, seqs)
     ppo = cfg.algorithm == "ppo"
@@ -283,7 +303,11 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
     if top == "rollout":
         decode = f"decode {gen.bottleneck}"
         if batch.drain_s > 0.05 * rollout and cfg.max_trajectory_age == 1:
-            decode += f"; the batch's last wave and longest responses add {100 * batch.drain_s / rollout:.0f} %"
+            tail = "last wave and longest responses" if _spread_lengths(cfg) else "last wave"
+            decode += f"; the batch's {tail} add {100 * batch.drain_s / rollout:.0f} %"
+        if longest_s / cfg.max_trajectory_age > streamed_s > 0:
+            decode += (f"; the longest response takes {longest_s:.1f} s and may lag at most {cfg.max_trajectory_age} "
+                       "steps")  # fmt: skip
         details.insert(0, decode)
     bottleneck = f"{top.replace('_', ' ')}: {100 * parts[top] / step:.0f} % of the step"
     if details:
@@ -294,7 +318,8 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
         model=actor.name, instance=cluster.name or cluster.instance.name, num_gpus=cluster.num_gpus, config=cfg,
         step_time_s=step, parts_s=parts, rollout_gpus=rollout_cl.num_gpus, train_gpus=train_cl.num_gpus,
         rollout_concurrency=conc, rollout_tokens_per_s=seqs * cfg.response_len / rollout,
-        rollout={**{k: float(v) for k, v in asdict(batch).items()}, "streamed_s": streamed_s},
+        rollout={**{k: float(v) for k, v in asdict(batch).items()}, "streamed_s": streamed_s,
+                 "streamed_longest_s": longest_s},
         train_step={"step_time_s": actor_step.step_time_s, "mfu": actor_step.mfu, "fits": actor_step.fits,
                     "config": asdict(actor_step.config)},
         bottleneck=bottleneck, fits=mem.fits, memory=mem.to_json(),
