@@ -195,7 +195,7 @@ def _check_html_path(path: Path) -> None:
     if not folder.is_dir():
         raise InputError("html", f"folder {folder} does not exist")
     if path.is_dir():
-        raise InputError("html", f"{path} is a folder; give a file name, e.g. {path / 'rl-plan.html'}")
+        raise InputError("html", f"{path} is a directory; give a file name, e.g. {path / 'rl-plan.html'}")
 
 
 def _row_json(
