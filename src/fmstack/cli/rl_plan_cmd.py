@@ -135,7 +135,7 @@ def _status(quiet: bool) -> Iterator[Callable[[str], None] | None]:
               help="Rank by step time, samples/s per GPU, or USD per step (needs the instance's price).")  # fmt: skip
 @click.option("--top", type=int, default=10, show_default=True, help="Configurations to show.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None,
-              help="Write an HTML report (several instances or node counts: each one's best searched too).")  # fmt: skip
+              help="Write an HTML report (several instances / node counts: also each one's best).")  # fmt: skip
 @catalog_option
 @json_option
 def plan_rl_cmd(

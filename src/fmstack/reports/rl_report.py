@@ -95,9 +95,10 @@ def step_figure(data: dict[str, Any], *, several: bool) -> Any:
         mine = [s for s in segments if s[1] == part]
         if not mine:
             continue
-        fig.add_bar(name=part.replace("_", " "), orientation="h", y=[s[0] for s in mine], x=[s[3] for s in mine],
+        name = part.replace("_", " ")
+        fig.add_bar(name=name, orientation="h", y=[s[0] for s in mine], x=[s[3] for s in mine],
                     base=[s[2] for s in mine], marker_color=PART_COLORS.get(part),
-                    hovertemplate="%{y}<br>" + part.replace("_", " ") + ": %{x:.2f} s from %{base:.2f} s<extra></extra>")  # fmt: skip
+                    hovertemplate=f"%{{y}}<br>{name}: %{{x:.2f}} s from %{{base:.2f}} s<extra></extra>")  # fmt: skip
     step_y, step_x = [], []
     for i, r in enumerate(data["ranked"], 1):
         label = _label(i, r, several)
@@ -124,7 +125,8 @@ def memory_figure(data: dict[str, Any]) -> Any:
                 customdata=[r["placement"] for r in rows], marker_color="#4c78a8",
                 hovertemplate="%{x} %{customdata}: %{y:.1f} GiB<extra></extra>")  # fmt: skip
     fig.add_scatter(name="usable HBM", x=labels, y=[r["usable_gib"] for r in rows], mode="lines+markers",
-                    line={"color": "black", "dash": "dash"}, hovertemplate="%{x}: usable %{y:.1f} GiB<extra></extra>")  # fmt: skip
+                    line={"color": "black", "dash": "dash", "shape": "hvh"},
+                    hovertemplate="%{x}: usable %{y:.1f} GiB<extra></extra>")  # fmt: skip
     fig.update_layout(title="peak memory per GPU (GiB) against usable HBM", height=420,
                       yaxis={"title": {"text": "GiB per GPU"}, "rangemode": "tozero"})  # fmt: skip
     return fig
@@ -199,7 +201,8 @@ def rl_plan_html(data: dict[str, Any], *, several: bool, per_cluster: Sequence[d
             figures=[cluster_figure(per_cluster)] if fitting else (),
             table_header=("instance", "nodes", "GPUs", "step (s)", "samples/s", "best row"), table_rows=cells,
         ))  # fmt: skip
+    commands = [[str(i), r["estimate_command"]] for i, r in enumerate(data["ranked"], 1)]
     sections.append(Section(title="estimate each row", table_header=("#", "fmstack estimate rl command"),
-                            table_rows=[[str(i), r["estimate_command"]] for i, r in enumerate(data["ranked"], 1)]))  # fmt: skip
-    return html_page(f"fmstack plan rl: {data['model']}", sections,
-                     subtitle=f"ranked by {data['objective']}; read the step times as lower bounds (see the notes)")  # fmt: skip
+                            table_rows=commands))  # fmt: skip
+    subtitle = f"ranked by {data['objective']}; read the step times as lower bounds (see the notes)"
+    return html_page(f"fmstack plan rl: {data['model']}", sections, subtitle=subtitle)
