@@ -815,4 +815,7 @@ BAD_ARGV += [
 BAD_ARGV += []
 
 # session 11, plan rl --html (helper H): add rows here
-BAD_ARGV += []
+BAD_ARGV += [
+    ([*_PLAN_RL, "--nodes", "2", "--html", "/nonexistent-dir/rl.html"], "html: folder /nonexistent-dir does not exist"),
+    ([*_PLAN_RL, "--nodes", "2", "--html", "."], "html: . is a directory; give a file name, e.g. rl-plan.html"),
+]

@@ -28,6 +28,9 @@ PLAN_RL_EXAMPLE = """Examples:
 \b
   fmstack plan rl --model llama3.1-70b --instance p5.48xlarge,p5en.48xlarge --nodes 4,8 --algorithm ppo \\
       --samples 1 --max-trajectory-age 2 --objective cost --top 5
+
+\b
+  fmstack plan rl --model llama3.1-8b --instance p5.48xlarge,p5en.48xlarge --nodes 1,2 --html rl-plan.html
 """
 MAX_NODE_COUNTS = 16
 """Node counts one search takes (each multiplies the space)."""
@@ -131,11 +134,13 @@ def _status(quiet: bool) -> Iterator[Callable[[str], None] | None]:
 @click.option("--objective", type=click.Choice(("time", "throughput", "cost")), default="time", show_default=True,
               help="Rank by step time, samples/s per GPU, or USD per step (needs the instance's price).")  # fmt: skip
 @click.option("--top", type=int, default=10, show_default=True, help="Configurations to show.")
+@click.option("--html", "html_path", type=click.Path(path_type=Path), default=None,
+              help="Write an HTML report (several instances / node counts: also each one's best).")  # fmt: skip
 @catalog_option
 @json_option
 def plan_rl_cmd(
     model: str, critic: str | None, instance: str, nodes_text: str, kinds: str, max_trajectory_age: int,
-    objective: str, top: int, catalog_dir: Path | None, as_json: bool, **options: Any,
+    objective: str, top: int, html_path: Path | None, catalog_dir: Path | None, as_json: bool, **options: Any,
 ) -> None:  # fmt: skip
     """Search placement (colocated, split, async), rollout TP and training layout of one PPO / GRPO step: the
     fastest or cheapest that fits, with its bottleneck."""
@@ -143,6 +148,8 @@ def plan_rl_cmd(
     from fmstack.perfmodel.rl_config import check_rl_config
     from fmstack.perfmodel.rl_plan import plan_rl
 
+    if html_path is not None:
+        _check_html_path(html_path)  # before the search, not after it
     cat = load_catalog(catalog_dir)
     actor = cat.model(model)
     critic_arch = cat.model(critic) if critic else None
@@ -154,10 +161,10 @@ def plan_rl_cmd(
     values: dict[str, Any] = {k: (v.lower() if isinstance(v, str) else v) for k, v in options.items()}
     base = RLConfig(**values)
     check_rl_config(base, clusters[0])  # batch, lengths and flags before searching
+    plan_kinds = tuple(k.strip().lower() for k in kinds.split(",") if k.strip())
     with _status(as_json) as progress:
         plan = plan_rl(actor, clusters, base, critic=critic_arch, objective=objective, top=top,
-                       max_trajectory_age=max_trajectory_age, progress=progress,
-                       kinds=tuple(k.strip().lower() for k in kinds.split(",") if k.strip()))  # fmt: skip
+                       max_trajectory_age=max_trajectory_age, progress=progress, kinds=plan_kinds)  # fmt: skip
     if objective == "cost":
         priced = [c for c in clusters if c.instance.price_per_hour_usd is not None]
         where = [w for w, c in zip(where, clusters, strict=True) if c.instance.price_per_hour_usd is not None]
@@ -167,10 +174,28 @@ def plan_rl_cmd(
             "evaluated": plan.evaluated, "pruned": plan.pruned, "rejected_shape": plan.rejected_shape,
             "rejected_memory": plan.rejected_memory, "estimate_command": rows[0]["estimate_command"],
             "notes": plan.notes, "ranked": rows}  # fmt: skip
+    if html_path is not None:
+        from fmstack.reports.html import write_html
+        from fmstack.reports.rl_report import best_by_cluster, rl_plan_html
+
+        per_cluster = best_by_cluster(actor, clusters, where, base, critic=critic_arch, kinds=plan_kinds,
+                                      max_trajectory_age=max_trajectory_age) if len(clusters) > 1 else []  # fmt: skip
+        write_html(html_path, rl_plan_html(data, several=len(clusters) > 1, per_cluster=per_cluster))
     if as_json:
         print_json(data)
         return
     _render(data, several=len(clusters) > 1)
+    if html_path is not None:
+        console().print(f"report written to {html_path}", markup=False)
+
+
+def _check_html_path(path: Path) -> None:
+    """The report's folder exists and the path is no folder (``write_html`` would fail after a long search)."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError("html", f"folder {folder} does not exist")
+    if path.is_dir():
+        raise InputError("html", f"{path} is a directory; give a file name, e.g. {path / 'rl-plan.html'}")
 
 
 def _row_json(
