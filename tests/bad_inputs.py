@@ -762,6 +762,19 @@ _SERVE70 = ["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48
 BAD_ARGV += [
     ([*_SERVE70, "--nodes", "4", "--tp", "8", "--concurrency", "64"],
      "nodes: --nodes 4: estimate serve predicts one replica, and tp 8 x pp 1 uses 1 node(s)"),
+    # review 3: plan rl refusals that named the wrong field or ignored a flag; a log-normal at its cap
+    (["plan", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "1", "--placement", "split"],
+     "nodes: split and async placements put rollout and training on nodes of their own: they need --nodes 2"),
+    (["plan", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "2", "--max-trajectory-age",
+      "3", "--placement", "colocated"], "max-trajectory-age: 3 steps of lag apply to async rows; add async"),
+    (["plan", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "2", "--response-len",
+      "200000"], "response-len: prompt-len(1024) + response-len(200000) = 201024 tokens > llama3.1-8b's context"),
+    (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--response-len", "795",
+      "--length-dist", "lognormal", "--clip-ratio", "0.02", "--response-cap", "795"],
+     "response-cap: a mean of response-len(795) at response-cap(795) needs every response at the cap"),
+    # --html . : a traceback (IsADirectoryError) after the whole search, now refused before it
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "1e9",
+      "--html", "."], "html: . is a directory; give a file name, e.g. plan.html"),
     ([*_SERVE70, "--tp", "8", "--ttft-slo", "0.1"], "ttft-slo: --ttft-slo is the target of --disagg's comparison"),
     ([*_SERVE70, "--tp", "8", "--itl-slo", "0.01"], "itl-slo: --itl-slo is the target of --disagg's comparison"),
     (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "2", "--prompts", "256",

@@ -73,8 +73,9 @@ def test_impossible_combinations_say_why() -> None:
     with pytest.raises(InputError, match=r"^clip-ratio: no log-normal has both: the capped responses alone give a "
                        r"mean of clip-ratio\(0.25\) x response-cap\(3966\) = 992 >= response-len\(795\)"):  # fmt: skip
         from_clip_ratio(795, 3966, 0.25)
-    with pytest.raises(InputError, match=r"^clip-ratio: no log-normal has both: a mean of response-len\(3966\)"):
-        from_clip_ratio(3966, 3966, 0.02)
+    with pytest.raises(InputError, match=r"^response-cap: a mean of response-len\(3966\) at response-cap\(3966\) "
+                       r"needs every response at the cap, so no share below it; give a --response-cap above"):  # fmt: skip
+        from_clip_ratio(3966, 3966, 0.02)  # the cap is what to change (it said "allowed: clip-ratio < 1")
     with pytest.raises(InputError, match="needs a log-normal sigma above 8"):
         from_clip_ratio(80, 3966, 0.02)  # 0.02 x 3966 = 79.3 of the 80 tokens: the rest are ~0 tokens long
     with pytest.raises(InputError, match=r"^length-cv: a mean of response-len\(3966\) = response-cap\(3966\)"):

@@ -24,6 +24,7 @@ from fmstack.cli.common import (
 from fmstack.cli.estimate_cmd import estimate_argv
 from fmstack.cli.plan_render import SearchProgress, batch_notes, render_plan, stack_notes
 from fmstack.errors import InputError
+from fmstack.fileio import check_output_path
 from fmstack.perfmodel.config import (
     DEFAULT_SEQ_LEN,
     PRECISION_CHOICES,
@@ -252,6 +253,8 @@ def plan_train(
     calibration_force: bool, catalog_dir: Path | None, top: int, html_path: Path | None, as_json: bool,
 ) -> None:  # fmt: skip
     """Find the best way to train MODEL on these instances: parallelism, time, cost and bottleneck."""
+    if html_path is not None:
+        check_output_path(html_path, field="html", example="plan.html")  # before the search, not after it
     cat = load_catalog(catalog_dir)
     arch = cat.model(model)
     clusters, skipped = build_clusters(cat, instance, gpus)

@@ -17,6 +17,7 @@ from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import Cluster, build_cluster
 from fmstack.cli.common import catalog_option, choice, console, json_option, no_wrap, print_json
 from fmstack.errors import InputError
+from fmstack.fileio import check_output_path
 from fmstack.perfmodel.inference_kv import PRECISIONS
 
 PLAN_RL_EXAMPLE = """Examples:
@@ -149,7 +150,7 @@ def plan_rl_cmd(
     from fmstack.perfmodel.rl_plan import plan_rl
 
     if html_path is not None:
-        _check_html_path(html_path)  # before the search, not after it
+        check_output_path(html_path, field="html", example="rl-plan.html")  # before the search, not after it
     cat = load_catalog(catalog_dir)
     actor = cat.model(model)
     critic_arch = cat.model(critic) if critic else None
@@ -187,15 +188,6 @@ def plan_rl_cmd(
     _render(data, several=len(clusters) > 1)
     if html_path is not None:
         console().print(f"report written to {html_path}", markup=False)
-
-
-def _check_html_path(path: Path) -> None:
-    """The report's folder exists and the path is no folder (``write_html`` would fail after a long search)."""
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError("html", f"folder {folder} does not exist")
-    if path.is_dir():
-        raise InputError("html", f"{path} is a directory; give a file name, e.g. {path / 'rl-plan.html'}")
 
 
 def _row_json(

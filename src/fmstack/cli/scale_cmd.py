@@ -14,6 +14,7 @@ from fmstack.cli.common import SearchCommand, console, json_option, print_json
 from fmstack.cli.plan_cmd import _space, parse_gpus, search_options
 from fmstack.cli.plan_render import SearchProgress, factor_configs
 from fmstack.errors import InputError
+from fmstack.fileio import check_output_path
 from fmstack.perfmodel.scaling import AXES, EFA_GENERATIONS, GPU_GENERATIONS, SweepResult, run_sweep
 
 SCALE_EXAMPLE = """Examples:
@@ -54,6 +55,8 @@ def scale(
     --gpus is the sweep's starting point (one count; with --axis nodes, several counts are the points themselves);
     every point is the planner's best configuration.
     """
+    if html_path is not None:
+        check_output_path(html_path, field="html", example="scale.html")  # before the sweep, not after it
     if calibration is not None or calibration_force:
         # each point re-plans with the default curves (and the gpu axis changes the GPU the profile was measured on)
         raise InputError(

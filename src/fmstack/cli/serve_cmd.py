@@ -14,6 +14,7 @@ from fmstack.catalog.topology import build_cluster
 from fmstack.cli.common import catalog_option, choice, console, json_option, no_wrap, number_text, print_json
 from fmstack.cli.plan_serve_render import simulation_status
 from fmstack.errors import InputError
+from fmstack.fileio import check_output_path
 from fmstack.perfmodel.inference import ServeConfig, ServeEstimate, deployment, estimate_serve, validate_serve
 from fmstack.perfmodel.inference_kv import KV_DTYPES, PRECISIONS
 
@@ -336,8 +337,8 @@ def plan_serve_cmd(
     for name, value in (("input-len", input_len), ("output-len", output_len), ("top", top)):
         if value < 1:
             raise InputError(name, f"must be >= 1, got {value}")
-    if html_path is not None and not (html_path.parent if str(html_path.parent) else Path(".")).is_dir():
-        raise InputError("html", f"folder {html_path.parent} does not exist")
+    if html_path is not None:
+        check_output_path(html_path, field="html", example="serve-plan.html")  # before the search, not after it
     cat = load_catalog(catalog_dir)
     arch = cat.model(model)
     with simulation_status(as_json) as on_simulate:

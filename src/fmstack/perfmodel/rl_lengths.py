@@ -91,14 +91,17 @@ def from_clip_ratio(mean_len: float, cap: int, clip_ratio: float) -> LogNormalLe
     """The log-normal whose capped lengths have mean ``mean_len`` and reach ``cap`` with probability
     ``clip_ratio`` (module docstring); InputError when no sigma gives both."""
     r = clip_ratio
-    if not r * cap < mean_len < cap:
-        why = (
-            f"the capped responses alone give a mean of clip-ratio({r}) x response-cap({cap}) = {r * cap:.0f} >= "
-            f"response-len({mean_len:.0f})"
-            if r * cap >= mean_len
-            else f"a mean of response-len({mean_len:.0f}) = response-cap({cap}) needs every response at the cap"
-        )
-        raise InputError("clip-ratio", f"no log-normal has both: {why}; allowed: clip-ratio < {mean_len / cap:.4g}")
+    if mean_len >= cap:  # the cap, not the ratio, is what to change
+        raise InputError(
+            "response-cap", f"a mean of response-len({mean_len:.0f}) at response-cap({cap}) needs every response at "
+            "the cap, so no share below it; give a --response-cap above --response-len",
+        )  # fmt: skip
+    if r * cap >= mean_len:
+        raise InputError(
+            "clip-ratio", f"no log-normal has both: the capped responses alone give a mean of clip-ratio({r}) x "
+            f"response-cap({cap}) = {r * cap:.0f} >= response-len({mean_len:.0f}); allowed: clip-ratio < "
+            f"{mean_len / cap:.4g}",
+        )  # fmt: skip
     z = _PHI.inv_cdf(1.0 - r)
     target = mean_len / cap - r
 

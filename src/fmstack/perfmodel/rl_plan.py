@@ -160,6 +160,16 @@ def plan_rl(
             raise InputError("placement", f"{kind!r} unknown; allowed: {', '.join(PLACEMENT_KINDS)}")
     if not kinds:
         raise InputError("placement", f"give at least one of {', '.join(PLACEMENT_KINDS)}")
+    if max_trajectory_age > 1 and "async" not in kinds:
+        raise InputError("max-trajectory-age", f"{max_trajectory_age} steps of lag apply to async rows; add async to "
+                         f"--placement (searched: {', '.join(kinds)})")  # fmt: skip
+    if base.prompt_len + base.response_len > actor.max_seq_len:
+        raise InputError("response-len", f"prompt-len({base.prompt_len}) + response-len({base.response_len}) = "
+                         f"{base.prompt_len + base.response_len} tokens > {actor.name}'s context of "
+                         f"{actor.max_seq_len}")  # fmt: skip
+    if "colocated" not in kinds and all(c.num_nodes < 2 for c in clusters):
+        raise InputError("nodes", "split and async placements put rollout and training on nodes of their own: they "
+                         "need --nodes 2 or more (or add colocated to --placement)")  # fmt: skip
     notes: list[str] = []
     if objective == "cost":
         unpriced = [c for c in clusters if c.instance.price_per_hour_usd is None]
