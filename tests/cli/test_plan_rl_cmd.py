@@ -44,6 +44,20 @@ def test_estimate_command_reproduces_each_row_bit_for_bit(placement: str) -> Non
     assert steps == sorted(steps)
 
 
+def test_a_log_normal_tail_is_planned_and_reproduced() -> None:
+    """plan rl takes estimate rl's length distribution (review of session 11: it could not plan a long tail) and
+    its rows' commands carry it."""
+    proc = _run("plan", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "2", "--prompts", "64",
+                "--samples", "32", "--prompt-len", "130", "--response-len", "795", "--length-dist", "lognormal",
+                "--clip-ratio", "0.02", "--response-cap", "3966", "--placement", "colocated", "--top", "1", "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(proc.stdout)["ranked"][0]
+    argv = shlex.split(row["estimate_command"])
+    assert argv[argv.index("--length-dist") + 1] == "lognormal" and argv[argv.index("--clip-ratio") + 1] == "0.02"
+    est = json.loads(_run(*argv[1:], "--json").stdout)
+    assert est["step_time_s"] == row["step_time_s"] and est["rollout"]["length_sigma"] > 0
+
+
 def test_text_output_names_best_bottleneck_and_caveat() -> None:
     proc = _run("plan", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "2", "--top", "3")
     assert proc.returncode == 0, proc.stderr

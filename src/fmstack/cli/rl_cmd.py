@@ -24,6 +24,23 @@ RL_EXAMPLE = """Example:
 """
 
 
+def lognormal_options(func: Any) -> Any:
+    """--length-dist, --clip-ratio, --length-cv: the response-length distribution (shared with plan rl)."""
+    for option in reversed(
+        [
+            click.option("--length-dist", type=choice(("uniform", "lognormal")), default="uniform", show_default=True,
+                         help="Response lengths: uniform (--length-spread) or lognormal, set by --response-len (the "
+                         "mean, as veRL's response_length/mean) and --clip-ratio or --length-cv; simulated."),
+            click.option("--clip-ratio", type=float, default=None,
+                         help="Lognormal: share of responses reaching --response-cap (veRL response_length/clip_ratio)."),
+            click.option("--length-cv", type=float, default=None,
+                         help="Lognormal: coefficient of variation of the response lengths (before the cap, if any)."),
+        ]
+    ):  # fmt: skip
+        func = option(func)
+    return func
+
+
 @click.command(epilog=RL_EXAMPLE)
 @click.option("--model", required=True, help="Actor (policy) model.")
 @click.option("--critic", default=None, help="Critic / reward model [the actor's architecture].")
@@ -67,21 +84,7 @@ RL_EXAMPLE = """Example:
 @click.option("--response-cap", type=int, default=None,
               help="Token limit per response (NeMo RL: max_total_sequence_length - prompt): one response per replica "
               "runs to it after the others end [no cap tail].")  # fmt: skip
-@click.option("--length-dist", type=choice(("uniform", "lognormal")), default="uniform", show_default=True,
-              help="Response lengths: uniform (--length-spread) or lognormal, set by --response-len (the mean, as "
-              "veRL's response_length/mean) and --clip-ratio or --length-cv; simulated.")  # fmt: skip
-@click.option(
-    "--clip-ratio",
-    type=float,
-    default=None,
-    help="Lognormal: share of responses reaching --response-cap (veRL response_length/clip_ratio).",
-)
-@click.option(
-    "--length-cv",
-    type=float,
-    default=None,
-    help="Lognormal: coefficient of variation of the response lengths (before the cap, if any).",
-)
+@lognormal_options
 @click.option("--offload/--no-offload", default=None,
               help="Colocated: park the trained models' weights and optimizer state in host memory during "
               "generation (host copies each step, less GPU memory; NeMo RL always does) [off, as veRL's defaults].")  # fmt: skip

@@ -16,6 +16,7 @@ from rich.table import Table
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import Cluster, build_cluster
 from fmstack.cli.common import catalog_option, choice, console, json_option, no_wrap, print_json
+from fmstack.cli.rl_cmd import lognormal_options
 from fmstack.errors import InputError
 from fmstack.fileio import check_output_path
 from fmstack.perfmodel.inference_kv import PRECISIONS
@@ -86,9 +87,13 @@ def rl_argv(model: str, critic: str | None, instance: str, nodes: int, cfg: Any,
     argv += [] if cfg.old_logprob else ["--no-old-logprob"]
     if cfg.rollout_memory_fraction is not None:
         argv += ["--rollout-memory-fraction", repr(cfg.rollout_memory_fraction)]
-    if cfg.length_spread > 0:
-        argv += ["--length-spread", repr(cfg.length_spread), "--seed", str(cfg.seed)]
+    argv += ["--length-spread", repr(cfg.length_spread)] if cfg.length_spread > 0 else []
     argv += ["--response-cap", str(cfg.response_cap)] if cfg.response_cap is not None else []
+    if cfg.length_dist == "lognormal":
+        argv += ["--length-dist", "lognormal"]
+        argv += ["--clip-ratio", repr(cfg.clip_ratio)] if cfg.clip_ratio is not None else []
+        argv += ["--length-cv", repr(cfg.length_cv)] if cfg.length_cv is not None else []
+    argv += ["--seed", str(cfg.seed)] if cfg.length_spread > 0 or cfg.length_dist == "lognormal" else []
     argv += ["--catalog", str(catalog_dir)] if catalog_dir is not None else []
     return argv
 
@@ -132,6 +137,7 @@ def _status(quiet: bool) -> Iterator[Callable[[str], None] | None]:
               help="Lengths uniform in mean x [1 - s, 1 + s] (simulated: seconds per rollout).")  # fmt: skip
 @click.option("--seed", type=int, default=0, show_default=True, help="Rollout simulation seed.")
 @click.option("--response-cap", type=int, default=None, help="Token limit per response [no cap tail].")
+@lognormal_options
 @click.option("--objective", type=click.Choice(("time", "throughput", "cost")), default="time", show_default=True,
               help="Rank by step time, samples/s per GPU, or USD per step (needs the instance's price).")  # fmt: skip
 @click.option("--top", type=int, default=10, show_default=True, help="Configurations to show.")

@@ -248,7 +248,7 @@ def plan_rl(
     if pruned:
         notes.append(
             f"{evaluated:,} of {considered:,} configurations estimated: {pruned:,} more have a lower bound (rollout + "
-            f"training, without weight sync and switch) above the {top}th best row, so none of them can rank"
+            f"training, without weight sync and switch) above the {_ordinal(top)} best row, so none of them can rank"
         )
     if len(clusters) == 1:
         notes.append("one instance and node count: time, throughput and cost rank alike (the step's batch is fixed)")
@@ -265,6 +265,12 @@ def plan_rl(
                                                            if isinstance(v, RLEstimate) and not v.fits),
         ranked=ranked, notes=notes,
     )  # fmt: skip
+
+
+def _ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def _nothing_fits(
