@@ -24,21 +24,50 @@ RL_EXAMPLE = """Example:
 """
 
 
-def lognormal_options(func: Any) -> Any:
-    """--length-dist, --clip-ratio, --length-cv: the response-length distribution (shared with plan rl)."""
-    for option in reversed(
-        [
-            click.option("--length-dist", type=choice(("uniform", "lognormal")), default="uniform", show_default=True,
-                         help="Response lengths: uniform (--length-spread) or lognormal, set by --response-len (the "
-                         "mean, as veRL's response_length/mean) and --clip-ratio or --length-cv; simulated."),
-            click.option("--clip-ratio", type=float, default=None,
-                         help="Lognormal: share of responses reaching --response-cap (veRL response_length/clip_ratio)."),
-            click.option("--length-cv", type=float, default=None,
-                         help="Lognormal: coefficient of variation of the response lengths (before the cap, if any)."),
-        ]
-    ):  # fmt: skip
+def _apply(func: Any, options: list[Any]) -> Any:
+    for option in reversed(options):
         func = option(func)
     return func
+
+
+def batch_options(func: Any) -> Any:
+    """The step's batch: algorithm, prompts x samples, mean lengths (shared with plan rl)."""
+    return _apply(func, [
+        click.option("--algorithm", type=choice(("grpo", "ppo")), default="grpo", show_default=True),
+        click.option("--prompts", "prompts_per_step", type=int, default=256, show_default=True, help="Prompts per step."),
+        click.option("--samples", "samples_per_prompt", type=int, default=8, show_default=True, help="Responses/prompt."),
+        click.option("--prompt-len", type=int, default=1024, show_default=True, help="Prompt tokens (mean)."),
+        click.option("--response-len", type=int, default=1024, show_default=True, help="Response tokens (mean)."),
+    ])  # fmt: skip
+
+
+def step_options(func: Any) -> Any:
+    """Updates, the other models' passes, the engine's memory and the response lengths (shared with plan rl)."""
+    return _apply(func, [
+        click.option("--epochs", type=int, default=1, show_default=True, help="PPO epochs over the batch."),
+        click.option("--minibatches", type=int, default=1, show_default=True, help="Optimizer steps per epoch."),
+        click.option("--reward-model/--rule-reward", default=False, show_default=True, help="Learned reward model."),
+        click.option("--reference/--no-reference", default=True, show_default=True, help="KL reference policy."),
+        click.option("--old-logprob/--no-old-logprob", default=True, show_default=True,
+                     help="Recompute the rollout policy's log-probs with the trainer (veRL, NeMo RL do)."),
+        click.option("--rollout-memory-fraction", type=float, default=None,
+                     help="Engine weights + KV pool as a share of each rollout GPU's memory (vLLM "
+                     "gpu_memory_utilization) [0.5 colocated; split: 0.9 of what the weights leave]."),
+        click.option("--length-spread", type=float, default=0.0, show_default=True,
+                     help="Prompt and response lengths uniform in mean x [1 - s, 1 + s]; > 0 simulates the "
+                     "rollout's long tail."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Rollout simulation seed."),
+        click.option("--response-cap", type=int, default=None,
+                     help="Token limit per response (NeMo RL: max_total_sequence_length - prompt): one response per "
+                     "replica runs to it after the others end [no cap tail]; with lognormal lengths, their cap."),
+        click.option("--length-dist", type=choice(("uniform", "lognormal")), default="uniform", show_default=True,
+                     help="Response lengths: uniform (--length-spread) or lognormal, set by --response-len (the "
+                     "mean, as veRL's response_length/mean) and --clip-ratio or --length-cv; simulated."),
+        click.option("--clip-ratio", type=float, default=None,
+                     help="Lognormal: share of responses reaching --response-cap (veRL response_length/clip_ratio)."),
+        click.option("--length-cv", type=float, default=None,
+                     help="Lognormal: coefficient of variation of the response lengths (before the cap, if any)."),
+    ])  # fmt: skip
 
 
 @click.command(epilog=RL_EXAMPLE)
@@ -48,11 +77,7 @@ def lognormal_options(func: Any) -> Any:
 @click.option(
     "--nodes", type=int, default=1, show_default=True, help="Nodes for the whole step (rollout and training)."
 )
-@click.option("--algorithm", type=choice(("grpo", "ppo")), default="grpo", show_default=True)
-@click.option("--prompts", "prompts_per_step", type=int, default=256, show_default=True, help="Prompts per step.")
-@click.option("--samples", "samples_per_prompt", type=int, default=8, show_default=True, help="Responses/prompt.")
-@click.option("--prompt-len", type=int, default=1024, show_default=True, help="Prompt tokens (mean).")
-@click.option("--response-len", type=int, default=1024, show_default=True, help="Response tokens (mean).")
+@batch_options
 @click.option("--placement", type=choice(("colocated", "split")), default="colocated", show_default=True)
 @click.option("--rollout-nodes", type=int, default=None, help="Split: nodes that generate [half].")
 @click.option("--async", "async_split", is_flag=True, help="Split: overlap rollout with training (one step stale).")
@@ -68,23 +93,7 @@ def lognormal_options(func: Any) -> Any:
               help="Expert parallel degree of training (MoE; inside data parallelism).")  # fmt: skip
 @click.option("--train-sharding", type=choice(SHARDING_CHOICES), default=None,
               help="ZeRO / FSDP stage of the trained models [fsdp at train tp = pp = 1, else zero1].")  # fmt: skip
-@click.option("--epochs", type=int, default=1, show_default=True, help="PPO epochs over the batch.")
-@click.option("--minibatches", type=int, default=1, show_default=True, help="Optimizer steps per epoch.")
-@click.option("--reward-model/--rule-reward", default=False, show_default=True, help="Learned reward model.")
-@click.option("--reference/--no-reference", default=True, show_default=True, help="KL reference policy.")
-@click.option("--old-logprob/--no-old-logprob", default=True, show_default=True,
-              help="Recompute the rollout policy's log-probs with the trainer (veRL, NeMo RL do).")  # fmt: skip
-@click.option("--rollout-memory-fraction", type=float, default=None,
-              help="Engine weights + KV pool as a share of each rollout GPU's memory (vLLM gpu_memory_utilization) "
-              "[0.5 colocated; split: 0.9 of what the weights leave].")  # fmt: skip
-@click.option("--length-spread", type=float, default=0.0, show_default=True,
-              help="Prompt and response lengths uniform in mean x [1 - s, 1 + s]; > 0 simulates the rollout's "
-              "long tail.")  # fmt: skip
-@click.option("--seed", type=int, default=0, show_default=True, help="Rollout simulation seed.")
-@click.option("--response-cap", type=int, default=None,
-              help="Token limit per response (NeMo RL: max_total_sequence_length - prompt): one response per replica "
-              "runs to it after the others end [no cap tail].")  # fmt: skip
-@lognormal_options
+@step_options
 @click.option("--offload/--no-offload", default=None,
               help="Colocated: park the trained models' weights and optimizer state in host memory during "
               "generation (host copies each step, less GPU memory; NeMo RL always does) [off, as veRL's defaults].")  # fmt: skip

@@ -16,7 +16,7 @@ from rich.table import Table
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import Cluster, build_cluster
 from fmstack.cli.common import catalog_option, choice, console, json_option, no_wrap, print_json
-from fmstack.cli.rl_cmd import lognormal_options
+from fmstack.cli.rl_cmd import batch_options, step_options
 from fmstack.errors import InputError
 from fmstack.fileio import check_output_path
 from fmstack.perfmodel.inference_kv import PRECISIONS
@@ -113,11 +113,7 @@ def _status(quiet: bool) -> Iterator[Callable[[str], None] | None]:
 @click.option("--critic", default=None, help="Critic / reward model [the actor's architecture].")
 @click.option("--instance", required=True, help="Instance name(s), comma-separated, from the catalog.")
 @click.option("--nodes", "nodes_text", required=True, help="Nodes for the whole step: 4, a list (2,4,8) or 2-16.")
-@click.option("--algorithm", type=choice(("grpo", "ppo")), default="grpo", show_default=True)
-@click.option("--prompts", "prompts_per_step", type=int, default=256, show_default=True, help="Prompts per step.")
-@click.option("--samples", "samples_per_prompt", type=int, default=8, show_default=True, help="Responses/prompt.")
-@click.option("--prompt-len", type=int, default=1024, show_default=True, help="Prompt tokens (mean).")
-@click.option("--response-len", type=int, default=1024, show_default=True, help="Response tokens (mean).")
+@batch_options
 @click.option("--placement", "kinds", default="colocated,split,async", show_default=True,
               help="Placements searched, comma-separated: colocated (host offload off and on), split (on-policy), "
               "async (split, overlapped one step apart).")  # fmt: skip
@@ -125,19 +121,7 @@ def _status(quiet: bool) -> Iterator[Callable[[str], None] | None]:
               help="Async rows may also let trajectories lag up to this many steps (estimate rl "
               "--max-trajectory-age); 1 = one step apart only.")  # fmt: skip
 @click.option("--rollout-precision", type=choice(PRECISIONS), default="bf16", show_default=True)
-@click.option("--epochs", type=int, default=1, show_default=True, help="PPO epochs over the batch.")
-@click.option("--minibatches", type=int, default=1, show_default=True, help="Optimizer steps per epoch.")
-@click.option("--reward-model/--rule-reward", default=False, show_default=True, help="Learned reward model.")
-@click.option("--reference/--no-reference", default=True, show_default=True, help="KL reference policy.")
-@click.option("--old-logprob/--no-old-logprob", default=True, show_default=True,
-              help="Recompute the rollout policy's log-probs with the trainer.")  # fmt: skip
-@click.option("--rollout-memory-fraction", type=float, default=None,
-              help="Engine weights + KV pool as a share of each rollout GPU's memory [estimate rl's default].")  # fmt: skip
-@click.option("--length-spread", type=float, default=0.0, show_default=True,
-              help="Lengths uniform in mean x [1 - s, 1 + s] (simulated: seconds per rollout).")  # fmt: skip
-@click.option("--seed", type=int, default=0, show_default=True, help="Rollout simulation seed.")
-@click.option("--response-cap", type=int, default=None, help="Token limit per response [no cap tail].")
-@lognormal_options
+@step_options
 @click.option("--objective", type=click.Choice(("time", "throughput", "cost")), default="time", show_default=True,
               help="Rank by step time, samples/s per GPU, or USD per step (needs the instance's price).")  # fmt: skip
 @click.option("--top", type=int, default=10, show_default=True, help="Configurations to show.")

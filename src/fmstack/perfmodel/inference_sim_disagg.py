@@ -211,13 +211,17 @@ class DisaggSim:
             req = self._requests[r]
             req.prefilled += n
             if req.prefilled >= req.input_len:
-                self._prefill_work[p].remove(r)
+                self._drop_work(p, r)
                 self._prefilled_at[r] = self.clock_s
                 self._decode_queue.append(r)
         self._prefill_batch[p] = {}
         self._prefill_busy[p] = False
         self._place()
         self._start_prefill(p)
+
+    def _drop_work(self, p: int, r: int) -> None:
+        """Request ``r``'s prompt is done on prefill replica ``p``: off its list of prompts in progress."""
+        self._prefill_work[p].remove(r)
 
     def _place(self) -> None:
         """Give waiting prefilled requests decode slots (most free slots first) and start their KV transfers."""

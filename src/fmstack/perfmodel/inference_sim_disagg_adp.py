@@ -127,21 +127,11 @@ class AdpDisaggSim(DisaggSim):
         self._prefill_log.append((self.clock_s, t))
         self._push(self.clock_s + t, "prefill", p)
 
-    def _finish_prefill(self, p: int) -> None:
+    def _drop_work(self, p: int, r: int) -> None:
         if self.prefill_ranks == 1:
-            super()._finish_prefill(p)
-            return
-        for r, n in self._prefill_batch[p].items():
-            req = self._requests[r]
-            req.prefilled += n
-            if req.prefilled >= req.input_len:
-                self._rank_work[p][self._prefill_rank[r]].remove(r)
-                self._prefilled_at[r] = self.clock_s
-                self._decode_queue.append(r)
-        self._prefill_batch[p] = {}
-        self._prefill_busy[p] = False
-        self._place()
-        self._start_prefill(p)
+            super()._drop_work(p, r)
+        else:  # the prompt ran on one rank of replica p
+            self._rank_work[p][self._prefill_rank[r]].remove(r)
 
     # placement and KV transfer -------------------------------------------------------------------------------------
 
