@@ -288,13 +288,7 @@ class DisaggSim:
         still: list[int] = []
         for q in self._running[r]:
             req = self._requests[q]
-            if req.generated == 0:
-                req.first_token_s = now
-            else:
-                req.gaps_s.append(now - req.last_token_s)
-            req.generated += 1
-            req.last_token_s = now
-            if req.generated < req.output_len:
+            if req.emit_token(now):
                 still.append(q)
                 self._ctx_sum[r] += 1
             else:

@@ -215,13 +215,7 @@ class AdpDisaggSim(DisaggSim):
             still: list[int] = []
             for q in run:
                 req = self._requests[q]
-                if req.generated == 0:
-                    req.first_token_s = now
-                else:
-                    req.gaps_s.append(now - req.last_token_s)
-                req.generated += 1
-                req.last_token_s = now
-                if req.generated < req.output_len:
+                if req.emit_token(now):
                     still.append(q)
                     self._rank_ctx[r][k] += 1
                 else:

@@ -147,6 +147,17 @@ class SimRequest:
     last_token_s: float = math.nan
     gaps_s: list[float] = field(default_factory=list)
 
+    def emit_token(self, now_s: float) -> bool:
+        """One more output token at ``now_s`` (the first sets the TTFT, the others add a gap); True while more
+        remain."""
+        if self.generated == 0:
+            self.first_token_s = now_s
+        else:
+            self.gaps_s.append(now_s - self.last_token_s)
+        self.generated += 1
+        self.last_token_s = now_s
+        return self.generated < self.output_len
+
 
 def summarise(requests: list[SimRequest], sim: SimConfig, iterations: int) -> SimResult:
     """Percentiles and rates over the measured requests (warm-up and cool-down requests left out)."""
