@@ -17,6 +17,7 @@ from fmstack.errors import InputError
 from fmstack.fileio import check_output_path
 from fmstack.perfmodel.inference import ServeConfig, ServeEstimate, deployment, estimate_serve, validate_serve
 from fmstack.perfmodel.inference_kv import KV_DTYPES, PRECISIONS
+from fmstack.perfmodel.inference_plan_candidate import layout_text
 
 SERVE_EXAMPLE = """Example:
 
@@ -136,7 +137,7 @@ def serve_cmd(
         from fmstack.perfmodel.inference_disagg import SLO, compare_disaggregation
 
         data["disaggregation"] = asdict(compare_disaggregation(arch, cluster, cfg, SLO(ttft_s=ttft_slo, itl_s=itl_slo)))
-        data["disaggregation"]["layout"] = _layout_text(cfg)  # both pools (DistServe's equal-layout comparison)
+        data["disaggregation"]["layout"] = layout_text(cfg)  # both pools (DistServe's equal-layout comparison)
     if as_json:
         print_json(data)
         return
@@ -167,10 +168,6 @@ def _decode_layout(
         raise InputError(field, f"decode pool: {exc.message}") from None
     same = (dc.tp, dc.pp, dc.ep, dc.attention_dp) == (cfg.tp, cfg.pp, cfg.ep, cfg.attention_dp)
     return None if same else dc
-
-
-def _layout_text(c: ServeConfig) -> str:
-    return f"tp {c.tp} pp {c.pp}" + (f" ep {c.ep}" if c.ep > 1 else "") + (" attention DP" if c.attention_dp else "")
 
 
 def _check_colocated_flags(cfg: ServeConfig, arch: Any, cluster: Any, nodes: int, disagg: bool) -> None:

@@ -42,7 +42,7 @@ from fmstack.perfmodel.inference import (
 from fmstack.perfmodel.inference_disagg import SLO, DisaggComparison, compare_disaggregation
 from fmstack.perfmodel.inference_kv import check_tp
 from fmstack.perfmodel.inference_plan_candidate import Candidate as Candidate  # re-exported
-from fmstack.perfmodel.inference_plan_candidate import ClusterOf, config_of, deployment_nodes
+from fmstack.perfmodel.inference_plan_candidate import ClusterOf, config_of, deployment_nodes, layout_text
 from fmstack.perfmodel.inference_plan_disagg import disagg_analytic, split_note
 from fmstack.perfmodel.inference_plan_verify import verify_cheapest
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
@@ -233,11 +233,6 @@ def _heterogeneous(
     return out
 
 
-def _layout(c: Candidate) -> str:
-    """The prefill pool's (or a colocated replica's) layout, as the plan's notes name it."""
-    return f"tp {c.tp} pp {c.pp}" + (f" ep {c.ep}" if c.ep > 1 else "") + (" attention DP" if c.attention_dp else "")
-
-
 def _disaggregation(
     model: ModelArch, cluster: Cluster, best: Candidate, cfg: ServeConfig, qps: float, slo: SLO
 ) -> tuple[DisaggComparison | None, str]:
@@ -246,7 +241,7 @@ def _disaggregation(
     per_replica = best.tp * best.pp
     if cluster.num_gpus < 2 * per_replica:
         return None, (
-            f"DistServe's comparison not made: it splits the best row's own layout ({_layout(best)}) into a prefill "
+            f"DistServe's comparison not made: it splits the best row's own layout ({layout_text(best)}) into a prefill "
             f"and a decode replica, 2 x {per_replica} GPUs, and the plan's {best.nodes} node(s) hold "
             f"{cluster.num_gpus}"
         )  # fmt: skip
@@ -254,7 +249,7 @@ def _disaggregation(
     meets = "at least" if cmp.disagg_rps >= qps else "below"
     return cmp, (
         f"DistServe's mean-field comparison on the best row's {cmp.num_gpus} GPUs ({cmp.replicas} replicas of "
-        f"{_layout(best)}, both pools in that layout), the SLO applied to means: "
+        f"{layout_text(best)}, both pools in that layout), the SLO applied to means: "
         f"colocated {cmp.colocated_rps:.2f} req/s vs disaggregated {cmp.disagg_rps:.2f} req/s (prefill:decode "
         f"replicas {cmp.prefill_to_decode}, {meets} the {qps:g} req/s asked); {cmp.why}"
     )  # fmt: skip

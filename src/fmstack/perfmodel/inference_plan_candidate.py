@@ -89,6 +89,12 @@ def config_of(c: Candidate, input_len: int, output_len: int) -> ServeConfig:
                        max_num_tokens=c.max_num_tokens, attention_dp=c.attention_dp)  # fmt: skip
 
 
+def layout_text(c: Candidate | ServeConfig) -> str:
+    """A replica's layout in words, as the plan's notes and ``estimate serve --disagg`` name it:
+    ``tp 8 pp 1 ep 8 attention DP`` (a split row: its prefill pool's)."""
+    return f"tp {c.tp} pp {c.pp}" + (f" ep {c.ep}" if c.ep > 1 else "") + (" attention DP" if c.attention_dp else "")
+
+
 def split_label(c: Candidate) -> str:
     """``4P:1D`` (``4P:1D attn-dp`` when both pools run attention DP), or with heterogeneous pools each pool's
     layout: ``4P(tp2):1D(tp8)`` (pp and ep where > 1, ``attn-dp`` where the pool runs attention DP)."""
