@@ -832,3 +832,6 @@ BAD_ARGV += [
     ([*_PLAN_RL, "--nodes", "2", "--html", "/nonexistent-dir/rl.html"], "html: folder /nonexistent-dir does not exist"),
     ([*_PLAN_RL, "--nodes", "2", "--html", "."], "html: . is a directory; give a file name, e.g. rl-plan.html"),
 ]
+
+# session 12, --calibration for estimate serve / plan serve / estimate rl (helper C): add rows here
+BAD_ARGV += []
