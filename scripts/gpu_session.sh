@@ -2,7 +2,8 @@
 # Run fmstack's GPU paths on a machine with one or more NVIDIA GPUs and write the results under $OUT.
 #
 #   OUT=/tmp/gpu-out [ARCHIVE=1] scripts/gpu_session.sh [part ...]
-#       parts: env tests bench loop train exporter nvmlcalls planner sim (default: env tests bench loop train exporter);
+#       parts: env tests bench loop decode train exporter nvmlcalls planner sim
+#       (default: env tests bench loop decode train exporter);
 #       ARCHIVE=1 also packs $OUT into $OUT/results.tar.gz
 #
 # Expects python3 with torch (CUDA build), numpy, click, rich, PyYAML, prometheus-client, nvidia-ml-py; pydantic and
@@ -23,7 +24,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
         && export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(env tests bench loop train exporter)
+[ ${#parts[@]} -eq 0 ] && parts=(env tests bench loop decode train exporter)
 failed=0
 
 part_env() {
@@ -80,6 +81,11 @@ part_loop() {
         && python3 benchmarks/bench_closing_loop_cuda.py --preset medium --d-model 2048 --heads 16 --batch 8 \
             --json "$OUT/loop-d2048.json" \
         && python3 benchmarks/bench_closing_loop_cuda.py --preset small --batch 8 --json "$OUT/loop-small.json"
+}
+
+part_decode() {
+    # the serving model's decode and prefill steps against the reference decoder (Llama 3.1 8B shape, bf16)
+    python3 benchmarks/bench_decode_loop_cuda.py --json "$OUT/decode-loop.json"
 }
 
 part_train() {
