@@ -49,6 +49,7 @@ def main() -> None:
     p.add_argument("--attention", default="sdpa,matmul", help="decode attention: sdpa, matmul or both")
     p.add_argument("--min-time", type=float, default=0.2, help="seconds per timed batch")
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    p.add_argument("--compile", action="store_true", help="run the steps through torch.compile (fused elementwise)")
     p.add_argument("--json", help="write the numbers here")
     args = p.parse_args()
 
@@ -79,8 +80,9 @@ def main() -> None:
             return price_decode(arch, cluster, eff, batch=pt.batch, attended=pt.attended)
         return price_prefill(arch, cluster, eff, batch=pt.batch, prompt_len=pt.context)
 
+    how = "torch.compile" if args.compile else "eager ops"
     print(f"# {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {spec.name}, torch {torch.__version__}; {arch.name} shape, "
-          f"{cfg.num_layers} layers, {cfg.params() / 1e9:.2f} B params, bf16; model prices {cluster.gpu.name}")  # fmt: skip
+          f"{cfg.num_layers} layers, {cfg.params() / 1e9:.2f} B params, bf16, {how}; model prices {cluster.gpu.name}")  # fmt: skip
     if calibrated is None:
         print(f"# {spec.name} is not the catalog's {cluster.gpu.name}: no calibrated prediction (plumbing check)")
     else:
@@ -130,7 +132,7 @@ def main() -> None:
         }
 
     measure_steps(cfg, device=args.device, decode=decode_pts, prefill=prefill_pts, attention=attention,  # type: ignore[arg-type]
-                  min_time_s=args.min_time, on_point=report)  # fmt: skip
+                  min_time_s=args.min_time, on_point=report, compiled=args.compile)  # fmt: skip
     gemv = []
     if args.device == "cuda":  # the step's linear layers alone: weight bytes over kernel time
         layer = {"qkv": (cfg.q_width + 2 * cfg.kv_width, cfg.hidden_size), "out": (cfg.hidden_size, cfg.q_width),

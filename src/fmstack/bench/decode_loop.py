@@ -72,6 +72,9 @@ class StepPoint:
     PyTorch profiler; empty off CUDA."""
     kernel_count: int = 0
     """CUDA kernels one step launches (0 off CUDA)."""
+    compiled: bool = False
+    """The step ran through ``torch.compile`` (Inductor fuses the norms, rotary and activation into a few Triton
+    kernels, as vLLM's compiled model does), not eagerly op by op."""
 
     @property
     def attended(self) -> int:
@@ -104,6 +107,7 @@ def measure_steps(
     attention: Iterable[DecodeAttention] = ("sdpa",),
     min_time_s: float = 0.2,
     trials: int = 3,
+    compiled: bool = False,
     seed: int = 0,
     on_point: Callable[[StepPoint], None] | None = None,
 ) -> list[StepPoint]:
@@ -114,6 +118,10 @@ def measure_steps(
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     torch.manual_seed(seed)
     model = build_decoder(cfg, device=device, dtype=dt).requires_grad_(False)
+    decode_fn, prefill_fn = model.decode, model.prefill
+    if compiled:  # one graph per shape (dynamic=False), compiled at the point's first (warm-up) call
+        decode_fn = torch.compile(model.decode, dynamic=False, fullgraph=True)
+        prefill_fn = torch.compile(model.prefill, dynamic=False, fullgraph=True)
     gen = torch.Generator(device=device).manual_seed(seed)
     width = torch.finfo(dt).bits // 8
     points: list[StepPoint] = []
@@ -122,7 +130,7 @@ def measure_steps(
         kern = kernel_timing(fn, device, min_time_s=min_time_s, trials=trials).median_s
         eager = time_calls(fn, device, min_time_s=min_time_s, trials=trials).median_s
         groups, count = kernel_breakdown(fn) if device == "cuda" else ({}, 0)
-        return {"kernel_s": kern, "eager_s": eager, "kernels_s": groups, "kernel_count": count}
+        return {"kernel_s": kern, "eager_s": eager, "kernels_s": groups, "kernel_count": count, "compiled": compiled}
 
     def record(point: StepPoint) -> None:
         points.append(point)
@@ -137,14 +145,14 @@ def measure_steps(
                 v.normal_(generator=gen)
             tokens = torch.randint(0, cfg.vocab_size, (batch,), device=device, generator=gen)
             for how in attention:
-                times = timed(partial(model.decode, tokens, ctx, cache, how))
+                times = timed(partial(decode_fn, tokens, ctx, cache, how))
                 record(StepPoint(kind="decode", batch=batch, context=ctx, attention=how,
                                  kv_cache_bytes=cfg.kv_cache_bytes(batch, ctx + 1, width), **times))  # fmt: skip
             del cache
         for batch, length in prefill:
             cache = model.new_cache(batch, length)
             prompt = torch.randint(0, cfg.vocab_size, (batch, length), device=device, generator=gen)
-            times = timed(partial(model.prefill, prompt, cache))
+            times = timed(partial(prefill_fn, prompt, cache))
             record(StepPoint(kind="prefill", batch=batch, context=length, attention="sdpa",
                              kv_cache_bytes=cfg.kv_cache_bytes(batch, length, width), **times))  # fmt: skip
             del cache

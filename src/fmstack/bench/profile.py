@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from fmstack.bench.collectives import CollectiveResult
 from fmstack.bench.device import DeviceSpec
 from fmstack.bench.gemm import GemmResult, best_by_flops
-from fmstack.bench.memory import MemoryResult
+from fmstack.bench.memory import KERNELS, MemoryResult
 from fmstack.bench.storage import StorageResult
 from fmstack.perfmodel.calibration import CalibrationProfile, CollectiveCurve, Curve, DeviceInfo
 
@@ -83,7 +83,7 @@ def build_profile(
         update["memory_curves"] = curves
         update["memory_bw_gbps"] = curves.get("copy") or next(iter(curves.values()))
         if not mem_peak:
-            peak_mem = max(r.bw_gbps for r in memory)
+            peak_mem = max((r.bw_gbps for r in memory if r.kernel in KERNELS), default=None)  # STREAM's, not gemv
     if collectives:
         colls: dict[str, CollectiveCurve] = {}
         for op in dict.fromkeys(r.op for r in collectives):

@@ -32,6 +32,16 @@ class Efficiency:
     """Fraction of HBM bandwidth a grouped (routed-expert) GEMM reads its weights at, where a measurement
     exists for the architecture (``data/efficiency.yaml``); None: the dense ``memory`` fraction."""
 
+    weight_memory: float | None = None
+    """Fraction of HBM bandwidth the dense linear layers read their weights at in a memory-bound (decode) step, where a
+    profile measured it (``gemv``: cuBLAS streams weights below STREAM's rate: 2,700 vs 3,020 GB/s on an H100,
+    benchmarks/results/decode-loop-h100-2026-11-24); None: the ``memory`` fraction."""
+
+    @property
+    def weight_read_memory(self) -> float:
+        """HBM fraction of the dense weight reads (``weight_memory``, else ``memory``)."""
+        return self.memory if self.weight_memory is None else self.weight_memory
+
     @property
     def expert_memory(self) -> float:
         """HBM fraction of the routed experts' weight reads (``grouped_memory``, else ``memory``)."""
@@ -123,8 +133,10 @@ def efficiency_from_profile(profile: CalibrationProfile, gpu: GPU, *, force: boo
 
     The profile must have been measured on ``gpu`` (:func:`check_profile_gpu`) unless ``force``.
     Precisions the profile did not measure keep their defaults; the attention fraction keeps its default
-    scaled by the measured / default GEMM plateau ratio (attention kernels are Tensor-core bound too); the
-    grouped-GEMM weight-read fraction keeps its default (the profile runs no grouped GEMM).
+    scaled by the measured / default GEMM plateau ratio (attention kernels are Tensor-core bound too); the memory
+    fraction is copy's rate at its largest size over the peak, the dense weight-read fraction gemv's (when the
+    profile has it: ``fmstack bench memory --device cuda``); the grouped-GEMM weight-read fraction keeps its default
+    (the profile runs no grouped GEMM).
     """
     if not force:
         check_profile_gpu(profile, gpu)
@@ -137,13 +149,17 @@ def efficiency_from_profile(profile: CalibrationProfile, gpu: GPU, *, force: boo
     if "bf16" in profile.gemm_efficiency:
         measured = profile.gemm_efficiency["bf16"].y[-1]
         ratio = measured / base.gemm["bf16"].y[-1]
-    memory = base.memory
-    if profile.memory_bw_gbps is not None and profile.device.peak_memory_bw_gbps:
-        memory = min(1.0, profile.memory_bw_gbps.y[-1] / profile.device.peak_memory_bw_gbps)
+    memory, weights = base.memory, base.weight_memory
+    peak_bw = profile.device.peak_memory_bw_gbps
+    if profile.memory_bw_gbps is not None and peak_bw:
+        memory = min(1.0, profile.memory_bw_gbps.y[-1] / peak_bw)
+    if "gemv" in profile.memory_curves and peak_bw:
+        weights = min(1.0, profile.memory_curves["gemv"].y[-1] / peak_bw)
     return Efficiency(
         gemm=gemm,
         attention=min(1.0, base.attention * ratio),
         memory=memory,
+        weight_memory=weights,
         grouped_memory=base.grouped_memory,
         source=f"calibration profile of {profile.device.name} measured {profile.measured_at:%Y-%m-%d}",
     )

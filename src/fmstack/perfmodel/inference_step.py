@@ -173,7 +173,7 @@ def step_time(
     dense_bytes = layers * (
         (dense_params_layer - attn_params_layer) * wbytes + attn_params_layer * WEIGHT_BYTES[attn_prec]
     ) / ta + (head_params * 2.0 / ta if d.pp == 1 else head_params * 2.0 / ta / pp)
-    dense_weights = dense_bytes / hbm
+    dense_weights = dense_bytes / (gpu.hbm_bw_gbps * 1e9 * eff.weight_read_memory)
     expert_weights = layers * moe_frac * expert_params_layer * touched / tp * wbytes / expert_hbm
     gemm = np.where(dense_gemm >= dense_weights, dense_gemm, 0.0) + np.where(
         expert_gemm >= expert_weights, expert_gemm, 0.0
