@@ -834,4 +834,49 @@ BAD_ARGV += [
 ]
 
 # session 12, --calibration for estimate serve / plan serve / estimate rl (helper C): add rows here
-BAD_ARGV += []
+BAD_FILES.update(
+    {
+        "b200_profile.json": '{"device": {"name": "NVIDIA B200", "kind": "cuda", "catalog_gpu": "B200", '
+        '"peak_memory_bw_gbps": 8000}, "measured_at": "2026-11-23T00:00:00", '
+        '"memory_bw_gbps": {"x": [1e9], "y": [6000]}}',
+        "h100_profile.json": '{"device": {"name": "NVIDIA H100 80GB HBM3", "kind": "cuda", "catalog_gpu": "H100", '
+        '"peak_memory_bw_gbps": 3350}, "measured_at": "2026-11-23T00:00:00", '
+        '"memory_bw_gbps": {"x": [1e9], "y": [2680]}}',
+        "broken_profile.json": '{"device": {"name": "NVIDIA H100 80GB HBM3",',
+    }
+)
+_CAL_SERVE = ["estimate", "serve", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--input-len", "128",
+              "--output-len", "128"]  # fmt: skip
+_CAL_PLAN_SERVE = ["plan", "serve", "--model", "llama3.1-8b", "--qps", "5", "--input-len", "512", "--output-len", "128",
+                   "--ttft-p99", "0.5", "--itl-p99", "0.05"]  # fmt: skip
+_CAL_RL = ["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--prompts", "64", "--samples",
+           "8", "--prompt-len", "512", "--response-len", "512", "--rollout-tp", "1", "--train-tp", "1"]  # fmt: skip
+_CAL_PLAN_RL = ["plan", "rl", "--model", "llama3.1-8b", "--nodes", "1", "--prompts", "64", "--samples", "8",
+                "--prompt-len", "512", "--response-len", "512"]  # fmt: skip
+_OTHER_GPU = ("calibration: profile measured on 'NVIDIA B200' (cuda, catalog GPU B200) but the cluster's GPU is H100; "
+              "a profile calibrates only the GPU it was measured on")  # fmt: skip
+_FORCE_ALONE = "calibration-force: applies a --calibration profile; none was given"
+_CPU_FORCED = "cannot calibrate a GPU even with --calibration-force"
+BAD_ARGV += [
+    ([*_CAL_SERVE, "--calibration", "@file:b200_profile.json"], _OTHER_GPU),
+    ([*_CAL_SERVE, "--nodes", "2", "--disagg", "--calibration", "@file:b200_profile.json"], _OTHER_GPU),
+    ([*_CAL_SERVE, "--calibration-force"], _FORCE_ALONE),
+    ([*_CAL_SERVE, "--calibration", "@file:cpu_profile.json", "--calibration-force"], _CPU_FORCED),
+    ([*_CAL_SERVE, "--calibration", "/nonexistent/profile.json"], "calibration: cannot read /nonexistent/profile.json"),
+    ([*_CAL_SERVE, "--calibration", "@file:broken_profile.json"], "is not valid JSON at line 1"),
+    ([*_CAL_SERVE, "--calibration", "@file:not_profile.json"], "field 'device': missing required field"),
+    ([*_CAL_PLAN_SERVE, "--instance", "p5.48xlarge", "--calibration", "@file:b200_profile.json"], _OTHER_GPU),
+    ([*_CAL_PLAN_SERVE, "--calibration", "@file:h100_profile.json"],
+     "or pass --calibration-force to apply it anyway; without --instance plan serve searches every priced instance"),
+    ([*_CAL_PLAN_SERVE, "--instance", "p5.48xlarge", "--calibration-force"], _FORCE_ALONE),
+    ([*_CAL_PLAN_SERVE, "--calibration", "@file:cpu_profile.json", "--calibration-force"], _CPU_FORCED),
+    ([*_CAL_RL, "--calibration", "@file:b200_profile.json"], _OTHER_GPU),
+    ([*_CAL_RL, "--calibration-force"], _FORCE_ALONE),
+    ([*_CAL_RL, "--calibration", "@file:cpu_profile.json", "--calibration-force"], _CPU_FORCED),
+    ([*_CAL_RL, "--calibration", "/nonexistent/profile.json"], "calibration: cannot read /nonexistent/profile.json"),
+    ([*_CAL_PLAN_RL, "--instance", "p5.48xlarge,p6-b200.48xlarge", "--calibration", "@file:h100_profile.json"],
+     "catalog GPU H100) but the cluster's GPU is B200"),
+    ([*_CAL_PLAN_RL, "--instance", "p5.48xlarge", "--calibration-force"], _FORCE_ALONE),
+    ([*_CAL_PLAN_RL, "--instance", "p5.48xlarge", "--calibration", "@file:cpu_profile.json", "--calibration-force"],
+     _CPU_FORCED),
+]  # fmt: skip

@@ -1,16 +1,22 @@
-"""Options and helpers shared by commands: --json, --catalog, output rendering."""
+"""Options and helpers shared by commands: --json, --catalog, --calibration, output rendering."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
+
+from fmstack.errors import InputError
+
+if TYPE_CHECKING:
+    from fmstack.catalog.topology import Cluster
+    from fmstack.perfmodel.efficiency import Efficiency, EfficiencyFor
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,6 +38,65 @@ def catalog_option(func: F) -> F:
         envvar=CATALOG_ENV,
         help=f"Directory of catalog YAML files that add or override entries (env {CATALOG_ENV}).",
     )(func)
+
+
+def calibration_options(func: F) -> F:
+    """Add ``--calibration PROFILE`` and ``--calibration-force`` (read them with :func:`calibration_for`)."""
+    func = click.option(
+        "--calibration-force",
+        is_flag=True,
+        help="Apply --calibration even if it was measured on a GPU other than the cluster's.",
+    )(func)
+    return click.option(
+        "--calibration",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="Calibration profile JSON (fmstack bench --out).",
+    )(func)
+
+
+def calibration_for(
+    calibration: Path | None, clusters: Sequence[Cluster], force: bool
+) -> EfficiencyFor | None:
+    """Each cluster's efficiency from the ``--calibration`` profile (None without one: the default curves).
+
+    Refused before anything is searched or estimated: ``--calibration-force`` without a profile; a profile measured
+    on a GPU other than a cluster's (:func:`fmstack.perfmodel.efficiency.check_profile_gpu`) unless forced; a profile
+    of a device the catalog does not know (a CPU) even when forced.
+    """
+    if calibration is None:
+        if force:
+            raise InputError("calibration-force", "applies a --calibration profile; none was given")
+        return None
+    from fmstack.perfmodel.calibration import load_profile
+    from fmstack.perfmodel.efficiency import check_profile_gpu, check_profile_has_catalog_peak, efficiency_from_profile
+
+    profile = load_profile(calibration)
+    if not force:
+        for cluster in clusters:
+            check_profile_gpu(profile, cluster.gpu)
+    check_profile_has_catalog_peak(profile)  # a CPU's profile: refused before searching, forced or not
+    by_gpu: dict[str, Efficiency] = {}  # a search builds many deployments of one GPU: derive its curves once
+
+    def efficiency(cluster: Cluster) -> Efficiency:
+        if cluster.gpu.name not in by_gpu:
+            by_gpu[cluster.gpu.name] = efficiency_from_profile(profile, cluster.gpu, force=force)
+        return by_gpu[cluster.gpu.name]
+
+    return efficiency
+
+
+def calibrated(calibration: Path | None, cluster: Cluster, force: bool) -> Efficiency | None:
+    """One cluster's efficiency from the ``--calibration`` profile (:func:`calibration_for`), None without one."""
+    efficiency_for = calibration_for(calibration, [cluster], force)
+    return None if efficiency_for is None else efficiency_for(cluster)
+
+
+def calibration_argv(calibration: Path | None, force: bool) -> list[str]:
+    """The ``--calibration`` / ``--calibration-force`` arguments that reapply the profile (a plan row's command)."""
+    if calibration is None:
+        return []
+    return ["--calibration", str(calibration)] + (["--calibration-force"] if force else [])
 
 
 def choice(values: tuple[str, ...]) -> click.Choice[str]:

@@ -13,6 +13,9 @@ from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import build_cluster, resolve_instance
 from fmstack.cli.common import (
     SubcommandGroup,
+    calibrated,
+    calibration_argv,
+    calibration_options,
     catalog_option,
     choice,
     console,
@@ -161,17 +164,7 @@ def resolve_nodes(nodes: int | None, gpus: int | None, gpus_per_node: int) -> in
 @click.option(
     "--tokens", type=float, default=None, help="Token budget: time to train it with checkpoints and failures."
 )
-@click.option(
-    "--calibration",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Calibration profile JSON (fmstack bench --out).",
-)
-@click.option(
-    "--calibration-force",
-    is_flag=True,
-    help="Apply --calibration even if it was measured on a GPU other than the cluster's.",
-)
+@calibration_options
 @resilience_options
 @json_option
 def train_cmd(
@@ -208,20 +201,15 @@ def train_cmd(
     if degrees.get("seq_len") is None:
         degrees["seq_len"] = default_seq_len(arch)
     cfg = fill_defaults(cluster.num_gpus, degrees)
-    efficiency = None
-    if calibration_force and calibration is None:
-        raise InputError("calibration-force", "applies a --calibration profile; none was given")
-    if calibration is not None:
-        from fmstack.perfmodel.calibration import load_profile
-        from fmstack.perfmodel.efficiency import efficiency_from_profile
-
-        efficiency = efficiency_from_profile(load_profile(calibration), cluster.gpu, force=calibration_force)
+    efficiency = calibrated(calibration, cluster, calibration_force)
     if tokens is not None and not (math.isfinite(tokens) and tokens > 0):
         raise InputError("tokens", f"must be > 0 and finite, got {tokens:g}")
     if tokens is None:
         _refuse_resilience_without_tokens()
     est = estimate_training(arch, cluster, cfg, efficiency=efficiency)
     data = est.to_json()
+    if efficiency is not None:
+        data["efficiency_source"] = efficiency.source
     if tokens is not None:
         from fmstack.perfmodel.failures import load_failure_model
         from fmstack.perfmodel.resilience import plan_resilience
@@ -240,6 +228,8 @@ def train_cmd(
         print_json(data)
         return
     render_estimate(est, data)
+    if efficiency is not None:
+        console().print(f"efficiency: {efficiency.source}", markup=False)
 
 
 def estimate_argv(
@@ -283,8 +273,7 @@ def estimate_argv(
             argv.append(f"--{flag}" if value else f"--no-{flag}")
     if catalog_dir is not None:
         argv += ["--catalog", str(catalog_dir)]
-    if calibration is not None:
-        argv += ["--calibration", str(calibration)] + (["--calibration-force"] if calibration_force else [])
+    argv += calibration_argv(calibration, calibration_force)
     if tokens is not None:
         short = f"{tokens:g}".replace("e+", "e")
         argv += ["--tokens", short if float(short) == tokens else repr(tokens)]

@@ -15,6 +15,8 @@ from fmstack.catalog.topology import Cluster, build_cluster, resolve_instance
 from fmstack.cli.common import (
     SearchCommand,
     SubcommandGroup,
+    calibration_for,
+    calibration_options,
     catalog_option,
     console,
     json_option,
@@ -31,7 +33,6 @@ from fmstack.perfmodel.config import (
     RECOMPUTE_CHOICES,
     default_seq_len,
 )
-from fmstack.perfmodel.efficiency import Efficiency
 from fmstack.perfmodel.planner import OBJECTIVES, PlanResult, SearchSpace, plan_training
 from fmstack.perfmodel.scaling import ScalePoint, run_sweep
 from fmstack.perfmodel.training import TrainingEstimate
@@ -161,27 +162,8 @@ def _space(
     )  # fmt: skip
 
 
-def _efficiency_for(calibration: Path | None, clusters: list[Cluster], force: bool) -> Any:
-    """Each cluster's efficiency from the profile; refused (before searching) where a cluster has another GPU."""
-    if calibration is None:
-        if force:
-            raise InputError("calibration-force", "applies a --calibration profile; none was given")
-        return None
-    from fmstack.perfmodel.calibration import load_profile
-    from fmstack.perfmodel.efficiency import check_profile_gpu, efficiency_from_profile
-
-    profile = load_profile(calibration)
-    if not force:
-        for cluster in clusters:
-            check_profile_gpu(profile, cluster.gpu)
-
-    def eff(cluster: Cluster) -> Efficiency:
-        return efficiency_from_profile(profile, cluster.gpu, force=force)
-
-    return eff
-
-
 def search_options(func: Any) -> Any:
+    func = calibration_options(func)  # innermost: listed after the options below, as before
     for option in reversed(
         [
             click.option("--model", required=True, help="Zoo model name or a model YAML file."),
@@ -220,17 +202,6 @@ def search_options(func: Any) -> Any:
                 show_default=True,
                 help="MoE: allow overlapping the expert all-to-all with another micro-batch (Megatron-Core >= 0.14).",
             ),
-            click.option(
-                "--calibration",
-                type=click.Path(path_type=Path),
-                default=None,
-                help="Calibration profile JSON (fmstack bench --out).",
-            ),
-            click.option(
-                "--calibration-force",
-                is_flag=True,
-                help="Apply --calibration even if it was measured on a GPU other than the cluster's.",
-            ),
         ]
     ):
         func = option(func)
@@ -259,7 +230,7 @@ def plan_train(
     arch = cat.model(model)
     clusters, skipped = build_clusters(cat, instance, gpus)
     space = _space(seq_len, global_batch, precisions, recompute, overlap_ep, arch, overlap_tp)
-    efficiency_for = _efficiency_for(calibration, clusters, calibration_force)
+    efficiency_for = calibration_for(calibration, clusters, calibration_force)
     with_failures = objective == "time-with-failures"
     if with_failures:
         objective = "time"
@@ -291,9 +262,14 @@ def plan_train(
     ]  # fmt: skip
     notes = batch_notes(result, batch_given=global_batch is not None) + stack_notes(result)
     if as_json:
-        print_json({**plan_json(result, skipped=skipped, commands=commands), "notes": notes})
+        data = {**plan_json(result, skipped=skipped, commands=commands), "notes": notes}
+        if efficiency_for is not None:
+            data["efficiency_source"] = efficiency_for(clusters[0]).source
+        print_json(data)
         return
     render_plan(result, skipped=skipped + notes, command=commands[0])
+    if efficiency_for is not None:
+        console().print(f"efficiency: {efficiency_for(clusters[0]).source}", markup=False)
     if html_path is not None:
         console().print(f"report written to {html_path}")
 
@@ -333,7 +309,7 @@ def _ideal_s(result: PlanResult, est: TrainingEstimate) -> float | None:
     return result.tokens / est.tokens_per_s if result.tokens else None
 
 
-from fmstack.cli.serve_cmd import plan_serve_cmd  # noqa: E402
+from fmstack.cli.plan_serve_cmd import plan_serve_cmd  # noqa: E402
 
 plan.add_command(plan_serve_cmd, "serve")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -22,14 +22,15 @@ from fmstack.perfmodel.inference_plan_candidate import split_label
 
 def estimate_argv(
     model: str, c: Candidate, input_len: int, output_len: int, catalog_dir: Path | None, slo: SLO | None = None,
-    *, qps: float | None = None, seed: int = 0,
+    *, qps: float | None = None, seed: int = 0, extra: Sequence[str] = (),
 ) -> list[str]:  # fmt: skip
     """The `estimate serve` command line that prices ``c``'s replica at its analytic point: its rate, mean TTFT and
     ITL come out as ``requests_per_s``, ``ttft_s``, ``itl_s`` (the same model, tested). A disaggregated row (with
     ``slo``): ``--disagg`` on the split's nodes, whose ``disaggregation`` prints the pools' mean-field figures
     (``decode_concurrency``, ``decode_itl_s``, ``prefill_s``, ``kv_transfer_s``; tested), and with ``qps``
     ``--qps R --prefill-replicas P --decode-replicas D --seed S``, whose ``disaggregated_simulation`` is the row's
-    simulation: the same p50/p90/p99 (tested)."""
+    simulation: the same p50/p90/p99 (tested). ``extra``: arguments appended as they are (the plan's
+    ``--calibration``)."""
     argv = ["fmstack", "estimate", "serve", "--model", model, "--instance", c.instance]
     split = c.mode == "disaggregated" and slo is not None
     if split or c.nodes_per_replica > 1:
@@ -63,10 +64,12 @@ def estimate_argv(
                     argv.append("--decode-attention-dp" if c.decode_attention_dp else "--no-decode-attention-dp")
     if catalog_dir is not None:
         argv += ["--catalog", str(catalog_dir)]
-    return argv
+    return argv + list(extra)
 
 
-def plan_serve_json(plan: ServePlan, model: str, top: int, catalog_dir: Path | None, seed: int = 0) -> dict[str, Any]:
+def plan_serve_json(
+    plan: ServePlan, model: str, top: int, catalog_dir: Path | None, seed: int = 0, extra: Sequence[str] = ()
+) -> dict[str, Any]:
     """``best`` and ``candidates`` (each with ``attention_dp`` and its ``estimate_command``), ``slo``, ``qps``,
     ``estimate_command`` (the best's), ``disaggregation`` (the comparison's fields or null) and
     ``disaggregation_note``. Each row has ``mode`` ("colocated" | "disaggregated"), ``prefill_replicas``,
@@ -75,7 +78,8 @@ def plan_serve_json(plan: ServePlan, model: str, top: int, catalog_dir: Path | N
     ``nodes_per_replica`` are a split's prefill pool's, the decode pool's differ in a heterogeneous split)."""
 
     def row(c: Candidate) -> dict[str, Any]:
-        argv = estimate_argv(model, c, plan.input_len, plan.output_len, catalog_dir, plan.slo, qps=plan.qps, seed=seed)
+        argv = estimate_argv(model, c, plan.input_len, plan.output_len, catalog_dir, plan.slo, qps=plan.qps, seed=seed,
+                             extra=extra)  # fmt: skip
         cmd = shlex.join(argv)
         return asdict(c) | {"estimate_command": cmd}
 
@@ -88,7 +92,9 @@ def plan_serve_json(plan: ServePlan, model: str, top: int, catalog_dir: Path | N
     }  # fmt: skip
 
 
-def render_plan_serve(plan: ServePlan, model: str, top: int, catalog_dir: Path | None, seed: int = 0) -> None:
+def render_plan_serve(
+    plan: ServePlan, model: str, top: int, catalog_dir: Path | None, seed: int = 0, extra: Sequence[str] = ()
+) -> None:
     out = console()
     b, slo = plan.best, plan.slo
     layout = f"tp {b.tp}{f' pp {b.pp}' if b.pp > 1 else ''}{f' ep {b.ep}' if b.ep > 1 else ''}"
@@ -135,7 +141,8 @@ def render_plan_serve(plan: ServePlan, model: str, top: int, catalog_dir: Path |
     out.print(table)
     what = "the best split's simulation" if b.mode == "disaggregated" else "the best replica's analytic point"
     out.print(f"reproduce {what} with:", markup=False)
-    argv = estimate_argv(model, b, plan.input_len, plan.output_len, catalog_dir, slo, qps=plan.qps, seed=seed)
+    argv = estimate_argv(model, b, plan.input_len, plan.output_len, catalog_dir, slo, qps=plan.qps, seed=seed,
+                         extra=extra)  # fmt: skip
     out.print(shlex.join(argv), markup=False, soft_wrap=True)
     out.print(f"disaggregated prefill/decode: {plan.disaggregation_note}", markup=False, soft_wrap=True)
 

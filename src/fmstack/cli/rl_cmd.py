@@ -12,7 +12,16 @@ from rich.table import Table
 
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import build_cluster
-from fmstack.cli.common import catalog_option, choice, console, json_option, parts_table, print_json
+from fmstack.cli.common import (
+    calibrated,
+    calibration_options,
+    catalog_option,
+    choice,
+    console,
+    json_option,
+    parts_table,
+    print_json,
+)
 from fmstack.perfmodel.config import SHARDING_CHOICES
 from fmstack.perfmodel.inference_kv import PRECISIONS
 
@@ -98,29 +107,34 @@ def step_options(func: Any) -> Any:
               help="Colocated: park the trained models' weights and optimizer state in host memory during "
               "generation (host copies each step, less GPU memory; NeMo RL always does) [off, as veRL's defaults].")  # fmt: skip
 @click.option("--compare", is_flag=True, help="Also compare colocated, split and split --async on the same nodes.")
+@calibration_options
 @catalog_option
 @json_option
 def rl_cmd(
-    model: str, critic: str | None, instance: str, nodes: int, compare: bool, catalog_dir: Path | None,
-    as_json: bool, **options: Any,
+    model: str, critic: str | None, instance: str, nodes: int, compare: bool, calibration: Path | None,
+    calibration_force: bool, catalog_dir: Path | None, as_json: bool, **options: Any,
 ) -> None:  # fmt: skip
-    """Predict one PPO / GRPO step: rollout, forward passes, training, weight sync, and the bottleneck."""
+    """Predict one PPO / GRPO step: rollout, forward passes, training, weight sync, and the bottleneck. With
+    --calibration, a profile measured on the cluster's GPU prices both the rollout engine and the training."""
     from fmstack.perfmodel.rl import RLConfig, compare_placements, estimate_rl
 
     cat = load_catalog(catalog_dir)
     actor = cat.model(model)
     critic_arch = cat.model(critic) if critic else None
     cluster = build_cluster(cat, instance, nodes)
+    efficiency = calibrated(calibration, cluster, calibration_force)
     values: dict[str, Any] = {k: (v.lower() if isinstance(v, str) else v) for k, v in options.items()}
     cfg = RLConfig(**values)
     # the long-tail simulation takes seconds for long responses: a spinner on terminals (not for --json)
     busy = (cfg.length_spread > 0 or cfg.length_dist == "lognormal") and not as_json
     with console().status("simulating each rollout replica's batch") if busy else nullcontext():
-        est = estimate_rl(actor, cluster, cfg, critic=critic_arch)
-        others = compare_placements(actor, cluster, cfg, critic=critic_arch) if compare else {}
-        hint = _offload_hint(actor, cluster, cfg, critic_arch, est)
+        est = estimate_rl(actor, cluster, cfg, critic=critic_arch, efficiency=efficiency)
+        others = compare_placements(actor, cluster, cfg, critic=critic_arch, efficiency=efficiency) if compare else {}
+        hint = _offload_hint(actor, cluster, cfg, critic_arch, est, efficiency)
     if as_json:
         data = est.to_json()
+        if efficiency is not None:
+            data["efficiency_source"] = efficiency.source
         if hint:
             data["hint"] = hint
         if others:
@@ -167,6 +181,8 @@ def rl_cmd(
     if hint:
         out.print(hint, markup=False, soft_wrap=True)
     out.print(f"bottleneck: [bold]{est.bottleneck}[/]")
+    if efficiency is not None:
+        out.print(f"efficiency: {efficiency.source}", markup=False)
     if others:
         cmp = Table("placement", "step (s)", "rollout (s)", "train (s)", "sync (s)", "peak GiB/GPU", "bottleneck",
                     title="placements on the same nodes", title_justify="left")  # fmt: skip
@@ -200,13 +216,13 @@ def _lengths_line(cfg: Any, b: dict[str, float]) -> str:
     return f"response lengths: {spread} ({cfg.response_len} tokens){bound}"
 
 
-def _offload_hint(actor: Any, cluster: Any, cfg: Any, critic: Any, est: Any) -> str:
+def _offload_hint(actor: Any, cluster: Any, cfg: Any, critic: Any, est: Any, efficiency: Any = None) -> str:
     """Colocated without offload and over memory: what --offload (NeMo RL's default) would give, or ''."""
     from fmstack.perfmodel.rl import estimate_rl
 
     if est.fits or cfg.placement != "colocated" or cfg.offload:
         return ""
-    alt = estimate_rl(actor, cluster, replace(cfg, offload=True), critic=critic)
+    alt = estimate_rl(actor, cluster, replace(cfg, offload=True), critic=critic, efficiency=efficiency)
     peak = max(alt.memory["phases_gib"].values())
     verdict = "fits" if alt.fits else "still does not fit"
     return (

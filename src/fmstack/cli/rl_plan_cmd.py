@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,17 @@ from rich.table import Table
 
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import Cluster, build_cluster
-from fmstack.cli.common import catalog_option, choice, console, json_option, no_wrap, print_json
+from fmstack.cli.common import (
+    calibration_argv,
+    calibration_for,
+    calibration_options,
+    catalog_option,
+    choice,
+    console,
+    json_option,
+    no_wrap,
+    print_json,
+)
 from fmstack.cli.rl_cmd import batch_options, step_options
 from fmstack.errors import InputError
 from fmstack.fileio import check_output_path
@@ -62,8 +72,12 @@ def parse_nodes(text: str) -> list[int]:
     return out
 
 
-def rl_argv(model: str, critic: str | None, instance: str, nodes: int, cfg: Any, catalog_dir: Path | None) -> list[str]:
-    """The ``fmstack estimate rl`` command line that prices ``cfg`` (an RLConfig) exactly."""
+def rl_argv(
+    model: str, critic: str | None, instance: str, nodes: int, cfg: Any, catalog_dir: Path | None,
+    extra: Sequence[str] = (),
+) -> list[str]:  # fmt: skip
+    """The ``fmstack estimate rl`` command line that prices ``cfg`` (an RLConfig) exactly (``extra``: arguments
+    appended as they are, the plan's ``--calibration``)."""
     argv = ["fmstack", "estimate", "rl", "--model", model]
     argv += ["--critic", critic] if critic else []
     argv += ["--instance", instance, "--nodes", str(nodes), "--algorithm", cfg.algorithm,
@@ -95,7 +109,7 @@ def rl_argv(model: str, critic: str | None, instance: str, nodes: int, cfg: Any,
         argv += ["--length-cv", repr(cfg.length_cv)] if cfg.length_cv is not None else []
     argv += ["--seed", str(cfg.seed)] if cfg.length_spread > 0 or cfg.length_dist == "lognormal" else []
     argv += ["--catalog", str(catalog_dir)] if catalog_dir is not None else []
-    return argv
+    return argv + list(extra)
 
 
 @contextmanager
@@ -127,14 +141,17 @@ def _status(quiet: bool) -> Iterator[Callable[[str], None] | None]:
 @click.option("--top", type=int, default=10, show_default=True, help="Configurations to show.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None,
               help="Write an HTML report (several instances / node counts: also each one's best).")  # fmt: skip
+@calibration_options
 @catalog_option
 @json_option
 def plan_rl_cmd(
     model: str, critic: str | None, instance: str, nodes_text: str, kinds: str, max_trajectory_age: int,
-    objective: str, top: int, html_path: Path | None, catalog_dir: Path | None, as_json: bool, **options: Any,
+    objective: str, top: int, html_path: Path | None, calibration: Path | None, calibration_force: bool,
+    catalog_dir: Path | None, as_json: bool, **options: Any,
 ) -> None:  # fmt: skip
     """Search placement (colocated, split, async), rollout TP and training layout of one PPO / GRPO step: the
-    fastest or cheapest that fits, with its bottleneck."""
+    fastest or cheapest that fits, with its bottleneck. With --calibration, priced with a profile measured on the
+    instances' GPU (rollout and training)."""
     from fmstack.perfmodel.rl import RLConfig
     from fmstack.perfmodel.rl_config import check_rl_config
     from fmstack.perfmodel.rl_plan import plan_rl
@@ -149,28 +166,34 @@ def plan_rl_cmd(
         raise InputError("instance", f"give at least one instance name, got {instance!r}")
     where: list[tuple[str, int]] = [(n, k) for n in names for k in parse_nodes(nodes_text)]
     clusters: list[Cluster] = [build_cluster(cat, n, k) for n, k in where]
+    efficiency_for = calibration_for(calibration, clusters, calibration_force)
     values: dict[str, Any] = {k: (v.lower() if isinstance(v, str) else v) for k, v in options.items()}
     base = RLConfig(**values)
     check_rl_config(base, clusters[0])  # batch, lengths and flags before searching
     plan_kinds = tuple(k.strip().lower() for k in kinds.split(",") if k.strip())
     with _status(as_json) as progress:
         plan = plan_rl(actor, clusters, base, critic=critic_arch, objective=objective, top=top,
-                       max_trajectory_age=max_trajectory_age, progress=progress, kinds=plan_kinds)  # fmt: skip
+                       max_trajectory_age=max_trajectory_age, progress=progress, kinds=plan_kinds,
+                       efficiency_for=efficiency_for)  # fmt: skip
     if objective == "cost":
         priced = [c for c in clusters if c.instance.price_per_hour_usd is not None]
         where = [w for w, c in zip(where, clusters, strict=True) if c.instance.price_per_hour_usd is not None]
         clusters = priced
-    rows = [_row_json(r, where[r.point.cluster], model, critic, catalog_dir) for r in plan.ranked]
+    extra = calibration_argv(calibration, calibration_force)  # each row's estimate rl command reapplies it
+    rows = [_row_json(r, where[r.point.cluster], model, critic, catalog_dir, extra) for r in plan.ranked]
     data = {"model": plan.model, "objective": plan.objective, "considered": plan.considered,
             "evaluated": plan.evaluated, "pruned": plan.pruned, "rejected_shape": plan.rejected_shape,
             "rejected_memory": plan.rejected_memory, "estimate_command": rows[0]["estimate_command"],
             "notes": plan.notes, "ranked": rows}  # fmt: skip
+    if efficiency_for is not None:
+        data["efficiency_source"] = efficiency_for(clusters[0]).source
     if html_path is not None:
         from fmstack.reports.html import write_html
         from fmstack.reports.rl_report import best_by_cluster, rl_plan_html
 
         per_cluster = best_by_cluster(actor, clusters, where, base, critic=critic_arch, kinds=plan_kinds,
-                                      max_trajectory_age=max_trajectory_age) if len(clusters) > 1 else []  # fmt: skip
+                                      max_trajectory_age=max_trajectory_age,
+                                      efficiency_for=efficiency_for) if len(clusters) > 1 else []  # fmt: skip
         write_html(html_path, rl_plan_html(data, several=len(clusters) > 1, per_cluster=per_cluster))
     if as_json:
         print_json(data)
@@ -181,8 +204,9 @@ def plan_rl_cmd(
 
 
 def _row_json(
-    row: Any, where: tuple[str, int], model: str, critic: str | None, catalog_dir: Path | None
-) -> dict[str, Any]:
+    row: Any, where: tuple[str, int], model: str, critic: str | None, catalog_dir: Path | None,
+    extra: Sequence[str] = (),
+) -> dict[str, Any]:  # fmt: skip
     est, p = row.estimate, row.point
     cfg, parts = est.config, est.parts_s
     mem = est.memory
@@ -199,7 +223,7 @@ def _row_json(
         "sync_s": parts["weight_sync"], "switch_s": parts["colocated_switch"], "parts_s": parts,
         "peak_gib_per_gpu": max(mem["phases_gib"].values()), "usable_gib": mem["usable_gib"],
         "bottleneck": est.bottleneck,
-        "estimate_command": shlex.join(rl_argv(model, critic, where[0], where[1], cfg, catalog_dir)),
+        "estimate_command": shlex.join(rl_argv(model, critic, where[0], where[1], cfg, catalog_dir, extra)),
     }  # fmt: skip
 
 
@@ -235,3 +259,5 @@ def _render(data: dict[str, Any], *, several: bool) -> None:
     for note in data["notes"]:
         out.print(f"note: {note}", markup=False, soft_wrap=True)
     out.print("estimate it: " + data["estimate_command"], markup=False, soft_wrap=True)
+    if "efficiency_source" in data:
+        out.print(f"efficiency: {data['efficiency_source']}", markup=False)

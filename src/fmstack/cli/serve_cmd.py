@@ -1,4 +1,5 @@
-"""`fmstack estimate serve` and `fmstack plan serve`: serving (`estimate rl` is in rl_cmd.py)."""
+"""`fmstack estimate serve`: one serving replica, a disaggregated comparison or split (`fmstack plan serve` is in
+plan_serve_cmd.py, `estimate rl` in rl_cmd.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,18 @@ from rich.table import Table
 
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import build_cluster
-from fmstack.cli.common import catalog_option, choice, console, json_option, no_wrap, number_text, print_json
-from fmstack.cli.plan_serve_render import simulation_status
+from fmstack.cli.common import (
+    calibration_for,
+    calibration_options,
+    catalog_option,
+    choice,
+    console,
+    json_option,
+    no_wrap,
+    number_text,
+    print_json,
+)
 from fmstack.errors import InputError
-from fmstack.fileio import check_output_path
 from fmstack.perfmodel.inference import ServeConfig, ServeEstimate, deployment, estimate_serve, validate_serve
 from fmstack.perfmodel.inference_kv import KV_DTYPES, PRECISIONS
 from fmstack.perfmodel.inference_plan_candidate import layout_text
@@ -32,16 +41,6 @@ SERVE_EXAMPLE = """Example:
 \b
   fmstack estimate serve --model llama3.1-70b --instance p5.48xlarge --nodes 2 --tp 2 --precision fp8 \\
       --input-len 8192 --output-len 256 --max-num-tokens 2048 --qps 5 --prefill-replicas 6 --decode-replicas 1
-"""
-PLAN_SERVE_EXAMPLE = """Example:
-
-\b
-  fmstack plan serve --model llama3.1-70b --qps 20 --input-len 2048 --output-len 256 --ttft-p99 0.5 \\
-      --itl-p99 0.05 --html serve-plan.html
-
-\b
-  fmstack plan serve --model deepseek-v3 --qps 2 --input-len 2048 --output-len 256 --ttft-p99 2 --itl-p99 0.1 \\
-      --instance p5.48xlarge --max-nodes-per-replica 4
 """
 
 
@@ -91,21 +90,25 @@ PLAN_SERVE_EXAMPLE = """Example:
               help="Attention DP in the split's decode pool [--attention-dp].")  # fmt: skip
 @click.option("--ttft-slo", type=float, default=1.0, show_default=True, help="TTFT target for --disagg (s).")
 @click.option("--itl-slo", type=float, default=0.05, show_default=True, help="ITL target for --disagg (s).")
+@calibration_options
 @catalog_option
 @json_option
 def serve_cmd(
     model: str, instance: str, nodes: int, catalog_dir: Path | None, simulate: bool, seed: int, length_spread: float,
     disagg: bool, ttft_slo: float, itl_slo: float, prefill_replicas: int | None, decode_replicas: int | None,
     decode_tp: int | None, decode_pp: int | None, decode_ep: int | None, decode_attention_dp: bool | None,
-    as_json: bool, **options: Any,
+    calibration: Path | None, calibration_force: bool, as_json: bool, **options: Any,
 ) -> None:  # fmt: skip
     """Predict TTFT, inter-token latency, throughput, KV cache and the bottleneck of one serving replica; with
     --prefill-replicas P --decode-replicas D --qps R, simulate a disaggregated split of the nodes at R req/s (the
     decode pool in another layout with --decode-tp / --decode-pp / --decode-ep / --[no-]decode-attention-dp:
-    heterogeneous pools; --attention-dp: attention DP in both pools unless --no-decode-attention-dp)."""
+    heterogeneous pools; --attention-dp: attention DP in both pools unless --no-decode-attention-dp). With
+    --calibration, a profile measured on the cluster's GPU (fmstack bench --out) replaces the default efficiencies."""
     cat = load_catalog(catalog_dir)
     arch = cat.model(model)
     cluster = build_cluster(cat, instance, nodes)
+    efficiency_for = calibration_for(calibration, [cluster], calibration_force)  # a split's nodes: the same GPU
+    efficiency = None if efficiency_for is None else efficiency_for(cluster)
     values: dict[str, Any] = {k: (v.lower() if isinstance(v, str) else v) for k, v in options.items()}
     cfg = ServeConfig(**values)
     decode_cfg = _decode_layout(cfg, arch, cluster, (decode_tp, decode_pp, decode_ep, decode_attention_dp),
@@ -116,27 +119,30 @@ def serve_cmd(
     replica_cfg = cfg if split is None else replace(cfg, request_rate_per_s=cfg.request_rate_per_s / sum(split))  # type: ignore[operator]
     note = None
     try:
-        est = estimate_serve(arch, cluster, replica_cfg)
+        est = estimate_serve(arch, cluster, replica_cfg, efficiency=efficiency)
     except InputError as exc:  # a split can serve what one colocated replica at qps / (P + D) cannot
         if split is None or exc.field != "qps":
             raise
         replica_cfg = replace(cfg, request_rate_per_s=None)
-        est, simulate = estimate_serve(arch, cluster, replica_cfg), False
+        est, simulate = estimate_serve(arch, cluster, replica_cfg, efficiency=efficiency), False
         note = f"colocated: {exc.message}; shown at the most clients a replica holds, not simulated"
     if simulate:
-        est = _with_percentiles(est, arch, cluster, replica_cfg, seed, length_spread)
+        est = _with_percentiles(est, arch, cluster, replica_cfg, seed, length_spread, efficiency)
     data = est.to_json()
+    if efficiency is not None:
+        data["efficiency_source"] = efficiency.source
     if note is not None:
         data["colocated_note"] = note
     if split is not None:
         from fmstack.cli.serve_split import split_json
 
         data["disaggregated_simulation"] = split_json(cat, arch, instance, cfg, split, seed, length_spread,
-                                                      decode_cfg)  # fmt: skip
+                                                      decode_cfg, efficiency_for)  # fmt: skip
     if disagg:
         from fmstack.perfmodel.inference_disagg import SLO, compare_disaggregation
 
-        data["disaggregation"] = asdict(compare_disaggregation(arch, cluster, cfg, SLO(ttft_s=ttft_slo, itl_s=itl_slo)))
+        slo = SLO(ttft_s=ttft_slo, itl_s=itl_slo)
+        data["disaggregation"] = asdict(compare_disaggregation(arch, cluster, cfg, slo, efficiency=efficiency))
         data["disaggregation"]["layout"] = layout_text(cfg)  # both pools (DistServe's equal-layout comparison)
     if as_json:
         print_json(data)
@@ -227,13 +233,13 @@ def _check_split(
 
 
 def _with_percentiles(
-    est: ServeEstimate, arch: Any, cluster: Any, cfg: ServeConfig, seed: int, spread: float
+    est: ServeEstimate, arch: Any, cluster: Any, cfg: ServeConfig, seed: int, spread: float, efficiency: Any = None
 ) -> ServeEstimate:
 
     from fmstack.perfmodel.inference_closed_loop import simulate_closed_loop
     from fmstack.perfmodel.inference_sim import SimConfig, simulate
 
-    d = deployment(arch, cluster, cfg)
+    d = deployment(arch, cluster, cfg, efficiency)
     clients = max(1, round(est.concurrency))
     if cfg.request_rate_per_s is not None:
         # enough requests for stable percentiles, at most ~20k iterations (each ~0.5 ms of Python)
@@ -283,6 +289,8 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
             parts.add_row(name, f"{value * 1e3:.2f}", f"{100 * value / total:5.1f} %")
     out.print(parts)
     out.print(f"bottleneck: [bold]{est.bottleneck}[/]")
+    if "efficiency_source" in data:
+        out.print(f"efficiency: {data['efficiency_source']}", markup=False)
     if "disaggregation" in data:
         dz = data["disaggregation"]
         out.print(
@@ -298,66 +306,6 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
         if "colocated_note" in data:
             out.print(data["colocated_note"], markup=False)
         render_split(data["disaggregated_simulation"], one_token=est.config.output_len == 1)
-
-
-@click.command(epilog=PLAN_SERVE_EXAMPLE)
-@click.option("--model", required=True, help="Zoo model name or a model YAML file.")
-@click.option("--qps", type=float, required=True, help="Requests per second to serve.")
-@click.option("--input-len", type=int, required=True, help="Prompt tokens per request.")
-@click.option("--output-len", type=int, required=True, help="Generated tokens per request.")
-@click.option("--ttft-p99", type=float, required=True, help="TTFT target at p99 (s).")
-@click.option("--itl-p99", type=float, required=True, help="Inter-token latency target at p99 (s).")
-@click.option("--instance", "instances", multiple=True,
-              help="Instances to consider, comma-separated (as plan train) or repeated [every priced one].")  # fmt: skip
-@click.option("--precision", "precisions", multiple=True, type=choice(PRECISIONS), help="[bf16 and fp8].")
-@click.option("--seed", type=int, default=0, show_default=True, help="Simulation seed.")
-@click.option("--max-nodes-per-replica", type=int, default=4, show_default=True,
-              help="Largest replica searched, in whole nodes (TP or PP across them); 1 = one node.")  # fmt: skip
-@click.option("--attention-dp/--no-attention-dp", "search_attention_dp", default=True, show_default=True,
-              help="Search attention data parallelism for MoE models (ep = tp; estimate serve --attention-dp).")  # fmt: skip
-@click.option("--disagg/--no-disagg", "search_disagg", default=True, show_default=True,
-              help="Search disaggregated prefill/decode splits (P prefill + D decode replicas, the same layout or a decode pool in another TP / PP / EP).")  # fmt: skip
-@click.option("--top", type=int, default=8, show_default=True, help="Candidates to show.")
-@click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write an HTML report.")
-@catalog_option
-@json_option
-def plan_serve_cmd(
-    model: str, qps: float, input_len: int, output_len: int, ttft_p99: float, itl_p99: float,
-    instances: tuple[str, ...], precisions: tuple[str, ...], seed: int, max_nodes_per_replica: int,
-    search_attention_dp: bool, search_disagg: bool, top: int, html_path: Path | None, catalog_dir: Path | None, as_json: bool,
-) -> None:  # fmt: skip
-    """The cheapest deployment (instance, precision, TP / PP / EP, nodes per replica, replicas) serving a request rate
-    within p99 targets."""
-    from fmstack.perfmodel.inference_disagg import SLO
-    from fmstack.perfmodel.inference_plan import plan_serve
-
-    for name, value in (("input-len", input_len), ("output-len", output_len), ("top", top)):
-        if value < 1:
-            raise InputError(name, f"must be >= 1, got {value}")
-    if html_path is not None:
-        check_output_path(html_path, field="html", example="serve-plan.html")  # before the search, not after it
-    cat = load_catalog(catalog_dir)
-    arch = cat.model(model)
-    with simulation_status(as_json) as on_simulate:
-        plan = plan_serve(
-            cat, arch, qps=qps, input_len=input_len, output_len=output_len, slo=SLO(ttft_s=ttft_p99, itl_s=itl_p99),
-            instances=tuple(n.strip() for v in instances for n in v.split(",") if n.strip()) or None,
-            precisions=tuple(p.lower() for p in precisions) or None, seed=seed,
-            max_nodes_per_replica=max_nodes_per_replica, search_attention_dp=search_attention_dp,
-            search_disagg=search_disagg, on_simulate=on_simulate,
-        )  # fmt: skip
-    if html_path is not None:
-        from fmstack.reports.serve_report import write_serve_plan
-
-        write_serve_plan(plan, html_path)
-    from fmstack.cli.plan_serve_render import plan_serve_json, render_plan_serve
-
-    if as_json:
-        print_json(plan_serve_json(plan, model, top, catalog_dir, seed))
-        return
-    render_plan_serve(plan, model, top, catalog_dir, seed)
-    if html_path is not None:
-        console().print(f"report: {html_path}")
 
 
 def inference_validation(cat: Any) -> tuple[list[Any], dict[str, Any]]:

@@ -12,12 +12,13 @@ from fmstack.catalog.loader import Catalog
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster, build_cluster
 from fmstack.cli.common import console
+from fmstack.perfmodel.efficiency import EfficiencyFor
 from fmstack.perfmodel.inference import ServeConfig
 
 
 def split_json(
     cat: Catalog, arch: ModelArch, instance: str, cfg: ServeConfig, split: tuple[int, int], seed: int, spread: float,
-    decode_cfg: ServeConfig | None = None,
+    decode_cfg: ServeConfig | None = None, efficiency_for: EfficiencyFor | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """The ``disaggregated_simulation`` object: the colocated simulation's percentile and mean keys
     (``ttft_p99_s``, ``ttft_mean_s_sim``, ...), the pools (``prefill_replicas``, ``decode_replicas``,
@@ -29,7 +30,8 @@ def split_json(
     requests' transfers), ``prefill_domains`` / ``decode_domains`` (each replica's NVLink domain, null: it spans
     several)), and each pool's layout
     (``prefill_tp``, ``prefill_pp``, ``decode_tp``, ``decode_pp``, ``decode_ep``, ``prefill_attention_dp``,
-    ``decode_attention_dp``; ``decode_cfg``: heterogeneous pools, else the same as the prefill pool's)."""
+    ``decode_attention_dp``; ``decode_cfg``: heterogeneous pools, else the same as the prefill pool's);
+    ``efficiency_for``: the replicas' efficiency (a calibration profile's; None: the default curves)."""
     from fmstack.perfmodel.inference_plan_disagg import run_split
 
     clusters: dict[tuple[str, int], Cluster] = {}
@@ -40,7 +42,8 @@ def split_json(
         return clusters[name, nodes]
 
     qps = cfg.request_rate_per_s or 0.0
-    run = run_split(cluster_of, arch, cfg, instance, qps, split[0], split[1], seed, spread, decode_cfg)
+    run = run_split(cluster_of, arch, cfg, instance, qps, split[0], split[1], seed, spread, decode_cfg,
+                    efficiency_for=efficiency_for)  # fmt: skip
     dc = cfg if decode_cfg is None else decode_cfg
     st = run.stats
     return {

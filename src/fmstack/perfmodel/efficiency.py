@@ -6,6 +6,7 @@ was measured apart from its architecture, each with its justification); a measur
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -16,6 +17,7 @@ import yaml
 from numpy.typing import NDArray
 
 from fmstack.catalog.schema import GPU
+from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.calibration import CalibrationProfile, Curve
 
@@ -56,6 +58,11 @@ class Efficiency:
         if isinstance(flops_per_call, float):  # one configuration
             return curve.at(max(flops_per_call, 1.0))
         return curve.at(np.maximum(np.asarray(flops_per_call, dtype=np.float64), 1.0))
+
+
+EfficiencyFor = Callable[[Cluster], Efficiency]
+"""A cluster's efficiency, for a search over several clusters (a calibration profile's where it applies; a search
+given none uses :func:`default_efficiency`)."""
 
 
 @lru_cache(maxsize=1)

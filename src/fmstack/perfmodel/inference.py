@@ -28,7 +28,7 @@ from numpy.typing import ArrayLike, NDArray
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
-from fmstack.perfmodel.efficiency import Efficiency, default_efficiency
+from fmstack.perfmodel.efficiency import Efficiency, EfficiencyFor, default_efficiency
 from fmstack.perfmodel.inference_kv import (
     DEFAULT_KV_MEMORY_FRACTION,
     KV_BYTES,
@@ -136,6 +136,13 @@ def deployment(
         pp=cfg.pp, ep=cfg.ep, precision=cfg.precision, kv_dtype=cfg.kv, attention_dp=cfg.attention_dp,
         gqa_kv_sharing=cfg.gqa_kv_sharing, attention_precision=cfg.attention_precision,
     )  # fmt: skip
+
+
+def deployment_for(
+    model: ModelArch, cluster: Cluster, cfg: ServeConfig, efficiency_for: EfficiencyFor | None = None
+) -> Deployment:
+    """:func:`deployment` with the cluster's efficiency from ``efficiency_for`` (None: the default curves)."""
+    return deployment(model, cluster, cfg, None if efficiency_for is None else efficiency_for(cluster))
 
 
 def memory_of(d: Deployment, kv_memory_fraction: float = DEFAULT_KV_MEMORY_FRACTION) -> ServeMemory:

@@ -28,12 +28,12 @@ from numpy.typing import NDArray
 
 from fmstack.catalog.loader import Catalog
 from fmstack.catalog.schema import ModelArch
-from fmstack.catalog.topology import Cluster, build_cluster
+from fmstack.catalog.topology import Cluster, build_cluster, resolve_instance
 from fmstack.errors import InputError
-from fmstack.perfmodel.efficiency import default_efficiency
+from fmstack.perfmodel.efficiency import EfficiencyFor
 from fmstack.perfmodel.inference import (
     ServeConfig,
-    deployment,
+    deployment_for,
     max_concurrency,
     running_limit,
     serve_curve,
@@ -76,6 +76,19 @@ class ServePlan:
     (:func:`fmstack.perfmodel.inference_disagg.compare_disaggregation`; None where fewer than 2 replicas fit)."""
     disaggregation_note: str = ""
     """Why disaggregation wins or loses on the best candidate's nodes, or why it was not compared."""
+
+
+def searched_instances(catalog: Catalog, instances: tuple[str, ...] | None) -> list[str]:
+    """The instances :func:`plan_serve` searches: ``instances`` (InputError for one without a price: it cannot be
+    costed), else every instance of the catalog with a price."""
+    out: list[str] = []
+    for name in instances or catalog.names("instance"):
+        if resolve_instance(catalog, name).price_per_hour_usd is None:
+            if instances:
+                raise InputError("instance", f"{name} has no price in the catalog; add price_per_hour_usd")
+            continue
+        out.append(name)
+    return out
 
 
 def _fits_tp(model: ModelArch, tp: int, gpd: int) -> bool:
@@ -127,17 +140,20 @@ def plan_serve(
     search_disagg: bool = True,
     search_heterogeneous: bool = True,
     on_simulate: Callable[[Candidate], None] | None = None,
+    efficiency_for: EfficiencyFor | None = None,
 ) -> ServePlan:
     """The cheapest deployment of ``model`` serving ``qps`` requests/s within ``slo`` (p99 checked by simulation).
     ``search_attention_dp=False`` leaves attention data parallelism out of the search (the search before it);
     ``search_disagg=False`` the disaggregated prefill / decode splits (:mod:`fmstack.perfmodel.inference_plan_disagg`),
     ``search_heterogeneous=False`` only the splits whose pools take two different layouts.
-    ``on_simulate`` is called with each deployment before its simulation (progress for the CLI)."""
+    ``on_simulate`` is called with each deployment before its simulation (progress for the CLI); ``efficiency_for``
+    gives each cluster's efficiency (a calibration profile's; None: the default curves) to every deployment the
+    search prices, analytic and simulated."""
     if qps <= 0:
         raise InputError("qps", f"must be > 0, got {qps}")
     if max_nodes_per_replica < 1:
         raise InputError("max-nodes-per-replica", f"must be >= 1, got {max_nodes_per_replica}")
-    names = list(instances) if instances else [n for n in catalog.names("instance")]
+    names = searched_instances(catalog, instances)
     clusters: dict[tuple[str, int], Cluster] = {}
 
     def cluster_of(name: str, nodes: int) -> Cluster:
@@ -149,10 +165,6 @@ def plan_serve(
     for name in names:
         cluster = cluster_of(name, 1)
         inst = cluster.instance
-        if inst.price_per_hour_usd is None:
-            if instances:
-                raise InputError("instance", f"{name} has no price in the catalog; add price_per_hour_usd")
-            continue
         has = [p for p in ("bf16", "fp8", "fp4") if getattr(cluster.gpu, f"{p}_dense_tflops", None) is not None]
         for precision in _precisions(has, precisions):
             first: int | None = None  # the fewest nodes per replica at which a layout meets the SLO
@@ -167,25 +179,27 @@ def plan_serve(
                     for chunk in CHUNK_CHOICES:
                         cfg = ServeConfig(tp=tp, pp=pp, ep=ep, precision=precision, input_len=input_len,
                                           output_len=output_len, max_num_tokens=chunk, attention_dp=adp)  # fmt: skip
-                        option = _analytic(cfg, c, model, qps, slo, name, nodes)
+                        option = _analytic(cfg, c, model, qps, slo, name, nodes, efficiency_for)
                         if option is not None:
                             found.append(option)
                             first = nodes if first is None else first
                     if search_disagg:  # the split's prefill pool runs the largest prompt budget
                         split_layouts.append((replace(cfg, max_num_tokens=max(CHUNK_CHOICES)), nodes))
-                        split = disagg_analytic(split_layouts[-1][0], cluster_of, model, qps, slo, name, nodes)
+                        split = disagg_analytic(split_layouts[-1][0], cluster_of, model, qps, slo, name, nodes,
+                                                efficiency_for=efficiency_for)  # fmt: skip
                         if split is not None:  # the node search is bounded by the colocated rows alone
                             found.append(split)
                 nodes *= 2
             if search_heterogeneous:
-                found += _heterogeneous(split_layouts, cluster_of, model, qps, slo, name)
+                found += _heterogeneous(split_layouts, cluster_of, model, qps, slo, name, efficiency_for)
     if not found:
         raise InputError(
             "slo", f"no deployment meets TTFT {slo.ttft_s:g} s and ITL {slo.itl_s:g} s for {model.name} at "
             f"{input_len}/{output_len} tokens on any priced instance, precision and TP / PP layout of up to "
             f"{max_nodes_per_replica} node(s) per replica (even one request at a time)",
         )  # fmt: skip
-    ranked = verify_cheapest(cluster_of, model, found, qps, input_len, output_len, slo, seed, on_simulate)
+    ranked = verify_cheapest(cluster_of, model, found, qps, input_len, output_len, slo, seed, on_simulate,
+                             efficiency_for=efficiency_for)  # fmt: skip
     best = ranked[0]
     if not best.meets_slo:
         raise InputError(
@@ -194,10 +208,10 @@ def plan_serve(
             f"{' attention-dp' if best.attention_dp else ''} {best.precision} misses it",
         )  # fmt: skip
     cfg = config_of(best, input_len, output_len)
-    d = deployment(model, cluster_of(best.instance, best.nodes_per_replica), cfg)
+    d = deployment_for(model, cluster_of(best.instance, best.nodes_per_replica), cfg, efficiency_for)
     conc = np.arange(1, max_concurrency(d, cfg) + 1, dtype=np.float64)
     curve = serve_curve(d, cfg, conc)
-    dis, note = _disaggregation(model, cluster_of(best.instance, best.nodes), best, cfg, qps, slo)
+    dis, note = _disaggregation(model, cluster_of(best.instance, best.nodes), best, cfg, qps, slo, efficiency_for)
     note = f"splits ranked in the plan (p99 by simulation): {split_note(ranked, qps, search_disagg)}. On means: {note}"
     if dis is not None and best.mode == "disaggregated" and dis.colocated_rps > dis.disagg_rps:
         note += (
@@ -215,8 +229,9 @@ def plan_serve(
 
 
 def _heterogeneous(
-    layouts: list[tuple[ServeConfig, int]], cluster_of: ClusterOf, model: ModelArch, qps: float, slo: SLO, name: str
-) -> list[Candidate]:
+    layouts: list[tuple[ServeConfig, int]], cluster_of: ClusterOf, model: ModelArch, qps: float, slo: SLO, name: str,
+    efficiency_for: EfficiencyFor | None = None,
+) -> list[Candidate]:  # fmt: skip
     """Splits whose prefill and decode pools take two different layouts of those searched (every ordered pair, attention
     DP on and off counting as two layouts; the same-layout split is the diagonal, found in the search loop)."""
     out: list[Candidate] = []
@@ -225,7 +240,8 @@ def _heterogeneous(
             if (dec.tp, dec.pp, dec.ep, dec.attention_dp) == (pre.tp, pre.pp, pre.ep, pre.attention_dp):
                 continue
             try:  # a layout whose weights leave no KV memory (DeepSeek-V3 at tp 1) pairs with nothing
-                c = disagg_analytic(pre, cluster_of, model, qps, slo, name, pre_nodes, decode_cfg=dec)
+                c = disagg_analytic(pre, cluster_of, model, qps, slo, name, pre_nodes, decode_cfg=dec,
+                                    efficiency_for=efficiency_for)  # fmt: skip
             except InputError:
                 continue
             if c is not None:
@@ -234,8 +250,9 @@ def _heterogeneous(
 
 
 def _disaggregation(
-    model: ModelArch, cluster: Cluster, best: Candidate, cfg: ServeConfig, qps: float, slo: SLO
-) -> tuple[DisaggComparison | None, str]:
+    model: ModelArch, cluster: Cluster, best: Candidate, cfg: ServeConfig, qps: float, slo: SLO,
+    efficiency_for: EfficiencyFor | None = None,
+) -> tuple[DisaggComparison | None, str]:  # fmt: skip
     """Colocated vs disaggregated goodput on the best candidate's nodes (the disaggregation model's mean-field
     goodput at the SLO applied to means: DistServe's comparison, not the plan's simulated p99), and a sentence."""
     per_replica = best.tp * best.pp
@@ -245,7 +262,8 @@ def _disaggregation(
             f"and a decode replica, 2 x {per_replica} GPUs, and the plan's {best.nodes} node(s) hold "
             f"{cluster.num_gpus}"
         )  # fmt: skip
-    cmp = compare_disaggregation(model, cluster, cfg, slo)
+    cmp = compare_disaggregation(model, cluster, cfg, slo,
+                                 efficiency=None if efficiency_for is None else efficiency_for(cluster))  # fmt: skip
     meets = "at least" if cmp.disagg_rps >= qps else "below"
     return cmp, (
         f"DistServe's mean-field comparison on the best row's {cmp.num_gpus} GPUs ({cmp.replicas} replicas of "
@@ -284,13 +302,14 @@ def _one_node_holds(cluster_of: Callable[[str, int], Cluster], names: list[str],
 
 
 def _analytic(
-    cfg: ServeConfig, cluster: Cluster, model: ModelArch, qps: float, slo: SLO, name: str, nodes_per_replica: int
-) -> Candidate | None:
+    cfg: ServeConfig, cluster: Cluster, model: ModelArch, qps: float, slo: SLO, name: str, nodes_per_replica: int,
+    efficiency_for: EfficiencyFor | None = None,
+) -> Candidate | None:  # fmt: skip
     """The highest per-replica rate within the SLO on the analytic curve, and the replicas and nodes it needs.
     The configuration passes `estimate serve`'s checks (:func:`validate_serve`: a prompt longer than the model's
     context is refused here as there)."""
     validate_serve(cfg, model, cluster)
-    d = deployment(model, cluster, cfg, default_efficiency(cluster.gpu))
+    d = deployment_for(model, cluster, cfg, efficiency_for)
     limit = max_concurrency(d, cfg)
     if limit < 1:
         return None

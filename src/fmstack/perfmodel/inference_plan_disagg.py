@@ -26,8 +26,8 @@ import numpy as np
 
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
-from fmstack.perfmodel.efficiency import default_efficiency
-from fmstack.perfmodel.inference import ServeConfig, deployment, max_concurrency
+from fmstack.perfmodel.efficiency import EfficiencyFor
+from fmstack.perfmodel.inference import ServeConfig, deployment_for, max_concurrency
 from fmstack.perfmodel.inference_disagg import (
     SLO,
     PoolRates,
@@ -110,6 +110,7 @@ class SplitRun:
 def run_split(
     cluster_of: ClusterOf, model: ModelArch, cfg: ServeConfig, name: str, qps: float, prefill_replicas: int,
     decode_replicas: int, seed: int, length_spread: float = 0.0, decode_cfg: ServeConfig | None = None,
+    efficiency_for: EfficiencyFor | None = None,
 ) -> SplitRun:  # fmt: skip
     """Poisson arrivals at ``qps`` over ``P`` prefill and ``D`` decode replicas of ``cfg`` on ``name``, each replica
     on its own nodes (as the plan prices it), the KV link priced on two replicas' nodes. The warm-up is the requests
@@ -119,12 +120,14 @@ def run_split(
     --decode-replicas D` both run this: the same seed gives the same percentiles. The replicas are placed on the
     split's whole nodes (:func:`fmstack.perfmodel.inference_disagg_place.place_split`) and each pair's KV moves over
     NVLink when both lie in one NVLink domain, else over the scale-out fabric. ``decode_cfg``: the decode pool's
-    layout when it differs (heterogeneous pools; the KV transfer re-slices the heads, :func:`fmstack.perfmodel.inference_disagg.kv_transfer_s`)."""
+    layout when it differs (heterogeneous pools; the KV transfer re-slices the heads, :func:`fmstack.perfmodel.inference_disagg.kv_transfer_s`).
+    ``efficiency_for``: each replica's efficiency (a calibration profile's; None: the default curves)."""
     gpn = cluster_of(name, 1).instance.num_gpus
     dc = cfg if decode_cfg is None else decode_cfg
     per_replica = _replica_nodes(cfg, gpn)
-    d = deployment(model, cluster_of(name, per_replica), cfg)
-    dd = d if decode_cfg is None else deployment(model, cluster_of(name, _replica_nodes(dc, gpn)), dc)
+    d = deployment_for(model, cluster_of(name, per_replica), cfg, efficiency_for)
+    dd = d if decode_cfg is None else deployment_for(model, cluster_of(name, _replica_nodes(dc, gpn)), dc,
+                                                     efficiency_for)  # fmt: skip
     two = _two_replicas(cluster_of, name, cfg, per_replica, dc)
     kv = kv_pair_times(model, two, cfg, d, None if decode_cfg is None else dd, prefill_replicas, decode_replicas,
                        gpn, cluster_of(name, 1).nodes_per_domain)  # fmt: skip
@@ -162,15 +165,15 @@ class _Pools:
 
 def _pools(
     cfg: ServeConfig, cluster_of: ClusterOf, model: ModelArch, slo: SLO, name: str, nodes_per_replica: int,
-    decode_cfg: ServeConfig | None = None,
+    decode_cfg: ServeConfig | None = None, efficiency_for: EfficiencyFor | None = None,
 ) -> _Pools | None:  # fmt: skip
     cluster = cluster_of(name, nodes_per_replica)
-    d = deployment(model, cluster, cfg, default_efficiency(cluster.gpu))
+    d = deployment_for(model, cluster, cfg, efficiency_for)
     dd, dc = d, cfg
     if decode_cfg is not None:
         dc = decode_cfg
         dcl = cluster_of(name, _replica_nodes(dc, cluster.instance.num_gpus))
-        dd = deployment(model, dcl, dc, default_efficiency(dcl.gpu))
+        dd = deployment_for(model, dcl, dc, efficiency_for)
     limit = max_concurrency(dd, dc)
     if dc.attention_dp:  # the decode simulation's slots: max_concurrency // tp on each rank
         limit = limit // dc.tp * dc.tp
@@ -195,7 +198,7 @@ def _figures(p: _Pools, qps: float, n_pre: int, n_dec: int) -> tuple[float, floa
 
 def disagg_analytic(
     cfg: ServeConfig, cluster_of: ClusterOf, model: ModelArch, qps: float, slo: SLO, name: str, nodes_per_replica: int,
-    decode_cfg: ServeConfig | None = None,
+    decode_cfg: ServeConfig | None = None, efficiency_for: EfficiencyFor | None = None,
 ) -> Candidate | None:  # fmt: skip
     """The split of ``cfg``'s replicas that serves ``qps`` within the SLO, or None. The replica is built on its own
     nodes (as a colocated one), the KV transfer priced on the nodes of two replicas. The decode pool holds the
@@ -209,7 +212,7 @@ def disagg_analytic(
     the nodes priced on both pools' GPUs together (:func:`split_nodes`). Attention DP in either pool: an attention-DP
     prefill replica counts as ``tp`` servers (:func:`prefill_servers`)."""
     dc = cfg if decode_cfg is None else decode_cfg
-    p = _pools(cfg, cluster_of, model, slo, name, nodes_per_replica, decode_cfg)
+    p = _pools(cfg, cluster_of, model, slo, name, nodes_per_replica, decode_cfg, efficiency_for)
     if p is None or p.pools.per_decode_rps <= 0:
         return None
     pools, cluster = p.pools, cluster_of(name, nodes_per_replica)
@@ -236,16 +239,18 @@ def disagg_analytic(
 
 
 def simulate_split(
-    cluster_of: ClusterOf, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, seed: int
-) -> SimResult:
+    cluster_of: ClusterOf, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, seed: int,
+    efficiency_for: EfficiencyFor | None = None,
+) -> SimResult:  # fmt: skip
     """:func:`run_split` of the candidate's ``P`` prefill and ``D`` decode replicas at ``qps``."""
     dc = decode_config_of(c, isl, osl) if c.heterogeneous else None
     return run_split(cluster_of, model, config_of(c, isl, osl), c.instance, qps, c.prefill_replicas,
-                     c.decode_replicas, seed, decode_cfg=dc).result  # fmt: skip
+                     c.decode_replicas, seed, decode_cfg=dc, efficiency_for=efficiency_for).result  # fmt: skip
 
 
 def grow_split(cluster_of: ClusterOf, model: ModelArch, option: Candidate, first: Candidate, factor: float,
-               missed: SimResult, slo: SLO, qps: float, isl: int, osl: int) -> Candidate:  # fmt: skip
+               missed: SimResult, slo: SLO, qps: float, isl: int, osl: int,
+               efficiency_for: EfficiencyFor | None = None) -> Candidate:  # fmt: skip
     """``option`` after a p99 miss: the prefill pool at ``factor`` x the analytic count if TTFT missed, the decode
     pool if ITL missed (each at least one more than before); its rate per replica and mean TTFT are those of the
     new split (not the smaller one's)."""
@@ -256,7 +261,8 @@ def grow_split(cluster_of: ClusterOf, model: ModelArch, option: Candidate, first
         n_dec = max(n_dec + 1, math.ceil(first.decode_replicas * factor))
     grown = with_replicas(cluster_of, option, n_pre + n_dec, n_pre, n_dec)
     dc = decode_config_of(option, isl, osl) if option.heterogeneous else None
-    p = _pools(config_of(option, isl, osl), cluster_of, model, slo, option.instance, option.nodes_per_replica, dc)
+    p = _pools(config_of(option, isl, osl), cluster_of, model, slo, option.instance, option.nodes_per_replica, dc,
+               efficiency_for)  # fmt: skip
     if p is None:
         return grown
     rate, ttft = _figures(p, qps, n_pre, n_dec)

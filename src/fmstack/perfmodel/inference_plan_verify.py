@@ -9,7 +9,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from fmstack.catalog.schema import ModelArch
-from fmstack.perfmodel.inference import deployment
+from fmstack.perfmodel.efficiency import EfficiencyFor
+from fmstack.perfmodel.inference import deployment_for
 from fmstack.perfmodel.inference_disagg import SLO
 from fmstack.perfmodel.inference_plan_candidate import Candidate, ClusterOf, config_of, with_replicas
 from fmstack.perfmodel.inference_plan_disagg import grow_split, simulate_split
@@ -26,7 +27,7 @@ before it is dropped (means understate p99: queueing behind another prompt's pre
 
 def verify_cheapest(
     cluster_of: ClusterOf, model: ModelArch, found: list[Candidate], qps: float, isl: int, osl: int, slo: SLO, seed: int,
-    on_simulate: Callable[[Candidate], None] | None = None,
+    on_simulate: Callable[[Candidate], None] | None = None, *, efficiency_for: EfficiencyFor | None = None,
 ) -> list[Candidate]:  # fmt: skip
     """Simulate the cheapest options first. An option is a candidate at a multiple of its analytic replicas
     (``REPLICA_FACTORS``); one that misses the SLO goes back into the queue at the next multiple, priced at its
@@ -60,7 +61,8 @@ def verify_cheapest(
         split = option.mode == "disaggregated"
         if on_simulate is not None:
             on_simulate(option)
-        result = (simulate_split if split else _simulate)(cluster_of, model, option, qps, isl, osl, seed)
+        result = (simulate_split if split else _simulate)(cluster_of, model, option, qps, isl, osl, seed,
+                                                          efficiency_for)  # fmt: skip
         if result.ttft_s[99] <= slo.ttft_s and result.itl_s[99] <= slo.itl_s:
             checked.append(replace(option, sim=result.percentiles(), meets_slo=True))
         elif i + 1 == len(REPLICA_FACTORS):
@@ -69,7 +71,7 @@ def verify_cheapest(
             factor = REPLICA_FACTORS[i + 1]
             fill = option.nodes // option.nodes_per_replica * _replicas_per_node_group(cluster_of, option)
             more = (
-                grow_split(cluster_of, model, option, first, factor, result, slo, qps, isl, osl)
+                grow_split(cluster_of, model, option, first, factor, result, slo, qps, isl, osl, efficiency_for)
                 if split
                 # the replicas the paid nodes hold come first (free); then the next multiple
                 else with_replicas(
@@ -91,10 +93,11 @@ def _replicas_per_node_group(cluster_of: ClusterOf, c: Candidate) -> int:
 
 
 def _simulate(
-    cluster_of: ClusterOf, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, seed: int
-) -> SimResult:
+    cluster_of: ClusterOf, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, seed: int,
+    efficiency_for: EfficiencyFor | None = None,
+) -> SimResult:  # fmt: skip
     """Poisson arrivals at ``qps / replicas`` on one replica of ``c``."""
     cfg = config_of(c, isl, osl)
-    d = deployment(model, cluster_of(c.instance, c.nodes_per_replica), cfg)
+    d = deployment_for(model, cluster_of(c.instance, c.nodes_per_replica), cfg, efficiency_for)
     sim = SimConfig(request_rate_per_s=qps / c.replicas, num_requests=150, warmup_requests=15, seed=seed)
     return simulate(d, cfg, sim)

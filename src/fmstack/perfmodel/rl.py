@@ -38,6 +38,7 @@ from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.collectives import GroupPlacement, collective_time_s
 from fmstack.perfmodel.config import TrainConfig, fill_defaults
+from fmstack.perfmodel.efficiency import Efficiency
 from fmstack.perfmodel.inference import ServeConfig, deployment, estimate_serve, memory_of, validate_serve
 from fmstack.perfmodel.inference_kv import DEFAULT_RESERVE_GIB as SERVE_RESERVE_GIB
 from fmstack.perfmodel.modelconsts import model_consts
@@ -100,7 +101,9 @@ def _as_rollout(tp: int) -> Iterator[None]:
         raise InputError(flag, re.sub(rf"\btp\({tp}\)", f"rollout_tp({tp})", err.message)) from err
 
 
-def _train(model: ModelArch, cluster: Cluster, cfg: RLConfig, seqs: int) -> TrainingEstimate:
+def _train(
+    model: ModelArch, cluster: Cluster, cfg: RLConfig, seqs: int, efficiency: Efficiency | None
+) -> TrainingEstimate:
     # sequences padded to what the layout needs: a multiple of 2 cp for load-balanced ring attention (Megatron-Core)
     # and of tp for sequence parallelism (NeMo RL's make_sequence_length_divisible_by)
     multiple = (2 * cfg.train_cp if cfg.train_cp > 1 else 1) * cfg.train_tp
@@ -119,7 +122,7 @@ def _train(model: ModelArch, cluster: Cluster, cfg: RLConfig, seqs: int) -> Trai
         {"tp": cfg.train_tp, "pp": cfg.train_pp, "cp": cfg.train_cp, "ep": cfg.train_ep, "global_batch": per_mb,
          "seq_len": seq_len, "recompute": "full", "sharding": sharding},
     )  # fmt: skip
-    return estimate_training(model, cluster, tc)
+    return estimate_training(model, cluster, tc, efficiency=efficiency)
 
 
 def forward_s(est: TrainingEstimate) -> float:
@@ -187,8 +190,14 @@ def _longest_response_tokens(cfg: RLConfig, batch: RolloutTime) -> float:
     return cfg.response_len * (1.0 + cfg.length_spread)
 
 
-def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: ModelArch | None = None) -> RLEstimate:
-    """Predict one PPO / GRPO step of ``actor`` on ``cluster`` (critic and reward model default to the actor)."""
+def estimate_rl(
+    actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: ModelArch | None = None,
+    efficiency: Efficiency | None = None,
+) -> RLEstimate:  # fmt: skip
+    """Predict one PPO / GRPO step of ``actor`` on ``cluster`` (critic and reward model default to the actor).
+    ``efficiency`` (a calibration profile's; None: the GPU's default curves) prices both the rollout engine and the
+    training steps and forward passes: rollout and training run on the same GPUs (colocated) or the same instance
+    (split)."""
     check_rl_config(cfg, cluster)
     critic_arch = critic or actor
     seqs = cfg.prompts_per_step * cfg.samples_per_prompt
@@ -216,7 +225,7 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
         if util is not None:
             # pool = utilization x HBM - weights, as a share of what weights + reserve leave
             validate_serve(serve, actor, rollout_cl)
-            hbm, w = rollout_cl.gpu.hbm_gib, memory_of(deployment(actor, rollout_cl, serve)).weights_gib
+            hbm, w = rollout_cl.gpu.hbm_gib, memory_of(deployment(actor, rollout_cl, serve, efficiency)).weights_gib
             budget = util * hbm
             if w >= budget:
                 colocated = cfg.placement == "colocated"
@@ -230,9 +239,9 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
             free = hbm - w - SERVE_RESERVE_GIB
             share = (budget - w) / free if free > 0 else 0.0
             serve = replace(serve, kv_memory_fraction=min(1.0, max(share, 1e-9)))
-        first = estimate_serve(actor, rollout_cl, serve)
+        first = estimate_serve(actor, rollout_cl, serve, efficiency=efficiency)
         conc = max(1, min(per_replica, first.max_concurrency))
-        gen = estimate_serve(actor, rollout_cl, replace(serve, concurrency=conc))
+        gen = estimate_serve(actor, rollout_cl, replace(serve, concurrency=conc), efficiency=efficiency)
         batch = rollout_time(
             actor,
             rollout_cl,
@@ -245,13 +254,14 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
             response_cap=cfg.response_cap,
             lengths=response_lengths(cfg),
             replicas=replicas,
+            efficiency=efficiency,
         )
     rollout = batch.time_s
     streamed_s = longest_s = 0.0
     if cfg.async_split and cfg.max_trajectory_age > 1:
         # streamed: the engine keeps up to age x its per-step share in flight; a step costs its share at that rate
         conc = max(1, min(cfg.max_trajectory_age * per_replica, first.max_concurrency))
-        streamed = estimate_serve(actor, rollout_cl, replace(serve, concurrency=conc))
+        streamed = estimate_serve(actor, rollout_cl, replace(serve, concurrency=conc), efficiency=efficiency)
         rollout = streamed_s = per_replica / streamed.requests_per_s
         gen = streamed
         # ... but a trajectory may lag at most `age` steps: the longest response, decoding at the stream's ITL, must
@@ -259,10 +269,10 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
         longest_s = _longest_response_tokens(cfg, batch) * streamed.itl_s
         rollout = max(rollout, longest_s / cfg.max_trajectory_age)
 
-    actor_step = _train(actor, train_cl, cfg, seqs)
+    actor_step = _train(actor, train_cl, cfg, seqs, efficiency)
     ppo = cfg.algorithm == "ppo"
     # the critic's architecture in the training layout: the critic (PPO) and the learned reward model
-    value_step = _train(critic_arch, train_cl, cfg, seqs) if ppo or cfg.reward_model else None
+    value_step = _train(critic_arch, train_cl, cfg, seqs, efficiency) if ppo or cfg.reward_model else None
     critic_step = value_step if ppo else None
     reward_step = value_step if cfg.reward_model else None
     mb = cfg.minibatches
@@ -328,20 +338,18 @@ def estimate_rl(actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: Mo
 
 
 def compare_placements(
-    actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: ModelArch | None = None
-) -> dict[str, RLEstimate]:
+    actor: ModelArch, cluster: Cluster, cfg: RLConfig, *, critic: ModelArch | None = None,
+    efficiency: Efficiency | None = None,
+) -> dict[str, RLEstimate]:  # fmt: skip
     """The same step colocated (HybridFlow time sharing), split in sequence and split overlapped (split needs two
     nodes or more; overlapped with ``cfg``'s ``max_trajectory_age``, one step apart by default)."""
     on_policy = replace(cfg, async_split=False, max_trajectory_age=1)
-    out = {
-        "colocated": estimate_rl(
-            actor, cluster, replace(on_policy, placement="colocated", rollout_nodes=None), critic=critic
-        )
-    }
+    colocated = replace(on_policy, placement="colocated", rollout_nodes=None)
+    out = {"colocated": estimate_rl(actor, cluster, colocated, critic=critic, efficiency=efficiency)}
     if cluster.num_nodes >= 2:
         split = replace(on_policy, placement="split", offload=None)
-        out["split"] = estimate_rl(actor, cluster, split, critic=critic)
+        out["split"] = estimate_rl(actor, cluster, split, critic=critic, efficiency=efficiency)
         age = cfg.max_trajectory_age
         out["split_async"] = estimate_rl(actor, cluster, replace(split, async_split=True, max_trajectory_age=age),
-                                         critic=critic)  # fmt: skip
+                                         critic=critic, efficiency=efficiency)  # fmt: skip
     return out

@@ -22,6 +22,7 @@ from typing import Any
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
+from fmstack.perfmodel.efficiency import EfficiencyFor
 from fmstack.perfmodel.rl import RLConfig, RLEstimate, estimate_rl
 from fmstack.perfmodel.rl_plan_space import (
     PLACEMENT_KINDS,
@@ -117,15 +118,18 @@ class _Search:
     """The estimates of one search, each point priced at most once."""
 
     def __init__(self, actor: ModelArch, clusters: Sequence[Cluster], base: RLConfig, critic: ModelArch | None,
-                 progress: Callable[[str], None] | None) -> None:  # fmt: skip
+                 progress: Callable[[str], None] | None, efficiency_for: EfficiencyFor | None = None) -> None:  # fmt: skip
         self.actor, self.clusters, self.base, self.critic, self.progress = actor, clusters, base, critic, progress
+        self.efficiency_for = efficiency_for
         self.done: dict[RLPoint, RLEstimate | InputError] = {}
 
     def estimate(self, point: RLPoint) -> RLEstimate | InputError:
         if point not in self.done:
             try:
+                cluster = self.clusters[point.cluster]
+                eff = None if self.efficiency_for is None else self.efficiency_for(cluster)
                 self.done[point] = estimate_rl(
-                    self.actor, self.clusters[point.cluster], config_of(self.base, point), critic=self.critic
+                    self.actor, cluster, config_of(self.base, point), critic=self.critic, efficiency=eff
                 )
             except InputError as exc:
                 self.done[point] = exc
@@ -146,9 +150,11 @@ def plan_rl(
     kinds: Sequence[str] = PLACEMENT_KINDS,
     prune: bool = True,
     progress: Callable[[str], None] | None = None,
+    efficiency_for: EfficiencyFor | None = None,
 ) -> RLPlan:
     """Rank every placement x rollout TP x training layout of ``base``'s step on each cluster by ``objective``
-    (``prune=False``: estimate every point, for checking the bound)."""
+    (``prune=False``: estimate every point, for checking the bound; ``efficiency_for``: each cluster's efficiency,
+    a calibration profile's, None: the default curves)."""
     if objective not in OBJECTIVES:
         raise InputError("objective", f"{objective!r} unknown; allowed: {', '.join(OBJECTIVES)}")
     if top < 1:
@@ -178,7 +184,7 @@ def plan_rl(
                              "price_per_hour_usd in a --catalog file, or rank by time or throughput")  # fmt: skip
         clusters = [c for c in clusters if c.instance.price_per_hour_usd is not None]
         notes += [f"{c.instance.name} skipped: no price (cost)" for c in unpriced]
-    search = _Search(actor, clusters, base, critic, progress)
+    search = _Search(actor, clusters, base, critic, progress, efficiency_for)
     seq_len = base.prompt_len + base.response_len
     points: list[RLPoint] = []
     roll: dict[tuple[int, Any, int], float] = {}

@@ -48,6 +48,7 @@ import numpy as np
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
+from fmstack.perfmodel.efficiency import Efficiency
 from fmstack.perfmodel.inference import ServeConfig, ServeEstimate, deployment, estimate_serve
 from fmstack.perfmodel.inference_sim import SimConfig, simulate
 from fmstack.perfmodel.rl_lengths import LogNormalLengths
@@ -86,15 +87,17 @@ def rollout_time(
     model: ModelArch, cluster: Cluster, serve: ServeConfig, requests: int, concurrency: int, *,
     length_spread: float = 0.0, seed: int = 0, at_concurrency: ServeEstimate | None = None,
     response_cap: int | None = None, lengths: LogNormalLengths | None = None, replicas: int = 1,
+    efficiency: Efficiency | None = None,
 ) -> RolloutTime:  # fmt: skip
     """Makespan of ``requests`` responses on one replica that runs at most ``concurrency`` at once
     (``at_concurrency``: the serving estimate at that many clients, when the caller has it already;
     ``response_cap``: the engine's token limit per response, reached by one response per batch; ``lengths``:
-    log-normal response lengths instead, drawn for ``replicas`` replicas: module docstring)."""
+    log-normal response lengths instead, drawn for ``replicas`` replicas: module docstring; ``efficiency``: the
+    engine's, None for the GPU's default curves)."""
     c = max(1, min(concurrency, requests))
     full = at_concurrency
     if full is None or full.config.concurrency != c:
-        full = estimate_serve(model, cluster, replace(serve, concurrency=c))
+        full = estimate_serve(model, cluster, replace(serve, concurrency=c), efficiency=efficiency)
     steady_s = requests / full.requests_per_s
     outputs: np.ndarray[tuple[int], np.dtype[np.int64]] | None = None
     stats = _uniform_stats(serve.output_len, length_spread, response_cap, requests)
@@ -111,10 +114,10 @@ def rollout_time(
         waves_full, last = divmod(requests, c)
         time_s = waves_full * full.latency_s
         if last:
-            time_s += estimate_serve(model, cluster, replace(serve, concurrency=last)).latency_s
+            time_s += estimate_serve(model, cluster, replace(serve, concurrency=last), efficiency=efficiency).latency_s
         simulated = 0
     else:
-        d, at_c = deployment(model, cluster, serve), replace(serve, concurrency=c)
+        d, at_c = deployment(model, cluster, serve, efficiency), replace(serve, concurrency=c)
         # up to four fills (any number with log-normal lengths): simulate the whole batch; more: simulate the last n2 in (3c, 4c] requests and add the k
         # waves before them at the engine's mixed steady rate, from the requests between the simulation's first and
         # last c (its start and its drain): c in flight finish one wave per mean latency (Little's law). Not for
@@ -137,7 +140,9 @@ def rollout_time(
             ) from err
         time_s = res.makespan_s + k * res.mean_latency_s
         simulated = n2
-    tail_s = cap_tail_s(model, cluster, serve, response_cap) if response_cap is not None and lengths is None else 0.0
+    tail_s = 0.0
+    if response_cap is not None and lengths is None:
+        tail_s = cap_tail_s(model, cluster, serve, response_cap, efficiency)
     time_s += tail_s
     return RolloutTime(
         time_s=time_s,
@@ -157,11 +162,15 @@ def _uniform_stats(mean: int, spread: float, cap: int | None, requests: int) -> 
             "length_p99": mean * (1.0 + 0.98 * spread)}  # fmt: skip
 
 
-def cap_tail_s(model: ModelArch, cluster: Cluster, serve: ServeConfig, response_cap: int) -> float:
+def cap_tail_s(
+    model: ModelArch, cluster: Cluster, serve: ServeConfig, response_cap: int, efficiency: Efficiency | None = None
+) -> float:
     """The steps a response running to ``response_cap`` takes beyond the mean ``serve.output_len``, alone on the
     replica: ``(response_cap - output_len) x`` the ITL at concurrency 1 of a ``response_cap``-token response."""
     extra = response_cap - serve.output_len
     if extra <= 0:
         return 0.0
-    alone = estimate_serve(model, cluster, replace(serve, concurrency=1, output_len=response_cap))
+    alone = estimate_serve(
+        model, cluster, replace(serve, concurrency=1, output_len=response_cap), efficiency=efficiency
+    )
     return extra * alone.itl_s

@@ -14,6 +14,7 @@ from typing import Any
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
+from fmstack.perfmodel.efficiency import EfficiencyFor
 from fmstack.perfmodel.rl import RLConfig
 from fmstack.perfmodel.rl_plan import plan_rl
 from fmstack.reports.html import Section, html_page
@@ -135,6 +136,7 @@ def memory_figure(data: dict[str, Any]) -> Any:
 def best_by_cluster(
     actor: ModelArch, clusters: Sequence[Cluster], where: Sequence[tuple[str, int]], base: RLConfig, *,
     critic: ModelArch | None, kinds: Sequence[str], max_trajectory_age: int,
+    efficiency_for: EfficiencyFor | None = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """The fastest row of each (instance, nodes) on its own (``plan_rl`` per cluster, top 1, by time): the ranked
     table's top rows may all come from one of them. ``step_time_s`` None and ``note`` when nothing fits there."""
@@ -143,7 +145,7 @@ def best_by_cluster(
         row: dict[str, Any] = {"instance": name, "nodes": nodes, "num_gpus": cluster.num_gpus, "step_time_s": None}
         try:
             best = plan_rl(actor, [cluster], base, critic=critic, objective="time", top=1,
-                           max_trajectory_age=max_trajectory_age, kinds=kinds).best  # fmt: skip
+                           max_trajectory_age=max_trajectory_age, kinds=kinds, efficiency_for=efficiency_for).best  # fmt: skip
         except InputError as exc:
             out.append({**row, "note": exc.message})
             continue
