@@ -55,9 +55,7 @@ def calibration_options(func: F) -> F:
     )(func)
 
 
-def calibration_for(
-    calibration: Path | None, clusters: Sequence[Cluster], force: bool
-) -> EfficiencyFor | None:
+def calibration_for(calibration: Path | None, clusters: Sequence[Cluster], force: bool) -> EfficiencyFor | None:
     """Each cluster's efficiency from the ``--calibration`` profile (None without one: the default curves).
 
     Refused before anything is searched or estimated: ``--calibration-force`` without a profile; a profile measured
