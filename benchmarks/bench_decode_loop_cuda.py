@@ -61,6 +61,8 @@ def main() -> None:
     cluster = build_cluster(cat, args.instance, 1)
     spec = resolve_device(args.device, cat)
     attention = [a.strip() for a in args.attention.split(",") if a.strip()]
+    if not attention or any(a not in ("sdpa", "matmul") for a in attention):
+        p.error(f"--attention {args.attention!r}: give sdpa, matmul or both (comma-separated)")
     decode_pts, prefill_pts = parse_points(args.decode, "decode"), parse_points(args.prefill, "prefill")
 
     t0 = time.perf_counter()
@@ -91,6 +93,30 @@ def main() -> None:
     print(f"{'step':>8} {'BxC':>9} {'attn':>6} {'graph ms':>9} {'eager ms':>9} {'model ms':>9} {'ratio':>6} "
           f"{'calib ms':>9} {'ratio':>6}  model's largest part")  # fmt: skip
     rows: list[dict[str, Any]] = []
+    gemv: list[dict[str, Any]] = []
+
+    def dump() -> None:
+        if not args.json:
+            return
+        out = {
+            "date_utc": f"{datetime.now(UTC):%Y-%m-%d %H:%M}",
+            "device": spec.name,
+            "catalog_gpu": cluster.gpu.name,
+            "torch": str(torch.__version__),
+            "model": arch.name,
+            "decoder": asdict(replace(cfg)),
+            "compiled": args.compile,
+            "calibration_s": calib_s,
+            "calibrated_gemm_plateau": calibrated.gemm["bf16"].y[-1] if calibrated else None,
+            "calibrated_memory_fraction": calibrated.memory if calibrated else None,
+            "calibrated_weight_fraction": calibrated.weight_memory if calibrated else None,
+            "points": rows,
+            "linear_layers": gemv,
+            "gemm": [{"m": g.shape.m, "tflops": g.tflops, "pct": g.pct_of_peak} for g in gemm],
+            "memory": [{"kernel": m.kernel, "bytes": m.buffer_bytes, "gbps": m.bw_gbps} for m in memory],
+        }
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(out, f, indent=1, default=str)
 
     def report(pt: StepPoint) -> None:
         default = price(pt, None)
@@ -105,6 +131,7 @@ def main() -> None:
             "ratio_calibrated": cal.gpu_s / pt.kernel_s if cal else None,
         }
         rows.append(row)
+        dump()  # after every point: a run cut short keeps what it measured
         if pt.kernels_s:
             row["achieved"] = achieved(pt)
         cal_txt = f"{cal.gpu_s * 1e3:9.3f} {cal.gpu_s / pt.kernel_s:6.3f}" if cal else f"{'-':>9} {'-':>6}"
@@ -133,7 +160,6 @@ def main() -> None:
 
     measure_steps(cfg, device=args.device, decode=decode_pts, prefill=prefill_pts, attention=attention,  # type: ignore[arg-type]
                   min_time_s=args.min_time, on_point=report, compiled=args.compile)  # fmt: skip
-    gemv = []
     if args.device == "cuda":  # the step's linear layers alone: weight bytes over kernel time
         layer = {"qkv": (cfg.q_width + 2 * cfg.kv_width, cfg.hidden_size), "out": (cfg.hidden_size, cfg.q_width),
                  "gate_up": (2 * cfg.ffn_hidden_size, cfg.hidden_size), "down": (cfg.hidden_size, cfg.ffn_hidden_size),
@@ -157,24 +183,7 @@ def main() -> None:
                   f"{a['model_linear_ms']:8.3f} {a['attention_ms']:8.3f} {a['model_attention_ms']:8.3f} "
                   f"{a['other_ms']:8.3f} {a['model_elementwise_ms']:8.3f} {a['gaps_ms']:7.3f} "
                   f"{a['model_launch_ms']:7.3f} {a['kernels']:>5} {a['weights_gbps']:7.0f} {a['kv_gbps']:7.0f}")  # fmt: skip
-    if args.json:
-        out = {
-            "date_utc": f"{datetime.now(UTC):%Y-%m-%d %H:%M}",
-            "device": spec.name,
-            "catalog_gpu": cluster.gpu.name,
-            "torch": str(torch.__version__),
-            "model": arch.name,
-            "decoder": asdict(replace(cfg)),
-            "calibration_s": calib_s,
-            "calibrated_gemm_plateau": calibrated.gemm["bf16"].y[-1] if calibrated else None,
-            "calibrated_memory_fraction": calibrated.memory if calibrated else None,
-            "points": rows,
-            "linear_layers": gemv,
-            "gemm": [{"m": g.shape.m, "tflops": g.tflops, "pct": g.pct_of_peak} for g in gemm],
-            "memory": [{"kernel": m.kernel, "bytes": m.buffer_bytes, "gbps": m.bw_gbps} for m in memory],
-        }
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(out, f, indent=1, default=str)
+    dump()
 
 
 if __name__ == "__main__":

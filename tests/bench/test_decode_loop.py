@@ -60,6 +60,15 @@ def test_kernel_names_fall_in_groups() -> None:
     assert kernel_group("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64") == "gemm"
     assert kernel_group("nvjet_tst_64x8_64x16_4x1_v_bz_splitK_TNT") == "gemm"
     assert kernel_group("void at::native::vectorized_elementwise_kernel<4, ...>") == "other"
+    # names seen on the H100 (torch 2.11): cuDNN's SDPA and its split-KV reduction are attention; Inductor's fused
+    # kernels name every op they fused, a rotary kernel beside attention included, and are not attention
+    assert (
+        kernel_group("cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_3_64x64x128_4x1x1") == "attention"
+    )
+    assert kernel_group("void cudnn::fusion::lean_reduction_kernel<...>") == "attention"
+    name = "triton_poi_fused__scaled_dot_product_cudnn_attention__unsafe_view_add_cat_mul_neg_slice_transpose_view_3"
+    assert kernel_group(name) == "other"
+    assert kernel_group("triton_tem_fused_mm_0") == "gemm"
 
 
 def test_measure_steps_on_cpu() -> None:
@@ -74,3 +83,5 @@ def test_measure_steps_on_cpu() -> None:
     dec = points[0]
     assert dec.attended == 17 and dec.kv_cache_bytes == 2 * 1 * 2 * 17 * 16 * 4
     assert all(p.kernel_s > 0 and p.eager_s > 0 and p.kernels_s == {} for p in points)
+    with pytest.raises(InputError, match=r"^attention: unknown 'spda'; allowed: sdpa, matmul$"):
+        measure_steps(cfg, device="cpu", decode=[(1, 4)], attention=("spda",))  # type: ignore[arg-type]

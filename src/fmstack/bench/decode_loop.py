@@ -22,19 +22,29 @@ from fmstack.workloads.decoder import DecodeAttention, DecoderConfig, build_deco
 StepKind = Literal["decode", "prefill"]
 
 KERNEL_GROUPS = (
-    ("attention", re.compile(r"flash|fmha|attention|sdpa", re.IGNORECASE)),
+    ("gemm", re.compile(r"^triton_tem_", re.IGNORECASE)),  # Inductor's matmul templates
+    ("other", re.compile(r"^triton_", re.IGNORECASE)),  # Inductor's fused pointwise / reduction kernels, whose names
+    # list every op they fused (a rotary kernel fused next to attention is named ..._scaled_dot_product_...)
+    ("attention", re.compile(r"flash|fmha|attention|sdpa|lean_reduction", re.IGNORECASE)),
     ("gemm", re.compile(r"gemm|gemv|cutlass|xmma|nvjet|cublas|splitk", re.IGNORECASE)),
 )
 """Kernel name patterns, first match wins; the rest (norms, rotary, activation, copies, softmax) is ``other``.
-The matmul attention's two batched products land in ``gemm``."""
+Attention includes cuDNN's SDPA kernels (``cudnn_generated_fort_native_sdpa_...``) and their split-KV reduction
+(``cudnn::fusion::lean_reduction_kernel``), which PyTorch 2.11 picks on an H100. The matmul attention's two batched
+products land in ``gemm``."""
 
 
 def kernel_group(name: str) -> str:
     return next((group for group, pattern in KERNEL_GROUPS if pattern.search(name)), "other")
 
 
-def kernel_breakdown(fn: Callable[[], object]) -> tuple[dict[str, float], int]:
-    """Device seconds by :func:`kernel_group` and the kernel count of one eager call of ``fn`` on CUDA."""
+TOP_KERNELS = 3
+"""Kernel names kept per group (the longest-running), so a result says which kernels it timed."""
+
+
+def kernel_breakdown(fn: Callable[[], object]) -> tuple[dict[str, float], int, dict[str, list[str]]]:
+    """Device seconds by :func:`kernel_group`, the kernel count, and each group's longest-running kernel names, of
+    one call of ``fn`` on CUDA (dispatched as the step is: eagerly, or through its compiled graph)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -43,14 +53,18 @@ def kernel_breakdown(fn: Callable[[], object]) -> tuple[dict[str, float], int]:
         fn()
         torch.cuda.synchronize()
     groups: dict[str, float] = {}
+    names: dict[str, list[tuple[float, str]]] = {}
     count = 0
     for event in prof.key_averages():
         if event.device_type.name != "CUDA" or event.device_time_total <= 0:
             continue
         group = kernel_group(event.key)
-        groups[group] = groups.get(group, 0.0) + event.device_time_total * 1e-6  # profiler reports microseconds
+        seconds = event.device_time_total * 1e-6  # the profiler reports microseconds
+        groups[group] = groups.get(group, 0.0) + seconds
+        names.setdefault(group, []).append((seconds, event.key))
         count += event.count
-    return groups, count
+    top = {g: [n[:120] for _, n in sorted(v, reverse=True)[:TOP_KERNELS]] for g, v in names.items()}
+    return groups, count, top
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -65,13 +79,16 @@ class StepPoint:
     kernel_s: float
     """Median seconds per step replayed from a CUDA graph (on a CPU: plain calls, the same as ``eager_s``)."""
     eager_s: float
-    """Median seconds per step called eagerly, the device synchronised around each batch of calls."""
+    """Median seconds per step called from the host one call at a time (eager ops, or the compiled code without a CUDA
+    graph), the device synchronised around each batch of calls."""
     kv_cache_bytes: int
     kernels_s: dict[str, float] = field(default_factory=dict)
     """Device seconds of one eagerly called step by kernel group (:data:`KERNEL_GROUPS`, else ``other``), from the
     PyTorch profiler; empty off CUDA."""
     kernel_count: int = 0
     """CUDA kernels one step launches (0 off CUDA)."""
+    kernel_names: dict[str, list[str]] = field(default_factory=dict)
+    """The longest-running kernels of each group (e.g. which SDPA backend ran); empty off CUDA."""
     compiled: bool = False
     """The step ran through ``torch.compile`` (Inductor fuses the norms, rotary and activation into a few Triton
     kernels, as vLLM's compiled model does), not eagerly op by op."""
@@ -118,10 +135,18 @@ def measure_steps(
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     torch.manual_seed(seed)
     model = build_decoder(cfg, device=device, dtype=dt).requires_grad_(False)
-    decode_fn, prefill_fn = model.decode, model.prefill
-    if compiled:  # one graph per shape (dynamic=False), compiled at the point's first (warm-up) call
-        decode_fn = torch.compile(model.decode, dynamic=False, fullgraph=True)
-        prefill_fn = torch.compile(model.prefill, dynamic=False, fullgraph=True)
+    for how in attention:
+        if how not in ("sdpa", "matmul"):
+            raise InputError("attention", f"unknown {how!r}; allowed: sdpa, matmul")
+
+    def step(fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` itself, or compiled afresh for one point (dynamic=False: one graph per shape; Dynamo allows 8
+        recompiles of a function and fullgraph=True makes the 9th an error, so each point gets its own)."""
+        if not compiled:
+            return fn
+        torch._dynamo.reset()
+        return torch.compile(fn, dynamic=False, fullgraph=True)
+
     gen = torch.Generator(device=device).manual_seed(seed)
     width = torch.finfo(dt).bits // 8
     points: list[StepPoint] = []
@@ -129,8 +154,9 @@ def measure_steps(
     def timed(fn: Callable[[], object]) -> dict[str, Any]:
         kern = kernel_timing(fn, device, min_time_s=min_time_s, trials=trials).median_s
         eager = time_calls(fn, device, min_time_s=min_time_s, trials=trials).median_s
-        groups, count = kernel_breakdown(fn) if device == "cuda" else ({}, 0)
-        return {"kernel_s": kern, "eager_s": eager, "kernels_s": groups, "kernel_count": count, "compiled": compiled}
+        groups, count, names = kernel_breakdown(fn) if device == "cuda" else ({}, 0, {})
+        return {"kernel_s": kern, "eager_s": eager, "kernels_s": groups, "kernel_count": count,
+                "kernel_names": names, "compiled": compiled}  # fmt: skip
 
     def record(point: StepPoint) -> None:
         points.append(point)
@@ -145,14 +171,14 @@ def measure_steps(
                 v.normal_(generator=gen)
             tokens = torch.randint(0, cfg.vocab_size, (batch,), device=device, generator=gen)
             for how in attention:
-                times = timed(partial(decode_fn, tokens, ctx, cache, how))
+                times = timed(partial(step(model.decode), tokens, ctx, cache, how))
                 record(StepPoint(kind="decode", batch=batch, context=ctx, attention=how,
                                  kv_cache_bytes=cfg.kv_cache_bytes(batch, ctx + 1, width), **times))  # fmt: skip
             del cache
         for batch, length in prefill:
             cache = model.new_cache(batch, length)
             prompt = torch.randint(0, cfg.vocab_size, (batch, length), device=device, generator=gen)
-            times = timed(partial(prefill_fn, prompt, cache))
+            times = timed(partial(step(model.prefill), prompt, cache))
             record(StepPoint(kind="prefill", batch=batch, context=length, attention="sdpa",
                              kv_cache_bytes=cfg.kv_cache_bytes(batch, length, width), **times))  # fmt: skip
             del cache

@@ -129,7 +129,9 @@ def count_steps(opts: BenchOptions, catalog: Catalog) -> int:
     if "gemm" in opts.kinds:
         steps += len(plan_gemm_shapes(opts, catalog)) * len(_dtypes(opts))
     if "memory" in opts.kinds:
-        steps += 2 * len(mem_mod.buffer_sizes(opts.device, opts.quick, opts.max_bytes))
+        steps += len(mem_mod.default_kernels(opts.device)) * len(
+            mem_mod.buffer_sizes(opts.device, opts.quick, opts.max_bytes)
+        )
     if "collectives" in opts.kinds:
         steps += len(opts.ops) * len(coll.message_sizes(opts.device, opts.quick, opts.ranks, opts.max_bytes))
     if "storage" in opts.kinds:

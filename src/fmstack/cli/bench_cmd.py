@@ -214,7 +214,9 @@ def gemm_cmd(as_json: bool, catalog_dir: Path | None, **kw: Any) -> None:
 @_max_bytes
 @_procs_option
 def memory_cmd(as_json: bool, catalog_dir: Path | None, **kw: Any) -> None:
-    """Memory bandwidth (STREAM copy and triad) over buffer sizes."""
+    """Memory bandwidth (STREAM copy and triad) over buffer sizes; on a GPU also gemv, the rate cuBLAS streams a
+    decode step's weights. Calibrating needs sizes past the caches: the default sweep (up to 1 GiB on a GPU), not
+    --quick."""
     _run(("memory",), as_json, catalog_dir, **kw)
 
 

@@ -106,7 +106,9 @@ class CalibrationProfile(BaseModel):
     gemm_efficiency: dict[str, Curve] = Field(default_factory=dict, description="dtype -> achieved/peak vs FLOPs")
     gemm_tflops: dict[str, Curve] = Field(default_factory=dict, description="dtype -> TFLOP/s vs FLOPs per GEMM")
     memory_bw_gbps: Curve | None = Field(default=None, description="copy bandwidth GB/s vs bytes moved")
-    memory_curves: dict[str, Curve] = Field(default_factory=dict, description="copy, triad: GB/s vs bytes moved")
+    memory_curves: dict[str, Curve] = Field(
+        default_factory=dict, description="copy, triad, gemv (cuda): GB/s vs bytes moved"
+    )
     collectives: dict[str, CollectiveCurve] = Field(default_factory=dict, description="op -> busbw GB/s vs bytes")
     storage_gbps: dict[str, Curve] = Field(default_factory=dict, description="write, read: GB/s vs file bytes")
     storage_target: str | None = None

@@ -36,8 +36,9 @@ class Efficiency:
 
     weight_memory: float | None = None
     """Fraction of HBM bandwidth the dense linear layers read their weights at in a memory-bound (decode) step, where a
-    profile measured it (``gemv``: cuBLAS streams weights below STREAM's rate: 2,700 vs 3,020 GB/s on an H100,
-    benchmarks/results/decode-loop-h100-2026-11-24); None: the ``memory`` fraction."""
+    profile measured it (``gemv`` at 1 GiB: 2,845 GB/s on an H100 against a kernel copy's 3,015; the step's own layer
+    shapes streamed at 2,687-2,700, benchmarks/results/decode-loop-h100-2026-11-24.md); None: the ``memory``
+    fraction."""
 
     @property
     def weight_read_memory(self) -> float:
@@ -46,8 +47,9 @@ class Efficiency:
 
     @property
     def expert_memory(self) -> float:
-        """HBM fraction of the routed experts' weight reads (``grouped_memory``, else ``memory``)."""
-        return self.memory if self.grouped_memory is None else self.grouped_memory
+        """HBM fraction of the routed experts' weight reads (``grouped_memory``, else the dense weight reads'
+        :attr:`weight_read_memory`: a grouped GEMM streams weights no faster than a dense one)."""
+        return self.weight_read_memory if self.grouped_memory is None else self.grouped_memory
 
     @overload
     def gemm_at(self, precision: str, flops_per_call: float) -> float: ...
@@ -135,6 +137,13 @@ def check_profile_has_catalog_peak(profile: CalibrationProfile) -> None:
         )
 
 
+MIN_STREAMING_BYTES = 1 << 28
+"""A memory curve calibrates an HBM fraction only if its largest point moves at least 256 MiB per call: smaller
+buffers can sit in a GPU's L2 (50 MB on an H100, 126 MB on a B200), where a 4 MiB gemv read 764 GB/s and a 16 MiB
+copy 4,521 GB/s on an H100 (bench-memory-kernel-copy.txt), neither of them HBM. ``bench memory --quick`` stops at
+8 MiB."""
+
+
 def efficiency_from_profile(profile: CalibrationProfile, gpu: GPU, *, force: bool = False) -> Efficiency:
     """Measured GEMM efficiency curves (and memory bandwidth fraction) replace the defaults for ``gpu``.
 
@@ -142,8 +151,9 @@ def efficiency_from_profile(profile: CalibrationProfile, gpu: GPU, *, force: boo
     Precisions the profile did not measure keep their defaults; the attention fraction keeps its default
     scaled by the measured / default GEMM plateau ratio (attention kernels are Tensor-core bound too); the memory
     fraction is copy's rate at its largest size over the peak, the dense weight-read fraction gemv's (when the
-    profile has it: ``fmstack bench memory --device cuda``); the grouped-GEMM weight-read fraction keeps its default
-    (the profile runs no grouped GEMM).
+    profile has it: ``fmstack bench memory --device cuda``), each only from a curve that reaches
+    :data:`MIN_STREAMING_BYTES`; the grouped-GEMM weight-read fraction keeps its default (the profile runs no grouped
+    GEMM).
     """
     if not force:
         check_profile_gpu(profile, gpu)
@@ -158,15 +168,28 @@ def efficiency_from_profile(profile: CalibrationProfile, gpu: GPU, *, force: boo
         ratio = measured / base.gemm["bf16"].y[-1]
     memory, weights = base.memory, base.weight_memory
     peak_bw = profile.device.peak_memory_bw_gbps
-    if profile.memory_bw_gbps is not None and peak_bw:
-        memory = min(1.0, profile.memory_bw_gbps.y[-1] / peak_bw)
-    if "gemv" in profile.memory_curves and peak_bw:
-        weights = min(1.0, profile.memory_curves["gemv"].y[-1] / peak_bw)
+    source = f"calibration profile of {profile.device.name} measured {profile.measured_at:%Y-%m-%d}"
+    cached = []
+    streams: tuple[tuple[str, Curve | None], ...] = (
+        ("copy", profile.memory_bw_gbps),
+        ("gemv", profile.memory_curves.get("gemv")),
+    )
+    for name, stream in streams:
+        if stream is None or not peak_bw:
+            continue
+        if stream.x[-1] < MIN_STREAMING_BYTES:
+            cached.append(f"{name} ends at {stream.x[-1] / 2**20:,.0f} MiB")
+        elif name == "copy":
+            memory = min(1.0, stream.y[-1] / peak_bw)
+        else:
+            weights = min(1.0, stream.y[-1] / peak_bw)
+    if cached:
+        source += f" ({', '.join(cached)}, within the caches: the default HBM fraction kept)"
     return Efficiency(
         gemm=gemm,
         attention=min(1.0, base.attention * ratio),
         memory=memory,
         weight_memory=weights,
         grouped_memory=base.grouped_memory,
-        source=f"calibration profile of {profile.device.name} measured {profile.measured_at:%Y-%m-%d}",
+        source=source,
     )

@@ -181,6 +181,8 @@ def build_decoder(cfg: DecoderConfig, *, device: str = "cpu", dtype: torch.dtype
         """q [B, H, 1, D] against k, v [B, Hkv, ctx, D]: every cached position is visible."""
         if how == "sdpa":
             return F.scaled_dot_product_attention(q, k, v, enable_gqa=nh != nkv)
+        if how != "matmul":
+            raise InputError("attention", f"unknown {how!r}; allowed: sdpa, matmul")
         b = q.shape[0]
         g = q.view(b, nkv, nh // nkv, hd)  # the query heads that share one KV head
         p = torch.softmax((g @ k.transpose(-1, -2)).float() * hd**-0.5, dim=-1).to(v.dtype)
