@@ -226,3 +226,23 @@ def test_plan_serve_prices_and_simulates_every_deployment_with_the_profile(catal
         assert isinstance(z, dict)
         for key, value in r["sim"].items():
             assert z[key] == value, key
+
+
+def test_the_html_reports_say_which_efficiency_priced_them(half: Path, tmp_path: Path) -> None:
+    """The three planners' --html pages carry the profile in their subtitle (review, 2026-11-24)."""
+    plans = {
+        "serve": ["plan", "serve", "--model", "llama3.1-8b", "--qps", "5", "--input-len", "512", "--output-len", "128",
+                  "--ttft-p99", "0.5", "--itl-p99", "0.05", "--instance", "p5.4xlarge"],
+        "rl": ["plan", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "1", "--prompts",
+               "64", "--samples", "8", "--prompt-len", "512", "--response-len", "512", "--top", "1"],
+        "train": ["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens",
+                  "1e12", "--top", "1"],
+    }  # fmt: skip
+    for name, args in plans.items():
+        page = tmp_path / f"{name}.html"
+        code, _, err = _invoke_split(*args, "--calibration", str(half), "--html", str(page))
+        assert code == 0, err
+        assert f"efficiencies from the {SOURCE}" in page.read_text() or f"priced with the {SOURCE}" in page.read_text()
+        plain = tmp_path / f"{name}-default.html"
+        code, _, err = _invoke_split(*args, "--html", str(plain))
+        assert code == 0 and "calibration profile" not in plain.read_text()

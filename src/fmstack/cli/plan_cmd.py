@@ -254,7 +254,9 @@ def plan_train(
                                 gpus=best.num_gpus, tokens=tokens, objective=objective, space=space).points  # fmt: skip
         except InputError:
             scaling = []  # a smaller point may not fit in memory; the report shows what exists
-        write_html(html_path, plan_html(result, scaling, scaling_of=f"{best.instance}, re-planned at each size"))
+        source = None if efficiency_for is None else efficiency_for(clusters[0]).source
+        write_html(html_path, plan_html(result, scaling, scaling_of=f"{best.instance}, re-planned at each size",
+                                        efficiency_source=source))  # fmt: skip
     commands = [
         shlex.join(estimate_argv(model, est.instance, est.num_gpus, est.config, catalog_dir=catalog_dir,
                                  calibration=calibration, calibration_force=calibration_force, tokens=tokens))

@@ -86,14 +86,14 @@ def plan_serve_cmd(
             max_nodes_per_replica=max_nodes_per_replica, search_attention_dp=search_attention_dp,
             search_disagg=search_disagg, on_simulate=on_simulate, efficiency_for=efficiency_for,
         )  # fmt: skip
+    source = None if efficiency_for is None else efficiency_for(build_cluster(cat, plan.best.instance, 1)).source
     if html_path is not None:
         from fmstack.reports.serve_report import write_serve_plan
 
-        write_serve_plan(plan, html_path)
+        write_serve_plan(plan, html_path, source)
     from fmstack.cli.plan_serve_render import plan_serve_json, render_plan_serve
 
     extra = calibration_argv(calibration, calibration_force)  # each row's estimate serve command reapplies it
-    source = None if efficiency_for is None else efficiency_for(build_cluster(cat, plan.best.instance, 1)).source
     if as_json:
         data = plan_serve_json(plan, model, top, catalog_dir, seed, extra)
         if source is not None:

@@ -97,10 +97,15 @@ def hours_figure(result: PlanResult) -> object:
 
 
 def plan_html(
-    result: PlanResult, scaling: Sequence[ScalePoint] = (), scaling_axis: str = "nodes", scaling_of: str = ""
+    result: PlanResult,
+    scaling: Sequence[ScalePoint] = (),
+    scaling_axis: str = "nodes",
+    scaling_of: str = "",
+    efficiency_source: str | None = None,
 ) -> str:
     """The report: ranked rows, step and memory breakdowns, the hours with failures, and a scaling sweep (of
-    ``scaling_of``, e.g. the best row's instance and configuration, over ``scaling_axis``)."""
+    ``scaling_of``, e.g. the best row's instance and configuration, over ``scaling_axis``); ``efficiency_source``
+    names a calibration profile that priced the ranked rows (the sweep keeps the default curves)."""
     counts = (
         f"{result.considered:,} configurations considered, {result.rejected_shape:,} rejected for shape, "
         f"{result.rejected_memory:,} rejected for memory; objective: {result.objective}"
@@ -144,4 +149,7 @@ def plan_html(
         )
     tokens = f"{result.tokens:.3g} tokens" if result.tokens else ""
     instances = ", ".join(dict.fromkeys(result.clusters))  # one name per instance type, in search order
-    return html_page(f"fmstack plan: {result.model}", sections, subtitle=f"{tokens} on {instances}")
+    subtitle = f"{tokens} on {instances}"
+    if efficiency_source:
+        subtitle += f"; ranked rows priced with the {efficiency_source}, the scaling sweep with the default curves"
+    return html_page(f"fmstack plan: {result.model}", sections, subtitle=subtitle)

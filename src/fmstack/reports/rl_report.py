@@ -207,4 +207,6 @@ def rl_plan_html(data: dict[str, Any], *, several: bool, per_cluster: Sequence[d
     sections.append(Section(title="estimate each row", table_header=("#", "fmstack estimate rl command"),
                             table_rows=commands))  # fmt: skip
     subtitle = f"ranked by {data['objective']}; read the step times as lower bounds (see the notes)"
+    if data.get("efficiency_source"):
+        subtitle += f"; efficiencies from the {data['efficiency_source']}"
     return html_page(f"fmstack plan rl: {data['model']}", sections, subtitle=subtitle)

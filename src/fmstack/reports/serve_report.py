@@ -63,8 +63,9 @@ def _mode(c: Any) -> str:
     return f"{c.prefill_replicas} prefill (tp{c.tp}) + {c.decode_replicas} decode (tp{c.decode_tp})"
 
 
-def serve_plan_html(plan: ServePlan) -> str:
-    """The page as a string (tested in headless Chromium)."""
+def serve_plan_html(plan: ServePlan, efficiency_source: str | None = None) -> str:
+    """The page as a string (tested in headless Chromium); ``efficiency_source`` names a calibration profile that
+    priced it."""
     b = plan.best
     header = ["rank", "instance", "precision", "mode", "tp", "pp", "ep", "chunk", "nodes/replica", "replicas", "nodes",
               "GPUs", "$/h", "rate/replica", "sim TTFT p99", "sim ITL p99", "meets SLO"]  # fmt: skip
@@ -91,8 +92,11 @@ def serve_plan_html(plan: ServePlan) -> str:
         Section(title="latency / throughput curve", figures=[_curve_figure(plan)]),
         Section(title="candidates (cheapest first)", table_header=header, table_rows=rows),
     ]
-    return html_page(f"fmstack plan serve: {plan.model}", sections, subtitle="analytic curve; p99 by simulation")
+    subtitle = "analytic curve; p99 by simulation"
+    if efficiency_source:
+        subtitle += f"; efficiencies from the {efficiency_source}"
+    return html_page(f"fmstack plan serve: {plan.model}", sections, subtitle=subtitle)
 
 
-def write_serve_plan(plan: ServePlan, path: Path | str) -> Path:
-    return write_html(path, serve_plan_html(plan))
+def write_serve_plan(plan: ServePlan, path: Path | str, efficiency_source: str | None = None) -> Path:
+    return write_html(path, serve_plan_html(plan, efficiency_source))
