@@ -174,7 +174,7 @@ def main() -> None:
                   f"{gbps:6.0f} GB/s {100 * gbps / cluster.gpu.hbm_bw_gbps:5.1f} %")  # fmt: skip
     kernel_rows = [r for r in rows if "achieved" in r]
     if kernel_rows:
-        print("\n# one step called from the host, by kernel group (PyTorch profiler), next to the model's matching parts; ms")
+        print("\n# one host-called step by kernel group (PyTorch profiler) beside the model's parts; ms")
         print(f"{'step':>8} {'BxC':>9} {'attn':>6} {'gemm':>8} {'model':>8} {'attn':>8} {'model':>8} {'other':>8} "
               f"{'model':>8} {'gaps':>7} {'model':>7} {'kern':>5} {'W GB/s':>7} {'KV GB/s':>7}")  # fmt: skip
         for r in kernel_rows:
