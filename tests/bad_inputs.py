@@ -880,3 +880,12 @@ BAD_ARGV += [
     ([*_CAL_PLAN_RL, "--instance", "p5.48xlarge", "--calibration", "@file:cpu_profile.json", "--calibration-force"],
      _CPU_FORCED),
 ]  # fmt: skip
+
+# session 12, simulate: backfill window, time limits, trace rows (helper S): add rows here
+BAD_ARGV += []
+
+# session 12, launch: array checkpoints, container mounts (helper L): add rows here
+BAD_ARGV += []
+
+# session 12, health: Xid catalog, NVLink reasons (helper H): add rows here
+BAD_ARGV += []
