@@ -33,14 +33,15 @@ def test_each_node_alert_leads_to_the_action_on_its_label() -> None:
         name = rule["alert"]
         if ALERT_SIGNALS[name] is None:
             continue
-        labels = {"alertname": name, "Hostname": "n1", "instance": "10.0.0.1:9400"}
         m = re.search(r'xid=~"([0-9|]+)"', rule["expr"])
-        if m:
-            labels["xid"] = m.group(1).split("|")[0]
-        alert = {"state": "firing", "labels": labels, "value": values.get(name, "1")}
-        signals = signals_from_alerts([alert])["n1"]
-        assert signals != NodeSignals(node="n1"), f"{name} set no signal"
-        assert ENGINE.decide(signals).action is Action.parse(rule["labels"]["action"]), name
+        for xid in m.group(1).split("|") if m else [None]:  # every Xid of an Xid alert's regex
+            labels = {"alertname": name, "Hostname": "n1", "instance": "10.0.0.1:9400"}
+            if xid is not None:
+                labels["xid"] = xid
+            alert = {"state": "firing", "labels": labels, "value": values.get(name, "1")}
+            signals = signals_from_alerts([alert])["n1"]
+            assert signals != NodeSignals(node="n1"), f"{name} set no signal"
+            assert ENGINE.decide(signals).action is Action.parse(rule["labels"]["action"]), (name, xid)
 
 
 def test_efa_alert_keyed_by_instance_renders_for_slurm() -> None:

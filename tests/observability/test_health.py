@@ -24,9 +24,18 @@ from fmstack.observability.xid import load_xid_catalog, xids_for
 ENGINE = HealthEngine()
 
 
-def test_vendored_catalog_is_the_shared_one(shared_dir: Path) -> None:
+ADDED_TO_SHARED_CATALOG = {54, 121, 126, 151, 168}
+"""Rows the vendored catalog has beyond shared/data/xid-catalog.csv: the Xids gpu-cluster-healthcheck's r590 table
+classifies (shared/reference/observability.md §3) that the shared file lacks (data/SOURCES.md)."""
+
+
+def test_vendored_catalog_is_the_shared_one_plus_documented_rows(shared_dir: Path) -> None:
     vendored = Path(__file__).resolve().parents[2] / "src/fmstack/observability/data/xid-catalog.csv"
-    assert vendored.read_text() == (shared_dir / "data/xid-catalog.csv").read_text()
+    vendored_lines = vendored.read_text().splitlines()
+    shared_lines = (shared_dir / "data/xid-catalog.csv").read_text().splitlines()
+    assert [line for line in vendored_lines if line in shared_lines] == shared_lines  # same rows, same order
+    extra = {int(line.split(",")[0]) for line in vendored_lines if line not in shared_lines}
+    assert extra <= ADDED_TO_SHARED_CATALOG
 
 
 def test_actions_are_ordered_by_severity() -> None:
@@ -54,6 +63,12 @@ def test_actions_are_ordered_by_severity() -> None:
         (147, Action.NONE),  # WORKFLOW_NVLINK5_ERR (IGNORE)
         (149, Action.RESET_GPU),  # WORKFLOW_NVLINK5_ERR (RESET_GPU)
         (171, Action.RESET_GPU),  # follow Xid 48
+        # gpu-cluster-healthcheck r590 table (shared/reference/observability.md §3, signal table §7)
+        (54, Action.REPLACE_NODE),  # CHECK_MECHANICALS; healthcheck ISOLATE, §7 "Xid 54 (mechanical) -> replace_node"
+        (121, Action.NONE),  # IGNORE (C2C corrected errors); healthcheck MONITOR
+        (126, Action.RESTART_JOB),  # RESTART_APP; healthcheck MONITOR "restart job, not node"
+        (151, Action.REBOOT_NODE),  # RESTART_VM; healthcheck REBOOT
+        (168, Action.REBOOT_NODE),  # BOOT_REATTEMPT_OR_ENABLE_ECC; healthcheck REBOOT
     ],
 )
 def test_single_xid_follows_the_catalog(xid: int, action: Action) -> None:
@@ -62,14 +77,30 @@ def test_single_xid_follows_the_catalog(xid: int, action: Action) -> None:
     assert d.sources == ["https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"]
 
 
-def test_catalog_has_41_rows_and_only_79_reboots() -> None:
+def test_catalog_has_46_rows_and_reboots_as_the_reference() -> None:
     table = load_xid_catalog()
-    assert len(table) == 41
-    assert xids_for(table, Action.REBOOT_NODE) == [79]
-    assert xids_for(table, Action.REPLACE_NODE) == []
+    assert len(table) == 46
+    # gpu-cluster-healthcheck r590 (shared/reference/observability.md §3): 54 ISOLATE; 79, 151, 168 REBOOT
+    assert xids_for(table, Action.REBOOT_NODE) == [79, 151, 168]
+    assert xids_for(table, Action.REPLACE_NODE) == [54]
     # restart job is exactly the catalog's RESTART_APP bucket (Xid 45's RESTART_FM is not: it used to be)
     restart_app = [x for x, r in table.items() if r.catalog_action.removeprefix("immediate=").startswith("RESTART_APP")]
     assert xids_for(table, Action.RESTART_JOB) == sorted(restart_app)
+
+
+def test_xid54_151_168_reasons_name_the_catalog_entry() -> None:
+    d54 = ENGINE.decide(NodeSignals(xids=[54]))
+    assert d54.main_reason == "xid 54 (SILENT_RUNNING_PWR_REDUCED_CLOCKING): catalog CHECK_MECHANICALS -> replace_node"
+    d151 = ENGINE.decide(NodeSignals(xids=[151]))
+    assert d151.main_reason == "xid 151 (ROBUST_CHANNEL_KEY_ROTATION_ERROR): catalog RESTART_VM -> reboot_node"
+    d168 = ENGINE.decide(NodeSignals(xids=[168]))
+    assert d168.main_reason == (
+        "xid 168 (REDUCED_GPU_MEMORY_CAPACITY): catalog BOOT_REATTEMPT_OR_ENABLE_ECC -> reboot_node"
+    )
+    # a reboot Xid after a reboot already in the window: replace (as Xid 79)
+    assert ENGINE.decide(NodeSignals(xids=[151], reboots_in_window=1)).action is Action.REPLACE_NODE
+    # 54 outranks everything else on the node
+    assert ENGINE.decide(NodeSignals(xids=[54, 79, 48])).action is Action.REPLACE_NODE
 
 
 def test_unknown_xid_is_no_action_with_a_reason() -> None:
@@ -111,6 +142,34 @@ def test_memory_and_inventory_rules() -> None:
     assert ENGINE.decide(NodeSignals(efa_missing=True)).action is Action.REBOOT_NODE
     assert ENGINE.decide(NodeSignals(nvlink_error_count=99)).action is Action.NONE
     assert ENGINE.decide(NodeSignals(nvlink_error_count=100)).action is Action.RESET_GPU
+
+
+def test_nvlink_errors_below_the_reset_threshold_are_a_watch_reason() -> None:
+    d = ENGINE.decide(NodeSignals(nvlink_error_count=99))
+    assert d.action is Action.NONE
+    assert d.reasons == ["watch: 99 NVLink errors on one GPU < reset threshold 100"]
+    assert d.sources == ["fmstack policy (shared/reference/observability.md §7, derived)"]
+    d = ENGINE.decide(NodeSignals(nvlink_error_count=100))
+    assert d.reasons == ["100 NVLink errors on one GPU >= 100"]  # the reset, and no watch line beside it
+    off = HealthEngine(HealthPolicy(nvlink_errors_reset=0)).decide(NodeSignals(nvlink_error_count=500))
+    assert off.action is Action.NONE
+    assert off.reasons == ["watch: 500 NVLink errors on one GPU (NVLink reset off)"]
+    assert ENGINE.decide(NodeSignals()).reasons == []
+
+
+def test_nvlink_threshold_is_per_gpu_from_alerts() -> None:
+    # FmstackGpuNvlinkErrors fires once per GPU (sum by Hostname, gpu); 60 + 60 on two GPUs of one node is 120 on
+    # the node but 60 on its worst GPU: below the per-GPU threshold of 100, a watch and no reset.
+    def alert(gpu: str, value: str) -> dict[str, object]:
+        labels = {"alertname": "FmstackGpuNvlinkErrors", "Hostname": "n1", "gpu": gpu}
+        return {"labels": labels, "state": "firing", "value": value}
+
+    signals = signals_from_alerts([alert("0", "60"), alert("1", "60")])["n1"]
+    assert signals.nvlink_error_count == 60
+    d = ENGINE.decide(signals)
+    assert (d.action, d.reasons) == (Action.NONE, ["watch: 60 NVLink errors on one GPU < reset threshold 100"])
+    signals = signals_from_alerts([alert("0", "60"), alert("1", "100")])["n1"]
+    assert ENGINE.decide(signals).action is Action.RESET_GPU
 
 
 def test_watch_signals_give_reasons_but_no_action() -> None:

@@ -64,6 +64,7 @@ def test_xid_alert_regexes_match_the_catalog() -> None:
     table = load_xid_catalog()
     by_alert = {r["alert"]: r["expr"] for r in _rules() if "alert" in r}
     for alert, action in [
+        ("FmstackGpuXidReplaceNode", Action.REPLACE_NODE),
         ("FmstackGpuXidRebootRequired", Action.REBOOT_NODE),
         ("FmstackGpuXidResetRequired", Action.RESET_GPU),
         ("FmstackGpuXidRestartJob", Action.RESTART_JOB),

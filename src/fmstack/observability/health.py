@@ -14,8 +14,9 @@ Rules and their sources (shared/reference/observability.md §7, orchestration-05
   double-bit ECC errors: reset the GPU;
 - fewer GPUs visible than expected (HyperPod health-monitoring agent: GPU count vs instance type -> reboot), or
   fewer EFA devices than expected (gpu-cluster-healthcheck): reboot;
-- NVLink CRC / replay / recovery errors above ``nvlink_errors_reset`` in the window: reset the GPU (healthcheck
-  NVLINK default);
+- NVLink CRC / replay / recovery errors on one GPU at or above ``nvlink_errors_reset`` in the window: reset the GPU
+  (healthcheck NVLINK default; the reference's rule is per GPU: "rate(NVLINK_CRC_*[5m]) > 0" per DCGM series ->
+  reset_gpu, shared/reference/observability.md §7); fewer, but some: a reason to watch;
 - single-bit ECC rate, thermal violation, EFA retransmit timeouts: no automatic action, a reason to watch;
 - recurrence: a restart-job signal on a node whose signals already restarted the job ``restarts_to_reset`` times
   in the window becomes a GPU reset (Xid 13 / 31 "repeated on same GPU -> diag"); a reset on a node already reset
@@ -64,7 +65,9 @@ class NodeSignals:
     thermal_violation_ratio: float = 0.0
     """Fraction 0-1 of the window spent thermally throttled."""
     nvlink_error_count: int = 0
-    """NVLink CRC flit/data, replay and recovery errors in the window."""
+    """NVLink CRC flit/data, replay and recovery errors in the window on the node's worst GPU (the largest per-GPU
+    count, not the node's sum: the action is to reset that GPU, and DCGM's counters and the FmstackGpuNvlinkErrors
+    alert are per GPU)."""
     efa_error_count: int = 0
     """EFA retransmit timeouts, unresponsive / impaired remote events and work-request errors in the window."""
     gpus_visible: int | None = None
@@ -96,7 +99,8 @@ class HealthPolicy:
     thermal_watch_ratio: float = 0.1
     """Fraction of time thermally throttled above which the node is flagged to watch."""
     nvlink_errors_reset: int = 100
-    """NVLink errors in the window at or above which the GPU is reset."""
+    """NVLink errors on one GPU in the window at or above which that GPU is reset (per GPU, as
+    ``NodeSignals.nvlink_error_count``; 0 turns the reset off). Fewer, but at least one: "watch"."""
     restarts_to_reset: int = 1
     """Earlier job restarts in the window after which another restart-job signal becomes a GPU reset (Xid catalog
     for Xid 13 / 31: "restart job; repeated on same GPU -> diag"; the GPU is drained and reset, the diagnostics run
@@ -232,7 +236,7 @@ class HealthEngine:
         elif s.efa_missing:
             hits.append((Action.REBOOT_NODE, "an EFA device is missing", SRC_HEALTHCHECK))
         if s.nvlink_error_count >= self.policy.nvlink_errors_reset > 0:
-            msg = f"{s.nvlink_error_count} NVLink errors >= {self.policy.nvlink_errors_reset}"
+            msg = f"{s.nvlink_error_count} NVLink errors on one GPU >= {self.policy.nvlink_errors_reset}"
             hits.append((Action.RESET_GPU, msg, SRC_HEALTHCHECK))
         return hits
 
@@ -243,6 +247,10 @@ class HealthEngine:
             hits.append((Action.NONE, msg, SRC_DERIVED))
         if s.efa_error_count > 0:
             hits.append((Action.NONE, f"watch: {s.efa_error_count} EFA errors / retransmit timeouts", SRC_DERIVED))
+        nvlink, reset_at = s.nvlink_error_count, self.policy.nvlink_errors_reset
+        if nvlink > 0 and not nvlink >= reset_at > 0:  # at the threshold _inventory_hits resets the GPU
+            below = f"< reset threshold {reset_at}" if reset_at > 0 else "(NVLink reset off)"
+            hits.append((Action.NONE, f"watch: {nvlink} NVLink errors on one GPU {below}", SRC_DERIVED))
         return hits
 
     def _escalate(self, action: Action, s: NodeSignals) -> tuple[Action, tuple[str, str] | None]:

@@ -175,6 +175,8 @@ def _thermal(s: NodeSignals, _labels: dict[str, str], alert: dict[str, Any]) -> 
 
 
 def _nvlink(s: NodeSignals, _labels: dict[str, str], alert: dict[str, Any]) -> None:
+    # One FmstackGpuNvlinkErrors alert per GPU (sum by Hostname, gpu): the node's signal is its worst GPU, which
+    # HealthPolicy.nvlink_errors_reset is compared against (a per-GPU threshold: the action resets that GPU).
     s.nvlink_error_count = max(s.nvlink_error_count, int(_alert_value(alert)))
 
 
@@ -183,6 +185,7 @@ def _efa_errors(s: NodeSignals, _labels: dict[str, str], alert: dict[str, Any]) 
 
 
 ALERT_SIGNALS: dict[str, Callable[[NodeSignals, dict[str, str], dict[str, Any]], None] | None] = {
+    "FmstackGpuXidReplaceNode": _set_xid,
     "FmstackGpuXidRebootRequired": _set_xid,
     "FmstackGpuXidResetRequired": _set_xid,
     "FmstackGpuXidRestartJob": _set_xid,

@@ -13,7 +13,13 @@ the catalog describes them (shared/reference/orchestration-05-xid-ecc.md §1):
   and restarting the job was never the catalog's action (the job has already ended: 45 is its cleanup). The
   health engine names RESTART_FM in the reason of a solo 45 so an operator can act on it;
 - XID_154: follow the recovery action the driver announces (see :data:`XID154_ACTIONS`);
-- CONTACT_SUPPORT as the immediate action (Xid 61, unused on Ampere+): no automatic action.
+- CONTACT_SUPPORT as the immediate action (Xid 61, unused on Ampere+): no automatic action;
+- RESTART_VM (Xid 151) reboots the node, as RESTART_BM does (gpu-cluster-healthcheck: REBOOT);
+- CHECK_MECHANICALS (Xid 54, auxiliary power not connected): replace the node. Seating and cables cannot be
+  checked on a cloud instance; aws-samples gpu-cluster-healthcheck classes Xid 54 ISOLATE (drain and replace the
+  instance) and the signal-to-action table of shared/reference/observability.md §7 gives replace_node;
+- BOOT_REATTEMPT_OR_ENABLE_ECC (Xid 168, errors in the write-protected region with ECC off): reboot the node
+  (gpu-cluster-healthcheck: REBOOT; the bucket name is from its r590 table, the catalog page gives the text only).
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ _BUCKETS: dict[str, Action] = {
     "RESET_GPU": Action.RESET_GPU,
     "RESTART_VM": Action.REBOOT_NODE,
     "RESTART_BM": Action.REBOOT_NODE,
+    "BOOT_REATTEMPT_OR_ENABLE_ECC": Action.REBOOT_NODE,
+    "CHECK_MECHANICALS": Action.REPLACE_NODE,
 }
 
 XID154_ACTIONS: dict[str, Action] = {
