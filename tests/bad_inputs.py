@@ -882,7 +882,16 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 12, simulate: backfill window, time limits, trace rows (helper S): add rows here
-BAD_ARGV += []
+BAD_FILES["sim_trace_extra_field.csv"] = "job_id,submit_s,num_gpus,duration_s,user,queue\n1,0,8,3600,smith,john,q1\n"
+BAD_FILES["sim_trace_short_row.csv"] = "job_id,submit_s,num_gpus,duration_s,user,queue\n1,0,8,3600,u1,q1\n2,0,8,3600\n"
+_SIM2 = ["simulate", "--nodes", "2", "--days", "1"]
+BAD_ARGV += [
+    ([*_SIM2, "--trace", "@file:sim_trace_extra_field.csv"],
+     "sim_trace_extra_field.csv line 2: 7 fields, the header has 6; quote a value that holds a comma"),
+    ([*_SIM2, "--trace", "@file:sim_trace_short_row.csv"], "sim_trace_short_row.csv line 3: 4 fields, the header has 6"),
+    ([*_SIM2, "--bf-window", "0"], "bf_window: must be 1 to 43,200 minutes (Slurm's range), got 0"),
+    (["simulate", "compare", "--nodes", "2", "--days", "1", "--bf-window", "43201"], "bf_window: must be 1 to 43,200"),
+]  # fmt: skip
 
 # session 12, launch: array checkpoints, container mounts (helper L): add rows here
 BAD_ARGV += []

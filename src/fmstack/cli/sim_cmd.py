@@ -75,7 +75,7 @@ def _config(opts: dict[str, Any], policy: str, recovery: str) -> Any:
     return SimConfig(
         instance=opts["instance"], nodes=opts["nodes"], days=opts["days"], jobs=opts["jobs"], trace=opts["trace"],
         load=opts["load"], policy=policy, priority=opts["priority"], faults=faults, recovery=settings,
-        spares=opts["spares"], seed=opts["seed"],
+        spares=opts["spares"], seed=opts["seed"], bf_window_min=opts["bf_window"],
     )  # fmt: skip
 
 
@@ -86,7 +86,10 @@ def _run(opts: dict[str, Any], policy: str, recovery: str, bar: _DaysBar | None 
 
     cfg = _config(opts, policy, recovery)
     sim = Simulator(cfg, load_catalog(opts["catalog_dir"])).run(bar.run(f"{policy}, {recovery}") if bar else None)
-    return sim, summarise(sim)
+    summary = summarise(sim)
+    for w in summary["warnings"]:
+        click.echo(f"fmstack: warning: {w}", err=True)
+    return sim, summary
 
 
 def _check_output(path: Path | None, option: str) -> None:
@@ -171,6 +174,14 @@ def _options(func: Any) -> Any:
         ),
         click.option(
             "--ckpt-cost", type=float, default=60.0, show_default=True, help="Seconds one checkpoint stalls training."
+        ),
+        click.option(
+            "--bf-window",
+            type=int,
+            default=1440,
+            show_default=True,
+            help="Backfill look-ahead in minutes (Slurm's bf_window, 1 to 43,200; slurm-backfill and easy-backfill). "
+            "Slurm advises at least the longest time limit: a job that cannot start within it gets no reservation.",
         ),
         click.option("--seed", type=int, default=1, show_default=True, help="Random seed: same seed, same output."),
         catalog_option,

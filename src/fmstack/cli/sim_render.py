@@ -91,7 +91,7 @@ def render(rows: list[dict[str, Any]]) -> list[RenderableType]:
         waits.add_row(*(f(r) for _, f in keys), *(wait_p90_cell(r["by_size_class"][n]) for n in present))
     out: list[RenderableType] = [Text(title(rows)), results, Text("p90 wait in seconds, by job size (GPUs):")]
     out.append(waits if present else Text("no job started or pending"))
-    notes = ["lost GPU-h: work lost to failures and preemptions (JSON gpu_hours.lost_work)"]
+    notes = ["lost GPU-h: work lost to failures, preemptions and time-limit kills (JSON gpu_hours.lost_work)"]
     if any(wait_p90_cell(r["by_size_class"][n]).startswith(">=") for r in rows for n in present):
         notes.append(
             ">=: includes jobs still pending at the end, their wait counted to the end: a lower bound "

@@ -5,7 +5,10 @@ of compute and ``C`` seconds of checkpoint write (Young 1974's model). When it e
 - restart = min(e, startup);
 - after that, ``k = floor((e - startup) / (T + C))`` full cycles are saved: productive k T, checkpoint k C;
 - the remainder r: compute min(r, T) and an unfinished checkpoint max(0, r - T) are lost, unless the end is
-  graceful (completion, planned maintenance, peer recovery), when both are kept.
+  graceful (completion, planned maintenance, peer recovery), when both are kept; peer recovery (checkpointless)
+  rolls back to the last completed step, so it loses the step in progress: the remainder's compute modulo the
+  step time (at most one step; fmstack.perfmodel.goodput's checkpointless model, Daly's partial segment with
+  the segment = one step).
 Allocated = restart + productive + checkpoint + lost for every segment (GPU-hours are conserved).
 """
 
@@ -24,8 +27,9 @@ def wall_to_finish_s(job: Job) -> float:
     return job.startup_s + compute + n_ckpt * c
 
 
-def close_segment(job: Job, now_s: float, *, graceful: bool) -> None:
-    """Account the segment that started at ``job.start_s`` and ends now."""
+def close_segment(job: Job, now_s: float, *, graceful: bool, rollback_step_s: float = 0.0) -> None:
+    """Account the segment that started at ``job.start_s`` and ends now; a graceful end with ``rollback_step_s``
+    > 0 (peer recovery) loses the step in progress."""
     e = max(0.0, now_s - job.start_s)
     g = job.cur_gpus
     job.alloc_gpu_s += e * g
@@ -41,7 +45,8 @@ def close_segment(job: Job, now_s: float, *, graceful: bool) -> None:
     r_comp, r_ckpt = min(rem, t), max(0.0, rem - t)
     lost = 0.0
     if graceful:
-        comp += r_comp
+        lost = math.fmod(r_comp, rollback_step_s) if rollback_step_s > 0 else 0.0
+        comp += r_comp - lost
         ckpt += r_ckpt
     else:
         lost = r_comp + r_ckpt

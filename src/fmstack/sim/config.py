@@ -18,6 +18,8 @@ minutes: about four months of the GPU jobs of SenseTime's Helios trace (1,580,46
 12,000 GPUs; shared/reference/orchestration-03-simulators-and-traces.md)."""
 MAX_DAYS = 366.0
 """Longest horizon: a year. Fault, maintenance and sample events grow with nodes x days."""
+MAX_BF_WINDOW_MIN = 43_200
+"""Longest backfill window Slurm accepts (bf_window 1-43200 minutes, 30 days; slurm.conf(5))."""
 MAX_NODES = 100_000
 """Largest pool (800,000 GPUs of 8-GPU nodes, beyond the largest clusters built); spares at most as many."""
 
@@ -50,6 +52,10 @@ class SimConfig:
     seed: int = 1
     sample_s: float = 3600.0
     """Period of the time series."""
+    bf_window_min: int = 1440
+    """Backfill look-ahead (Slurm's SchedulerParameters=bf_window, minutes; slurm-backfill and easy-backfill only).
+    Slurm's default 1440 (a day); slurm.conf advises at least the longest time limit: a job whose earliest start
+    lies beyond the window gets no reservation, so smaller jobs may backfill ahead of it for ever."""
 
     def __post_init__(self) -> None:
         for name, value in (("days", self.days), ("load", self.load), ("sample", self.sample_s)):
@@ -69,6 +75,10 @@ class SimConfig:
             raise InputError("priority", f"unknown priority {self.priority!r}; allowed: {', '.join(PRIORITIES)}")
         if self.priority != "fifo" and self.policy == "kueue":
             raise InputError("priority", f"{self.priority} is Slurm's priority; kueue orders by workload priority")
+        if not 1 <= self.bf_window_min <= MAX_BF_WINDOW_MIN:
+            raise InputError(
+                "bf_window", f"must be 1 to {MAX_BF_WINDOW_MIN:,} minutes (Slurm's range), got {self.bf_window_min:,}"
+            )
         if self.sample_s <= 0:
             raise InputError("sample", f"must be > 0 s, got {self.sample_s}")
 

@@ -6,8 +6,9 @@ replaced (a spare joins the pool meanwhile), and each job on it recovers by its 
   eligible after the requeue delay (120 s), restart count + 1; it reloads its last checkpoint;
 - auto-resume (HyperPod): the failed node is swapped for a spare and the job restarts in place from its last
   checkpoint; with no spare it is requeued;
-- checkpointless (HyperPod peer recovery): as auto-resume, but no work is lost (peers hold the state) when a
-  spare is free at the time of the failure;
+- checkpointless (HyperPod peer recovery): as auto-resume, but when a spare is free at the time of the failure
+  only the step in progress is lost (peers hold the state of the last completed step; at most one step, as
+  fmstack.perfmodel.goodput's checkpointless rollback), not the work since the last checkpoint;
 - elastic: the job drops the failed node and continues one data-parallel replica smaller from its last
   checkpoint (no grow-back); a one-node job is requeued.
 Failures strike the pool's nodes uniformly: candidates are drawn at rate r x (all nodes) and kept if the node is
@@ -65,14 +66,16 @@ class FaultHandling(SimState):
         jobs = sorted(self.node_jobs.get(node, ()))
         self.fleet.set_state(node, NodeState.DOWN)
         self.nodes_out += 1
-        graceful = planned or (self.rec.mode == RecoveryMode.checkpointless and bool(self.fleet.spares))
+        peers = not planned and self.rec.mode == RecoveryMode.checkpointless and bool(self.fleet.spares)
+        graceful = planned or peers
         lost_before = sum(self.jobs[j].lost_gpu_s for j in jobs)
         for jid in jobs:
             job = self.jobs[jid]
             self.interruptions += 1
             if job.hung:
                 continue
-            self._close(job, now, graceful=graceful, kind="planned" if planned else "failed")
+            self._close(job, now, graceful=graceful, kind="planned" if planned else "failed",
+                        rollback_step_s=self._step_s(job) if peers else 0.0)  # fmt: skip
             job.epoch += 1
             job.hung = True
         self.fault_log.append(

@@ -12,11 +12,13 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any
 
 import numpy as np
 
+from fmstack.sim.config import MAX_BF_WINDOW_MIN
 from fmstack.sim.state import SimState
 
 SIZE_CLASSES: tuple[tuple[str, int, int], ...] = (
@@ -60,7 +62,7 @@ def summarise(sim: SimState) -> dict[str, Any]:
     }
     _, idle, down, standby = sim.fleet_gpu_s
     started = [j for j in jobs if j.first_start_s >= 0]
-    done = [j for j in jobs if j.end_s >= 0]
+    done = [j for j in jobs if j.end_s >= 0 and not j.timed_out]
     ettr_num = sum(j.productive_gpu_s for j in started)
     ettr_den = sum(((j.end_s if j.end_s >= 0 else horizon) - j.first_start_s) * j.num_gpus for j in started)
     by_class: dict[str, Any] = {}
@@ -89,7 +91,7 @@ def summarise(sim: SimState) -> dict[str, Any]:
             "instance": cfg.instance, "nodes": cfg.nodes, "gpus": sim.fleet.total_gpus, "days": cfg.days,
             "jobs": len(jobs), "policy": cfg.policy, "priority": cfg.priority, "faults": cfg.faults, "recovery": cfg.recovery.mode.value,
             "checkpoint_interval": cfg.recovery.interval, "checkpoint_cost_s": cfg.recovery.ckpt_cost_s,
-            "spares": cfg.spares, "seed": cfg.seed,
+            "spares": cfg.spares, "seed": cfg.seed, "bf_window_min": cfg.bf_window_min,
         },
         "utilization": round(alloc / (sim.fleet.total_gpus * horizon), r),
         "gpu_hours": {"capacity": round(sim.fleet.total_gpus * horizon / h, 3), "allocated": round(alloc / h, 3),
@@ -102,7 +104,9 @@ def summarise(sim: SimState) -> dict[str, Any]:
                  "restarts": sum(j.restarts for j in jobs),
                  "restarts_in_place": sum(j.restarts_in_place for j in jobs), "preemptions": sim.preemptions,
                  "pending_at_end": len(pending),
-                 "preemption_lost_gpu_hours": round(sim.preempted_lost_gpu_s / h, 3)},
+                 "preemption_lost_gpu_hours": round(sim.preempted_lost_gpu_s / h, 3),
+                 "timed_out": sum(j.timed_out for j in jobs),
+                 "timeout_lost_gpu_hours": round(sim.timeout_lost_gpu_s / h, 3)},
         "by_size_class": by_class,
         "fairness": {
             "jain_users": round(jain(list(per_user.values())), r),
@@ -112,7 +116,37 @@ def summarise(sim: SimState) -> dict[str, Any]:
         "failures": {
             "events": len(sim.fault_log), "job_interruptions": sim.interruptions,
             "by_category": dict(sorted(cats.items())), "by_action": dict(sorted(actions.items())),
-            "lost_gpu_hours": round((parts["lost_work"] - sim.preempted_lost_gpu_s) / h, 3),
+            "lost_gpu_hours": round((parts["lost_work"] - sim.preempted_lost_gpu_s - sim.timeout_lost_gpu_s) / h, 3),
         },
         "events_processed": sim.env.events_processed,
+        "warnings": warnings(sim),
     }  # fmt: skip
+
+
+BACKFILL_POLICIES = ("slurm-backfill", "easy-backfill")
+
+
+def _jobs(n: int) -> str:
+    return f"{n:,} job" + ("" if n == 1 else "s")
+
+
+def warnings(sim: SimState) -> list[str]:
+    """Settings that likely shaped the result: jobs that never started under a backfill whose window
+    (bf_window) is shorter than the workload's longest time limit (slurm.conf(5): bf_window should be at least
+    the longest time limit; a job whose earliest start lies beyond it gets no reservation)."""
+    cfg = sim.cfg
+    out: list[str] = []
+    window_s = cfg.bf_window_min * 60.0
+    # jobs that could have had a reservation within the window since they were submitted
+    never = sum(1 for j in sim.jobs.values() if j.first_start_s < 0 and j.submit_s <= cfg.horizon_s - window_s)
+    longer = [j.time_limit_s for j in sim.jobs.values() if j.time_limit_s > window_s]
+    if cfg.policy in BACKFILL_POLICIES and never and longer:
+        need_min = math.ceil(max(longer) / 60.0)
+        hint = f"--bf-window {need_min}" if need_min <= MAX_BF_WINDOW_MIN else f"--bf-window {MAX_BF_WINDOW_MIN}"
+        out.append(
+            f"{cfg.policy}: {_jobs(never)} pending longer than bf_window never started and {_jobs(len(longer))} "
+            f"{'has a time limit' if len(longer) == 1 else 'have time limits'} above bf_window "
+            f"({cfg.bf_window_min:,} min, longest {need_min:,} min); a job whose earliest start lies beyond the window "
+            f"gets no reservation, so smaller jobs can backfill ahead of it for ever: try {hint}"
+        )
+    return out

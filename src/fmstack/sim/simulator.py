@@ -25,6 +25,7 @@ from fmstack.sim.state import (
     SAMPLE,
     SUBMIT,
     TICK,
+    TIMEOUT,
 )
 
 
@@ -47,7 +48,7 @@ class Simulator(FaultHandling):
         handlers: dict[int, Callable[[Any], None]] = {
             SUBMIT: self._on_eligible, ELIGIBLE: self._on_eligible, FINISH: self._on_finish, FAULT: self._on_fault,
             MAINT: self._on_maint, DETECT: self._on_detect, REPAIRED: self._on_repaired, TICK: self._on_tick,
-            SAMPLE: self._on_sample, PRIORITY: self._on_priority,
+            SAMPLE: self._on_sample, PRIORITY: self._on_priority, TIMEOUT: self._on_timeout,
         }  # fmt: skip
         meter = self._meter
 
@@ -85,6 +86,22 @@ class Simulator(FaultHandling):
             return
         self._close(job, self.env.now_s, graceful=True, kind="completed")
         job.done_s = job.work_s
+        job.end_s = self.env.now_s
+        self._release(job)
+        self._changed()
+
+    def _on_timeout(self, data: tuple[int, int]) -> None:
+        """The job reached its time limit before completing: Slurm kills it (TIMEOUT, not requeued); the work since
+        its last checkpoint is lost."""
+        jid, epoch = data
+        job = self.jobs[jid]
+        if epoch != job.epoch or not job.running:
+            return
+        lost_before = job.lost_gpu_s
+        self._close(job, self.env.now_s, graceful=False, kind="timeout")
+        self.timeout_lost_gpu_s += job.lost_gpu_s - lost_before
+        job.epoch += 1
+        job.timed_out = True
         job.end_s = self.env.now_s
         self._release(job)
         self._changed()

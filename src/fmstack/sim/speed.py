@@ -19,6 +19,17 @@ from fmstack.errors import InputError
 from fmstack.perfmodel.config import TrainConfig
 from fmstack.perfmodel.training import estimate_training
 
+SEQ_LEN = 8192
+MICRO_BATCHES = 4
+"""Micro-batches (of one sequence) per data-parallel rank in a step."""
+
+
+def step_tokens(num_gpus: int, gpus_per_node: int) -> float:
+    """Tokens in one step of a job of ``num_gpus`` as :class:`PerfModelSpeed` configures it: 4 sequences of 8,192
+    per data-parallel rank, tp = min(GPUs per node, GPUs), so a job of at most one node has one rank."""
+    tp = min(gpus_per_node, num_gpus)
+    return float(MICRO_BATCHES * max(1, num_gpus // tp) * SEQ_LEN)
+
 
 class JobSpeedModel(Protocol):
     """Training throughput of ``model`` on ``num_gpus``, packed in one leaf block or split across blocks."""
@@ -55,7 +66,7 @@ class PerfModelSpeed:
         tp = min(self.gpn, num_gpus)
         dp = num_gpus // tp
         cfg = TrainConfig(
-            tp=tp, dp=dp, micro_batch=1, global_batch=4 * dp, seq_len=8192, sharding="fsdp",
+            tp=tp, dp=dp, micro_batch=1, global_batch=MICRO_BATCHES * dp, seq_len=SEQ_LEN, sharding="fsdp",
             recompute="selective", sequence_parallel=tp > 1,
         )  # fmt: skip
         tps = estimate_training(self.catalog.model(model), cluster, cfg).tokens_per_s

@@ -26,10 +26,10 @@ from fmstack.sim.config import SimConfig
 from fmstack.sim.engine import Environment
 from fmstack.sim.faults import RepairTimes
 from fmstack.sim.fleet import Alloc, Fleet, NodeState
-from fmstack.sim.speed import JobSpeedModel, PerfModelSpeed
+from fmstack.sim.speed import JobSpeedModel, PerfModelSpeed, step_tokens
 from fmstack.sim.workload import Job, generate, read_trace
 
-SUBMIT, FINISH, FAULT, MAINT, DETECT, REPAIRED, ELIGIBLE, TICK, SAMPLE, PRIORITY = range(10)
+SUBMIT, FINISH, FAULT, MAINT, DETECT, REPAIRED, ELIGIBLE, TICK, SAMPLE, PRIORITY, TIMEOUT = range(11)
 OUT_STATE = {
     Action.RESET_GPU: NodeState.RESETTING,
     Action.REBOOT_NODE: NodeState.REBOOTING,
@@ -119,7 +119,7 @@ class SimState:
         for j in jobs:
             self._admit_job(j)
         queues = tuple(sorted({j.queue for j in self.jobs.values()}))
-        self.policy = make_policy(config.policy, self.gpn, queues)
+        self.policy = make_policy(config.policy, self.gpn, queues, bf_window_s=config.bf_window_min * 60.0)
         self.pending = PendingQueue()
         self.running = RunningSet()
         self.node_jobs: dict[int, set[int]] = {}
@@ -135,7 +135,9 @@ class SimState:
         self.keep_segments = len(self.jobs) <= 2000
         self.preemptions = 0
         self.preempted_lost_gpu_s = 0.0
-        """Work lost to preemptions (compute since the victim's last checkpoint); the rest of lost work is failures'."""
+        """Work lost to preemptions (compute since the victim's last checkpoint)."""
+        self.timeout_lost_gpu_s = 0.0
+        """Work lost to jobs killed at their time limit; the rest of lost work is failures'."""
         self.no_room: tuple[int, set[int]] = (-1, set())
         self.fleet_gpu_s = [0.0, 0.0, 0.0, 0.0]
         """Integrals over time of the fleet's GPUs by what they are doing: held by jobs (allocated), free on
@@ -162,7 +164,8 @@ class SimState:
             j.work_s = j.tokens / self.speed.tokens_per_s(j.model, j.num_gpus, True)
         if j.tokens <= 0:
             j.tokens = j.work_s * self.speed.tokens_per_s(j.model, j.num_gpus, True)
-        j.time_limit_s = max(j.time_limit_s, j.work_s)
+        if j.time_limit_s <= 0:  # a trace row without one: twice the runtime, at least an hour
+            j.time_limit_s = max(2.0 * j.work_s, 3600.0)
         self.jobs[j.job_id] = j
 
     def _meter(self, now_s: float) -> None:
@@ -239,7 +242,14 @@ class SimState:
         self.running[job.job_id] = RunningJob(job_id=job.job_id, num_gpus=job.cur_gpus, start_s=now,
                                               time_limit_s=job.time_limit_s, user=job.user, queue=job.queue,
                                               priority=job.priority)  # fmt: skip
-        self.env.schedule(now + wall_to_finish_s(job), FINISH, (job.job_id, job.epoch))
+        # Slurm ends a job at its time limit (state TIMEOUT; OverTimeLimit 0 by default), counted per run segment
+        # as the backfill's expected end (start + limit) is
+        finish = now + wall_to_finish_s(job)
+        deadline = now + job.time_limit_s
+        if finish <= deadline:
+            self.env.schedule(finish, FINISH, (job.job_id, job.epoch))
+        else:
+            self.env.schedule(deadline, TIMEOUT, (job.job_id, job.epoch))
 
     def _charge(self, job: Job, now_s: float) -> None:
         """Fair-share usage of the segment that ends now (its part since the last priority calculation)."""
@@ -252,11 +262,16 @@ class SimState:
         return self.prio.priority(now_s=now_s, eligible_s=job.eligible_s, user=job.user,
                                   num_nodes=-(-job.num_gpus // self.gpn), site=job.priority)  # fmt: skip
 
-    def _close(self, job: Job, now_s: float, *, graceful: bool, kind: str) -> None:
+    def _close(self, job: Job, now_s: float, *, graceful: bool, kind: str, rollback_step_s: float = 0.0) -> None:
         self._charge(job, now_s)
         if self.keep_segments:
             self.segment_log.append((job.job_id, job.start_s, now_s, kind, sorted(n for n, _ in job.alloc)))
-        close_segment(job, now_s, graceful=graceful)
+        close_segment(job, now_s, graceful=graceful, rollback_step_s=rollback_step_s)
+
+    def _step_s(self, job: Job) -> float:
+        """Wall seconds of one training step of ``job`` as it runs now (the speed model's batch, at its speed)."""
+        ref = self.speed.tokens_per_s(job.model, job.num_gpus, True)
+        return step_tokens(job.num_gpus, self.gpn) / (ref * job.speed)
 
     def _release(self, job: Job) -> None:
         self.fleet.release(job.alloc)

@@ -73,6 +73,8 @@ class Job:
     """Requeues after a failure (the Kueue backoff's exponent)."""
     preemptions: int = 0
     end_s: float = -1.0
+    timed_out: bool = False
+    """Ended at its time limit before completing (Slurm's TIMEOUT): ``end_s`` is then that time."""
     running: bool = False
     hung: bool = False
     alloc: list[tuple[int, int]] = field(default_factory=list)
@@ -148,6 +150,10 @@ def read_trace(path: Path, *, fleet_gpus: int, gpus_per_node: int, max_jobs: int
     jobs: list[Job] = []
     for row in reader:
         line = reader.line_num
+        if None in row or None in row.values():  # DictReader keeps extra fields under None, fills missing with None
+            n = len(cols) + len(row.get(None) or ()) - sum(v is None for v in row.values())
+            fix = "quote a value that holds a comma" if n > len(cols) else "leave an optional value empty (a,,b)"
+            raise InputError("trace", f"{path.name} line {line}: {n} fields, the header has {len(cols)}; {fix}")
         if len(jobs) == max_jobs:
             raise InputError("trace", f"{path.name} line {line}: more than {max_jobs:,} jobs (the limit of a run)")
         try:
@@ -186,7 +192,7 @@ def _row(row: dict[str, str], fleet_gpus: int, gpn: int) -> Job:
     tokens = num("tokens", 0.0)
     if duration <= 0 and tokens <= 0:
         raise ValueError("needs duration_s > 0 or tokens > 0")
-    limit = num("time_limit_s", 0.0) or max(duration * 2.0, 3600.0)
+    limit = num("time_limit_s", 0.0)  # 0: the simulator sets twice the runtime, at least an hour
     job_id = num("job_id")
     if job_id != int(job_id):
         raise ValueError(f"job_id={row.get('job_id')!r} must be a whole number")

@@ -7,6 +7,7 @@ one line each here). :func:`make_policy` turns a name into a policy or raises In
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from dataclasses import replace
 from typing import Protocol
 
 from fmstack.errors import InputError
@@ -63,10 +64,16 @@ POLICIES: dict[str, Callable[[int, tuple[str, ...]], SchedulingPolicy]] = {
 }
 
 
-def make_policy(name: str, gpus_per_node: int = 8, queues: tuple[str, ...] = ()) -> SchedulingPolicy:
-    """The policy registered as ``name`` (``queues``: the ClusterQueues a Kueue-like policy creates)."""
+def make_policy(
+    name: str, gpus_per_node: int = 8, queues: tuple[str, ...] = (), *, bf_window_s: float | None = None
+) -> SchedulingPolicy:
+    """The policy registered as ``name`` (``queues``: the ClusterQueues a Kueue-like policy creates;
+    ``bf_window_s``: the look-ahead of a backfill policy, Slurm's bf_window, ignored by the others)."""
     try:
         factory = POLICIES[name]
     except KeyError:
         raise InputError("policy", f"unknown policy {name!r}; allowed: {', '.join(POLICIES)}") from None
-    return factory(gpus_per_node, queues)
+    policy = factory(gpus_per_node, queues)
+    if bf_window_s is not None and isinstance(policy, BackfillPolicy):
+        policy = replace(policy, params=replace(policy.params, bf_window_s=bf_window_s))
+    return policy
