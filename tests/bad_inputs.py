@@ -894,7 +894,25 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 12, launch: array checkpoints, container mounts (helper L): add rows here
-BAD_ARGV += []
+BAD_FILES.update(
+    {
+        "job_nodes_bool.yaml": "name: a\ncommand: ['true']\nnodes: true\n",
+        "job_steps_float.yaml": "name: a\nworkload: {steps: 2.5}\n",
+        "job_mount_rel.yaml": "name: a\ncommand: ['true']\nimage: x\ncontainer_mounts: [fsx/hf]\n",
+        "job_mount_flags.yaml": "name: a\ncommand: ['true']\nimage: x\ncontainer_mounts: ['/a:/b:rx']\n",
+    }
+)
+BAD_ARGV += [
+    # a boolean used to become --nodes=1; a float step count was truncated or refused depending on its value
+    (["launch", "@file:job_nodes_bool.yaml", "--on", "slurm", "--dry-run"],
+     "field 'nodes': Input should be a valid integer (given True)"),
+    (["launch", "@file:job_steps_float.yaml", "--on", "slurm", "--dry-run"],
+     "field 'workload.steps': Input should be a valid integer (given 2.5)"),
+    (["launch", "@file:job_mount_rel.yaml", "--on", "slurm", "--dry-run"],
+     "field 'container_mounts': Value error, 'fsx/hf': mount paths must be absolute"),
+    (["launch", "@file:job_mount_flags.yaml", "--on", "slurm", "--dry-run"],
+     "field 'container_mounts': Value error, '/a:/b:rx' must be PATH, SRC:DST or SRC:DST:ro"),
+]  # fmt: skip
 
 # session 12, health: Xid catalog, NVLink reasons (helper H): add rows here
 BAD_ARGV += []

@@ -13,6 +13,7 @@ from fmstack.errors import InputError
 from fmstack.orchestration.ckpt_checks import check_checkpoint_location, check_checkpoint_shape, node_local_warning
 from fmstack.orchestration.jobspec import load_jobspec, resolve
 from fmstack.orchestration.launchers.base import LAUNCHERS, get_launcher, split_job_id
+from fmstack.orchestration.mount_checks import mount_warnings
 
 
 @click.command(
@@ -51,6 +52,11 @@ def launch(spec: Path, on: str, dry_run: bool, catalog_dir: Path | None, as_json
     if job.spec.array is not None and on != "slurm":
         click.echo(f"warning: array {job.spec.array!r} is a Slurm job array; --on {on} runs one job and ignores it",
                    err=True)  # fmt: skip
+    elif job.spec.array is not None and job.spec.command is not None:
+        click.echo(f"warning: array {job.spec.array!r} runs the same command in every task; it must read "
+                   "SLURM_ARRAY_TASK_ID to keep its checkpoints and outputs apart", err=True)  # fmt: skip
+    for line in mount_warnings(job, on):
+        click.echo(line, err=True)
     sub = launcher.submit(job, dry_run=dry_run)
     if as_json:
         print_json({"job_id": sub.job_id, "dry_run": sub.dry_run, "rendered": sub.rendered})

@@ -26,7 +26,9 @@ _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: `nodes: true` used to render --nodes=1 and `steps: 2.5`... an integer field takes integers only, a
+    # number field no booleans, a boolean field only true / false (pydantic's lax mode coerces all three)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class Workload(_Strict):
@@ -213,7 +215,15 @@ class JobSpec(_Strict):
     namespace: str = "default"
     time_limit_min: int = Field(default=60, gt=0)
     exclusive: bool = True
-    array: str | None = Field(default=None, description="Slurm array range, e.g. 0-3 or 1-8%2")
+    array: str | None = Field(
+        default=None,
+        description="Slurm array range, e.g. 0-3 or 1-8%2; each task of the reference workload checkpoints under "
+        "<location>/task-<id> and <durable>/task-<id> with seed + id",
+    )
+    container_mounts: list[str] = Field(
+        default_factory=list,
+        description="Slurm with image: more pyxis bind mounts, PATH (same path inside) or SRC:DST, optionally :ro",
+    )
     env: dict[str, str] = Field(default_factory=dict)
     image: str | None = None
     python: str = Field(default="python3", description="interpreter on the compute nodes")
@@ -237,6 +247,13 @@ class JobSpec(_Strict):
             raise ValueError(f"variable names {bad} must match [A-Za-z_][A-Za-z0-9_]*")
         return v
 
+    @field_validator("container_mounts")
+    @classmethod
+    def _container_mounts(cls, v: list[str]) -> list[str]:
+        for m in v:
+            parse_mount(m)  # raises ValueError naming the mount
+        return v
+
     @field_validator("array")
     @classmethod
     def _array(cls, v: str | None) -> str | None:
@@ -248,6 +265,20 @@ class JobSpec(_Strict):
             if int(lo) > int(hi):
                 raise ValueError(f"{v!r}: the range {lo}-{hi} runs backwards (sbatch wants first <= last)")
         return v
+
+
+def parse_mount(text: str) -> tuple[str, str, str]:
+    """``PATH``, ``SRC:DST`` or ``SRC:DST:ro`` -> (src, dst, flags): a pyxis ``--container-mounts`` entry
+    (github.com/NVIDIA/pyxis, ``SRC:DST[:FLAGS]``, entries separated by ','), both paths absolute."""
+    parts = text.split(":")
+    if len(parts) == 1:
+        parts = [text, text]
+    if len(parts) > 3 or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+        raise ValueError(f"{text!r} must be PATH, SRC:DST or SRC:DST:ro (paths contain no ':')")
+    src, dst = parts[0], parts[1]
+    if not (src.startswith("/") and dst.startswith("/")) or "," in text or any(c.isspace() for c in text):
+        raise ValueError(f"{text!r}: mount paths must be absolute, without ',' or spaces")
+    return src, dst, parts[2] if len(parts) == 3 else ""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

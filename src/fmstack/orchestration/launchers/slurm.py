@@ -28,7 +28,7 @@ import shlex
 
 from fmstack.errors import InputError
 from fmstack.observability.actions import Action
-from fmstack.orchestration.jobspec import ResolvedJob
+from fmstack.orchestration.jobspec import ResolvedJob, parse_mount
 from fmstack.orchestration.launchers import shell, slurm_gb200
 from fmstack.orchestration.launchers.base import ENDED, AlreadyEnded, JobStatus, Submission
 from fmstack.orchestration.launchers.torchrun import (
@@ -52,8 +52,8 @@ _STATES = {
 
 
 def _container_mounts(job: ResolvedJob) -> list[str]:
-    """The host paths mounted into the container at the same paths: the log directory and the checkpoint tiers
-    that are file-system paths (none without ``image``)."""
+    """The host paths fmstack mounts into the container at the same paths: the log directory and the checkpoint
+    tiers that are file-system paths (none without ``image``)."""
     spec = job.spec
     if not spec.image:
         return []
@@ -71,14 +71,26 @@ def _container_mounts(job: ResolvedJob) -> list[str]:
     return list(dict.fromkeys(mounts))
 
 
+def container_mount_entries(job: ResolvedJob) -> list[tuple[str, str, str]]:
+    """(source, destination, flags) of every pyxis bind mount, none without ``image``: fmstack's own
+    (:func:`_container_mounts`), then the JobSpec's ``container_mounts``; one per destination, the first wins."""
+    if not job.spec.image:
+        return []
+    entries = [(m, m, "") for m in _container_mounts(job)] + [parse_mount(m) for m in job.spec.container_mounts]
+    by_dst: dict[str, tuple[str, str, str]] = {}
+    for e in entries:
+        by_dst.setdefault(os.path.normpath(e[1]), e)
+    return list(by_dst.values())
+
+
 def _container_flags(job: ResolvedJob) -> str:
     """With ``image``, srun runs each task in that container through NVIDIA's pyxis/enroot plugin
     (``--container-image``; github.com/NVIDIA/pyxis, the container runtime of AWS ParallelCluster and SageMaker
     HyperPod Slurm images), with the log directory and the checkpoint location mounted at the same paths."""
-    mounts = _container_mounts(job)
+    mounts = container_mount_entries(job)
     if not mounts:
         return ""
-    joined = ",".join(f"{m}:{m}" for m in mounts)
+    joined = ",".join(":".join(p for p in e if p) for e in mounts)
     return f" --container-image={shlex.quote(job.spec.image or '')} --container-mounts={shlex.quote(joined)}"
 
 
@@ -97,6 +109,44 @@ def _mount_sources(job: ResolvedJob) -> list[str]:
         "# container mounts need their source directories on every node (pyxis/enroot bind mounts)",
         f"srun --nodes={nodes} --ntasks-per-node=1 {mkdir} || {{ echo {say} >&2; exit 1; }}",
     ]
+
+
+ARRAY_TASK_ID = '"$SLURM_ARRAY_TASK_ID"'
+"""The shell word each srun task reads its array index from (Slurm sets it in the batch environment; srun passes
+it on; a requeued task keeps its index)."""
+
+
+def _program_words(job: ResolvedJob) -> str:
+    """The program's argv as shell words. In an array job every task of the reference workload gets its own
+    checkpoint directory and durable prefix (``.../task-$SLURM_ARRAY_TASK_ID``) and seed (``seed + task id``):
+    with one shared directory the tasks overwrite each other's ``step_*`` checkpoints and a requeued task resumes
+    from another task's state, the hazard the local launcher refuses for two jobs. The user's ``extra_args`` and a
+    ``command`` are left as written (a command reads ``SLURM_ARRAY_TASK_ID`` itself)."""
+    argv = program_argv(job)
+    words = [shlex.quote(a) for a in argv]
+    w = job.spec.workload
+    if job.spec.array is None or w is None:
+        return " ".join(words)
+    own = len(argv) - len(w.extra_args)
+    for i in range(own - 1):
+        flag, value = argv[i], argv[i + 1]
+        if flag in ("--ckpt-dir", "--ckpt-durable"):
+            words[i + 1] = shlex.quote(value.rstrip("/") + "/task-") + ARRAY_TASK_ID
+        elif flag == "--seed":
+            words[i + 1] = f'"$(({int(value)} + SLURM_ARRAY_TASK_ID))"'
+    return " ".join(words)
+
+
+def _array_comment(job: ResolvedJob) -> list[str]:
+    spec = job.spec
+    if spec.array is None:
+        return []
+    if spec.workload is None:
+        return ["# array job: every task runs the same command; it reads SLURM_ARRAY_TASK_ID to keep its outputs apart"]
+    line = f"# array job: task N trains with seed {spec.workload.seed} + N"
+    if spec.checkpoint is not None:
+        line += " and saves to <tier>/task-N; a requeued task keeps N and resumes its own checkpoint"
+    return [line]
 
 
 def stop_warning_s(job: ResolvedJob) -> int:
@@ -182,7 +232,7 @@ def render_sbatch(job: ResolvedJob) -> str:
             raise InputError("partition/log_dir", f"{v!r}: #SBATCH values must not contain spaces, quotes, $ or `")
     cmd = torchrun_prefix(job)
     rdzv = '--node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT"'
-    inner = f"exec {shlex.join(cmd)} {rdzv} {shlex.join(program_argv(job))}"
+    inner = f"exec {shlex.join(cmd)} {rdzv} {_program_words(job)}"
     requeue_codes = " ".join(str(c) for c in spec.retry.requeue_exit_codes)
     env = job_env(job)
     for key, value in slurm_gb200.nccl_env(job).items():  # multi-node NVLink; the JobSpec's env wins
@@ -195,6 +245,7 @@ def render_sbatch(job: ResolvedJob) -> str:
         *(f"#SBATCH {x}" for x in d),
         f"# fmstack: {spec.nodes} node(s) x {job.procs_per_node} process(es), {job.gpus_per_node} GPU(s) per node",
         *slurm_gb200.comment_lines(job),
+        *_array_comment(job),
         "set -uo pipefail",
         *(f"export {k}={q(v)}" for k, v in sorted(env.items())),
         'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
