@@ -115,6 +115,10 @@ def test_unmounted_paths_are_warned_about_once_each(catalog: Catalog) -> None:
     assert lines[0].endswith("lost when the container ends; add it (or a parent) to container_mounts")
     mounted = _job(catalog, workload=wl, env={"HF_HOME": "/fsx/hf"}, container_mounts=["/fsx/hf", "/fsx/m.jsonl"])
     assert mount_warnings(mounted, "slurm") == []
+    # URLs are no paths (review, 2026-11-24: 'http://proxy.corp:3128' was read as the path '//proxy.corp')
+    urls = {"HTTPS_PROXY": "http://proxy.corp:3128", "MLFLOW_TRACKING_URI": "s3://bkt/mlflow", "X": "//host/share"}
+    assert mount_warnings(_job(catalog, env=urls), "slurm") == []
+    assert mount_warnings(_job(catalog, env=urls), "kubernetes") == []
     # without image srun runs on the host: nothing to warn about, and container_mounts does nothing
     host = _job(catalog, image=None, container_mounts=["/fsx/hf"])
     assert mount_warnings(host, "slurm") == [

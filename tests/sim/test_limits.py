@@ -39,3 +39,15 @@ def test_trace_over_the_job_limit_names_the_line(tmp_path: Path) -> None:
     assert len(read_trace(trace, fleet_gpus=16, gpus_per_node=8, max_jobs=3)) == 3
     with pytest.raises(InputError, match=r"t\.csv line 4: more than 2 jobs"):
         read_trace(trace, fleet_gpus=16, gpus_per_node=8, max_jobs=2)
+
+
+def test_trace_header_and_row_shapes_are_checked(tmp_path: Path) -> None:
+    """Review, 2026-11-24: a duplicate header column was read silently; a trailing comma got a hint about quoting."""
+    dup = tmp_path / "dup.csv"
+    dup.write_text("job_id,submit_s,num_gpus,duration_s,job_id\n1,0,8,7200,2\n")
+    with pytest.raises(InputError, match=r"^trace: dup.csv line 1: column job_id appears twice in the header$"):
+        read_trace(dup, fleet_gpus=16, gpus_per_node=8)
+    trailing = tmp_path / "tc.csv"
+    trailing.write_text("job_id,submit_s,num_gpus,duration_s\n1,0,8,7200,\n")
+    with pytest.raises(InputError, match=r"line 2: 5 fields, the header has 4; remove a trailing comma"):
+        read_trace(trailing, fleet_gpus=16, gpus_per_node=8)

@@ -49,3 +49,27 @@ def test_one_failure_is_one_restart_of_the_right_kind(
     assert s["jobs"]["restarts"] == requeues
     assert s["jobs"]["restarts_in_place"] == in_place
     assert s["jobs"]["completed"] == 1
+
+
+@pytest.mark.parametrize("recovery", ["auto-resume", "elastic"])
+def test_a_restart_in_place_keeps_the_allocations_time_limit(catalog: Catalog, recovery: str) -> None:
+    """Slurm counts a time limit from the allocation's start; auto-resume and an elastic shrink re-run the step
+    inside the same job, so the limit does not restart with them (review, 2026-11-24). 8,800 s of work under a
+    9,000 s limit would finish without the failure; after a restart at 3,600 s it cannot, so it times out at 9,000 s
+    (a fresh limit would have let it finish by 12,600 s). A requeue (checkpoint-restart) gets a new allocation and
+    a new limit."""
+    cfg = SimConfig(nodes=2, days=1.0, spares=1, faults="llama3", planned=False,
+                    recovery=RecoverySettings(mode=parse_mode(recovery)))  # fmt: skip
+    gpus = 16 if recovery == "elastic" else 8
+    job = Job(job_id=1, submit_s=0.0, num_gpus=gpus, work_s=8800.0, time_limit_s=9000.0)
+    sim = _OneHostFailure(cfg, catalog, speed=FlatSpeed(), jobs=[job]).run()
+    s = summarise(sim)
+    assert s["jobs"]["restarts_in_place"] == 1
+    assert s["jobs"]["timed_out"] == 1 and s["jobs"]["completed"] == 0
+    assert sim.jobs[1].deadline_s == 9000.0
+    # a requeue gets a new allocation and its own limit: its deadline counts from the new start
+    requeued = Job(job_id=1, submit_s=0.0, num_gpus=8, work_s=8800.0, time_limit_s=9000.0)
+    cfg_rq = SimConfig(nodes=2, days=1.0, spares=1, faults="llama3", planned=False,
+                       recovery=RecoverySettings(mode=parse_mode("checkpoint-restart")))  # fmt: skip
+    again = _OneHostFailure(cfg_rq, catalog, speed=FlatSpeed(), jobs=[requeued]).run().jobs[1]
+    assert again.restarts == 1 and again.deadline_s > 3600.0 + 9000.0  # started again after the failure at 3,600 s

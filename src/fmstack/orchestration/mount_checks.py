@@ -10,9 +10,13 @@ path may be meant to live in the image.
 from __future__ import annotations
 
 import os
+import re
 
 from fmstack.orchestration.jobspec import JobSpec, ResolvedJob
 from fmstack.orchestration.launchers.slurm import container_mount_entries
+
+URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+"""A value that starts with a URL scheme (RFC 3986: ``scheme "://"``)."""
 
 IMAGE_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/opt", "/proc", "/sys", "/dev")
 """Paths that belong to the image or the kernel (FHS), not to a host file system: never warned about."""
@@ -23,14 +27,16 @@ def named_paths(spec: JobSpec) -> list[tuple[str, str]]:
     arguments (``workload.extra_args``; a ``command``'s arguments after the executable), ``--flag=/path`` too."""
     out: list[tuple[str, str]] = []
     for key, value in sorted(spec.env.items()):
-        out += [(f"env.{key}", part) for part in value.split(":") if part.startswith("/")]
+        if URL.match(value):  # a URL (http://proxy:3128, s3://bucket/x) is no path, and its ':' splits nothing
+            continue
+        out += [(f"env.{key}", part) for part in value.split(":") if part.startswith("/") and not part.startswith("//")]
     if spec.workload is not None:
         field, args = "workload.extra_args", spec.workload.extra_args
     else:
         field, args = "command", (spec.command or [])[1:]
     for arg in args:
         value = arg if arg.startswith("/") else arg.partition("=")[2]
-        if value.startswith("/"):
+        if value.startswith("/") and not value.startswith("//"):
             out.append((field, value))
     return [(f, p) for f, p in dict.fromkeys(out) if not _under(p, IMAGE_DIRS)]
 

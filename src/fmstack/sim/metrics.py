@@ -130,23 +130,51 @@ def _jobs(n: int) -> str:
     return f"{n:,} job" + ("" if n == 1 else "s")
 
 
+def _beyond_window(sim: SimState, window_s: float) -> int:
+    """Never-started jobs whose earliest start at the end of the run lies beyond the backfill window: the running
+    jobs' expected ends (start + time limit) free their GPUs (whole nodes, as the backfill counts them), and the
+    first time enough are free is more than ``window_s`` away, so backfill could make them no reservation. Other
+    jobs' reservations are left out, so this is a lower bound on the jobs the window refused."""
+    gpn = sim.gpn
+    ends, gpus = sim.running.ends_and_gpus()
+    order = np.argsort(ends, kind="stable")
+    ends_sorted = ends[order]
+    freed = np.cumsum(np.where(gpus <= gpn, gpus, -(-gpus // gpn) * gpn)[order])
+    free_now = sim.fleet.schedulable_gpus - sim.fleet.allocated_gpus
+    now = sim.cfg.horizon_s
+    count = 0
+    for job in sim.jobs.values():
+        if job.first_start_s >= 0 or job.submit_s > now:
+            continue
+        need = job.num_gpus if job.num_gpus <= gpn else -(-job.num_gpus // gpn) * gpn
+        if need <= free_now:
+            continue
+        k = int(np.searchsorted(freed, need - free_now))
+        earliest = ends_sorted[k] if k < len(ends_sorted) else math.inf
+        if earliest - now > window_s:
+            count += 1
+    return count
+
+
 def warnings(sim: SimState) -> list[str]:
-    """Settings that likely shaped the result: jobs that never started under a backfill whose window
-    (bf_window) is shorter than the workload's longest time limit (slurm.conf(5): bf_window should be at least
-    the longest time limit; a job whose earliest start lies beyond it gets no reservation)."""
+    """Settings that likely shaped the result: jobs that never started under a backfill whose window (bf_window)
+    was too short to reserve for them at the end of the run (slurm.conf(5): bf_window should be at least the
+    longest time limit; a job whose earliest start lies beyond it gets no reservation, and smaller jobs may
+    backfill ahead of it)."""
     cfg = sim.cfg
     out: list[str] = []
+    if cfg.policy not in BACKFILL_POLICIES:
+        return out
     window_s = cfg.bf_window_min * 60.0
-    # jobs that could have had a reservation within the window since they were submitted
-    never = sum(1 for j in sim.jobs.values() if j.first_start_s < 0 and j.submit_s <= cfg.horizon_s - window_s)
-    longer = [j.time_limit_s for j in sim.jobs.values() if j.time_limit_s > window_s]
-    if cfg.policy in BACKFILL_POLICIES and never and longer:
-        need_min = math.ceil(max(longer) / 60.0)
-        hint = f"--bf-window {need_min}" if need_min <= MAX_BF_WINDOW_MIN else f"--bf-window {MAX_BF_WINDOW_MIN}"
+    refused = _beyond_window(sim, window_s)
+    longest = max((j.time_limit_s for j in sim.jobs.values()), default=0.0)
+    if refused and longest > window_s:
+        need_min = min(math.ceil(longest / 60.0), MAX_BF_WINDOW_MIN)
         out.append(
-            f"{cfg.policy}: {_jobs(never)} pending longer than bf_window never started and {_jobs(len(longer))} "
-            f"{'has a time limit' if len(longer) == 1 else 'have time limits'} above bf_window "
-            f"({cfg.bf_window_min:,} min, longest {need_min:,} min); a job whose earliest start lies beyond the window "
-            f"gets no reservation, so smaller jobs can backfill ahead of it for ever: try {hint}"
+            f"{cfg.policy}: {_jobs(refused)} never started and at the end of the run could get no reservation: "
+            f"{'its' if refused == 1 else 'their'} earliest start lay beyond bf_window ({cfg.bf_window_min:,} min; the "
+            f"longest time limit is {math.ceil(longest / 60.0):,} min), so smaller jobs could backfill ahead; whether "
+            f"a longer window starts {'it' if refused == 1 else 'them'} depends on when the running jobs really end: "
+            f"compare with --bf-window {need_min}"
         )
     return out

@@ -52,6 +52,9 @@ def render_html(sim: SimState, summary: dict[str, Any]) -> str:
     fails = "".join(
         f"<tr><td>{html.escape(k)}</td><td>{v}</td></tr>" for k, v in summary["failures"]["by_category"].items()
     )
+    n_timeout = summary["jobs"].get("timed_out", 0)
+    timed_out = f" ({n_timeout} killed at their time limit)" if n_timeout else ""
+    notes = "".join(f"<p class='warning'>{html.escape(w)}</p>" for w in summary.get("warnings", []))
     title = f"fmstack fleet twin: {c['nodes']} x {c['instance']}, {c['days']:g} days, {c['policy']}, {c['recovery']}"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
@@ -59,8 +62,8 @@ def render_html(sim: SimState, summary: dict[str, Any]) -> str:
 </head><body>
 <h1>{html.escape(title)}</h1>
 <p>utilization {summary["utilization"]:.3f} &middot; goodput {summary["goodput"]:.3f} &middot; ETTR {summary["ettr"]:.3f}
-&middot; jobs completed {summary["jobs"]["completed"]} of {summary["jobs"]["submitted"]}
-&middot; job interruptions {summary["failures"]["job_interruptions"]} &middot; seed {c["seed"]}</p>
+&middot; jobs completed {summary["jobs"]["completed"]} of {summary["jobs"]["submitted"]}{timed_out}
+&middot; job interruptions {summary["failures"]["job_interruptions"]} &middot; seed {c["seed"]}</p>{notes}
 <h2>GPU-hours</h2><table><tr><th>kind</th><th>GPU-h</th></tr>{parts}</table>
 <h2>Queue wait and job completion time by size class (GPUs), seconds</h2>
 <table><tr><th>class</th><th>jobs</th><th>wait p50</th><th>wait p90</th><th>wait p99</th><th>JCT p50</th>

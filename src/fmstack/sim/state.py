@@ -217,6 +217,7 @@ class SimState:
         if job.first_start_s < 0:
             job.first_start_s = now
         job.wait_s += now - job.eligible_s
+        job.deadline_s = now + job.time_limit_s
         self._run_on(job, alloc, startup_s)
 
     def _run_on(self, job: Job, alloc: Alloc, startup_s: float) -> None:
@@ -239,17 +240,19 @@ class SimState:
         job.start_s = now
         job.running, job.hung = True, False
         job.epoch += 1
+        # Slurm ends a job at its time limit (state TIMEOUT; OverTimeLimit 0 by default), counted from the
+        # allocation's start: a requeue gets a new allocation and limit (``_start``), a restart in place keeps both
+        # (HyperPod auto-resume and elastic shrink re-run the step inside the same job); the backfill's expected
+        # end is that deadline
+        deadline = job.deadline_s
         self.running[job.job_id] = RunningJob(job_id=job.job_id, num_gpus=job.cur_gpus, start_s=now,
-                                              time_limit_s=job.time_limit_s, user=job.user, queue=job.queue,
+                                              time_limit_s=max(0.0, deadline - now), user=job.user, queue=job.queue,
                                               priority=job.priority)  # fmt: skip
-        # Slurm ends a job at its time limit (state TIMEOUT; OverTimeLimit 0 by default), counted per run segment
-        # as the backfill's expected end (start + limit) is
         finish = now + wall_to_finish_s(job)
-        deadline = now + job.time_limit_s
         if finish <= deadline:
             self.env.schedule(finish, FINISH, (job.job_id, job.epoch))
         else:
-            self.env.schedule(deadline, TIMEOUT, (job.job_id, job.epoch))
+            self.env.schedule(max(deadline, now), TIMEOUT, (job.job_id, job.epoch))
 
     def _charge(self, job: Job, now_s: float) -> None:
         """Fair-share usage of the segment that ends now (its part since the last priority calculation)."""

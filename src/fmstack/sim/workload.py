@@ -62,6 +62,9 @@ class Job:
     speed: float = 1.0
     """Packed compute seconds per wall second in the current segment."""
     startup_s: float = 0.0
+    deadline_s: float = 0.0
+    """End of the current allocation's time limit: set when the scheduler starts the job, kept by a restart in place
+    (auto-resume re-runs the step inside the same Slurm job, whose end time does not move)."""
     ckpt_interval_s: float = math.inf
     ckpt_cost_s: float = 0.0
     epoch: int = 0
@@ -143,6 +146,9 @@ def read_trace(path: Path, *, fleet_gpus: int, gpus_per_node: int, max_jobs: int
         raise InputError("trace", f"{path.name} is not UTF-8 text (byte {exc.start}); a trace is a CSV file") from None
     reader = csv.DictReader(text.splitlines())
     cols = reader.fieldnames or []
+    twice = sorted({c for c in cols if cols.count(c) > 1})
+    if twice:
+        raise InputError("trace", f"{path.name} line 1: column {', '.join(twice)} appears twice in the header")
     missing = [c for c in _REQUIRED if c not in cols]
     if missing or not ({"duration_s", "tokens"} & set(cols)):
         need = ", ".join(_REQUIRED) + " and duration_s or tokens"
@@ -152,7 +158,8 @@ def read_trace(path: Path, *, fleet_gpus: int, gpus_per_node: int, max_jobs: int
         line = reader.line_num
         if None in row or None in row.values():  # DictReader keeps extra fields under None, fills missing with None
             n = len(cols) + len(row.get(None) or ()) - sum(v is None for v in row.values())
-            fix = "quote a value that holds a comma" if n > len(cols) else "leave an optional value empty (a,,b)"
+            fix = ("remove a trailing comma, or quote a value that holds a comma" if n > len(cols)
+                   else "leave an optional value empty (a,,b)")  # fmt: skip
             raise InputError("trace", f"{path.name} line {line}: {n} fields, the header has {len(cols)}; {fix}")
         if len(jobs) == max_jobs:
             raise InputError("trace", f"{path.name} line {line}: more than {max_jobs:,} jobs (the limit of a run)")
