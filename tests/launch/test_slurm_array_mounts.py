@@ -161,6 +161,9 @@ def test_cli_prints_the_warnings_on_stderr(tmp_path: Path) -> None:
         ({"exclusive": 1}, "field 'exclusive': Input should be a valid boolean"),
         ({"container_mounts": ["fsx/hf"]}, "field 'container_mounts': Value error, 'fsx/hf': mount paths must be"),
         ({"container_mounts": ["/a:/b:/c"]}, "must be PATH, SRC:DST or SRC:DST:ro"),
+        # YAML 1.1 reads 1e3 as text: say how to write it; an unquoted array range that YAML read as a number
+        ({"memory_gib": "1e3"}, "(given '1e3'); write a number without quotes (YAML 1.1 reads 1e1 as text"),
+        ({"array": 5}, "field 'array': Input should be a valid string (given 5); quote it: '5'"),
     ],
 )
 def test_typed_fields_refuse_other_types(patch: dict[str, object], expected: str) -> None:
@@ -170,3 +173,15 @@ def test_typed_fields_refuse_other_types(patch: dict[str, object], expected: str
 
 def test_memory_as_a_whole_number_still_reads() -> None:
     assert parse_jobspec({**P5_SPEC, "memory_gib": 1536}).memory_gib == 1536
+
+
+def test_a_user_mount_onto_an_fmstack_mount_is_refused(catalog: Catalog) -> None:
+    """Review, 2026-11-24: '/lustre/x:<checkpoint location>' was dropped silently (fmstack's own mount won)."""
+    job = _job(catalog)
+    ckpt = job.spec.checkpoint
+    assert ckpt is not None
+    bad = _job(catalog, container_mounts=[f"/lustre/x:{ckpt.location}"])
+    with pytest.raises(InputError, match=rf"^container_mounts: '/lustre/x:{ckpt.location}' mounts onto"):
+        get_launcher("slurm").render(bad)
+    same = _job(catalog, container_mounts=[ckpt.location])  # the same source and destination: nothing to refuse
+    assert ckpt.location in get_launcher("slurm").render(same)

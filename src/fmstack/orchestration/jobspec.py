@@ -313,7 +313,13 @@ def _describe(exc: ValidationError) -> tuple[str, str]:
         return loc, "unknown field; see docs/launch.md for the JobSpec fields"
     if err["type"] == "missing":
         return loc, "missing required field"
-    return loc, f"{err['msg']} (given {err.get('input')!r})"
+    given = err.get("input")
+    hint = ""
+    if err["type"] in ("float_type", "int_type") and isinstance(given, str):
+        hint = "; write a number without quotes (YAML 1.1 reads 1e1 as text: write 10 or 1.0e+1)"
+    elif err["type"] == "string_type" and isinstance(given, int | float) and not isinstance(given, bool):
+        hint = f"; quote it: '{given}'"
+    return loc, f"{err['msg']} (given {given!r}){hint}"
 
 
 def parse_jobspec(data: Any, where: str = "jobspec") -> JobSpec:

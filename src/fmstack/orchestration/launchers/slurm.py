@@ -76,10 +76,18 @@ def container_mount_entries(job: ResolvedJob) -> list[tuple[str, str, str]]:
     (:func:`_container_mounts`), then the JobSpec's ``container_mounts``; one per destination, the first wins."""
     if not job.spec.image:
         return []
-    entries = [(m, m, "") for m in _container_mounts(job)] + [parse_mount(m) for m in job.spec.container_mounts]
-    by_dst: dict[str, tuple[str, str, str]] = {}
-    for e in entries:
-        by_dst.setdefault(os.path.normpath(e[1]), e)
+    own = [(m, m, "") for m in _container_mounts(job)]
+    by_dst: dict[str, tuple[str, str, str]] = {os.path.normpath(e[1]): e for e in own}
+    for text in job.spec.container_mounts:
+        src, dst, flags = parse_mount(text)
+        taken = by_dst.get(os.path.normpath(dst))
+        if taken is not None and taken in own and os.path.normpath(src) != os.path.normpath(taken[0]):
+            raise InputError(
+                "container_mounts",
+                f"{text!r} mounts onto {dst}, which fmstack mounts from {taken[0]} for the job's logs or checkpoints; "
+                "mount it at another path, or change log_dir / checkpoint.location",
+            )
+        by_dst.setdefault(os.path.normpath(dst), (src, dst, flags))
     return list(by_dst.values())
 
 
