@@ -132,3 +132,15 @@ def test_checkpointless_with_spares_loses_at_most_one_step_per_interruption() ->
         bound = sum(sim.jobs[j].num_gpus * step_tokens(sim.jobs[j].num_gpus, 8)
                     / (0.9 * speed.tokens_per_s(sim.jobs[j].model, sim.jobs[j].num_gpus, True)) for j in f["jobs"])  # fmt: skip
         assert f["lost_gpu_h"] * 3600.0 <= bound * (1 + 1e-9)
+
+
+def test_the_table_and_html_show_time_outs(tmp_path: Path) -> None:
+    """Review, 2026-11-24: a run whose jobs hit their limits read '1 of 2 completed' with no reason."""
+    trace = tmp_path / "to.csv"
+    trace.write_text("job_id,submit_s,num_gpus,duration_s,time_limit_s\n1,0,8,7200,600\n2,0,8,600,1200\n")
+    html = tmp_path / "r.html"
+    proc = subprocess.run([sys.executable, "-m", "fmstack", "simulate", "--trace", str(trace), "--nodes", "2", "--days",
+                           "1", "--faults", "none", "--html", str(html)], capture_output=True, text=True, check=True)  # fmt: skip
+    header = next(line for line in proc.stdout.splitlines() if "utilization" in line)
+    assert "timed out" in header
+    assert "jobs completed 1 of 2 (1 killed at their time limit)" in html.read_text()

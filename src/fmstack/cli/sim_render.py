@@ -68,15 +68,20 @@ def render(rows: list[dict[str, Any]]) -> list[RenderableType]:
     results = Table()
     for name, _ in keys:
         results.add_column(name, no_wrap=True)
-    for name in ("utilization", "goodput", "ETTR", "completed", "pending at end", "interruptions", "lost GPU-h"):
+    timeouts = any(r["jobs"].get("timed_out", 0) for r in rows)  # a column only where a job hit its time limit
+    columns = ("utilization", "goodput", "ETTR", "completed", *(("timed out",) if timeouts else ()), "pending at end",
+               "interruptions", "lost GPU-h")  # fmt: skip
+    for name in columns:
         results.add_column(name, justify="right", no_wrap=True)
     for r in rows:
+        timed_out = (f"{r['jobs'].get('timed_out', 0):,}",) if timeouts else ()
         results.add_row(
             *(f(r) for _, f in keys),
             f"{r['utilization']:.3f}",
             f"{r['goodput']:.3f}",
             f"{r['ettr']:.3f}",
             f"{r['jobs']['completed']:,}",
+            *timed_out,
             f"{r['jobs']['pending_at_end']:,}",
             f"{r['failures']['job_interruptions']:,}",
             f"{r['gpu_hours']['lost_work']:,.1f}",
