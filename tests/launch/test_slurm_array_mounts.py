@@ -145,6 +145,13 @@ def test_cli_prints_the_warnings_on_stderr(tmp_path: Path) -> None:
         assert res.exit_code == 0, res.output
         assert "warning: env.HF_HOME '/fsx/hf' is not under a container mount" in res.stderr
     assert "warning: array '0-3' is a Slurm job array; --on kubernetes runs one job and ignores it" in res.stderr
+    # extra_args that set a per-task option override it in every task (argparse keeps the last value)
+    wl = {**P5_SPEC["workload"], "extra_args": ["--seed=3", "--ckpt-dir", "/fsx/other"]}
+    (tmp_path / "job2.json").write_text(json.dumps({**spec, "workload": wl}))
+    res = CliRunner().invoke(cli, ["launch", str(tmp_path / "job2.json"), "--on", "slurm", "--dry-run"])
+    assert res.exit_code == 0, res.output
+    for flag in ("--seed", "--ckpt-dir"):
+        assert f"warning: workload.extra_args sets {flag}, which overrides array '0-3's per-task value" in res.stderr
 
 
 @pytest.mark.parametrize(

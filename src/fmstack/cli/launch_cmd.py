@@ -55,6 +55,13 @@ def launch(spec: Path, on: str, dry_run: bool, catalog_dir: Path | None, as_json
     elif job.spec.array is not None and job.spec.command is not None:
         click.echo(f"warning: array {job.spec.array!r} runs the same command in every task; it must read "
                    "SLURM_ARRAY_TASK_ID to keep its checkpoints and outputs apart", err=True)  # fmt: skip
+    elif job.spec.array is not None and job.spec.workload is not None:
+        # the per-task values come before extra_args, and argparse keeps an option's last value
+        per_task = ("--seed", "--ckpt-dir", "--ckpt-durable")
+        given = [a.partition("=")[0] for a in job.spec.workload.extra_args if a.partition("=")[0] in per_task]
+        for flag in dict.fromkeys(given):
+            click.echo(f"warning: workload.extra_args sets {flag}, which overrides array {job.spec.array!r}'s "
+                       "per-task value: every task gets the same one", err=True)  # fmt: skip
     for line in mount_warnings(job, on):
         click.echo(line, err=True)
     sub = launcher.submit(job, dry_run=dry_run)
