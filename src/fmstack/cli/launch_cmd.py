@@ -60,8 +60,8 @@ def launch(spec: Path, on: str, dry_run: bool, catalog_dir: Path | None, as_json
         per_task = ("--seed", "--ckpt-dir", "--ckpt-durable")
         given = [a.partition("=")[0] for a in job.spec.workload.extra_args if a.partition("=")[0] in per_task]
         for flag in dict.fromkeys(given):
-            click.echo(f"warning: workload.extra_args sets {flag}, which overrides array {job.spec.array!r}'s "
-                       "per-task value: every task gets the same one", err=True)  # fmt: skip
+            click.echo(f"warning: workload.extra_args sets {flag}, which overrides the per-task value of array "
+                       f"{job.spec.array!r}: every task gets the same one", err=True)  # fmt: skip
     for line in mount_warnings(job, on):
         click.echo(line, err=True)
     sub = launcher.submit(job, dry_run=dry_run)
