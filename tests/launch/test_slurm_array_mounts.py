@@ -151,7 +151,9 @@ def test_cli_prints_the_warnings_on_stderr(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["launch", str(tmp_path / "job2.json"), "--on", "slurm", "--dry-run"])
     assert res.exit_code == 0, res.output
     for flag in ("--seed", "--ckpt-dir"):
-        assert f"warning: workload.extra_args sets {flag}, which overrides the per-task value of array '0-3'" in res.stderr
+        assert (
+            f"warning: workload.extra_args sets {flag}, which overrides the per-task value of array '0-3'" in res.stderr
+        )
 
 
 @pytest.mark.parametrize(
