@@ -172,7 +172,8 @@ def test_cli_prints_the_warnings_on_stderr(tmp_path: Path) -> None:
         ({"container_mounts": ["/a:/b:/c"]}, "must be PATH, SRC:DST or SRC:DST:ro"),
         # YAML 1.1 reads 1e3 as text: say how to write it; an unquoted array range that YAML read as a number
         ({"memory_gib": "1e3"}, "(given '1e3'); write a number without quotes (YAML 1.1 reads 1e1 as text"),
-        ({"array": 5}, "field 'array': Input should be a valid string (given 5); quote it: '5'"),
+        ({"array": 5}, "field 'array': Input should be a valid string (given 5); quote it as written in the file"),
+        ({"nodes": "2"}, "field 'nodes': Input should be a valid integer (given '2'); write a whole number without"),
     ],
 )
 def test_typed_fields_refuse_other_types(patch: dict[str, object], expected: str) -> None:
@@ -192,5 +193,8 @@ def test_a_user_mount_onto_an_fmstack_mount_is_refused(catalog: Catalog) -> None
     bad = _job(catalog, container_mounts=[f"/lustre/x:{ckpt.location}"])
     with pytest.raises(InputError, match=rf"^container_mounts: '/lustre/x:{ckpt.location}' mounts onto"):
         get_launcher("slurm").render(bad)
+    parent = _job(catalog, container_mounts=["/lustre/x:/fsx"])  # would cover /fsx/logs and the checkpoint dir
+    with pytest.raises(InputError, match=r"^container_mounts: '/lustre/x:/fsx' mounts onto /fsx, a parent of /fsx/"):
+        get_launcher("slurm").render(parent)
     same = _job(catalog, container_mounts=[ckpt.location])  # the same source and destination: nothing to refuse
     assert ckpt.location in get_launcher("slurm").render(same)

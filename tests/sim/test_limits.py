@@ -49,5 +49,5 @@ def test_trace_header_and_row_shapes_are_checked(tmp_path: Path) -> None:
         read_trace(dup, fleet_gpus=16, gpus_per_node=8)
     trailing = tmp_path / "tc.csv"
     trailing.write_text("job_id,submit_s,num_gpus,duration_s\n1,0,8,7200,\n")
-    with pytest.raises(InputError, match=r"line 2: 5 fields, the header has 4; remove a trailing comma"):
+    with pytest.raises(InputError, match=r"line 2: 5 fields, the header has 4; remove the trailing comma$"):
         read_trace(trailing, fleet_gpus=16, gpus_per_node=8)

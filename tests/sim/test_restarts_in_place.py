@@ -73,3 +73,27 @@ def test_a_restart_in_place_keeps_the_allocations_time_limit(catalog: Catalog, r
                        recovery=RecoverySettings(mode=parse_mode("checkpoint-restart")))  # fmt: skip
     again = _OneHostFailure(cfg_rq, catalog, speed=FlatSpeed(), jobs=[requeued]).run().jobs[1]
     assert again.restarts == 1 and again.deadline_s > 3600.0 + 9000.0  # started again after the failure at 3,600 s
+
+
+class _LateHostFailure(_OneHostFailure):
+    """The same host failure at t = 8,950 s, 50 s before a 9,000 s limit."""
+
+    def _next_fault(self) -> float:
+        return 8950.0 if not self.fault_log else 1e12
+
+
+@pytest.mark.parametrize("recovery", ["auto-resume", "elastic", "checkpoint-restart"])
+def test_a_job_that_hangs_past_its_limit_ends_at_the_detection(catalog: Catalog, recovery: str) -> None:
+    """Review, 2026-11-24: the strike cancelled the job's TIMEOUT and the detection restarted it in place on a spare
+    after its limit. Slurm kills it at the limit, so nothing restarts it and no spare is taken; the simulator ends it
+    at the detection, at most the detection time late."""
+    cfg = SimConfig(nodes=2, days=1.0, spares=1, faults="llama3", planned=False,
+                    recovery=RecoverySettings(mode=parse_mode(recovery)))  # fmt: skip
+    gpus = 16 if recovery == "elastic" else 8
+    job = Job(job_id=1, submit_s=0.0, num_gpus=gpus, work_s=20000.0, time_limit_s=9000.0)
+    sim = _LateHostFailure(cfg, catalog, speed=FlatSpeed(), jobs=[job]).run()
+    s = summarise(sim)
+    assert s["jobs"]["timed_out"] == 1 and s["jobs"]["restarts_in_place"] == 0 and s["jobs"]["restarts"] == 0
+    assert sim.jobs[1].end_s == 8950.0 + sim.times.detection_s
+    gh = s["gpu_hours"]
+    assert gh["allocated"] == pytest.approx(gh["lost_work"] + gh["hang_until_detected"], abs=1e-3)

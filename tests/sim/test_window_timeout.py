@@ -5,6 +5,7 @@ Hand-made traces on 2 x p5.48xlarge (16 GPUs), no faults, so every start and end
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -143,4 +144,16 @@ def test_the_table_and_html_show_time_outs(tmp_path: Path) -> None:
                            "1", "--faults", "none", "--html", str(html)], capture_output=True, text=True, check=True)  # fmt: skip
     header = next(line for line in proc.stdout.splitlines() if "utilization" in line)
     assert "timed out" in header
-    assert "jobs completed 1 of 2 (1 killed at their time limit)" in html.read_text()
+    assert "jobs completed 1 of 2 (1 job killed at the time limit)" in html.read_text()
+
+
+def test_the_warning_counts_whole_free_nodes_for_a_multi_node_job(tmp_path: Path) -> None:
+    """Review, 2026-11-24: 17 GPUs free over 4 partly used nodes are one whole node, not two; the 16-GPU job's
+    earliest start (100 h, when the long jobs' limits end) lies beyond the 24 h window, so it is named."""
+    trace = tmp_path / "frag.csv"
+    trace.write_text("job_id,submit_s,num_gpus,duration_s,time_limit_s\n1,0,5,3000,3600\n2,0,5,300000,360000\n"
+                     "3,0,5,300000,360000\n4,0,5,300000,360000\n5,60,16,3600,7200\n")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "fmstack", "simulate", "--trace", str(trace), "--nodes", "4", "--days",
+                           "3", "--faults", "none", "--json"], capture_output=True, text=True, check=True)  # fmt: skip
+    (warning,) = json.loads(proc.stdout)["warnings"]
+    assert warning.startswith("slurm-backfill: 1 job never started")

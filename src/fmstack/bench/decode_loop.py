@@ -83,8 +83,8 @@ class StepPoint:
     graph), the device synchronised around each batch of calls."""
     kv_cache_bytes: int
     kernels_s: dict[str, float] = field(default_factory=dict)
-    """Device seconds of one eagerly called step by kernel group (:data:`KERNEL_GROUPS`, else ``other``), from the
-    PyTorch profiler; empty off CUDA."""
+    """Device seconds of one step called from the host (eager ops, or the compiled code) by kernel group
+    (:data:`KERNEL_GROUPS`, else ``other``), from the PyTorch profiler; empty off CUDA."""
     kernel_count: int = 0
     """CUDA kernels one step launches (0 off CUDA)."""
     kernel_names: dict[str, list[str]] = field(default_factory=dict)

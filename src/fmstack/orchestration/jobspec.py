@@ -315,10 +315,12 @@ def _describe(exc: ValidationError) -> tuple[str, str]:
         return loc, "missing required field"
     given = err.get("input")
     hint = ""
-    if err["type"] in ("float_type", "int_type") and isinstance(given, str):
+    if err["type"] == "int_type" and isinstance(given, str):
+        hint = "; write a whole number without quotes"
+    elif err["type"] == "float_type" and isinstance(given, str):
         hint = "; write a number without quotes (YAML 1.1 reads 1e1 as text: write 10 or 1.0e+1)"
     elif err["type"] == "string_type" and isinstance(given, int | float) and not isinstance(given, bool):
-        hint = f"; quote it: '{given}'"
+        hint = "; quote it as written in the file (YAML read it as a number)"
     return loc, f"{err['msg']} (given {given!r}){hint}"
 
 

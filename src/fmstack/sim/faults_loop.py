@@ -121,8 +121,20 @@ class FaultHandling(SimState):
             job = self.jobs[jid]
             if job.hung:
                 self._close_hang(job, self.env.now_s)
-                self._recover(job, spare)
+                if self.env.now_s >= job.deadline_s:
+                    self._end_at_limit(job)  # Slurm killed it at its limit while it hung: no restart, no spare
+                else:
+                    self._recover(job, spare)
         self._changed()
+
+    def _end_at_limit(self, job: Job) -> None:
+        """A hung job whose time limit passed before the hang was detected ends as TIMEOUT at the detection (the
+        strike cancelled its TIMEOUT event; the overrun is at most the detection time); its hang was charged."""
+        job.epoch += 1
+        job.hung = False
+        job.timed_out = True
+        job.end_s = self.env.now_s
+        self._release(job)
 
     def _recover(self, job: Job, spare: int | None) -> None:
         mode = self.rec.mode

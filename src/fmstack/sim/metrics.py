@@ -19,7 +19,9 @@ from typing import Any
 import numpy as np
 
 from fmstack.sim.config import MAX_BF_WINDOW_MIN
+from fmstack.sim.fleet import NodeState
 from fmstack.sim.state import SimState
+from fmstack.sim.workload import Job
 
 SIZE_CLASSES: tuple[tuple[str, int, int], ...] = (
     ("1-8", 1, 8),
@@ -132,25 +134,33 @@ def _jobs(n: int) -> str:
 
 def _beyond_window(sim: SimState, window_s: float) -> int:
     """Never-started jobs whose earliest start at the end of the run lies beyond the backfill window: the running
-    jobs' expected ends (start + time limit) free their GPUs (whole nodes, as the backfill counts them), and the
-    first time enough are free is more than ``window_s`` away, so backfill could make them no reservation. Other
-    jobs' reservations are left out, so this is a lower bound on the jobs the window refused."""
-    gpn = sim.gpn
-    ends, gpus = sim.running.ends_and_gpus()
-    order = np.argsort(ends, kind="stable")
-    ends_sorted = ends[order]
-    freed = np.cumsum(np.where(gpus <= gpn, gpus, -(-gpus // gpn) * gpn)[order])
-    free_now = sim.fleet.schedulable_gpus - sim.fleet.allocated_gpus
-    now = sim.cfg.horizon_s
+    jobs free their GPUs at their expected ends (the allocation's time-limit deadline), node by node, and the first
+    time the job fits (a job of more than one node's GPUs needs whole free nodes, as the backfill rounds it; a
+    smaller one needs that many free GPUs on one node) is more than ``window_s`` away, so backfill could make it no
+    reservation. Other jobs' reservations are left out, so this is a lower bound on the jobs the window refused."""
+    gpn, fleet, now = sim.gpn, sim.fleet, sim.cfg.horizon_s
+    up = [n for n, st in enumerate(fleet.state) if st == NodeState.UP]
+    releases = sorted(((j.deadline_s, j.alloc) for j in sim.jobs.values() if j.running), key=lambda e: e[0])
     count = 0
     for job in sim.jobs.values():
         if job.first_start_s >= 0 or job.submit_s > now:
             continue
-        need = job.num_gpus if job.num_gpus <= gpn else -(-job.num_gpus // gpn) * gpn
-        if need <= free_now:
-            continue
-        k = int(np.searchsorted(freed, need - free_now))
-        earliest = ends_sorted[k] if k < len(ends_sorted) else math.inf
+        free = {n: fleet.free[n] for n in up}
+        nodes = -(-job.num_gpus // gpn)
+
+        def fits(free: dict[int, int] = free, job: Job = job, nodes: int = nodes) -> bool:
+            if job.num_gpus <= gpn:
+                return any(g >= job.num_gpus for g in free.values())
+            return sum(1 for g in free.values() if g == gpn) >= nodes
+
+        earliest = now if fits() else math.inf
+        for end_s, alloc in releases if earliest > now else ():
+            for n, g in alloc:
+                if n in free:
+                    free[n] += g
+            if fits():
+                earliest = end_s
+                break
         if earliest - now > window_s:
             count += 1
     return count

@@ -53,7 +53,7 @@ def render_html(sim: SimState, summary: dict[str, Any]) -> str:
         f"<tr><td>{html.escape(k)}</td><td>{v}</td></tr>" for k, v in summary["failures"]["by_category"].items()
     )
     n_timeout = summary["jobs"].get("timed_out", 0)
-    timed_out = f" ({n_timeout} killed at their time limit)" if n_timeout else ""
+    timed_out = f" ({n_timeout} {'job' if n_timeout == 1 else 'jobs'} killed at the time limit)" if n_timeout else ""
     notes = "".join(f"<p class='warning'>{html.escape(w)}</p>" for w in summary.get("warnings", []))
     title = f"fmstack fleet twin: {c['nodes']} x {c['instance']}, {c['days']:g} days, {c['policy']}, {c['recovery']}"
     return f"""<!DOCTYPE html>

@@ -158,8 +158,13 @@ def read_trace(path: Path, *, fleet_gpus: int, gpus_per_node: int, max_jobs: int
         line = reader.line_num
         if None in row or None in row.values():  # DictReader keeps extra fields under None, fills missing with None
             n = len(cols) + len(row.get(None) or ()) - sum(v is None for v in row.values())
-            fix = ("remove a trailing comma, or quote a value that holds a comma" if n > len(cols)
-                   else "leave an optional value empty (a,,b)")  # fmt: skip
+            extra = row.get(None) or []
+            if n <= len(cols):
+                fix = "leave an optional value empty (a,,b)"
+            elif all(not v.strip() for v in extra):
+                fix = "remove the trailing comma"
+            else:
+                fix = "quote a value that holds a comma"
             raise InputError("trace", f"{path.name} line {line}: {n} fields, the header has {len(cols)}; {fix}")
         if len(jobs) == max_jobs:
             raise InputError("trace", f"{path.name} line {line}: more than {max_jobs:,} jobs (the limit of a run)")

@@ -87,6 +87,15 @@ def container_mount_entries(job: ResolvedJob) -> list[tuple[str, str, str]]:
                 f"{text!r} mounts onto {dst}, which fmstack mounts from {taken[0]} for the job's logs or checkpoints; "
                 "mount it at another path, or change log_dir / checkpoint.location",
             )
+        # a mount onto a parent of fmstack's own, applied after it, would cover the log or checkpoint directory
+        parent = os.path.normpath(dst).rstrip("/") + "/"
+        hidden = [m for _, m, _ in own if os.path.normpath(m).startswith(parent) or parent == "/"]
+        if hidden:
+            raise InputError(
+                "container_mounts",
+                f"{text!r} mounts onto {dst}, a parent of {', '.join(hidden)} that fmstack mounts for the job's logs or "
+                "checkpoints, and would cover them in the container; mount it at another path",
+            )
         by_dst.setdefault(os.path.normpath(dst), (src, dst, flags))
     return list(by_dst.values())
 
