@@ -51,6 +51,14 @@ def test_one_failure_is_one_restart_of_the_right_kind(
     assert s["jobs"]["completed"] == 1
 
 
+def _two_nodes(recovery: str) -> tuple[SimConfig, int]:
+    """Two nodes and a spare under ``recovery``, and the job size that recovers in place there (elastic: two nodes,
+    so one can drop)."""
+    cfg = SimConfig(nodes=2, days=1.0, spares=1, faults="llama3", planned=False,
+                    recovery=RecoverySettings(mode=parse_mode(recovery)))  # fmt: skip
+    return cfg, 16 if recovery == "elastic" else 8
+
+
 @pytest.mark.parametrize("recovery", ["auto-resume", "elastic"])
 def test_a_restart_in_place_keeps_the_allocations_time_limit(catalog: Catalog, recovery: str) -> None:
     """Slurm counts a time limit from the allocation's start; auto-resume and an elastic shrink re-run the step
@@ -58,9 +66,7 @@ def test_a_restart_in_place_keeps_the_allocations_time_limit(catalog: Catalog, r
     9,000 s limit would finish without the failure; after a restart at 3,600 s it cannot, so it times out at 9,000 s
     (a fresh limit would have let it finish by 12,600 s). A requeue (checkpoint-restart) gets a new allocation and
     a new limit."""
-    cfg = SimConfig(nodes=2, days=1.0, spares=1, faults="llama3", planned=False,
-                    recovery=RecoverySettings(mode=parse_mode(recovery)))  # fmt: skip
-    gpus = 16 if recovery == "elastic" else 8
+    cfg, gpus = _two_nodes(recovery)
     job = Job(job_id=1, submit_s=0.0, num_gpus=gpus, work_s=8800.0, time_limit_s=9000.0)
     sim = _OneHostFailure(cfg, catalog, speed=FlatSpeed(), jobs=[job]).run()
     s = summarise(sim)
@@ -69,8 +75,7 @@ def test_a_restart_in_place_keeps_the_allocations_time_limit(catalog: Catalog, r
     assert sim.jobs[1].deadline_s == 9000.0
     # a requeue gets a new allocation and its own limit: its deadline counts from the new start
     requeued = Job(job_id=1, submit_s=0.0, num_gpus=8, work_s=8800.0, time_limit_s=9000.0)
-    cfg_rq = SimConfig(nodes=2, days=1.0, spares=1, faults="llama3", planned=False,
-                       recovery=RecoverySettings(mode=parse_mode("checkpoint-restart")))  # fmt: skip
+    cfg_rq, _ = _two_nodes("checkpoint-restart")
     again = _OneHostFailure(cfg_rq, catalog, speed=FlatSpeed(), jobs=[requeued]).run().jobs[1]
     assert again.restarts == 1 and again.deadline_s > 3600.0 + 9000.0  # started again after the failure at 3,600 s
 
@@ -87,9 +92,7 @@ def test_a_job_that_hangs_past_its_limit_ends_at_the_detection(catalog: Catalog,
     """Review, 2026-11-24: the strike cancelled the job's TIMEOUT and the detection restarted it in place on a spare
     after its limit. Slurm kills it at the limit, so nothing restarts it and no spare is taken; the simulator ends it
     at the detection, at most the detection time late."""
-    cfg = SimConfig(nodes=2, days=1.0, spares=1, faults="llama3", planned=False,
-                    recovery=RecoverySettings(mode=parse_mode(recovery)))  # fmt: skip
-    gpus = 16 if recovery == "elastic" else 8
+    cfg, gpus = _two_nodes(recovery)
     job = Job(job_id=1, submit_s=0.0, num_gpus=gpus, work_s=20000.0, time_limit_s=9000.0)
     sim = _LateHostFailure(cfg, catalog, speed=FlatSpeed(), jobs=[job]).run()
     s = summarise(sim)
