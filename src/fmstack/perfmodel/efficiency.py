@@ -32,7 +32,8 @@ class Efficiency:
     source: str
     grouped_memory: float | None = None
     """Fraction of HBM bandwidth a grouped (routed-expert) GEMM reads its weights at, where a measurement
-    exists for the architecture (``data/efficiency.yaml``); None: the dense ``memory`` fraction."""
+    exists for the architecture (``data/efficiency.yaml``); None: the dense weight reads' fraction
+    (:attr:`weight_read_memory`)."""
 
     weight_memory: float | None = None
     """Fraction of HBM bandwidth the dense linear layers read their weights at in a memory-bound (decode) step, where a
