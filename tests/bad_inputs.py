@@ -916,3 +916,7 @@ BAD_ARGV += [
 
 # session 12, health: Xid catalog, NVLink reasons (helper H): add rows here
 BAD_ARGV += []
+
+# session 13, launch / observe review fixes (helper O): add rows here
+BAD_FILES.update({})
+BAD_ARGV += []
