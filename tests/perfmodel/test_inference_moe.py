@@ -52,10 +52,13 @@ def test_attention_dp_decode_prices_experts_at_96_tokens_per_expert(catalog: Cat
     # every expert touched; grouped GEMMs read at 0.694 of 8 TB/s (blog 24's B200 module, efficiency.yaml)
     expert_weights = 58 * 256 * EXPERT / 8 * (0.5 + 1 / 16) / (8000e9 * 0.694)
     assert expert_weights > expert_compute  # 8.3 ms vs 8.1 ms: weight-read bound (7.2 ms at the dense 0.8)
-    # non-expert linear layers (replicated, each GPU runs 384 tokens) and the LM head
-    dense_flops = 3072 * (mc.fwd_linear_per_token - mc.fwd_expert_per_token) / 8
+    # non-expert linear layers (replicated, each GPU runs 384 tokens) and the LM head, which the NVFP4 checkpoint
+    # keeps in bf16 (ModelOpt excludes lm_head): its GEMM at the bf16 peak (2.25 PFLOP/s) and its own call size
+    dense_flops = 3072 * (mc.fwd_linear_per_token - mc.fwd_head_per_token - mc.fwd_expert_per_token) / 8
     dense_eff = float(d.efficiency.gemm_at("fp4", 2.0 * 384 * 7168 * max(mc.ffn, mc.q_width)))
-    dense_compute = dense_flops / (9000e12 * dense_eff)
+    head_flops = 384 * 2.0 * mc.vocab * 7168
+    head_eff = float(d.efficiency.gemm_at("bf16", head_flops))
+    dense_compute = dense_flops / (9000e12 * dense_eff) + head_flops / (2250e12 * head_eff)
     head = mc.vocab * mc.h
     dense_bytes = (mc.params_total - mc.params_embedding - mc.params_expert) * (0.5 + 1 / 16) + head * 2.0
     dense_weights = dense_bytes / (8000e9 * 0.8)

@@ -24,9 +24,9 @@ NOT_EXPRESSIBLE = 19
 
 @pytest.mark.xfail(
     strict=True,
-    reason="acceptance not met over all 20 predicted rows: median 9.6 % passes, worst 71.0 % fails "
-    "(INF-017 Qwen3-235B attention-DP/EP8 +71.0 %, INF-040 DeepSeek-R1 attention-DP/EP8 on B200 +54.7 %, "
-    "INF-023 v0.5 batch-1 128-token TTFT -48 %, INF-012 B200 FP4 +35.4 %); see docs/inference.md",
+    reason="acceptance not met over all 20 predicted rows: median 9.6 % passes, worst 70.8 % fails "
+    "(INF-017 Qwen3-235B attention-DP/EP8 +70.8 %, INF-040 DeepSeek-R1 attention-DP/EP8 on B200 +53.9 %, "
+    "INF-023 v0.5 batch-1 128-token TTFT -48 %); see docs/inference.md",
 )
 def test_median_and_worst_error_over_every_predicted_row(catalog: Catalog) -> None:
     median, worst, n = summary(validate_inference(catalog))

@@ -149,7 +149,7 @@ def step_time(
     head_tok = (rb + rp_seqs) / pp
 
     # linear layers, per operator group (roofline each): the non-expert layers (attention projections in
-    # ``attention_precision``, the rest and the LM head in ``precision``) and the routed experts, whose grouped
+    # ``attention_precision``, the rest in ``precision``, the LM head in bf16) and the routed experts, whose grouped
     # GEMM runs at the size of one expert's GEMM (tokens routed to it), the size training prices them at
     attn_lin = d.attention_linear_params / mc.layers * 2.0  # FLOPs per token per layer (2 per weight)
     dense_lin = (mc.fwd_linear_per_token - mc.fwd_head_per_token - mc.fwd_expert_per_token) / mc.layers - attn_lin
@@ -157,9 +157,16 @@ def step_time(
     call = 2.0 * np.maximum(rtok, 1.0) * mc.h * max(mc.ffn, mc.q_width) / ta
     attn_prec = d.attention_precision or d.precision
     peak_attn_lin = d.cluster.gpu.peak_tflops(attn_prec) * 1e12
-    dense_gemm = (rtok * layers * dense_lin + head_tok * mc.fwd_head_per_token) / ta / (
-        peak * eff.gemm_at(d.precision, call)
-    ) + rtok * layers * attn_lin / ta / (peak_attn_lin * eff.gemm_at(attn_prec, call))
+    # the LM head stays bf16 in FP8 / NVFP4 checkpoints (ModelOpt's export writes "exclude_modules":
+    # ["lm_head"]), so its GEMM runs at the bf16 peak, at its own call size (vocab wide)
+    head_prec = d.precision if d.precision in ("bf16", "fp16") else "bf16"
+    head_flops = head_tok * mc.fwd_head_per_token / ta
+    head_call = np.maximum(head_tok, 1.0) * mc.fwd_head_per_token / ta
+    dense_gemm = (
+        rtok * layers * dense_lin / ta / (peak * eff.gemm_at(d.precision, call))
+        + rtok * layers * attn_lin / ta / (peak_attn_lin * eff.gemm_at(attn_prec, call))
+        + head_flops / (gpu.peak_tflops(head_prec) * 1e12 * eff.gemm_at(head_prec, head_call))
+    )
     expert_call = expert_gemm_flops(mc, tok / d.ep, d.ep, tp / d.ep)
     expert_gemm = tok * layers * expert_lin / tp / (peak * eff.gemm_at(d.precision, expert_call))
     wbytes = WEIGHT_BYTES[d.precision]

@@ -104,14 +104,22 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
     layer_linear = (mc.fwd_linear_per_token - mc.fwd_head_per_token - mc.fwd_expert_per_token) / mc.layers
     # uneven splits are allowed: the slowest stage holds ceil(L / (p v)) layers in each of its v chunks
     stage_layers = ceil(mc.layers / (p * v)) * v
-    dense_lin_tok = stage_layers * layer_linear / t + mc.fwd_head_per_token / t
+    dense_lin_tok = stage_layers * layer_linear / t
     expert_lin_tok = (mc.fwd_expert_per_token / mc.layers * stage_layers) / t
     # representative GEMM size: an MLP / projection GEMM of this micro-batch
     mlp_call = 2.0 * tokens_mb * h * max(mc.ffn, mc.q_width) / t
     expert_call = expert_gemm_flops(mc, tokens_mb, ep, t)
     eff_dense = _gemm_eff(eff, c, mlp_call)
     eff_expert = _gemm_eff(eff, c, maximum(expert_call, 1.0)) if mc.experts > 0 else 1.0
-    gemm_fwd = tokens_mb * dense_lin_tok / (peak_lin * eff_dense) + tokens_mb * expert_lin_tok / (peak_lin * eff_expert)
+    # the LM head runs in BF16 under FP8 too: Megatron-Core's output layer is its own ColumnParallelLinear, not a
+    # Transformer Engine module, so fp8_autocast leaves it alone; at its own (vocab-wide) call size
+    head_call = 2.0 * tokens_mb * h * mc.vocab / t
+    head_fwd = tokens_mb * mc.fwd_head_per_token / t / (gpu.bf16_dense_tflops * 1e12 * eff.gemm_at("bf16", head_call))
+    gemm_fwd = (
+        tokens_mb * dense_lin_tok / (peak_lin * eff_dense)
+        + tokens_mb * expert_lin_tok / (peak_lin * eff_expert)
+        + head_fwd
+    )
 
     causal = where(c.flash > 0, 0.5, 1.0)
     core_flops = tokens_mb * (mc.fwd_core_per_token_per_ctx / mc.layers * stage_layers) * c.seq / t  # full, non-causal
