@@ -920,3 +920,11 @@ BAD_ARGV += []
 # session 13, launch / observe review fixes (helper O): add rows here
 BAD_FILES.update({})
 BAD_ARGV += []
+
+# session 13, training catalog / scale review fixes (helper T): add rows here
+BAD_FILES.update({})
+BAD_ARGV += []
+
+# session 13, serve / rl review fixes (helper S): add rows here
+BAD_FILES.update({})
+BAD_ARGV += []
