@@ -950,3 +950,7 @@ BAD_ARGV += []
 # session 13, serve / rl review fixes (helper S): add rows here
 BAD_FILES.update({})
 BAD_ARGV += []
+
+# session 13, simulate review fixes (helper K): add rows here
+BAD_FILES.update({})
+BAD_ARGV += []
