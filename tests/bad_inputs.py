@@ -918,8 +918,30 @@ BAD_ARGV += [
 BAD_ARGV += []
 
 # session 13, launch / observe review fixes (helper O): add rows here
-BAD_FILES.update({})
-BAD_ARGV += []
+_K8S_JOB = "nodes: 4\ninstance: p5.48xlarge\nimage: repo/img:1\nworkload: {model: tiny}\n"
+BAD_FILES.update(
+    {
+        "job_k8s_digit.yaml": "name: 7b-pretrain\n" + _K8S_JOB,
+        "job_k8s_long.yaml": "name: " + "a" * 46 + "\n" + _K8S_JOB,
+        "job_requeue_0.yaml": "name: a\ncommand: ['true']\nretry: {requeue_exit_codes: [0]}\n",
+        "job_requeue_256.yaml": "name: a\ncommand: ['true']\nretry: {requeue_exit_codes: [75, 256]}\n",
+    }
+)
+BAD_ARGV += [
+    # JobSet subdomain and PyTorchJob name are DNS-1035 labels (a letter first); Slurm and local take the name
+    (["launch", "@file:job_k8s_digit.yaml", "--on", "kubernetes", "--dry-run"],
+     "name: '7b-pretrain' starts with a digit: a JobSet name must be a DNS-1035 label"),
+    (["launch", "@file:job_k8s_digit.yaml", "--on", "pytorchjob", "--dry-run"],
+     "name: '7b-pretrain' starts with a digit: a PyTorchJob name must be a DNS-1035 label"),
+    # 46 + len("-trainer-0-3-xxxxx") = 64 > 63: the JobSet webhook refuses the pod names of 4 nodes
+    (["launch", "@file:job_k8s_long.yaml", "--on", "kubernetes", "--dry-run"],
+     "name: '" + "a" * 46 + "' is 46 characters; at most 45 for this JobSet: its longest pod name"),
+    # 0 would requeue a job that succeeded; an exit status is 0..255
+    (["launch", "@file:job_requeue_0.yaml", "--on", "slurm", "--dry-run"],
+     "field 'retry.requeue_exit_codes': Value error, [0]: exit codes that requeue must be 1..255 (0 is success"),
+    (["launch", "@file:job_requeue_256.yaml", "--on", "slurm", "--dry-run"],
+     "field 'retry.requeue_exit_codes': Value error, [256]: exit codes that requeue must be 1..255"),
+]  # fmt: skip
 
 # session 13, training catalog / scale review fixes (helper T): add rows here
 _US = ("kind: ultraserver\nentries:\n  - name: u-p6e-gb200x72\n    instance: p6e-gb200.36xlarge\n    num_instances: 18\n"
@@ -962,5 +984,9 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 13, serve / rl review fixes (helper S): add rows here
+BAD_FILES.update({})
+BAD_ARGV += []
+
+# session 13, simulate review fixes (helper K): add rows here
 BAD_FILES.update({})
 BAD_ARGV += []

@@ -47,11 +47,19 @@ def test_plan_must_cover_the_job(catalog: Catalog) -> None:
         ({"array": "0-3; rm -rf /"}, "field 'array'"),
         ({"array": "3-1"}, "field 'array': Value error, '3-1': the range 3-1 runs backwards"),
         ({"array": "0-3,9-5%2"}, "the range 9-5 runs backwards"),
+        # 0 is success: requeueing on it reran a finished job; a status is 8 bits
+        ({"retry": {"requeue_exit_codes": [0]}}, "field 'retry.requeue_exit_codes': Value error, \\[0\\]: exit codes"),
+        ({"retry": {"requeue_exit_codes": [75, -1, 256]}}, "\\[-1, 256\\]: exit codes that requeue must be 1..255"),
     ],
 )
 def test_bad_specs_name_the_field(patch: dict[str, object], expected: str) -> None:
     with pytest.raises(InputError, match=expected.replace("(", r"\(").replace(")", r"\)")):
         parse_jobspec({**P5_SPEC, **patch}, "job.yaml")
+
+
+def test_requeue_exit_codes_take_the_whole_range_of_failures() -> None:
+    spec = parse_jobspec({**P5_SPEC, "retry": {"requeue_exit_codes": [1, 75, 143, 255]}}, "job.yaml")
+    assert spec.retry.requeue_exit_codes == [1, 75, 143, 255]
 
 
 def test_toml_and_yaml_read_the_same(tmp_path: Path) -> None:

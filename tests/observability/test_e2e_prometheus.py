@@ -119,7 +119,7 @@ def test_xid79_fires_and_the_engine_reboots(stack: tuple[FakeGpuBackend, str]) -
 
     _poll("first scrape of the exporter", scraped)
     rules = _get(f"{base}/api/v1/rules")["data"]["groups"]
-    assert sum(len(g["rules"]) for g in rules) == 33  # 11 recording rules and 22 alerts (docs/observability.md)
+    assert sum(len(g["rules"]) for g in rules) == 34  # 11 recording rules and 23 alerts (docs/observability.md)
     assert not [a for a in _get(f"{base}/api/v1/alerts")["data"]["alerts"] if a["state"] == "firing"]
 
     gpu.fall_off_bus(3)  # the driver reports Xid 79 and NVML can no longer read GPU 3

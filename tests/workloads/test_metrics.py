@@ -27,6 +27,17 @@ def test_jsonl_and_app_metrics(tmp_path: Path) -> None:
     assert snap["loss"] == 0.25
 
 
+def test_app_sink_finish_writes_the_snapshot_once_more(tmp_path: Path) -> None:
+    sink = FanOut(JsonlMetrics(tmp_path / "m.jsonl"), AppMetricsSink("job-8", tmp_path / "app"))
+    sink.record(StepRecord(step=1, loss=2.0, step_time_s=0.5, tokens_per_s=256.0, tokens=128))
+    path = tmp_path / "app" / "job-8.json"
+    assert json.loads(path.read_text())["finished"] is False  # running: served, the stall rule watches it
+    sink.finish()
+    sink.close()
+    snap = json.loads(path.read_text())
+    assert (snap["finished"], snap["steps_total"]) == (True, 1)
+
+
 @pytest.mark.torch
 def test_bf16_autocast_forward_on_cpu() -> None:
     torch = pytest.importorskip("torch")

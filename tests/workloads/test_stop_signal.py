@@ -53,8 +53,9 @@ def test_sigterm_to_one_rank_checkpoints_the_agreed_step_and_resume_is_exact(tmp
     assert ref.returncode == 0, ref.stderr[-3000:]
 
     # slow steps so the signal lands mid-run; only rank 1 is signalled: rank 0 must learn it through the collective
+    app = ["--app-metrics-dir", str(tmp_path / "run" / "app"), "--job-id", "stopjob"]
     proc = subprocess.Popen(
-        _argv(tmp_path, "run", port + 1, "--step-sleep-s", "0.1"),
+        _argv(tmp_path, "run", port + 1, "--step-sleep-s", "0.1", *app),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -83,11 +84,17 @@ def test_sigterm_to_one_rank_checkpoints_the_agreed_step_and_resume_is_exact(tmp
     assert ckpt_store.read_marker(ckpt, stop)["world_size"] == 2
     # no step ran past the stop step on any rank (rank 0 logs the mean over both)
     assert max(read_loss_curve(metrics)) == stop
+    # a clean stop ends the run: the app snapshot says finished, so no stall alert while it waits to be requeued
+    snap = json.loads((tmp_path / "run" / "app" / "stopjob.json").read_text())
+    assert (snap["finished"], snap["steps_total"]) == (True, stop)
 
-    resumed = _run(_argv(tmp_path, "run", port + 2))
+    resumed = _run(_argv(tmp_path, "run", port + 2, *app))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"ckpt resumed step={stop} " in resumed.stdout
     assert _done(resumed.stdout)["resumed_from_step"] == stop
     assert f"step={stop + 1} loss=" in resumed.stdout and f"step={stop} loss=" not in resumed.stdout
     # exact float equality with the uninterrupted 2-rank run, every step 1..14
     assert read_loss_curve(metrics) == read_loss_curve(tmp_path / "ref" / "m.jsonl")
+    # the resumed run's own snapshot (a new process counts from zero): its steps, finished again at the end
+    snap = json.loads((tmp_path / "run" / "app" / "stopjob.json").read_text())
+    assert (snap["finished"], snap["steps_total"]) == (True, STEPS - stop)

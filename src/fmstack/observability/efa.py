@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from fmstack.observability.blocks import FamilyKey, LayoutCache, SeriesLayout, row_series
+from fmstack.observability.exporter import SourceDown
 from fmstack.observability.exposition import BlockMetric, value_texts
 from fmstack.observability.sysfs import FileSystem
 
@@ -168,7 +169,9 @@ class EfaSource:
     """``node_amazonefa_*`` per device and port, the device count, and read errors since start.
 
     A missing ``/sys/class/infiniband`` is a source error (the source is down), never "zero devices": a node
-    whose EFA driver is gone must not look like a node that has no EFA.
+    whose EFA driver is gone must not look like a node that has no EFA. ``fmstack_efa_devices_expected`` (the
+    configured count, not a reading) is served while the source is down, so ``FmstackEfaSourceDown`` can tell a node
+    that should have EFA (reboot, as for missing devices) from one that need not.
 
     A scrape reads every counter directory (:func:`_read_tree`). When every file listed holds a plain counter and
     the directories list the same names as in a scrape seen before, the values go straight into that structure's
@@ -194,7 +197,7 @@ class EfaSource:
         if raw.base_error:
             # no /sys/class/infiniband: the driver is not loaded (or sysfs is not there), which is not "0 devices";
             # the source is down (fmstack_exporter_source_up{source="efa"} 0). A node without EFA: --no-efa.
-            raise OSError(f"EFA: {raw.base_error}")
+            raise SourceDown(f"EFA: {raw.base_error}", list(self._expected()))
         families, ndevices = self._fast_families(raw)
         if families is None:
             scan = _parse(raw)
@@ -204,13 +207,16 @@ class EfaSource:
         count = GaugeMetricFamily("fmstack_efa_devices", "EFA devices found in this scrape", labels=["Hostname"])
         count.add_metric([self.hostname], float(ndevices))
         yield count
+        yield from self._expected()
+        errs = CounterMetricFamily("fmstack_efa_read_errors", "sysfs reads that failed", labels=["Hostname"])
+        errs.add_metric([self.hostname], float(self.read_errors_total))
+        yield errs
+
+    def _expected(self) -> Iterator[Metric]:
         if self.expected_devices is not None:
             exp = GaugeMetricFamily("fmstack_efa_devices_expected", "EFA devices expected", labels=["Hostname"])
             exp.add_metric([self.hostname], float(self.expected_devices))
             yield exp
-        errs = CounterMetricFamily("fmstack_efa_read_errors", "sysfs reads that failed", labels=["Hostname"])
-        errs.add_metric([self.hostname], float(self.read_errors_total))
-        yield errs
 
     def _fast_families(self, raw: _RawScan) -> tuple[list[BlockMetric] | None, int]:
         fast = self._fast

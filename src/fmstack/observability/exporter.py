@@ -3,7 +3,9 @@
 A source is anything with a ``name`` and a ``collect()`` that yields prometheus-client metric families (the
 custom-collector pattern of ``prometheus_client/gc_collector.py``). Each scrape runs every source inside a guard:
 a source that raises is reported as ``fmstack_exporter_source_up{source} 0`` and counted in
-``fmstack_exporter_source_errors_total{source}``; the rest of the scrape is served unchanged. Per-source time is
+``fmstack_exporter_source_errors_total{source}``; the rest of the scrape is served unchanged. A source that raises
+:class:`SourceDown` is down all the same, and the families it carries (what the source knows without reading, such
+as a configured expected count) are still served. Per-source time is
 ``fmstack_exporter_source_duration_seconds{source}`` (like node_exporter's ``node_scrape_collector_*``), and
 ``fmstack_exporter_source_last_success_timestamp_seconds{source}`` the last time it was read successfully.
 A source that can hang (NVML) is wrapped in :class:`~fmstack.observability.poller.PolledSource`: it is read on a
@@ -31,6 +33,15 @@ from fmstack.observability.exposition import CONTENT_TYPE, LabelCache, render_te
 DEFAULT_BIND = "127.0.0.1"
 DEFAULT_PORT = 9400
 """dcgm-exporter's port (shared/reference/observability.md §1): fmstack replaces it on a node."""
+
+
+class SourceDown(OSError):
+    """A source could not be read; ``families`` are served anyway: its configuration (an expected device count), never
+    a value it failed to read, so that a rule can tell "down where devices are expected" from "down"."""
+
+    def __init__(self, message: str, families: Sequence[Metric] = ()) -> None:
+        super().__init__(message)
+        self.families = list(families)
 
 
 class Source(Protocol):
@@ -92,7 +103,7 @@ class Exporter:
                     families = list(source.collect())
                     ok = True
                 except Exception as exc:  # a failing source must never break the scrape
-                    families, ok = [], False
+                    families, ok = (exc.families if isinstance(exc, SourceDown) else []), False
                     self.errors[source.name] += 1
                     self.last_error[source.name] = f"{type(exc).__name__}: {exc}"
                 yield from families

@@ -234,7 +234,8 @@ class HealthEngine:
             msg = f"EFA device count {s.efa_visible} < expected {s.efa_expected}"
             hits.append((Action.REBOOT_NODE, msg, SRC_HEALTHCHECK))
         elif s.efa_missing:
-            hits.append((Action.REBOOT_NODE, "an EFA device is missing", SRC_HEALTHCHECK))
+            msg = "an EFA device is missing (or the EFA source is down: driver not loaded)"
+            hits.append((Action.REBOOT_NODE, msg, SRC_HEALTHCHECK))
         if s.nvlink_error_count >= self.policy.nvlink_errors_reset > 0:
             msg = f"{s.nvlink_error_count} NVLink errors on one GPU >= {self.policy.nvlink_errors_reset}"
             hits.append((Action.RESET_GPU, msg, SRC_HEALTHCHECK))

@@ -199,6 +199,7 @@ ALERT_SIGNALS: dict[str, Callable[[NodeSignals, dict[str, str], dict[str, Any]],
     "FmstackGpuNotReadable": _set("gpu_missing"),
     "FmstackGpuSourceDown": _set("gpu_missing"),
     "FmstackEfaDeviceMissing": _set("efa_missing"),
+    "FmstackEfaSourceDown": _set("efa_missing"),  # where EFA is expected, no driver is no devices (as GpuSourceDown)
     "FmstackEfaRetransmitTimeouts": _efa_errors,
     "FmstackEfaErrors": _efa_errors,
     # Not node signals: the exporter's own health (action none: look at the node or the source's error), and the

@@ -99,6 +99,16 @@ class Retry(_Strict):
     backoff_s: float = Field(default=5.0, ge=0)
     requeue_exit_codes: list[int] = Field(default_factory=list)
 
+    @field_validator("requeue_exit_codes")
+    @classmethod
+    def _exit_codes(cls, v: list[int]) -> list[int]:
+        # an exit status is 0..255 (POSIX wait: the low 8 bits), and 0 is success: requeueing on it would rerun a
+        # job that finished
+        bad = [c for c in v if not 1 <= c <= 255]
+        if bad:
+            raise ValueError(f"{bad}: exit codes that requeue must be 1..255 (0 is success, 255 the largest status)")
+        return v
+
 
 # a label key: optional DNS-subdomain prefix and '/', then a name of at most 63 characters (Kubernetes docs, "Labels
 # and Selectors", syntax and character set)

@@ -9,8 +9,10 @@ al. 2022, sec. 2; vLLM/PagedAttention, Kwon et al. 2023, sec. 2.2); decode atten
 cache; prefill attention is causal (FlashAttention: half the full product; Dao 2023). Tensor parallelism adds two
 all-reduces of the activations per layer (Shoeybi et al. 2019, Megatron-LM, sec. 3); MoE expert parallelism two
 all-to-alls per MoE layer (dispatch and combine; Lepikhin et al. 2020, GShard, sec. 2.2); pipeline parallelism
-splits the batch into ``pp`` micro-batches that flow through ``pp`` stages of ``layers / pp`` layers
-(Narayanan et al. 2021, sec. 2.2), so an iteration is ``pp`` stage-times plus the point-to-point transfers.
+splits the batch into ``m = min(pp, sequences)`` micro-batches (whole sequences: vLLM's virtual engines schedule a
+sequence in one at a time) that flow through ``pp`` stages of ``layers / pp`` layers (Narayanan et al. 2021,
+sec. 2.2), so an iteration is ``pp`` stage-times of one micro-batch plus the point-to-point transfers; with fewer
+sequences than stages the stages idle (one prompt alone crosses them in order, in the time of the whole model).
 FLOPs come from :mod:`fmstack.perfmodel.modelconsts` (2 per multiply-accumulate), collectives from
 :mod:`fmstack.perfmodel.collectives`, efficiencies from :mod:`fmstack.perfmodel.efficiency`.
 """
@@ -142,11 +144,18 @@ def step_time(
     peak_attn = gpu.bf16_dense_tflops * 1e12 * eff.attention
     layers = mc.layers / pp  # per stage
     moe_frac = mc.moe_layers / mc.layers
-    tok = (b + p) / pp  # tokens of one micro-batch (all ranks)
+    # micro-batches in flight: pp when the rank runs at least pp sequences, else one per sequence; the running
+    # sequences are the decodes or the prompts, whichever is more (the mixture counts a client whose prompt is in
+    # the iteration among its decodes, so the sum would count it twice: one client would make two micro-batches)
+    mb = np.clip(np.maximum(rb, rp_seqs), 1.0, pp) if d.pp != 1 else 1.0
+    # every stage waits for the largest micro-batch, the one with a whole prompt when there are fewer prompts
+    # than micro-batches: its share of the prompts (1 with pp = 1)
+    pf = 1.0 / np.clip(rp_seqs, 1.0, mb) if d.pp != 1 else 1.0
+    tok = b / mb + p * pf  # tokens of that micro-batch (all ranks)
     # the busiest rank's tokens; attention DP: each GPU runs its own tokens through full non-expert layers (the
     # mean rank the same FLOPs per GPU as TP); otherwise every rank holds all tokens and TP splits the layers
-    rtok = (rb + rp) / pp
-    head_tok = (rb + rp_seqs) / pp
+    rtok = rb / mb + rp * pf
+    head_tok = rb / mb + rp_seqs * pf
 
     # linear layers, per operator group (roofline each): the non-expert layers (attention projections in
     # ``attention_precision``, the rest in ``precision``, the LM head in bf16) and the routed experts, whose grouped
@@ -160,7 +169,11 @@ def step_time(
     # the LM head stays bf16 in FP8 / NVFP4 checkpoints (ModelOpt's export writes "exclude_modules":
     # ["lm_head"]), so its GEMM runs at the bf16 peak, at its own call size (vocab wide)
     head_prec = d.precision if d.precision in ("bf16", "fp16") else "bf16"
-    head_flops = head_tok * mc.fwd_head_per_token / ta
+    # the head runs on the last stage, once per micro-batch: with pp micro-batches that stage is the slowest and
+    # sets every stage-time (pp heads per iteration); one micro-batch crosses the stages in order, its head once;
+    # in between, mb heads (as pp stage-times, mb / pp of a head in each)
+    head_share = mb / pp if d.pp != 1 else 1.0
+    head_flops = head_tok * head_share * mc.fwd_head_per_token / ta
     head_call = np.maximum(head_tok, 1.0) * mc.fwd_head_per_token / ta
     dense_gemm = (
         rtok * layers * dense_lin / ta / (peak * eff.gemm_at(d.precision, call))
@@ -177,9 +190,10 @@ def step_time(
     share = mc.top_k / mc.experts if mc.experts > 0 else 1.0
     touched = 1.0 - (1.0 - share) ** np.maximum(tok, 0.0)
     head_params = mc.vocab * mc.h
-    dense_bytes = layers * (
-        (dense_params_layer - attn_params_layer) * wbytes + attn_params_layer * WEIGHT_BYTES[attn_prec]
-    ) / ta + (head_params * 2.0 / ta if d.pp == 1 else head_params * 2.0 / ta / pp)
+    dense_bytes = (
+        layers * ((dense_params_layer - attn_params_layer) * wbytes + attn_params_layer * WEIGHT_BYTES[attn_prec]) / ta
+        + head_params * 2.0 / ta * head_share
+    )
     dense_weights = dense_bytes / (gpu.hbm_bw_gbps * 1e9 * eff.weight_read_memory)
     expert_weights = layers * moe_frac * expert_params_layer * touched / tp * wbytes / expert_hbm
     gemm = np.where(dense_gemm >= dense_weights, dense_gemm, 0.0) + np.where(
@@ -193,11 +207,11 @@ def step_time(
     core = mc.fwd_core_per_token_per_ctx / mc.layers * layers / tp
     kv_tok = kv_bytes_per_token(d.model, KV_BYTES[d.kv_dtype]) / mc.layers * layers / kv_split(d.model, d.attn_split)
     kv_read = kv_tok * kv_read_factor(d)
-    dec_flops = (rb * dp / pp) * rctx * decode_core_per_ctx(d) * layers
-    dec_bytes = (rb / pp) * rctx * kv_read + rtok * kv_tok  # read the cache, write the new tokens' K and V
+    dec_flops = (rb * dp / mb) * rctx * decode_core_per_ctx(d) * layers
+    dec_bytes = (rb / mb) * rctx * kv_read + rtok * kv_tok  # read the cache, write the new tokens' K and V
     dec_compute = dec_flops / peak_attn
     dec_mem = dec_bytes / hbm
-    pre_attn = (rp_ctx * dp / pp) * core / peak_attn
+    pre_attn = (rp_ctx * dp * pf) * core / peak_attn
 
     # norms, residual adds, activation function: replicated over TP except the MLP activation; the routed
     # experts' activations and permuted copies are spread over all ranks, the rest is the rank's own tokens

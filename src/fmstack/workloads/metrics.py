@@ -28,6 +28,9 @@ class StepRecord:
 class StepMetrics(Protocol):
     def record(self, rec: StepRecord) -> None: ...
 
+    def finish(self) -> None:
+        """The run ended normally (every step, or a stop signal's checkpoint saved): never called after a crash."""
+
     def close(self) -> None: ...
 
 
@@ -43,13 +46,19 @@ class JsonlMetrics:
         self._f.write(json.dumps(asdict(rec)) + "\n")
         self._f.flush()
 
+    def finish(self) -> None:
+        return None
+
     def close(self) -> None:
         self._f.close()
 
 
 class AppMetricsSink:
     """Forwards each step to the observability layer's ``AppMetrics`` and, if a directory is given, writes its
-    snapshot there for ``fmstack exporter --app-dir DIR`` (atomic temp file + rename, done by ``AppMetrics``)."""
+    snapshot there for ``fmstack exporter --app-dir DIR`` (atomic temp file + rename, done by ``AppMetrics``).
+    :meth:`finish` marks the job finished and writes the snapshot once more: the exporter then stops serving it and
+    ``FmstackTrainingStalled`` cannot fire for a job that ended; a crashed run never calls it, so its snapshot stays
+    unfinished and the stall alert fires (docs/observability.md)."""
 
     def __init__(self, job_id: str, snapshot_dir: Path | None = None) -> None:
         from fmstack.observability.app_metrics import AppMetrics
@@ -61,6 +70,11 @@ class AppMetricsSink:
 
     def record(self, rec: StepRecord) -> None:
         self.app.record_step(step_time_s=rec.step_time_s, tokens=rec.tokens, loss=rec.loss)
+        if self._path:
+            self.app.write_snapshot(self._path)
+
+    def finish(self) -> None:
+        self.app.finish()
         if self._path:
             self.app.write_snapshot(self._path)
 
@@ -78,6 +92,10 @@ class FanOut:
         for s in self._sinks:
             s.record(rec)
 
+    def finish(self) -> None:
+        for s in self._sinks:
+            s.finish()
+
     def close(self) -> None:
         for s in self._sinks:
             s.close()
@@ -87,6 +105,9 @@ class NullMetrics:
     """For ranks other than 0."""
 
     def record(self, rec: StepRecord) -> None:
+        return None
+
+    def finish(self) -> None:
         return None
 
     def close(self) -> None:

@@ -176,7 +176,6 @@ def train(args: argparse.Namespace, stop: StopRequest | None = None) -> dict[str
             os.kill(os.getpid(), signal.SIGKILL)
     if ckpt:
         ckpt.close()  # a stop's save is committed here, before the exit
-    metrics.close()
     summary = {
         "steps": args.steps,
         "resumed_from_step": start,
@@ -193,6 +192,12 @@ def train(args: argparse.Namespace, stop: StopRequest | None = None) -> dict[str
     del model, optim  # the DDP/FSDP model uses the group: release it first
     dist.barrier()  # no rank tears the group down while a peer still sends
     dist.destroy_process_group()
+    # a normal end, every step run or a stop signal's step saved (the process exits by itself; a requeued job's next
+    # run writes a fresh snapshot at its first step): the app snapshot says finished, so the exporter drops the job
+    # and FmstackTrainingStalled ends. A crash (an exception, a killed rank, a peer that never reaches the barrier)
+    # never gets here: its snapshot stays unfinished and the stall alert fires.
+    metrics.finish()
+    metrics.close()
     return summary
 
 

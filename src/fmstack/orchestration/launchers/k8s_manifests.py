@@ -7,7 +7,8 @@ admission, and unsuspends it) and, when ``topology.mode`` asks for it, a ``kueue
 required}-topology`` annotation on the pods for topology-aware placement (AWS: ``topology.k8s.aws/network-node-layer-N``
 node labels). Off by default: it needs a TAS ResourceFlavor, or the workload is never admitted.
 Validation: core objects (batch/v1 Job, v1 Pod) with kubernetes-validate in strict mode; the CRDs against the
-vendored schemas in ``orchestration/data`` with jsonschema.
+vendored schemas in ``orchestration/data`` with jsonschema, and what the JobSet and training-operator webhooks refuse
+beyond the schemas (``k8s_webhooks``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 from fmstack.errors import InputError
 from fmstack.orchestration.jobspec import ResolvedJob
-from fmstack.orchestration.launchers import k8s_gb200
+from fmstack.orchestration.launchers import k8s_gb200, k8s_webhooks
 from fmstack.orchestration.launchers.torchrun import job_env, program_argv, stop_lead_s, torchrun_prefix
 
 K8S_VERSION = "1.30"
@@ -75,13 +76,16 @@ def _container(job: ResolvedJob, rdzv: list[str], indexed: bool) -> dict[str, An
                     "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOBSET_RESTART_ATTEMPT}']"}},
                 }
             )
+    # a PyTorchJob's container must be named pytorch, and the operator takes MASTER_PORT from its pytorchjob-port
+    # port (k8s_webhooks); a JobSet's container name is free (its pods are <jobset>-<replicatedJob>-..., not it)
+    name, port = ("trainer", "rdzv") if indexed else (k8s_webhooks.PYTORCH_CONTAINER, k8s_webhooks.PYTORCH_PORT_NAME)
     container: dict[str, Any] = {
-        "name": "trainer",
+        "name": name,
         "image": spec.image,
         "command": args[:1],
         "args": args[1:],
         "env": env,
-        "ports": [{"containerPort": RDZV_PORT, "name": "rdzv"}],
+        "ports": [{"containerPort": RDZV_PORT, "name": port}],
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, *_checkpoint_mount(job)],
     }
     resources = _resources(job)
@@ -364,7 +368,8 @@ def core_objects(manifest: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def validate_manifest(manifest: dict[str, Any]) -> None:
-    """Raise InputError naming the first violation: CRD schema (jsonschema), then the embedded core objects
+    """Raise InputError naming the first violation: CRD schema (jsonschema), the JobSet / training-operator
+    webhooks' rules (k8s_webhooks: names, the PyTorchJob ``pytorch`` container), then the embedded core objects
     (kubernetes-validate, strict: unknown fields are errors)."""
     import jsonschema  # type: ignore[import-untyped]
     import kubernetes_validate
@@ -380,6 +385,7 @@ def validate_manifest(manifest: dict[str, Any]) -> None:
     if err is not None:
         where = ".".join(str(p) for p in err.absolute_path) or "(root)"
         raise InputError(f"{kind} {where}", err.message)
+    (k8s_webhooks.check_jobset if kind == "JobSet" else k8s_webhooks.check_pytorchjob)(manifest)
     for obj in core_objects(manifest):
         pod = obj["spec"]["template"]["spec"] if obj["kind"] == "Job" else obj["spec"]
         for c in pod["containers"]:

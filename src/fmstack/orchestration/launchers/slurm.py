@@ -326,31 +326,18 @@ class SlurmLauncher:
         tasks folded into one record such as ``ArrayTaskId=2-3``). A job slurmctld has already forgotten
         (``MinJobAge``, 300 s by default, after it ended) is looked up in accounting (``sacct``)."""
         self._check(native_id)
+        records = self._records(native_id)
+        return self._status_from_sacct(native_id) if records is None else _status_of(native_id, records)
+
+    def _records(self, native_id: str) -> list[dict[str, str]] | None:
+        """The job's ``scontrol show job -o`` records, one per task record; None when slurmctld has forgotten it."""
         try:
             text = shell.run(["scontrol", "show", "job", "-o", native_id])
         except InputError as exc:
             if "Invalid job id" not in str(exc):
                 raise
-            return self._status_from_sacct(native_id)
-        records = [parse_scontrol(line) for line in text.splitlines() if line.strip()]
-        if len(records) <= 1:
-            info = records[0] if records else {}
-            raw = info.get("JobState", "UNKNOWN")
-            detail = (
-                f"{raw} ExitCode={info.get('ExitCode', '?')} Reason={info.get('Reason', '?')} "
-                f"log={info.get('StdOut', '?')}"
-            )
-            restarts = _int(info.get("Restarts", "0"))
-            return JobStatus(
-                job_id=f"slurm:{native_id}", state=_STATES.get(raw, "UNKNOWN"), detail=detail, restarts=restarts
-            )
-        tasks = [(r.get("ArrayTaskId", r.get("JobId", "?")), r.get("JobState", "UNKNOWN")) for r in records]
-        return JobStatus(
-            job_id=f"slurm:{native_id}",
-            state=_combined([raw for _, raw in tasks]),
-            detail="array tasks " + " ".join(f"{t}:{raw}" for t, raw in tasks),
-            restarts=max(_int(r.get("Restarts", "0")) for r in records),
-        )
+            return None
+        return [parse_scontrol(line) for line in text.splitlines() if line.strip()]
 
     def _status_from_sacct(self, native_id: str) -> JobStatus:
         try:
@@ -379,16 +366,29 @@ class SlurmLauncher:
         so the CLI used to print "cancel requested" for a job that had completed long before.
 
         A running job whose script traps SIGUSR2 (:data:`GRACEFUL_CANCEL_MARK`) gets it in its batch shell only: its
-        steps checkpoint the step they are at and exit, then the script cancels the job. ``checkpoint=False``, a
+        steps checkpoint the step they are at and exit, then the script cancels the job; an array's pending tasks
+        are cancelled first (``scancel --state=PENDING``: a signal does not reach them). ``checkpoint=False``, a
         pending job, or a script without the trap: plain ``scancel`` (SIGTERM to every step and the shell, SIGKILL
         KillWait later; srun kills its tasks at once)."""
         self._check(native_id)
-        st = self.status(native_id)
+        records = self._records(native_id)
+        st = self._status_from_sacct(native_id) if records is None else _status_of(native_id, records)
         if st.state in ENDED:
             raise AlreadyEnded(st.state)
         if checkpoint and st.state == "RUNNING" and self._traps_cancel(native_id):
+            # an array's pending tasks: slurmctld delivers no signal but SIGKILL to a pending job (job_mgr.c
+            # job_signal: "can't be sent signal ... from state=PENDING"), so the USR2 below would leave them queued
+            # and they would start later. Cancelled first, so none starts on the nodes the running tasks free.
+            pending = [r.get("ArrayTaskId", r.get("JobId", "?")) for r in records or () if _queued(r)]
+            if pending:
+                shell.run(["scancel", "--state=PENDING", native_id])
             shell.run(["scancel", "--batch", "--signal=USR2", native_id])
-            return "the job checkpoints the step it is at, then ends CANCELLED"
+            if not pending:
+                return "the job checkpoints the step it is at, then ends CANCELLED"
+            return (
+                f"pending array tasks {','.join(pending)} removed from the queue; the running tasks checkpoint the step "
+                "they are at, then end CANCELLED"
+            )
         shell.run(["scancel", native_id])
         return "scancel sent" if st.state == "RUNNING" else "removed from the queue"
 
@@ -421,6 +421,33 @@ class SlurmLauncher:
             return False
         self.drain(node, f"fmstack-health:{action.name}:{why}")
         return True
+
+
+def _queued(record: dict[str, str]) -> bool:
+    """A task record whose base state is PENDING (REQUEUE_HOLD and REQUEUED are PENDING with a flag), the ones
+    ``scancel --state=PENDING`` cancels; CONFIGURING is a RUNNING job whose nodes boot."""
+    return record.get("JobState") in ("PENDING", "REQUEUED", "REQUEUE_HOLD")
+
+
+def _status_of(native_id: str, records: list[dict[str, str]]) -> JobStatus:
+    """A job's status from its ``scontrol show job -o`` records (an array: one per task record)."""
+    if len(records) <= 1:
+        info = records[0] if records else {}
+        raw = info.get("JobState", "UNKNOWN")
+        detail = (
+            f"{raw} ExitCode={info.get('ExitCode', '?')} Reason={info.get('Reason', '?')} log={info.get('StdOut', '?')}"
+        )
+        restarts = _int(info.get("Restarts", "0"))
+        return JobStatus(
+            job_id=f"slurm:{native_id}", state=_STATES.get(raw, "UNKNOWN"), detail=detail, restarts=restarts
+        )
+    tasks = [(r.get("ArrayTaskId", r.get("JobId", "?")), r.get("JobState", "UNKNOWN")) for r in records]
+    return JobStatus(
+        job_id=f"slurm:{native_id}",
+        state=_combined([raw for _, raw in tasks]),
+        detail="array tasks " + " ".join(f"{t}:{raw}" for t, raw in tasks),
+        restarts=max(_int(r.get("Restarts", "0")) for r in records),
+    )
 
 
 def _int(text: str) -> int:
