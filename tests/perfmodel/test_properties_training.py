@@ -138,9 +138,12 @@ def test_utilisation_and_throughput_identities(draw: tuple[str, Cluster, dict[st
     _name, cluster, _ = draw
     est = valid_estimate(*draw)
     c = est.config
-    assert 0 < est.mfu_causal <= est.mfu <= est.hfu * (1 + 1e-12)
+    # HFU counts what the GPUs execute: the attention core halved under FlashAttention (mfu_causal's count), in
+    # full when unfused, plus recomputation; it never exceeds the hardware (until session 13 it took the full core,
+    # and 512k-token CP runs printed HFU 106 %)
+    assert 0 < est.mfu_causal <= est.mfu and est.mfu_causal <= est.hfu * (1 + 1e-12) and est.hfu < 1
     if c.recompute == "none" and not c.recompute_layers:
-        assert rel_close(est.mfu, est.hfu)
+        assert rel_close(est.mfu_causal if c.flash_attention else est.mfu, est.hfu)
     assert est.mfu_causal <= _ceiling(est, cluster)
     assert rel_close(est.tokens_per_s * est.step_time_s, c.global_batch * c.seq_len)
     assert rel_close(est.tokens_per_s_per_gpu * est.num_gpus, est.tokens_per_s)

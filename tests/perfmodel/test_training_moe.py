@@ -128,3 +128,23 @@ def test_plain_alltoall_dispatcher_with_ep_overlap_ep16(catalog: Catalog) -> Non
     1.43x in the model, 1.32x measured). Before each all-to-all was paired with its one node of the other
     micro-batch (step._ep_pair_excess) the model hid it behind the whole layer's compute: 23.80 s, +31.5 %, 1.51x."""
     assert abs(_plain_a2a_ep16_tokens_error(catalog, overlap_ep=True)) <= 0.25
+
+
+def test_expert_tensor_parallelism_charges_its_gather_and_scatter(catalog: Catalog) -> None:
+    """etp 2: after each dispatch the 2 ranks of an expert all-gather its tokens and reduce-scatter the outputs
+    before the combine, over NVLink (the expert TP group is innermost). Qwen3-30B-A3B, 2 p5 nodes, ep 8, dp 16,
+    mb 1, seq 4096: each rank sends 4096 x 8 x 2048 x 2 B = 128 MiB to the all-to-all and gathers 2 x that; per
+    micro-batch, 48 MoE layers x (all-gather + reduce-scatter) x 2 (forward, backward)."""
+    from fmstack.perfmodel.collectives import GroupPlacement, collective_time_s
+
+    cluster = build_cluster(catalog, "p5.48xlarge", 2)
+    model = catalog.model("qwen3-30b-a3b")
+    base = TrainConfig(dp=16, ep=8, global_batch=16, seq_len=4096)
+    one, two = estimate_training(model, cluster, base), estimate_training(model, cluster, base.with_(etp=2))
+    size = 4096 * 8 * 2048 * 2.0 * 2
+    pair = GroupPlacement(num_ranks=2, ranks_per_domain=2)
+    xchg = float(
+        collective_time_s("all_gather", size, pair, cluster) + collective_time_s("reduce_scatter", size, pair, cluster)
+    )
+    assert two.comm["ep"].link_s - one.comm["ep"].link_s == pytest.approx(48 * xchg * 2, rel=1e-9)
+    assert two.memory.total_gib < one.memory.total_gib  # each rank holds half of each local expert

@@ -163,6 +163,17 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
     ep_pd = placement_per_domain(ep, t, gpd)
     a2a_bytes = tokens_mb / t * mc.top_k * h * 2.0
     ep_one = comm("all_to_all", a2a_bytes, ep, ep_pd, cluster)  # nccl-tests size: bytes each rank sends
+    # expert tensor parallelism: after the dispatch all-to-all the etp ranks of an expert all-gather its tokens, and
+    # reduce-scatter the outputs before the combine (Megatron-Core's MoEAlltoAllTokenDispatcher, the expert TP group
+    # innermost in its rank order); each exchange is charged half to dispatch, half to combine
+    etp = c.etp
+    if any_true(etp > 1):
+        etp_pd = placement_per_domain(etp, full_like(etp, 1.0), gpd)
+        etp_bytes = a2a_bytes * etp  # nccl-tests size: the gathered buffer
+        ep_one = ep_one + 0.5 * (
+            comm("all_gather", etp_bytes, etp, etp_pd, cluster)
+            + comm("reduce_scatter", etp_bytes, etp, etp_pd, cluster)
+        )
     ep_link = (mc.moe_layers / mc.layers * stage_layers) * 2.0 * ep_one * (2.0 + ep_again)
     # with EP overlap (Megatron-Core's combined 1F1B) the forward of micro-batch i + 1 runs beside the backward of
     # micro-batch i, layer by layer, and each all-to-all hides only behind the node of the other micro-batch it is
@@ -263,11 +274,15 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
     tokens = c.gb * c.seq
     model_flops = tokens * (3.0 * (mc.fwd_linear_per_token + mc.fwd_core_per_token_per_ctx * c.seq))
     core_model_flops = tokens * 3.0 * mc.fwd_core_per_token_per_ctx * c.seq
-    # recomputed FLOPs over the whole model: the fully recomputed share of all layers (N of every chunk of p v)
+    # hardware FLOPs: what the GPUs execute, so the attention core as the kernel runs it (FlashAttention skips the
+    # masked half, `causal`; unfused attention computes the full product and masks it) plus the recomputed FLOPs
+    # over the whole model: the fully recomputed share of all layers (N of every chunk of p v)
+    hw_core = causal * mc.fwd_core_per_token_per_ctx * c.seq
     full_share = where(c.recompute == RECOMPUTE_CODE["full"], 1.0, minimum([c.rc_layers * p * v / mc.layers, 1.0]))
-    full_flops = mc.fwd_linear_per_token - mc.fwd_head_per_token + mc.fwd_core_per_token_per_ctx * c.seq
-    module_flops = rc.core_attn * mc.fwd_core_per_token_per_ctx * c.seq + modules_flops_per_token(mc, rc)
+    full_flops = mc.fwd_linear_per_token - mc.fwd_head_per_token + hw_core
+    module_flops = rc.core_attn * hw_core + modules_flops_per_token(mc, rc)
     recompute_model = tokens * (full_share * full_flops + (1.0 - full_share) * module_flops)
+    hardware_flops = tokens * 3.0 * (mc.fwd_linear_per_token + hw_core) + recompute_model
     return StepArrays(
         step_s=step,
         gemm_s=m * 3.0 * gemm_fwd,
@@ -290,7 +305,7 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
         overlap_s=overlap,
         model_flops=model_flops,
         attention_core_flops=core_model_flops,
-        hardware_flops=model_flops + recompute_model,
+        hardware_flops=hardware_flops,
         tokens=tokens,
         memory=memory_per_gpu(mc, c),
     )
