@@ -988,5 +988,18 @@ BAD_FILES.update({})
 BAD_ARGV += []
 
 # session 13, simulate review fixes (helper K): add rows here
-BAD_FILES.update({})
-BAD_ARGV += []
+BAD_FILES.update(
+    {
+        "trace_tiny.csv": "job_id,submit_s,num_gpus,duration_s\n1,0,8,1e-300\n",
+        "trace_few_tokens.csv": "job_id,submit_s,num_gpus,tokens,model\n1,0,8,1,llama3.1-8b\n",
+    }
+)
+BAD_ARGV += [
+    # a job of 1e-300 s made numpy warn (GPU-second sums underflow); a job runs at least 1 s
+    (["simulate", "--nodes", "2", "--days", "1", "--trace", "@file:trace_tiny.csv"],
+     "trace_tiny.csv line 2: duration_s=1e-300 is below 1 s, the shortest job"),
+    (["simulate", "--nodes", "2", "--days", "1", "--trace", "@file:trace_few_tokens.csv"],
+     "tokens: job 1: 1 tokens take"),
+    (["simulate", "--policy", "kueue-strict", "--priority", "multifactor"], "priority: multifactor is Slurm's"),
+    (["simulate", "--policy", "kueue-lax"], "allowed: fifo, sjf, slurm-backfill, easy-backfill, kueue, kueue-strict"),
+]  # fmt: skip
