@@ -34,3 +34,12 @@ def test_simulate_a_gb200_fleet_with_generated_jobs() -> None:
     sizes = {j.num_gpus for j in sim.jobs.values()}
     assert any(g > 72 and (g // 4) % 18 for g in sizes)  # the trace has jobs of partial UltraServers
     assert summarise(sim)["jobs"]["completed"] > 0
+
+
+def test_a_fleet_named_by_its_ultraserver_places_jobs_on_part_of_one() -> None:
+    """A 2-node job on a fleet of u-p6e-gb200x36 UltraServers (9 nodes each) was refused as not whole UltraServers."""
+    speed = PerfModelSpeed(load_catalog(), "u-p6e-gb200x36")
+    assert speed.nodes_per_domain == 9
+    assert speed.tokens_per_s("llama3.1-8b", 2 * 4, True) > 0
+    cfg = SimConfig(instance="u-p6e-gb200x36", nodes=36, days=1.0, jobs=100)
+    assert summarise(Simulator(cfg, load_catalog()).run())["jobs"]["completed"] > 0

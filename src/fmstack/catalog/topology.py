@@ -132,11 +132,13 @@ def build_cluster(
     *,
     nodes_per_leaf: int = DEFAULT_NODES_PER_LEAF,
     leaves_per_spine: int = DEFAULT_LEAVES_PER_SPINE,
+    part_of_domain: bool = False,
 ) -> Cluster:
     """A cluster of ``num_nodes`` of ``instance`` (an instance or UltraServer name).
 
     For an UltraServer name, ``num_nodes`` still counts component instances and must be a multiple
-    of the UltraServer's instance count.
+    of the UltraServer's instance count, unless ``part_of_domain`` (a job given part of one UltraServer, as the
+    fleet twin places them) and fewer nodes than one UltraServer holds.
     """
     if num_nodes <= 0:
         raise InputError("nodes", f"must be a positive number of nodes, got {num_nodes}")
@@ -151,7 +153,9 @@ def build_cluster(
         nodes_per_leaf=nodes_per_leaf,
         leaves_per_spine=leaves_per_spine,
         name=instance,
-        whole_domains=inst.ultraserver is not None and inst.ultraserver.lower() == instance.lower(),
+        whole_domains=not part_of_domain
+        and inst.ultraserver is not None
+        and inst.ultraserver.lower() == instance.lower(),
     )
 
 

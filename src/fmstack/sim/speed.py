@@ -72,7 +72,9 @@ class PerfModelSpeed:
             whole_gpus = -(-nodes // npd) * npd * self.gpn
             return self.tokens_per_s(model, whole_gpus, packed) * num_gpus / whole_gpus
         per_leaf = nodes if packed or nodes < 2 else max(1, nodes // 2)
-        cluster = build_cluster(self.catalog, self.instance, nodes, nodes_per_leaf=max(per_leaf, 1))
+        cluster = build_cluster(
+            self.catalog, self.instance, nodes, nodes_per_leaf=max(per_leaf, 1), part_of_domain=True
+        )
         tp = min(self.gpn, num_gpus)
         dp = num_gpus // tp
         cfg = TrainConfig(
