@@ -1003,3 +1003,9 @@ BAD_ARGV += [
     (["simulate", "--policy", "kueue-strict", "--priority", "multifactor"], "priority: multifactor is Slurm's"),
     (["simulate", "--policy", "kueue-lax"], "allowed: fifo, sjf, slurm-backfill, easy-backfill, kueue, kueue-strict"),
 ]  # fmt: skip
+
+# session 14, lead: UltraServer part-of-one hint
+BAD_ARGV += [
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "u-p6e-gb200x72", "--nodes", "2"],
+     "nearest: 18 nodes (72 GPUs); to use part of one UltraServer name its instance, --instance p6e-gb200.36xlarge"),
+]  # fmt: skip

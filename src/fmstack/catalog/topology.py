@@ -59,6 +59,11 @@ class Cluster:
                     f"{d * nodes_per_domain} nodes ({d * self.instance.nvlink_domain_gpus} GPUs)"
                     for d in (self.num_nodes // nodes_per_domain, self.num_nodes // nodes_per_domain + 1)
                     if d >= 1
+                )
+                + (
+                    f"; to use part of one UltraServer name its instance, --instance {self.instance.name}"
+                    if self.num_nodes < nodes_per_domain and self.instance.name != self.name
+                    else ""
                 ),
             )
 
