@@ -944,8 +944,44 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 13, training catalog / scale review fixes (helper T): add rows here
-BAD_FILES.update({})
-BAD_ARGV += []
+_US = ("kind: ultraserver\nentries:\n  - name: u-p6e-gb200x72\n    instance: p6e-gb200.36xlarge\n    num_instances: 18\n"
+       "    num_gpus: {gpus}\n    hbm_aggregate_tb: {tb}\n    network: {net}\n    network_bw_gbps: 3600\n")  # fmt: skip
+_DGX = ("kind: instance\nentries:\n  - name: dgx-tiny\n    gpu: A100-80GB\n    num_gpus: 8\n    gpu_memory_gb: {mem}\n"
+        "    vcpus: 256\n    host_memory_gib: 2048\n    nvlink_domain_gpus: 8\n    network: ib-hdr\n"
+        "    network_bw_gbps: 200\n")  # fmt: skip
+BAD_FILES.update(
+    {
+        "us_gpus.yaml": _US.format(gpus=64, tb=13.4, net="efa-v4"),
+        "us_hbm.yaml": _US.format(gpus=72, tb=1.34, net="efa-v4"),
+        "us_net.yaml": _US.format(gpus=72, tb=13.4, net="efa-v9"),
+        "dgx_mem.yaml": _DGX.format(mem=8),
+    }
+)
+_EST8 = ["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge"]
+_SCALE_GB200 = ["scale", "--model", "llama3.1-8b", "--instance", "p6e-gb200.36xlarge", "--gpus", "72", "--tokens", "1e12"]  # fmt: skip
+BAD_ARGV += [
+    (["catalog", "list", "--catalog", "@dir:us_gpus.yaml"],
+     "ultraserver 'u-p6e-gb200x72' field 'num_gpus': 64 != num_instances(18) x 4 GPUs per p6e-gb200.36xlarge = 72"),
+    (["catalog", "list", "--catalog", "@dir:us_hbm.yaml"],
+     "field 'hbm_aggregate_tb': 1.34 TB does not match num_gpus(72) x GB200 hbm_gb(186 GB) = 13.392 TB"),
+    (["catalog", "list", "--catalog", "@dir:us_net.yaml"], "ultraserver 'u-p6e-gb200x72' field 'network': unknown fabric"),
+    (["catalog", "list", "--catalog", "@dir:dgx_mem.yaml"],
+     "instance 'dgx-tiny' field 'gpu_memory_gb': 8 GB does not match num_gpus(8) x A100-80GB hbm_gb(80 GB) = 640 GB"),
+    ([*_PLAN8, "--instance", "p5.48xlarge", "--gpus", "8.9"], "gpus: '8.9' is not a whole number of GPUs"),
+    ([*_PLAN8, "--instance", "u-p6e-gb200x72", "--gpus", "72", "--objective", "cost"],
+     "cost needs a price for u-p6e-gb200x72: set price_per_hour_usd on ultraserver u-p6e-gb200x72 (per UltraServer-hour)"),
+    ([*_EST8, "--tp", "2", "--sharding", "hsdp"],
+     "hsdp-shard-size: the HSDP shard group of 8 data-parallel ranks must divide dp(4): give --hsdp-shard-size one of "
+     "1, 2, 4"),
+    ([*_EST8, "--hsdp-shard-size", "4"], "hsdp-shard-size: sets the HSDP shard group; it needs --sharding hsdp"),
+    ([*_SCALE70, "--axis", "nvlink", "--values", "3"],
+     "values: NVLink domain 3 must be a positive multiple of 8 GPUs per node, or divide it (1, 2, 4)"),
+    (["scale", "--model", "llama3.1-8b", "--instance", "p5.48xlarge,p5en.48xlarge", "--gpus", "64", "--tokens", "1e12"],
+     "instance: fmstack scale takes one instance or UltraServer, got 'p5.48xlarge,p5en.48xlarge'"),
+    ([*_SCALE70, "--calibration", "@dir:us_gpus.yaml"], "calibration: fmstack scale does not apply a calibration profile"),
+    ([*_SCALE_GB200, "--axis", "nvlink", "--values", "16,32"],
+     "values: no value of --axis nvlink could be planned; 16: skipped: num_nodes(18) must be a multiple of 4"),
+]  # fmt: skip
 
 # session 13, serve / rl review fixes (helper S): add rows here
 BAD_FILES.update({})
@@ -992,5 +1028,24 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 13, simulate review fixes (helper K): add rows here
-BAD_FILES.update({})
-BAD_ARGV += []
+BAD_FILES.update(
+    {
+        "trace_tiny.csv": "job_id,submit_s,num_gpus,duration_s\n1,0,8,1e-300\n",
+        "trace_few_tokens.csv": "job_id,submit_s,num_gpus,tokens,model\n1,0,8,1,llama3.1-8b\n",
+    }
+)
+BAD_ARGV += [
+    # a job of 1e-300 s made numpy warn (GPU-second sums underflow); a job runs at least 1 s
+    (["simulate", "--nodes", "2", "--days", "1", "--trace", "@file:trace_tiny.csv"],
+     "trace_tiny.csv line 2: duration_s=1e-300 is below 1 s, the shortest job"),
+    (["simulate", "--nodes", "2", "--days", "1", "--trace", "@file:trace_few_tokens.csv"],
+     "tokens: job 1: 1 tokens take"),
+    (["simulate", "--policy", "kueue-strict", "--priority", "multifactor"], "priority: multifactor is Slurm's"),
+    (["simulate", "--policy", "kueue-lax"], "allowed: fifo, sjf, slurm-backfill, easy-backfill, kueue, kueue-strict"),
+]  # fmt: skip
+
+# session 14, lead: UltraServer part-of-one hint
+BAD_ARGV += [
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "u-p6e-gb200x72", "--nodes", "2"],
+     "nearest: 18 nodes (72 GPUs); to use part of one UltraServer name its instance, --instance p6e-gb200.36xlarge"),
+]  # fmt: skip

@@ -16,36 +16,71 @@ from fmstack.orchestration.policies.kueue_policy import RES, KueuePolicy
 def reference_schedule(
     pol: KueuePolicy, now_s: float, pending: list[PendingJob], running: list[RunningJob], cap: CountCapacity
 ) -> Plan:
-    """The pass as first written: state rebuilt from every running job, every pending workload tried in order."""
+    """The pass written plainly: state rebuilt from every running job; each queue's workloads by priority then
+    creation time; at each step every queue offers its head (the next workload past the last one taken from it
+    that fits, or fits once the classic targets are gone; under StrictFIFO only the very next one, and a queue
+    whose head can do neither is held), and the head whose queue has the lowest DRS share with it admitted goes
+    next (then priority, creation time). Workloads admitted in this pass are never targets."""
     state = KueueState(queues=pol.cluster_queues(cap.total_gpus))
     for r in running:
         state.admitted.append(
             Workload(wid=r.job_id, queue=r.queue, request={RES: r.num_gpus}, priority=int(r.priority),
                      admitted_s=r.start_s)
         )  # fmt: skip
-    wls = {
-        j.job_id: Workload(
-            wid=j.job_id, queue=j.queue, request={RES: j.num_gpus}, priority=int(j.priority), admitted_s=now_s
-        )
-        for j in pending
-        if j.queue in state.queues
-    }
-    order = sorted(
-        (j for j in pending if j.job_id in wls),
-        key=lambda j: (state.share(j.queue, extra=wls[j.job_id]), -j.priority, j.submit_s, j.job_id),
-    )
+    strict = pol.queueing_strategy == "StrictFIFO"
+    by_queue: dict[str, list[PendingJob]] = {}
+    for j in sorted(pending, key=lambda j: (-j.priority, j.submit_s, j.job_id)):
+        if j.queue in state.queues:
+            by_queue.setdefault(j.queue, []).append(j)
+    nxt = dict.fromkeys(by_queue, 0)
+    now_ids: set[int] = set()
+    no_room: set[int] = set()
+    held: set[str] = set()
     starts: list[int] = []
-    for job in order:
-        wl = wls[job.job_id]
+
+    def wl_of(j: PendingJob) -> Workload:
+        return Workload(wid=j.job_id, queue=j.queue, request={RES: j.num_gpus}, priority=int(j.priority),
+                        admitted_s=now_s)  # fmt: skip
+
+    def act(j: PendingJob) -> tuple[bool, list[int] | None] | None:
+        """(fits, targets) if ``j`` can do something now, else None."""
+        wl = wl_of(j)
         if state.fits(wl):
+            return None if j.num_gpus in no_room else (True, None)
+        targets = state.preemption_targets(wl, [w for w in state.classic_candidates(wl) if w.wid not in now_ids])
+        return (False, targets) if targets else None
+
+    while True:
+        heads = []
+        for q, jobs in by_queue.items():
+            if q in held:
+                continue
+            for i in range(nxt[q], len(jobs)):
+                a = act(jobs[i])
+                if a is None:
+                    if strict:
+                        held.add(q)
+                        break
+                    continue
+                j = jobs[i]
+                heads.append(((state.share(q, extra=wl_of(j)), -j.priority, j.submit_s, j.job_id), q, i, a))
+                break
+        if not heads:
+            return Plan(starts)
+        _, q, i, (fits, targets) = min(heads)
+        job = by_queue[q][i]
+        nxt[q] = i + 1
+        if fits:
             if cap.try_start(job):
-                state.admit(wl)
+                state.admit(wl_of(job))
+                now_ids.add(job.job_id)
                 starts.append(job.job_id)
-            continue
-        targets = state.preemption_targets(wl)
-        if targets:
-            return Plan(starts, preempt=targets)
-    return Plan(starts)
+                continue
+            no_room.add(job.num_gpus)
+        else:
+            return Plan(starts, preempt=targets or [], preemptor=job.job_id)
+        if strict:
+            held.add(q)
 
 
 QUEUES = ("a", "b", "c")
@@ -63,6 +98,7 @@ job_fields = st.tuples(
     reclaim=st.sampled_from(["Never", "LowerPriority", "Any"]),
     borrowing_limit=st.sampled_from([None, 0, 8]),
     nominal=st.sampled_from([{}, {"a": 40, "b": 8, "c": 16}]),
+    strategy=st.sampled_from(["BestEffortFIFO", "StrictFIFO"]),
 )
 def test_incremental_pass_matches_plain_pass(
     running: list[tuple[tuple[str, int, float], int]],
@@ -72,9 +108,11 @@ def test_incremental_pass_matches_plain_pass(
     reclaim: str,
     borrowing_limit: int | None,
     nominal: dict[str, int],
+    strategy: str,
 ) -> None:
     pol = KueuePolicy(queues=QUEUES, nominal_gpus=nominal, borrowing_limit_gpus=borrowing_limit,
-                      within_cluster_queue=within, reclaim_within_cohort=reclaim)  # fmt: skip
+                      within_cluster_queue=within, reclaim_within_cohort=reclaim,
+                      queueing_strategy=strategy)  # fmt: skip
     run = [
         RunningJob(job_id=i, num_gpus=g, start_s=float(t), time_limit_s=1e4, queue=q, priority=p)
         for i, ((q, g, p), t) in enumerate(running)

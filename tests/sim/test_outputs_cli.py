@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from fmstack.catalog import Catalog
 from fmstack.cli.sim_cmd import simulate
 from fmstack.sim.config import SimConfig
+from fmstack.sim.export import to_prometheus_text
 from fmstack.sim.metrics import summarise
 from fmstack.sim.simulator import Simulator
 from tests.sim.conftest import FlatSpeed
@@ -51,3 +55,39 @@ def test_oracle14_sjf_shortens_mean_jct_and_wait_vs_fifo(catalog: Catalog) -> No
         out[pol] = s["by_size_class"]["1-8"]
     assert out["sjf"]["jct"]["mean_s"] < out["fifo"]["jct"]["mean_s"]
     assert out["sjf"]["wait"]["mean_s"] < out["fifo"]["wait"]["mean_s"]
+
+
+PROMTOOL = shutil.which("promtool")
+
+
+def test_metrics_file_holds_the_documented_totals(tmp_path: Path) -> None:
+    """docs/simulate.md promises ``fmstack_sim_gpu_seconds_total{kind}`` and ``fmstack_sim_failures_total``; until
+    2026-11-24 no output wrote them (review). They close the --metrics file, stamped at the horizon (14 days after
+    2026-01-01T00:00:00Z = 1767225600 + 14 x 86400), with the JSON's values in seconds."""
+    om_path = tmp_path / "r.om"
+    args = ["--nodes", "256", "--days", "14", "--jobs", "200", "--spares", "2", "--seed", "5"]
+    r = CliRunner().invoke(simulate, [*args, "--json", "--metrics", str(om_path)])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)  # stderr holds the backfill-window warning
+    om = om_path.read_text()
+    at = " 1768435200.000"
+    lab = 'policy="slurm-backfill",recovery="auto_resume",seed="5"'
+    for kind in ("allocated", "productive", "checkpoint", "lost_work", "restart", "hang_until_detected", "idle",
+                 "down", "spare_standby"):  # fmt: skip
+        value = out["gpu_hours"][kind] * 3600.0
+        assert f'fmstack_sim_gpu_seconds_total{{{lab},kind="{kind}"}} {value:.3f}{at}\n' in om
+    assert "# TYPE fmstack_sim_gpu_seconds counter\n" in om and "# TYPE fmstack_sim_failures counter\n" in om
+    assert len(out["failures"]["by_category"]) > 1
+    for cat, n in out["failures"]["by_category"].items():
+        assert f'fmstack_sim_failures_total{{{lab},category="{cat}"}} {n}{at}\n' in om
+    assert f"fmstack_sim_utilization_ratio{{{lab}}} {out['utilization']}{at}\n" in om
+    assert om.endswith("# EOF\n")
+    if PROMTOOL is None:
+        pytest.skip("promtool not installed (Debian package prometheus)")
+    blocks = subprocess.run([PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", str(om_path), str(tmp_path / "db")],
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert blocks.returncode == 0, blocks.stderr
+    text = to_prometheus_text(out)
+    assert "fmstack_sim_gpu_seconds_total{" in text and "# TYPE fmstack_sim_gpu_seconds_total counter" in text
+    lint = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert lint.returncode == 0, lint.stdout + lint.stderr

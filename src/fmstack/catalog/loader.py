@@ -198,18 +198,51 @@ def load_catalog(user_dir: Path | str | None = None) -> Catalog:
     return cat
 
 
+HBM_TOLERANCE = 0.10
+"""How far a published instance (or UltraServer) HBM total may differ from its GPU count x the GPU's ``hbm_gb``.
+Published totals are rounded, and some boards expose less than the GPU's marketed size: p6-b300.48xlarge lists
+2,100 GB for 8 x B300 of 288 GB (2,304 GB, -8.9 %), p6e-gb200.36xlarge 740 GB for 4 x 186 GB (-0.5 %). A total
+off by more (a per-GPU value typed as the total, a missing digit) is a mistake."""
+
+
 def _check_references(cat: Catalog) -> None:
+    """Names that must resolve, and numbers that must agree with the entries they name (one line each)."""
     for entry in cat.all("instance"):
         assert isinstance(entry, Instance)
-        cat.get("gpu", entry.gpu)
+        gpu = _typed(_ref(cat, "gpu", entry.gpu, f"instance '{entry.name}' field 'gpu'"), GPU)
         _ref(cat, "fabric", entry.network, f"instance '{entry.name}' field 'network'")
+        where = f"instance '{entry.name}' field 'gpu_memory_gb'"
+        _check_hbm(where, entry.gpu_memory_gb, "GB", 1.0, entry.num_gpus, gpu)
     for entry in cat.all("ultraserver"):
         assert isinstance(entry, UltraServer)
-        _ref(cat, "instance", entry.instance, f"ultraserver '{entry.name}' field 'instance'")
+        base = _typed(_ref(cat, "instance", entry.instance, f"ultraserver '{entry.name}' field 'instance'"), Instance)
+        _ref(cat, "fabric", entry.network, f"ultraserver '{entry.name}' field 'network'")
+        expected = entry.num_instances * base.num_gpus
+        if entry.num_gpus != expected:
+            raise InputError(
+                f"ultraserver '{entry.name}' field 'num_gpus'",
+                f"{entry.num_gpus} != num_instances({entry.num_instances}) x {base.num_gpus} GPUs per {base.name} = "
+                f"{expected}",
+            )
+        gpu = cat.gpu(base.gpu)
+        where = f"ultraserver '{entry.name}' field 'hbm_aggregate_tb'"
+        _check_hbm(where, entry.hbm_aggregate_tb, "TB", 1000.0, entry.num_gpus, gpu)
 
 
-def _ref(cat: Catalog, kind: str, name: str, where: str) -> None:
+def _check_hbm(where: str, total: float, unit: str, gb_per_unit: float, num_gpus: int, gpu: GPU) -> None:
+    """``total`` (in ``unit``) must be ``num_gpus x gpu.hbm_gb`` within :data:`HBM_TOLERANCE`."""
+    expected = num_gpus * gpu.hbm_gb / gb_per_unit
+    if abs(total - expected) > HBM_TOLERANCE * expected:
+        lo, hi = expected * (1 - HBM_TOLERANCE), expected * (1 + HBM_TOLERANCE)
+        raise InputError(
+            where,
+            f"{total:g} {unit} does not match num_gpus({num_gpus}) x {gpu.name} hbm_gb({gpu.hbm_gb:g} GB) = "
+            f"{expected:g} {unit}; allowed: {lo:.4g} to {hi:.4g} {unit}",
+        )
+
+
+def _ref(cat: Catalog, kind: str, name: str, where: str) -> Entry:
     try:
-        cat.get(kind, name)
+        return cat.get(kind, name)
     except InputError as exc:
         raise InputError(where, exc.message) from None

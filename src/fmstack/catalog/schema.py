@@ -142,16 +142,29 @@ class Instance(Entry):
 
 
 class UltraServer(Entry):
-    """Several instances joined into one NVLink domain (e.g. GB200 NVL72)."""
+    """Several instances joined into one NVLink domain (e.g. GB200 NVL72).
+
+    A cluster named by the UltraServer takes these values over its instance's (``topology.ultraserver_instance``);
+    the whole-UltraServer ones are split per instance there. The loader checks ``num_gpus`` against the instances
+    and ``hbm_aggregate_tb`` against the GPUs.
+    """
 
     kind: Literal["ultraserver"] = "ultraserver"
     instance: str
     num_instances: int = Field(gt=0)
-    num_gpus: int = Field(gt=0)
-    hbm_aggregate_tb: float = Field(gt=0)
-    network: str
-    network_bw_gbps: float = Field(gt=0, description="GB/s (or give network_gbit_per_s in Gb/s)")
-    price_per_hour_usd: float | None = Field(default=None, gt=0)
+    num_gpus: int = Field(
+        gt=0, description="GPUs of the UltraServer = its NVLink domain (num_instances x the instance's)"
+    )
+    hbm_aggregate_tb: float = Field(gt=0, description="HBM of the whole UltraServer, TB")
+    network: str = Field(description="scale-out fabric name from the catalog")
+    network_bw_gbps: float = Field(
+        gt=0, description="scale-out bandwidth of the whole UltraServer, GB/s (or give network_gbit_per_s in Gb/s)"
+    )
+    price_per_hour_usd: float | None = Field(
+        default=None,
+        gt=0,
+        description="per UltraServer-hour (the model counts cost per instance: this / num_instances)",
+    )
     price_as_of: str | None = None
 
     _gbit = model_validator(mode="before")(_network_from_gbit)

@@ -2,9 +2,15 @@
 
 A cluster is ``num_nodes`` instances of one type. GPUs are numbered node-major (GPU ``g`` is on node
 ``g // gpus_per_node``). NVLink domains hold ``nvlink_domain_gpus`` GPUs: one node on p5, 18 nodes of 4
-GPUs on a GB200 NVL72 UltraServer. Nodes hang under leaf switches of ``nodes_per_leaf`` nodes and leaves
-under spines of ``leaves_per_spine`` leaves (an EC2 UltraCluster is modelled as such a tree; AWS does not
-publish its block sizes, so these are documented defaults a user can change).
+GPUs on a GB200 NVL72 UltraServer, or part of a node (a PCIe server: 1; two NVLink islands of 4 in an
+8-GPU node: 4). Nodes hang under leaf switches of ``nodes_per_leaf`` nodes and leaves under spines of
+``leaves_per_spine`` leaves (an EC2 UltraCluster is modelled as such a tree; AWS does not publish its block
+sizes, so these are documented defaults a user can change).
+
+Assumption for a domain smaller than its node: GPUs of one node in different NVLink domains exchange data at
+the scale-out tier's per-GPU parameters (the node's network bandwidth / GPUs per node, the fabric's latency).
+The catalog has no PCIe fabric; NCCL would go through PCIe peer-to-peer or host memory, whose per-GPU rate (PCIe
+Gen4 x16 about 25 GB/s per direction, Gen5 about 50) is of the order of one GPU's NIC share (HDR: 25 GB/s).
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fmstack.catalog.loader import Catalog
-from fmstack.catalog.schema import GPU, Fabric, Instance
+from fmstack.catalog.schema import GPU, Fabric, Instance, UltraServer
 from fmstack.errors import InputError
 
 DEFAULT_NODES_PER_LEAF = 16
@@ -53,6 +59,11 @@ class Cluster:
                     f"{d * nodes_per_domain} nodes ({d * self.instance.nvlink_domain_gpus} GPUs)"
                     for d in (self.num_nodes // nodes_per_domain, self.num_nodes // nodes_per_domain + 1)
                     if d >= 1
+                )
+                + (
+                    f"; to use part of one UltraServer name its instance, --instance {self.instance.name}"
+                    if self.num_nodes < nodes_per_domain and self.instance.name != self.name
+                    else ""
                 ),
             )
 
@@ -66,7 +77,9 @@ class Cluster:
 
     @property
     def gpus_per_domain(self) -> int:
-        return max(self.instance.nvlink_domain_gpus, self.instance.num_gpus)
+        """GPUs that share one NVLink domain: ``nvlink_domain_gpus`` (which may be less than a node), 1 without
+        an NVLink fabric (every pair of GPUs then talks over the scale-out tier, see the module docstring)."""
+        return self.instance.nvlink_domain_gpus if self.scale_up is not None else 1
 
     @property
     def nodes_per_domain(self) -> int:
@@ -74,7 +87,7 @@ class Cluster:
 
     @property
     def num_domains(self) -> int:
-        return -(-self.num_nodes // self.nodes_per_domain)
+        return -(-self.num_gpus // self.gpus_per_domain)
 
     @property
     def network_bw_gbps_per_node(self) -> float:
@@ -89,7 +102,8 @@ class Cluster:
         return gpu // self.gpus_per_node
 
     def domain_of(self, gpu: int) -> int:
-        return self.node_of(gpu) // self.nodes_per_domain
+        self._check_gpu(gpu)
+        return gpu // self.gpus_per_domain
 
     def leaf_of(self, gpu: int) -> int:
         return self.node_of(gpu) // self.nodes_per_leaf
@@ -123,33 +137,42 @@ def build_cluster(
     *,
     nodes_per_leaf: int = DEFAULT_NODES_PER_LEAF,
     leaves_per_spine: int = DEFAULT_LEAVES_PER_SPINE,
+    part_of_domain: bool = False,
 ) -> Cluster:
     """A cluster of ``num_nodes`` of ``instance`` (an instance or UltraServer name).
 
     For an UltraServer name, ``num_nodes`` still counts component instances and must be a multiple
-    of the UltraServer's instance count.
+    of the UltraServer's instance count, unless ``part_of_domain`` (a job given part of one UltraServer, as the
+    fleet twin places them) and fewer nodes than one UltraServer holds.
     """
     if num_nodes <= 0:
         raise InputError("nodes", f"must be a positive number of nodes, got {num_nodes}")
     inst = resolve_instance(catalog, instance)
     gpu = catalog.gpu(inst.gpu)
-    scale_up = None
-    if inst.nvlink_domain_gpus > 1 and gpu.nvlink_generation is not None:
-        scale_up = catalog.fabric(f"nvlink-{gpu.nvlink_generation}")
     return Cluster(
         instance=inst,
         gpu=gpu,
-        scale_up=scale_up,
+        scale_up=nvlink_fabric(catalog, inst, gpu),
         scale_out=catalog.fabric(inst.network),
         num_nodes=num_nodes,
         nodes_per_leaf=nodes_per_leaf,
         leaves_per_spine=leaves_per_spine,
         name=instance,
-        whole_domains=inst.ultraserver is not None and inst.ultraserver.lower() == instance.lower(),
+        whole_domains=not part_of_domain
+        and inst.ultraserver is not None
+        and inst.ultraserver.lower() == instance.lower(),
     )
 
 
+def nvlink_fabric(catalog: Catalog, inst: Instance, gpu: GPU) -> Fabric | None:
+    """The NVLink fabric of ``inst``'s domains: its GPU's generation, None for a domain of one GPU or no NVLink."""
+    if inst.nvlink_domain_gpus > 1 and gpu.nvlink_generation is not None:
+        return catalog.fabric(f"nvlink-{gpu.nvlink_generation}")
+    return None
+
+
 def resolve_instance(catalog: Catalog, name: str) -> Instance:
+    """The instance ``name``, or for an UltraServer name its component instance as that UltraServer defines it."""
     try:
         return catalog.instance(name)
     except InputError as not_instance:
@@ -158,5 +181,26 @@ def resolve_instance(catalog: Catalog, name: str) -> Instance:
         except InputError:
             message = catalog.unknown_message("instance", name, ["instance", "ultraserver"])
             raise InputError("instance", message) from not_instance
-        base = catalog.instance(us.instance)
-        return base.model_copy(update={"nvlink_domain_gpus": us.num_gpus, "ultraserver": us.name})
+        return ultraserver_instance(catalog.instance(us.instance), us)
+
+
+def ultraserver_instance(base: Instance, us: UltraServer) -> Instance:
+    """One of ``us``'s ``num_instances`` instances, with every field the UltraServer declares taking precedence.
+
+    Whole-UltraServer values are split evenly per instance, the unit the model counts in (a cluster costs
+    ``price_per_hour_usd x num_nodes``; scale-out bandwidth is per node): ``price_per_hour_usd`` (per UltraServer
+    hour), ``network_bw_gbps`` and ``hbm_aggregate_tb`` are divided by ``num_instances``; ``num_gpus`` becomes the
+    NVLink domain, ``network`` the scale-out fabric. A price the UltraServer leaves out is the instance's own.
+    """
+    n = us.num_instances
+    update: dict[str, object] = {
+        "nvlink_domain_gpus": us.num_gpus,
+        "ultraserver": us.name,
+        "network": us.network,
+        "network_bw_gbps": us.network_bw_gbps / n,
+        "gpu_memory_gb": us.hbm_aggregate_tb * 1000.0 / n,
+    }
+    if us.price_per_hour_usd is not None:
+        update["price_per_hour_usd"] = us.price_per_hour_usd / n
+        update["price_as_of"] = us.price_as_of
+    return base.model_copy(update=update)

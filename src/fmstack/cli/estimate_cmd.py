@@ -155,6 +155,12 @@ def resolve_nodes(nodes: int | None, gpus: int | None, gpus_per_node: int) -> in
     "--recompute-layers", type=int, default=None, help="Fully recompute the first N layers of each pipeline chunk [0]."
 )
 @click.option("--sharding", type=choice(SHARDING_CHOICES), default=None, help="ZeRO / FSDP sharding [zero1].")
+@click.option(
+    "--hsdp-shard-size",
+    type=int,
+    default=None,
+    help=f"With --sharding hsdp: data-parallel ranks per sharding group, a divisor of dp [{TrainConfig().hsdp_shard_size}].",
+)
 @click.option("--overlap-dp/--no-overlap-dp", default=None, help="Overlap DP communication [on].")
 @click.option("--overlap-tp/--no-overlap-tp", default=None, help="Overlap TP communication [off].")
 @click.option(
@@ -200,6 +206,8 @@ def train_cmd(
         degrees["recompute_modules"] = tuple(m.strip() for m in modules.split(",") if m.strip())
     if degrees.get("seq_len") is None:
         degrees["seq_len"] = default_seq_len(arch)
+    if degrees.get("hsdp_shard_size") is not None and degrees.get("sharding") != "hsdp":
+        raise InputError("hsdp-shard-size", "sets the HSDP shard group; it needs --sharding hsdp")
     cfg = fill_defaults(cluster.num_gpus, degrees)
     efficiency = calibrated(calibration, cluster, calibration_force)
     if tokens is not None and not (math.isfinite(tokens) and tokens > 0):
@@ -247,8 +255,9 @@ def estimate_argv(
     the time to train, checkpoints and goodput).
 
     Degrees, batch, sequence length, precision, recomputation and sharding are always written (so the line does not
-    depend on estimate's defaults); on/off switches only where they differ from estimate's default. ``cfg``'s
-    hsdp_shard_size, grad_bytes and reduce_bytes have no flag: they must be TrainConfig's defaults (the planner's are).
+    depend on estimate's defaults); on/off switches only where they differ from estimate's default; the HSDP shard
+    group with hsdp where it is not the default. ``cfg``'s grad_bytes and reduce_bytes have no flag: they must be
+    TrainConfig's defaults (the planner's are).
     """
     argv = ["fmstack", "estimate", "train", "--model", model, "--instance", instance, "--gpus", str(num_gpus)]
     argv += ["--tp", str(cfg.tp), "--pp", str(cfg.pp), "--dp", str(cfg.dp), "--cp", str(cfg.cp)]
@@ -263,6 +272,8 @@ def estimate_argv(
     if cfg.recompute_layers:
         argv += ["--recompute-layers", str(cfg.recompute_layers)]
     argv += ["--sharding", cfg.sharding]
+    if cfg.sharding == "hsdp" and cfg.hsdp_shard_size != TrainConfig().hsdp_shard_size:
+        argv += ["--hsdp-shard-size", str(cfg.hsdp_shard_size)]
     switches = (
         ("sp", cfg.sequence_parallel, cfg.tp > 1), ("overlap-dp", cfg.overlap_dp, True),
         ("overlap-tp", cfg.overlap_tp, False), ("overlap-ep", cfg.overlap_ep, False),

@@ -33,7 +33,8 @@ from fmstack.perfmodel.config import (
     RECOMPUTE_CHOICES,
     default_seq_len,
 )
-from fmstack.perfmodel.planner import OBJECTIVES, PlanResult, SearchSpace, plan_training
+from fmstack.perfmodel.plan_failures import CANDIDATES_PER_RESULT, TRAIN_OBJECTIVES
+from fmstack.perfmodel.planner import PlanResult, SearchSpace, plan_training
 from fmstack.perfmodel.scaling import ScalePoint, run_sweep
 from fmstack.perfmodel.training import TrainingEstimate
 
@@ -71,7 +72,10 @@ def parse_gpus(text: str) -> list[int]:
                     out.append(value)
                     value = value + step if step else value * 2
             else:
-                out.append(int(float(part)))
+                count = float(part)  # 1e3 is a count; 8.9 is not
+                if not count.is_integer():
+                    raise InputError("gpus", f"{part!r} is not a whole number of GPUs")
+                out.append(int(count))
     except InputError:
         raise
     except ValueError:
@@ -162,47 +166,70 @@ def _space(
     )  # fmt: skip
 
 
+def _search_option_list(instance_help: str, gpus_help: str) -> list[Any]:
+    return [
+        click.option("--model", required=True, help="Zoo model name or a model YAML file."),
+        click.option("--instance", required=True, help=instance_help),
+        click.option("--gpus", required=True, help=gpus_help),
+        click.option("--tokens", type=float, required=True, help="Tokens to train on (e.g. 15e12)."),
+        click.option(
+            "--objective",
+            type=click.Choice(TRAIN_OBJECTIVES),
+            default="time",
+            show_default=True,
+            help="Rank by time to train, cost, MFU, or time to train with failures, restarts and checkpoints.",
+        ),
+        click.option(
+            "--seq-len", type=int, default=None, help="Sequence length (tokens) [min(8192, the model's context)]."
+        ),
+        click.option("--global-batch", type=int, default=None, help="Sequences per step [about 4M tokens]."),
+        click.option(
+            "--precision",
+            "precisions",
+            default="bf16",
+            show_default=True,
+            help="Precision(s) allowed, comma-separated (bf16,fp8).",
+        ),
+        click.option("--recompute", default=None, help="Recompute choices allowed [none,selective,full]."),
+        click.option(
+            "--overlap-tp/--no-overlap-tp",
+            default=True,
+            show_default=True,
+            help="Allow overlapping the tensor-parallel collectives with the GEMMs on rows with tp > 1 "
+            "(Megatron-LM --tp-comm-overlap, Transformer Engine userbuffers).",
+        ),
+        click.option(
+            "--overlap-ep/--no-overlap-ep",
+            default=True,
+            show_default=True,
+            help="MoE: allow overlapping the expert all-to-all with another micro-batch (Megatron-Core >= 0.14).",
+        ),
+    ]
+
+
 def search_options(func: Any) -> Any:
+    """The options of ``plan train``: the search space, several instances, a calibration profile."""
     func = calibration_options(func)  # innermost: listed after the options below, as before
     for option in reversed(
-        [
-            click.option("--model", required=True, help="Zoo model name or a model YAML file."),
-            click.option("--instance", required=True, help="Instance name(s), comma-separated, from the catalog."),
-            click.option("--gpus", required=True, help="GPU count, list (512,1024) or range (512-4096[:step])."),
-            click.option("--tokens", type=float, required=True, help="Tokens to train on (e.g. 15e12)."),
-            click.option(
-                "--objective",
-                type=click.Choice((*OBJECTIVES, "time-with-failures")),
-                default="time",
-                show_default=True,
-                help="Rank by time to train, cost, MFU, or time to train with failures, restarts and checkpoints.",
-            ),
-            click.option(
-                "--seq-len", type=int, default=None, help="Sequence length (tokens) [min(8192, the model's context)]."
-            ),
-            click.option("--global-batch", type=int, default=None, help="Sequences per step [about 4M tokens]."),
-            click.option(
-                "--precision",
-                "precisions",
-                default="bf16",
-                show_default=True,
-                help="Precision(s) allowed, comma-separated (bf16,fp8).",
-            ),
-            click.option("--recompute", default=None, help="Recompute choices allowed [none,selective,full]."),
-            click.option(
-                "--overlap-tp/--no-overlap-tp",
-                default=True,
-                show_default=True,
-                help="Allow overlapping the tensor-parallel collectives with the GEMMs on rows with tp > 1 "
-                "(Megatron-LM --tp-comm-overlap, Transformer Engine userbuffers).",
-            ),
-            click.option(
-                "--overlap-ep/--no-overlap-ep",
-                default=True,
-                show_default=True,
-                help="MoE: allow overlapping the expert all-to-all with another micro-batch (Megatron-Core >= 0.14).",
-            ),
-        ]
+        _search_option_list(
+            "Instance name(s), comma-separated, from the catalog.",
+            "GPU count, list (512,1024) or range (512-4096[:step]).",
+        )
+    ):
+        func = option(func)
+    return catalog_option(func)
+
+
+def sweep_options(func: Any) -> Any:
+    """The options of ``scale``: ``plan train``'s search space for one instance (or UltraServer). The calibration
+    flags are accepted but hidden so that ``scale`` can refuse them by name (it re-plans with the default curves)."""
+    func = click.option("--calibration-force", is_flag=True, hidden=True)(func)
+    func = click.option("--calibration", type=click.Path(path_type=Path), default=None, hidden=True)(func)
+    for option in reversed(
+        _search_option_list(
+            "Instance or UltraServer name from the catalog (one).",
+            "GPU count: the sweep's starting point (with --axis nodes, a list or range of counts gives the points).",
+        )
     ):
         func = option(func)
     return catalog_option(func)
@@ -235,7 +262,7 @@ def plan_train(
     if with_failures:
         objective = "time"
     with SearchProgress(as_json, len(clusters)) as tick:
-        result = plan_training(arch, clusters, tokens=tokens, objective=objective, top=top * 5 if with_failures else top,
+        result = plan_training(arch, clusters, tokens=tokens, objective=objective, top=top * CANDIDATES_PER_RESULT if with_failures else top,
                                space=space, efficiency_for=efficiency_for, progress=tick)  # fmt: skip
     if with_failures:
         from fmstack.perfmodel.plan_failures import rerank_with_failures

@@ -11,7 +11,7 @@ from rich.table import Table
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import resolve_instance
 from fmstack.cli.common import SearchCommand, console, json_option, print_json
-from fmstack.cli.plan_cmd import _space, parse_gpus, search_options
+from fmstack.cli.plan_cmd import _space, parse_gpus, sweep_options
 from fmstack.cli.plan_render import SearchProgress, factor_configs
 from fmstack.errors import InputError
 from fmstack.fileio import check_output_path
@@ -28,18 +28,20 @@ SCALE_EXAMPLE = """Examples:
 
 The global batch is held fixed (strong scaling) at --global-batch or, without it, at the first point's
 default (about 4M tokens); a point that cannot run at it says so. A GPU kind whose node count must be a
-multiple (18 p6e-gb200.36xlarge per u-p6e-gb200x72) is rounded to the nearest valid size, stated per point.
+multiple (18 p6e-gb200.36xlarge per u-p6e-gb200x72) is rounded to the nearest valid size, stated per point; a
+node count or NVLink domain that does not make whole UltraServers is skipped, with its reason. Each point is
+re-planned with the default efficiency curves (a calibration profile is not applied).
 """
 
 VALUES_HELP = (
     "Comma-separated values. nodes: node counts [--gpus/node x 1,2,4,8]; gpu: instance or UltraServer names "
     f"[{','.join(GPU_GENERATIONS)}]; efa: scale-out fabrics [{','.join(EFA_GENERATIONS)}]; nvlink: NVLink "
-    "domain sizes in GPUs [8,16,32,72]; seq-len: tokens [2048,...,32768]."
+    "domain sizes in GPUs, multiples or divisors of a node [8,16,32,72]; seq-len: tokens [2048,...,32768]."
 )
 
 
 @click.command(cls=SearchCommand, epilog=SCALE_EXAMPLE)
-@search_options
+@sweep_options
 @click.option("--axis", type=click.Choice(AXES), default="nodes", show_default=True, help="What to sweep.")
 @click.option("--values", default=None, help=VALUES_HELP)
 @click.option("--weak", is_flag=True, help="With --axis nodes: grow the global batch with the GPUs (weak scaling).")
@@ -62,6 +64,12 @@ def scale(
         raise InputError(
             "calibration",
             "fmstack scale does not apply a calibration profile; run fmstack plan train --calibration at each point",
+        )
+    if "," in instance:
+        raise InputError(
+            "instance",
+            f"fmstack scale takes one instance or UltraServer, got {instance!r}; to compare instances give one and "
+            "--axis gpu --values with the others, or run fmstack plan train --instance a,b",
         )
     cat = load_catalog(catalog_dir)
     arch = cat.model(model)
@@ -95,7 +103,8 @@ def scale(
     if as_json:
         from dataclasses import asdict
 
-        print_json({"model": arch.name, "axis": axis, "weak": weak, "reference_global_batch": result.reference_global_batch,
+        print_json({"model": arch.name, "axis": axis, "weak": weak, "objective": result.objective,
+                    "reference_global_batch": result.reference_global_batch,
                     "points": [asdict(p) for p in points], "skipped": result.skipped})  # fmt: skip
         return
     render_scale(arch.name, axis, weak, result)
@@ -109,6 +118,8 @@ def render_scale(model: str, axis: str, weak: bool, result: SweepResult) -> None
     points = result.points
     eff_header = EFFICIENCY_HEADER["relative" if axis != "nodes" else "weak" if weak else "strong"]
     title = f"{model}: scaling over {axis}"
+    if result.objective != "time":
+        title += f" by {result.objective}"
     if result.reference_global_batch is not None:
         held = "grown with the GPUs from" if weak else "held at"
         title += f" (global batch {held} {result.reference_global_batch} sequences)"
@@ -126,8 +137,9 @@ def render_scale(model: str, axis: str, weak: bool, result: SweepResult) -> None
     # long headers on two lines, so that the table fits 140 columns with whole names and numbers
     batch = ("global\nbatch",) if len({p.global_batch for p in points}) > 1 or not result.reference_global_batch else ()
     extra = ("GB/s\nper node", "latency\nus") if axis == "efa" else ()
+    days = "days with\nfailures" if result.objective == "time-with-failures" else "days"
     table = Table(axis, "GPUs", *batch, *extra, "step s", "MFU %", "tokens/s", "tokens/s\nper GPU",
-                  eff_header.replace(" ", "\n", 1), "days", "cost $", "configuration", "bottleneck", title=title,
+                  eff_header.replace(" ", "\n", 1), days, "cost $", "configuration", "bottleneck", title=title,
                   title_justify="left", caption=caption, caption_justify="left")  # fmt: skip
     for column in table.columns[:-2]:  # names and numbers whole ("p5en.48xlar…" names nothing); the text wraps
         column.no_wrap = True

@@ -197,7 +197,8 @@ def _options(func: Any) -> Any:
     "--policy",
     default="slurm-backfill",
     show_default=True,
-    help="Scheduling policy: fifo, sjf, slurm-backfill (conservative), easy-backfill, kueue.",
+    help="Scheduling policy: fifo, sjf, slurm-backfill (conservative), easy-backfill, kueue, kueue-strict "
+    "(Kueue with queueingStrategy StrictFIFO).",
 )
 @click.option(
     "--recovery",

@@ -145,9 +145,7 @@ def make_tiers(size_bytes: Num, n: Num, g: Num, cluster: Cluster) -> Tiers:
         raise InputError("num_ranks", f"{_show(n)} ranks > {cluster.num_gpus} GPUs in the cluster")
     if _any(size_bytes < 0) or not _all_finite(size_bytes):
         raise InputError("size_bytes", "must be finite and >= 0")
-    up = link_params(cluster, "scale-up")
-    if up is None and _any(g > 1):
-        raise InputError("ranks_per_domain", f"{cluster.instance.name} has no NVLink domain; use 1")
+    up = link_params(cluster, "scale-up")  # None only where gpus_per_domain is 1, so g is 1 (checked above)
     out = link_params(cluster, "scale-out")
     if out is None:  # pragma: no cover - every Cluster has a scale-out fabric
         raise InputError("instance", f"{cluster.instance.name} has no scale-out fabric")

@@ -73,7 +73,7 @@ class TrainConfig:
     sharding: Sharding = "zero1"
     """Optimizer / gradient / parameter sharding over the data-parallel group (zero1 = distributed optimizer)."""
     hsdp_shard_size: int = 8
-    """With hsdp: GPUs per sharding group (replicated across the others)."""
+    """With hsdp: data-parallel ranks per sharding group (the groups replicate one another); it must divide dp."""
     overlap_dp: bool = True
     """Overlap data-parallel gradient reduction / FSDP gathers with compute."""
     overlap_tp: bool = False
@@ -188,9 +188,22 @@ def validate_config(cfg: TrainConfig, model: ModelArch, num_gpus: int) -> None:
             raise InputError(
                 "ep", f"ep({cfg.ep}) * etp({cfg.etp}) must divide dp({cfg.dp}) * cp({cfg.cp}) * tp({cfg.tp}) = {group}"
             )
-    if cfg.sharding == "hsdp" and (cfg.dp % cfg.hsdp_shard_size):
-        raise InputError("hsdp_shard_size", f"dp({cfg.dp}) is not a multiple of hsdp_shard_size({cfg.hsdp_shard_size})")
+    _validate_hsdp(cfg)
     check_seq_len(cfg.seq_len, model)
+
+
+def _validate_hsdp(cfg: TrainConfig) -> None:
+    """The HSDP shard group (``--hsdp-shard-size`` of ``estimate train``) must divide the data-parallel degree."""
+    if cfg.sharding != "hsdp":
+        return
+    size = cfg.hsdp_shard_size
+    if size < 1 or cfg.dp % size:
+        divisors = ", ".join(str(d) for d in range(1, cfg.dp + 1) if cfg.dp % d == 0)
+        raise InputError(
+            "hsdp-shard-size",
+            f"the HSDP shard group of {size} data-parallel ranks must divide dp({cfg.dp}): give --hsdp-shard-size "
+            f"one of {divisors}, or use --sharding fsdp",
+        )
 
 
 MAX_SEQ_LEN_FACTOR = 4

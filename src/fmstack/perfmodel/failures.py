@@ -127,6 +127,25 @@ class FailureModel:
             rate_h += self.planned_per_node_hour * nodes
         return rate_h / S_PER_HOUR
 
+    def node_failures_per_hour(self, gpus_per_node: int) -> float:
+        """Unexpected interruptions per hour of one node of ``gpus_per_node`` GPUs (the fleet twin strikes each node
+        at this rate): lambda_node x (1 + s_gpu x (gpus_per_node / g_ref - 1)), the node equivalents of
+        :meth:`rate_per_s` for one node. Llama 3 on 4-GPU nodes: 268/419 x 4/8 + 151/419 = 285/419 of the 8-GPU
+        node's rate. ``job_mtbf_s`` (a job-level figure) and planned interruptions do not enter."""
+        if gpus_per_node <= 0:
+            raise InputError("gpus_per_node", f"must be positive, got {gpus_per_node}")
+        return self.failures_per_node_hour * (1.0 + self.gpu_share * (gpus_per_node / self.gpus_per_node - 1.0))
+
+    def node_category_shares(self, gpus_per_node: int) -> dict[str, float]:
+        """Cause shares of the interruptions of a node of ``gpus_per_node`` GPUs: per-GPU causes weigh
+        ``gpus_per_node / g_ref`` as much as on the reference node (Llama 3 on 4-GPU nodes: GPU 134/285)."""
+        if gpus_per_node == self.gpus_per_node or not self.per_gpu_categories:
+            return dict(self.category_shares)
+        w = gpus_per_node / self.gpus_per_node
+        raw = {c: v * (w if c in self.per_gpu_categories else 1.0) for c, v in self.category_shares.items()}
+        total = sum(raw.values())
+        return {c: v / total for c, v in raw.items()}
+
     def mtbf_s(self, num_gpus: int, gpus_per_node: int | None = None) -> float:
         """Mean time between interruptions of a job on ``num_gpus``, seconds."""
         return 1.0 / self.rate_per_s(num_gpus, gpus_per_node)
@@ -138,15 +157,17 @@ class FailureModel:
         """Time to the next interruption, drawn from the exponential law with the job's MTBF."""
         return float(rng.exponential(self.mtbf_s(num_gpus, gpus_per_node)))
 
-    def sample_category(self, rng: Generator) -> str:
-        """A cause drawn by its share (categories in file order, so the same seed gives the same cause)."""
+    def sample_category(self, rng: Generator, shares: dict[str, float] | None = None) -> str:
+        """A cause drawn by its share (categories in file order, so the same seed gives the same cause);
+        ``shares``: other shares of the same causes (:meth:`node_category_shares`)."""
+        shares = self.category_shares if shares is None else shares
         u = float(rng.random())
         acc = 0.0
-        for name, share in self.category_shares.items():
+        for name, share in shares.items():
             acc += share
             if u < acc:
                 return name
-        return next(reversed(self.category_shares))
+        return next(reversed(shares))
 
 
 def _builtin_path() -> Path:

@@ -362,7 +362,7 @@ def estimate_serve(
         )
         parts = {k: float(v[0]) for k, v in parts_arr.parts().items()}
     link = f"NVLink ({cluster.scale_up.name})" if cluster.scale_up is not None else cluster.scale_out.name
-    if cfg.tp > cluster.gpus_per_domain:  # TP across domains: the all-reduce's inter-domain step on the fabric
+    if cfg.tp > cluster.gpus_per_domain and cluster.scale_up is not None:  # the inter-domain step on the fabric
         link = f"{link} and {cluster.scale_out.name}"
     kv_tok = kv_bytes_per_token(model, KV_BYTES[cfg.kv])
     holders = cfg.pp if cfg.attention_dp else d.num_gpus  # GPUs that hold a share of one token's KV

@@ -8,15 +8,23 @@ is slightly slower per step but checkpoints faster (smaller shards per writer, f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from fmstack.catalog.loader import Catalog
 from fmstack.catalog.schema import ModelArch
-from fmstack.catalog.topology import build_cluster
+from fmstack.catalog.topology import Cluster, build_cluster
 from fmstack.perfmodel.failures import FailureModel, load_failure_model
-from fmstack.perfmodel.planner import PlanResult
+from fmstack.perfmodel.planner import OBJECTIVES, PlanResult
 from fmstack.perfmodel.resilience import plan_resilience
+from fmstack.perfmodel.training import TrainingEstimate
+
+TRAIN_OBJECTIVES = (*OBJECTIVES, "time-with-failures")
+"""What ``plan train`` and ``scale`` rank by: the planner's objectives, and time to train with failures (re-ranked
+here)."""
+CANDIDATES_PER_RESULT = 5
+"""Candidates by ideal time searched per configuration wanted (``plan train --top 10`` re-ranks the best 50)."""
 
 
 def rerank_with_failures(
@@ -26,15 +34,22 @@ def rerank_with_failures(
     *,
     top: int,
     failure_model: FailureModel | None = None,
+    cluster_for: Callable[[TrainingEstimate], Cluster] | None = None,
     **resilience_kwargs: Any,
 ) -> PlanResult:
-    """The plan's candidates ranked by time to train with failures; ``resilience`` holds each one's JSON."""
+    """The plan's candidates ranked by time to train with failures; ``resilience`` holds each one's JSON.
+
+    ``cluster_for``: the cluster a candidate was planned on (default: rebuilt from the catalog by its instance
+    name; a sweep that modified its cluster, such as ``scale --axis efa``, passes that cluster)."""
     assert result.tokens is not None
     fm = failure_model or load_failure_model()
     rows = []
     for est, ideal_s, cost in zip(result.ranked, result.time_to_train_s, result.cost_usd, strict=True):
         assert ideal_s is not None
-        cluster = build_cluster(catalog, est.instance, est.num_gpus // _gpus_per_node(catalog, est.instance))
+        if cluster_for is not None:
+            cluster = cluster_for(est)
+        else:
+            cluster = build_cluster(catalog, est.instance, est.num_gpus // _gpus_per_node(catalog, est.instance))
         plan = plan_resilience(
             model=model, cluster=cluster, catalog=catalog, step_time_s=est.step_time_s, train_time_s=ideal_s,
             tokens_per_s=est.tokens_per_s, failure_model=fm, **resilience_kwargs,

@@ -220,6 +220,17 @@ def _score(objective: str, arrays: StepArrays[FloatArray], cluster: Cluster, tok
     return np.asarray(seconds, dtype=np.float64)
 
 
+def _priced_name(cluster: Cluster) -> str:
+    """Where a price goes: the instance, or for a cluster named by its UltraServer either entry."""
+    inst = cluster.instance
+    if inst.ultraserver is not None and cluster.name.lower() == inst.ultraserver.lower():
+        return (
+            f"{inst.ultraserver}: set price_per_hour_usd on ultraserver {inst.ultraserver} (per UltraServer-hour) "
+            f"or on instance {inst.name} (per instance-hour)"
+        )
+    return f"{inst.name}: set price_per_hour_usd"
+
+
 def _unsearched_levers(space: SearchSpace) -> str:
     """The memory levers the search was not allowed to use (full recomputation, FSDP), or that it used both."""
     off = [name for name, on in (("--recompute full", "full" in space.recompute), ("FSDP", "fsdp" in space.sharding))
@@ -261,10 +272,7 @@ def plan_training(
     best_misfit: tuple[float, str] | None = None
     for ci, cluster in enumerate(clusters):
         if objective == "cost" and cluster.instance.price_per_hour_usd is None:
-            raise InputError(
-                "objective",
-                f"cost needs a price for {cluster.instance.name}: set price_per_hour_usd in a --catalog file",
-            )
+            raise InputError("objective", f"cost needs a price for {_priced_name(cluster)} in a --catalog file")
         cols, n_considered = enumerate_space(model, cluster, space)
         considered += n_considered
         rejected_shape += n_considered - len(cols)

@@ -2,8 +2,11 @@
 
 Axes: nodes (strong scaling: fixed global batch; weak scaling: batch grows with the GPUs), gpu (instance
 generations), efa (scale-out fabric generation, with that generation's per-node bandwidth and latency),
-nvlink (NVLink domain size), seq-len. Each point is the planner's best configuration for the objective, so
-the curve reflects what a user would actually run.
+nvlink (NVLink domain size: a multiple of the node, or a divisor of it, whose cross-domain traffic goes over the
+scale-out tier), seq-len. Each point is the planner's best configuration for the objective (time-with-failures:
+the best few by ideal time re-ranked with checkpoints and failures, as ``plan train`` does), so the curve
+reflects what a user would actually run. A value the cluster cannot take (a node count or NVLink domain that does
+not make whole UltraServers) is skipped with its reason; the sweep fails only when no value can be planned.
 
 The global batch is held at the reference (``--global-batch``, or the first point's default of about 4M
 tokens) on every hardware axis, so the ratio between points is like for like. A point that cannot run at
@@ -19,10 +22,12 @@ from dataclasses import dataclass, field, replace
 
 from fmstack.catalog.loader import Catalog
 from fmstack.catalog.schema import Instance, ModelArch
-from fmstack.catalog.topology import Cluster, build_cluster, resolve_instance
+from fmstack.catalog.topology import Cluster, build_cluster, nvlink_fabric, resolve_instance
 from fmstack.errors import InputError
 from fmstack.perfmodel.config import describe_config
+from fmstack.perfmodel.plan_failures import CANDIDATES_PER_RESULT, TRAIN_OBJECTIVES, rerank_with_failures
 from fmstack.perfmodel.planner import PlanResult, SearchSpace, plan_training
+from fmstack.perfmodel.training import TrainingEstimate
 
 AXES = ("nodes", "gpu", "efa", "nvlink", "seq-len")
 GPU_GENERATIONS = ("p5.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge", "p6-b300.48xlarge", "u-p6e-gb200x72")
@@ -44,6 +49,9 @@ class ScalePoint:
     tokens_per_s: float
     tokens_per_s_per_gpu: float
     time_to_train_s: float
+    """With objective time-with-failures: the expected wall-clock time with checkpoints and failures; else ideal."""
+    ideal_time_s: float
+    """Tokens / tokens per second: the time to train without failures or checkpoints."""
     cost_usd: float | None
     bottleneck: str
     config: str
@@ -73,6 +81,7 @@ class SweepResult:
     skipped: list[str] = field(default_factory=list)
     reference_global_batch: int | None = None
     """The global batch (sequences) every point was asked to run at (weak scaling: at the first point)."""
+    objective: str = "time"
 
 
 def round_to_valid_nodes(inst: Instance, num_gpus: int, *, whole_domains: bool = True) -> tuple[int, str]:
@@ -151,35 +160,61 @@ def _point_cluster(
             domain = int(value)
         except ValueError:
             raise InputError("values", f"{value!r} is not an NVLink domain size (GPUs)") from None
-        per_node = base.instance.num_gpus
-        if domain < per_node or domain % per_node:
-            raise InputError(
-                "values", f"NVLink domain {domain} must be a positive multiple of {per_node} GPUs per node"
-            )
-        return _modified(base, catalog, nvlink_domain_gpus=domain), "", None
+        return _with_domain(catalog, base, domain), "", None
     try:
         return base, "", int(value)
     except ValueError:
         raise InputError("values", f"{value!r} is not a sequence length") from None
 
 
+def _with_domain(catalog: Catalog, cluster: Cluster, domain: int) -> Cluster:
+    """The cluster with NVLink domains of ``domain`` GPUs: a multiple of the node, or a divisor of it (the GPUs of
+    a node outside one domain then talk over the scale-out tier, ``catalog.topology``). Raises InputError field
+    "nodes" when the nodes do not make whole domains of an UltraServer instance (the sweep skips that value)."""
+    inst, per_node = cluster.instance, cluster.instance.num_gpus
+    if domain < 1 or (domain % per_node and per_node % domain):
+        divisors = ", ".join(str(d) for d in range(1, per_node) if per_node % d == 0)
+        raise InputError(
+            "values",
+            f"NVLink domain {domain} must be a positive multiple of {per_node} GPUs per node"
+            + (f", or divide it ({divisors})" if divisors else ""),
+        )
+    new_inst = inst.model_copy(update={"nvlink_domain_gpus": domain})
+    scale_up = nvlink_fabric(catalog, new_inst, cluster.gpu)
+    if domain > 1 and scale_up is None:
+        raise InputError("values", f"{cluster.gpu.name} has no NVLink generation: its NVLink domain is 1 GPU")
+    return replace(cluster, instance=new_inst, scale_up=scale_up, name=f"{cluster.name} (nvlink_domain_gpus={domain})")
+
+
 def _plan(
-    model: ModelArch, cluster: Cluster, tokens: float, objective: str, space: SearchSpace, batch: int | None
+    model: ModelArch,
+    cluster: Cluster,
+    tokens: float,
+    objective: str,
+    space: SearchSpace,
+    batch: int | None,
+    top: int = 1,
 ) -> tuple[PlanResult, bool]:
-    """The best plan at ``batch`` sequences; if none fits there, at the planner's default (True = fell back)."""
+    """The best ``top`` plans at ``batch`` sequences; if none fits there, at the planner's default (True = fell
+    back)."""
     if batch is None:
-        return plan_training(model, [cluster], tokens=tokens, objective=objective, top=1, space=space), False
+        return plan_training(model, [cluster], tokens=tokens, objective=objective, top=top, space=space), False
     first_error: InputError | None = None
     for global_batch, fell_back in ((batch, False), (None, True)):
         try:
             point = replace(space, global_batch=global_batch)
-            return plan_training(model, [cluster], tokens=tokens, objective=objective, top=1, space=point), fell_back
+            return plan_training(model, [cluster], tokens=tokens, objective=objective, top=top, space=point), fell_back
         except InputError as e:
             if e.field != "model":
                 raise
             first_error = first_error or e
     assert first_error is not None
     raise first_error  # the reason at the batch asked for, not at the fallback's
+
+
+def _always(cluster: Cluster) -> Callable[[TrainingEstimate], Cluster]:
+    """A ``cluster_for`` that gives every candidate the sweep point's (modified) cluster."""
+    return lambda _est: cluster
 
 
 def _target_batch(axis: str, weak: bool, ref_batch: int, ref_gpus: int, num_gpus: int) -> int:
@@ -212,12 +247,17 @@ def run_sweep(
 ) -> SweepResult:
     """Re-plan at each value of ``axis``; everything else, the global batch included, stays as given.
 
-    A value whose cluster cannot be planned (no configuration fits, no price for a cost objective) is
-    skipped with a one-line reason; the sweep fails only when no value can be planned. Bad values
-    (unknown instance or fabric, a malformed number) are input errors.
+    A value whose cluster cannot be built (nodes or an NVLink domain that do not make whole UltraServers) or
+    planned (no configuration fits, no price for a cost objective) is skipped with a one-line reason; the sweep
+    fails only when no value can be planned. Bad values (unknown instance or fabric, a malformed number) are
+    input errors. ``objective`` time-with-failures re-ranks each point's best few by ideal time with
+    checkpoints and failures (``plan_failures.rerank_with_failures``).
     """
     if axis not in AXES:
         raise InputError("axis", f"unknown axis {axis!r}; allowed: {', '.join(AXES)}")
+    if objective not in TRAIN_OBJECTIVES:
+        raise InputError("objective", f"unknown objective {objective!r}; allowed: {', '.join(TRAIN_OBJECTIVES)}")
+    with_failures = objective == "time-with-failures"
     if not values:
         raise InputError("values", "give at least one value")
     if weak and axis != "nodes":
@@ -232,7 +272,7 @@ def run_sweep(
         try:
             cluster, note, seq_len = _point_cluster(catalog, axis, value, instance, gpus)
         except InputError as e:
-            if not (axis == "nodes" and e.field == "nodes" and "must be a multiple" in e.message):
+            if not (axis in ("nodes", "nvlink") and e.field == "nodes" and "must be a multiple" in e.message):
                 raise
             skipped.append(f"{value}: skipped: {e.message}")  # not whole UltraServers; other values may be
             if progress:
@@ -243,7 +283,11 @@ def run_sweep(
         if axis != "seq-len" and ref_batch is not None:
             target = _target_batch(axis, weak, ref_batch, ref_gpus, cluster.num_gpus)
         try:
-            result, fell_back = _plan(model, cluster, tokens, objective, point_space, target)
+            if with_failures:
+                result, fell_back = _plan(model, cluster, tokens, "time", point_space, target, CANDIDATES_PER_RESULT)
+                result = rerank_with_failures(result, model, catalog, top=1, cluster_for=_always(cluster))
+            else:
+                result, fell_back = _plan(model, cluster, tokens, objective, point_space, target)
         except InputError as e:
             # a sequence length past the model's context is one point of a seq-len sweep, not a bad sweep
             if e.field not in ("model", "objective") and not (axis == "seq-len" and e.field == "seq_len"):
@@ -279,7 +323,8 @@ def run_sweep(
             ScalePoint(
                 value=str(value), num_gpus=cluster.num_gpus, step_time_s=best.step_time_s, mfu=best.mfu,
                 tokens_per_s=best.tokens_per_s, tokens_per_s_per_gpu=per_gpu,
-                time_to_train_s=result.time_to_train_s[0] or 0.0, cost_usd=result.cost_usd[0],
+                time_to_train_s=result.time_to_train_s[0] or 0.0, ideal_time_s=tokens / best.tokens_per_s,
+                cost_usd=result.cost_usd[0],
                 bottleneck=best.bottleneck, config=describe_config(best.config), scaling_efficiency=per_gpu / base_per_gpu,
                 efficiency_kind=kind, num_nodes=cluster.num_nodes, global_batch=gb, global_batch_tokens=gb_tokens,
                 global_batch_changed=changed, scale_out_fabric=cluster.scale_out.name,
@@ -293,4 +338,4 @@ def run_sweep(
         more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
         raise InputError("values", f"no value of --axis {axis} could be planned; {skipped[0]}{more}")
     reference = ref_batch if axis != "seq-len" else None
-    return SweepResult(points=points, skipped=skipped, reference_global_batch=reference)
+    return SweepResult(points=points, skipped=skipped, reference_global_batch=reference, objective=objective)

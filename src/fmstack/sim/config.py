@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fmstack.errors import InputError
+from fmstack.orchestration.policies import KUEUE_POLICIES
 from fmstack.sim.recovery import RecoverySettings
 
 PRIORITIES = ("fifo", "multifactor", "fairtree")
@@ -73,7 +74,7 @@ class SimConfig:
             raise InputError("seed", f"must be >= 0, got {self.seed}")
         if self.priority not in PRIORITIES:
             raise InputError("priority", f"unknown priority {self.priority!r}; allowed: {', '.join(PRIORITIES)}")
-        if self.priority != "fifo" and self.policy == "kueue":
+        if self.priority != "fifo" and self.policy in KUEUE_POLICIES:
             raise InputError("priority", f"{self.priority} is Slurm's priority; kueue orders by workload priority")
         if not 1 <= self.bf_window_min <= MAX_BF_WINDOW_MIN:
             raise InputError(

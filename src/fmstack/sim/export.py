@@ -34,45 +34,66 @@ def _labels(summary: dict[str, Any]) -> str:
     return f'policy="{c["policy"]}",recovery="{c["recovery"]}",seed="{c["seed"]}"'
 
 
-def to_prometheus_text(summary: dict[str, Any]) -> str:
-    """Final totals of a run as Prometheus text exposition."""
+_KINDS = (
+    "allocated",
+    "productive",
+    "checkpoint",
+    "lost_work",
+    "restart",
+    "hang_until_detected",
+    "idle",
+    "down",
+    "spare_standby",
+)
+
+
+def _totals(summary: dict[str, Any], *, openmetrics: bool, at: str = "") -> list[str]:
+    """The run's final totals: counters (Prometheus text names the family ``..._total``; OpenMetrics names it
+    without the suffix, which only its samples carry) and gauges, each sample followed by ``at`` (a timestamp)."""
     lab = _labels(summary)
+
+    def counter(name: str, help_text: str) -> list[str]:
+        family = name if not openmetrics else name.removesuffix("_total")
+        return [f"# HELP {family} {help_text}", f"# TYPE {family} counter"]
+
     gh = summary["gpu_hours"]
-    out = [
-        "# HELP fmstack_sim_gpu_seconds_total GPU-seconds of the run by what they were spent on.",
-        "# TYPE fmstack_sim_gpu_seconds_total counter",
-    ]
-    for kind in ("allocated", "productive", "checkpoint", "lost_work", "restart", "hang_until_detected", "idle", "down",
-                 "spare_standby"):  # fmt: skip
-        out.append(f'fmstack_sim_gpu_seconds_total{{{lab},kind="{kind}"}} {gh[kind] * 3600.0:.3f}')
-    out += [
-        "# HELP fmstack_sim_failures_total Node failures and planned maintenance events by category.",
-        "# TYPE fmstack_sim_failures_total counter",
-    ]
+    out = counter("fmstack_sim_gpu_seconds_total", "GPU-seconds of the run by what they were spent on.")
+    for kind in _KINDS:
+        out.append(f'fmstack_sim_gpu_seconds_total{{{lab},kind="{kind}"}} {gh[kind] * 3600.0:.3f}{at}')
+    out += counter("fmstack_sim_failures_total", "Node failures and planned maintenance events by category.")
     for cat, n in summary["failures"]["by_category"].items():
-        out.append(f'fmstack_sim_failures_total{{{lab},category="{cat}"}} {n}')
+        out.append(f'fmstack_sim_failures_total{{{lab},category="{cat}"}} {n}{at}')
+    out += counter("fmstack_sim_job_interruptions_total", "Job interruptions (a failure on a node a job runs on).")
+    out.append(f"fmstack_sim_job_interruptions_total{{{lab}}} {summary['failures']['job_interruptions']}{at}")
+    out += counter("fmstack_sim_preemptions_total", "Running jobs preempted by the scheduling policy.")
+    out.append(f"fmstack_sim_preemptions_total{{{lab}}} {summary['jobs']['preemptions']}{at}")
     out += [
-        "# HELP fmstack_sim_job_interruptions_total Job interruptions (a failure on a node a job runs on).",
-        "# TYPE fmstack_sim_job_interruptions_total counter",
-        f"fmstack_sim_job_interruptions_total{{{lab}}} {summary['failures']['job_interruptions']}",
         "# HELP fmstack_sim_utilization_ratio Allocated GPU-seconds over pool GPU-seconds.",
         "# TYPE fmstack_sim_utilization_ratio gauge",
-        f"fmstack_sim_utilization_ratio{{{lab}}} {summary['utilization']}",
+        f"fmstack_sim_utilization_ratio{{{lab}}} {summary['utilization']}{at}",
         "# HELP fmstack_sim_goodput_ratio Productive over allocated GPU-seconds.",
         "# TYPE fmstack_sim_goodput_ratio gauge",
-        f"fmstack_sim_goodput_ratio{{{lab}}} {summary['goodput']}",
+        f"fmstack_sim_goodput_ratio{{{lab}}} {summary['goodput']}{at}",
     ]
-    return "\n".join(out) + "\n"
+    return out
+
+
+def to_prometheus_text(summary: dict[str, Any]) -> str:
+    """Final totals of a run as Prometheus text exposition."""
+    return "\n".join(_totals(summary, openmetrics=False)) + "\n"
 
 
 def to_openmetrics(sim: SimState, summary: dict[str, Any], start_epoch_s: int = START_EPOCH_S) -> str:
-    """The sampled time series as OpenMetrics with timestamps (one family after another, time ordered)."""
+    """The sampled time series as OpenMetrics with timestamps (one family after another, time ordered), then the
+    run's totals (:func:`to_prometheus_text`'s families) stamped at the horizon. Until 2026-11-24 the totals were
+    documented but written nowhere (review)."""
     lab = _labels(summary)
     out: list[str] = []
     for name, col, help_text in SERIES:
         out += [f"# HELP {name} {help_text}.", f"# TYPE {name} gauge"]
         for row in sim.samples:
             out.append(f"{name}{{{lab}}} {row[col]} {start_epoch_s + row[0]:.3f}")
+    out += _totals(summary, openmetrics=True, at=f" {start_epoch_s + sim.cfg.horizon_s:.3f}")
     out.append("# EOF")
     return "\n".join(out) + "\n"
 

@@ -12,7 +12,11 @@ replaced (a spare joins the pool meanwhile), and each job on it recovers by its 
 - elastic: the job drops the failed node and continues one data-parallel replica smaller from its last
   checkpoint (no grow-back); a one-node job is requeued.
 Failures strike the pool's nodes uniformly: candidates are drawn at rate r x (all nodes) and kept if the node is
-in the pool (thinning), so the pool sees rate r per node whatever its composition.
+in the pool (thinning), so the pool sees rate r per node whatever its composition. r is the failure model's rate
+for a node of this instance's GPU count (per-GPU causes scale with the GPUs:
+:meth:`fmstack.perfmodel.failures.FailureModel.node_failures_per_hour`; until 2026-11-24 every node was struck at
+the 8-GPU reference node's rate, 1.47 x too often on 4-GPU GB200 nodes), and causes are drawn with that node's
+mix.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ class FaultHandling(SimState):
 
     def _next_fault(self) -> float:
         assert self.failures is not None
-        rate = self.failures.failures_per_node_hour / 3600.0 * len(self.fleet.state)
+        rate = self.failures.node_failures_per_hour(self.gpn) / 3600.0 * len(self.fleet.state)
         return self.env.now_s + float(self.env.rng.exponential(1.0 / rate))
 
     def _next_maint(self) -> float:
@@ -52,7 +56,7 @@ class FaultHandling(SimState):
         node = self._pick_node()
         if node is None:
             return
-        category = self.failures.sample_category(self.env.rng)
+        category = self.failures.sample_category(self.env.rng, self.fault_shares)
         self._strike(node, category, planned=False)
 
     def _on_maint(self, _: Any) -> None:
@@ -83,6 +87,7 @@ class FaultHandling(SimState):
              "lost_gpu_h": (sum(self.jobs[j].lost_gpu_s for j in jobs) - lost_before) / 3600.0}
         )  # fmt: skip
         delay = 0.0 if planned else self.times.detection_s
+        self.undetected[node] = (category, len(self.fault_log) - 1)
         self.env.schedule(now + delay, DETECT, (node, category, len(self.fault_log) - 1))
 
     def _close_hang(self, job: Job, now_s: float) -> None:
@@ -95,7 +100,39 @@ class FaultHandling(SimState):
         job.start_s = now_s
 
     def _on_detect(self, data: tuple[int, str, int]) -> None:
-        node, category, log_i = data
+        """The failure of ``node`` is detected: the node is handled (:meth:`_handle_node`) and its hung jobs
+        recover. A hung job restarts only once: the other nodes of those jobs that failed too and are not detected
+        yet are detected with it (the restart's health checks find them; Slurm's NODE_FAIL and HyperPod's
+        auto-resume see every bad node of the allocation), so each failed node takes exactly one spare, and gives
+        exactly that one back when it is repaired. Until 2026-11-24 the second node's spare was taken at the
+        restart and again at its own detection, and one spare stayed in the pool for good (review)."""
+        node, _, log_i = data
+        if self.undetected.get(node, ("", -1))[1] != log_i:
+            return  # detected already, with another failed node of one of its jobs
+        nodes = [node]
+        spares: dict[int, int | None] = {}
+        for n in nodes:  # grows as hung jobs bring in their other failed nodes
+            category, li = self.undetected.pop(n)
+            spares[n] = self._handle_node(n, category, li)
+            for jid in sorted(self.node_jobs.get(n, ())):
+                for m, _ in self.jobs[jid].alloc:
+                    if m in self.undetected and m not in nodes:
+                        nodes.append(m)
+        hung = sorted({jid for n in nodes for jid in self.node_jobs.get(n, ())})
+        for jid in hung:
+            job = self.jobs[jid]
+            if job.hung:
+                self._close_hang(job, self.env.now_s)
+                if self.env.now_s >= job.deadline_s:
+                    self._end_at_limit(job)  # Slurm killed it at its limit while it hung: no restart, no spare
+                else:
+                    self._recover(job, spares)
+        self._changed()
+
+    def _handle_node(self, node: int, category: str, log_i: int) -> int | None:
+        """The health engine's action for a detected failure of ``node``: the node is reset, rebooted or replaced
+        (out of service meanwhile, a spare joining the pool if one is on standby) or, for a job-level fault, back
+        in service at once. Returns the spare that joined the pool for it, if any."""
         if category == "planned_maintenance":
             action = Action.REBOOT_NODE
             out_s = self.repair.maintenance_s
@@ -117,15 +154,7 @@ class FaultHandling(SimState):
         else:
             self.fleet.set_state(node, NodeState.UP)
             self.nodes_out -= 1
-        for jid in sorted(self.node_jobs.get(node, ())):
-            job = self.jobs[jid]
-            if job.hung:
-                self._close_hang(job, self.env.now_s)
-                if self.env.now_s >= job.deadline_s:
-                    self._end_at_limit(job)  # Slurm killed it at its limit while it hung: no restart, no spare
-                else:
-                    self._recover(job, spare)
-        self._changed()
+        return spare
 
     def _end_at_limit(self, job: Job) -> None:
         """A hung job whose time limit passed before the hang was detected ends as TIMEOUT at the detection (the
@@ -136,7 +165,9 @@ class FaultHandling(SimState):
         job.end_s = self.env.now_s
         self._release(job)
 
-    def _recover(self, job: Job, spare: int | None) -> None:
+    def _recover(self, job: Job, spares: dict[int, int | None]) -> None:
+        """Recover a hung job by the recovery mode; ``spares``: the spare that joined the pool for each of its
+        failed nodes (None: none was on standby). A spare takes only its node's part of the jobs, so it has room."""
         mode = self.rec.mode
         if mode == RecoveryMode.checkpoint_restart:
             self._fault_requeue(job)
@@ -155,27 +186,20 @@ class FaultHandling(SimState):
                 self._run_on(job, keep, restart)
                 return
         else:
-            for _n, g in bad:
-                swap = self._spare_for(spare, g)
+            for n, g in bad:
+                swap = spares.get(n)
                 if swap is None:
                     self.fleet.release(keep)
                     job.alloc = []
                     self._fault_requeue(job)
                     return
-                got = self.fleet.place_on(swap, g)
-                keep.append(got)
+                keep.append(self.fleet.place_on(swap, g))
             job.restarts_in_place += 1
             self.running.pop(job.job_id, None)
             self._run_on(job, keep, restart)
             return
         job.alloc = keep
         self._fault_requeue(job)
-
-    def _spare_for(self, spare: int | None, gpus: int) -> int | None:
-        """A node for a replacement: the spare just taken for this failure if it has room, or another one."""
-        if spare is not None and self.fleet.state[spare] == NodeState.UP and self.fleet.free[spare] >= gpus:
-            return spare
-        return self.fleet.take_spare()
 
     def _on_repaired(self, data: tuple[int, bool]) -> None:
         node, swapped = data

@@ -108,7 +108,8 @@ def summarise(sim: SimState) -> dict[str, Any]:
                  "pending_at_end": len(pending),
                  "preemption_lost_gpu_hours": round(sim.preempted_lost_gpu_s / h, 3),
                  "timed_out": sum(j.timed_out for j in jobs),
-                 "timeout_lost_gpu_hours": round(sim.timeout_lost_gpu_s / h, 3)},
+                 "timeout_lost_gpu_hours": round(sim.timeout_lost_gpu_s / h, 3),
+                 "preemption_cycles_broken": sim.preemption_cycles_broken},
         "by_size_class": by_class,
         "fairness": {
             "jain_users": round(jain(list(per_user.values())), r),
@@ -167,12 +168,20 @@ def _beyond_window(sim: SimState, window_s: float) -> int:
 
 
 def warnings(sim: SimState) -> list[str]:
-    """Settings that likely shaped the result: jobs that never started under a backfill whose window (bf_window)
+    """Settings that likely shaped the result: preemption cycles the run broke (:meth:`SimState._no_progress`), and
+    jobs that never started under a backfill whose window (bf_window)
     was too short to reserve for them at the end of the run (slurm.conf(5): bf_window should be at least the
     longest time limit; a job whose earliest start lies beyond it gets no reservation, and smaller jobs may
     backfill ahead of it)."""
     cfg = sim.cfg
     out: list[str] = []
+    if sim.preemption_cycles_broken:
+        n = sim.preemption_cycles_broken
+        out.append(
+            f"{cfg.policy}: {n:,} preemption{'' if n == 1 else 's'} not made: each would have repeated the running "
+            "and pending jobs of an earlier preemption at the same instant (a cycle that never ends); the "
+            "preemptor waited instead (jobs.preemption_cycles_broken)"
+        )
     if cfg.policy not in BACKFILL_POLICIES:
         return out
     window_s = cfg.bf_window_min * 60.0

@@ -7,6 +7,10 @@ nodes, FSDP sharding, selective recomputation, sequence 8,192, micro-batch 1, 4 
 rank. Jobs smaller than a node run at the one-node speed scaled by GPUs / GPUs per node. A job split across leaf
 switches ("not packed") is estimated on a cluster whose leaves hold half its nodes, and runs at most
 ``split_factor`` (0.9, [D]) of its packed speed when the model sees no difference.
+
+On UltraServer nodes (GB200 NVL72: 18 nodes of 4 GPUs per NVLink domain) a job of more than one domain that is not
+a whole number of domains (32 nodes = 18 + 14) spans as many domains as the next whole number would; it runs at that
+size's speed per GPU (the model sizes its collectives by whole domains), times its own GPUs.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from fmstack.catalog.loader import Catalog
-from fmstack.catalog.topology import build_cluster
+from fmstack.catalog.topology import build_cluster, resolve_instance
 from fmstack.errors import InputError
 from fmstack.perfmodel.config import TrainConfig
 from fmstack.perfmodel.training import estimate_training
@@ -46,7 +50,9 @@ class PerfModelSpeed:
         self.catalog = catalog
         self.instance = instance
         self.split_factor = split_factor
-        self.gpn = catalog.instance(instance).num_gpus if instance in catalog.names("instance") else 8
+        inst = resolve_instance(catalog, instance)
+        self.gpn = inst.num_gpus
+        self.nodes_per_domain = max(1, inst.nvlink_domain_gpus // inst.num_gpus) if inst.ultraserver else 1
         self._cache: dict[tuple[str, int, bool], float] = {}
 
     def tokens_per_s(self, model: str, num_gpus: int, packed: bool) -> float:
@@ -61,8 +67,14 @@ class PerfModelSpeed:
         if num_gpus < self.gpn:
             return self.tokens_per_s(model, self.gpn, True) * num_gpus / self.gpn
         nodes = num_gpus // self.gpn
+        npd = self.nodes_per_domain
+        if nodes > npd and nodes % npd:
+            whole_gpus = -(-nodes // npd) * npd * self.gpn
+            return self.tokens_per_s(model, whole_gpus, packed) * num_gpus / whole_gpus
         per_leaf = nodes if packed or nodes < 2 else max(1, nodes // 2)
-        cluster = build_cluster(self.catalog, self.instance, nodes, nodes_per_leaf=max(per_leaf, 1))
+        cluster = build_cluster(
+            self.catalog, self.instance, nodes, nodes_per_leaf=max(per_leaf, 1), part_of_domain=True
+        )
         tp = min(self.gpn, num_gpus)
         dp = num_gpus // tp
         cfg = TrainConfig(

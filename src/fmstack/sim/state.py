@@ -15,7 +15,7 @@ from fmstack.catalog.loader import Catalog
 from fmstack.catalog.topology import build_cluster
 from fmstack.errors import InputError
 from fmstack.observability.health import Action, HealthEngine
-from fmstack.orchestration.policies import PendingJob, RunningJob, make_policy
+from fmstack.orchestration.policies import KUEUE_POLICIES, PendingJob, RunningJob, make_policy
 from fmstack.orchestration.policies.base import RunningSet
 from fmstack.orchestration.policies.fifo import PendingQueue
 from fmstack.orchestration.policies.kueue import requeue_backoff_s
@@ -27,7 +27,7 @@ from fmstack.sim.engine import Environment
 from fmstack.sim.faults import RepairTimes
 from fmstack.sim.fleet import Alloc, Fleet, NodeState
 from fmstack.sim.speed import JobSpeedModel, PerfModelSpeed, step_tokens
-from fmstack.sim.workload import Job, generate, read_trace
+from fmstack.sim.workload import MIN_DURATION_S, Job, generate, read_trace
 
 SUBMIT, FINISH, FAULT, MAINT, DETECT, REPAIRED, ELIGIBLE, TICK, SAMPLE, PRIORITY, TIMEOUT = range(11)
 OUT_STATE = {
@@ -68,7 +68,11 @@ class _Capacity:
 
     @property
     def free_gpus(self) -> int:
-        return self.fleet.schedulable_gpus - self.fleet.allocated_gpus
+        """Free GPUs on schedulable nodes. A hung job still holds its GPUs on a failed node, which is not
+        schedulable: they are counted out once (with the node), not again as allocated (until 2026-11-24 they were
+        subtracted twice, review)."""
+        f = self.fleet
+        return f.schedulable_gpus - (f.allocated_gpus - f.out_held_gpus)
 
     def try_start(self, job: PendingJob) -> bool:
         version, sizes = self.no_room
@@ -108,6 +112,8 @@ class SimState:
         self.failures: FailureModel | None = (
             load_failure_model(config.faults, include_planned=False) if config.faults else None
         )
+        self.fault_shares = self.failures.node_category_shares(self.gpn) if self.failures is not None else {}
+        """Cause shares of one node's failures (per-GPU causes weighted by this instance's GPUs per node)."""
         self.health = HealthEngine()
         if jobs is None:
             if config.trace is not None:
@@ -126,6 +132,8 @@ class SimState:
         self.resets = [0] * len(self.fleet.state)
         self.reboots = [0] * len(self.fleet.state)
         self.nodes_out = 0
+        self.undetected: dict[int, tuple[str, int]] = {}
+        """Failed nodes whose failure is not detected yet: node -> (cause, its fault-log index)."""
         self.tick_pending = False
         self.samples: list[tuple[float, int, int, int, int, int]] = []
         self.fault_log: list[dict[str, Any]] = []
@@ -138,6 +146,9 @@ class SimState:
         """Work lost to preemptions (compute since the victim's last checkpoint)."""
         self.timeout_lost_gpu_s = 0.0
         """Work lost to jobs killed at their time limit; the rest of lost work is failures'."""
+        self.preempt_states: tuple[float, set[tuple[frozenset[int], frozenset[int]]]] = (-1.0, set())
+        """(time, the running and pending job ids before each preemption at that time): see :meth:`_no_progress`."""
+        self.preemption_cycles_broken = 0
         self.no_room: tuple[int, set[int]] = (-1, set())
         self.fleet_gpu_s = [0.0, 0.0, 0.0, 0.0]
         """Integrals over time of the fleet's GPUs by what they are doing: held by jobs (allocated), free on
@@ -162,6 +173,9 @@ class SimState:
             raise InputError("num_gpus", f"job {j.job_id} asks {j.num_gpus} GPUs > fleet {self.fleet.total_gpus}")
         if j.work_s <= 0:
             j.work_s = j.tokens / self.speed.tokens_per_s(j.model, j.num_gpus, True)
+            if j.work_s < MIN_DURATION_S:
+                raise InputError("tokens", f"job {j.job_id}: {j.tokens:g} tokens take {j.work_s:.3g} s on {j.num_gpus} "
+                                 f"GPUs of {j.model}; a job runs at least {MIN_DURATION_S:g} s")  # fmt: skip
         if j.tokens <= 0:
             j.tokens = j.work_s * self.speed.tokens_per_s(j.model, j.num_gpus, True)
         if j.time_limit_s <= 0:  # a trace row without one: twice the runtime, at least an hour
@@ -206,10 +220,35 @@ class SimState:
             for alloc in cap.allocs.values():
                 self.fleet.release(alloc)
             self.no_room = cap.no_room
-            if not plan.preempt:
+            if not plan.preempt or self._no_progress():
                 return
             for jid in plan.preempt:
                 self._preempt(self.jobs[jid])
+            if plan.preemptor is not None:
+                self._start_preemptor(self.jobs[plan.preemptor])
+
+    def _start_preemptor(self, job: Job) -> None:
+        """Start the job the preemptions made room for on the GPUs they freed, before another pass may take them
+        (the policy checked that it can be placed then)."""
+        if job.running or job.job_id not in self.pending.ids():
+            return
+        alloc = self.fleet.place(job.num_gpus)
+        if alloc is not None:
+            self._start(job, alloc, startup_s=0.0 if job.restarts == 0 else self.rec.startup_after_requeue_s)
+
+    def _no_progress(self) -> bool:
+        """Whether the running and pending jobs are as they were before an earlier preemption at this instant: the
+        plan would repeat a cycle of preemptions (no simulated time passes between them, so the run would never
+        end). The preemption is then not made; the run counts it (``jobs.preemption_cycles_broken``)."""
+        now = self.env.now_s
+        if now != self.preempt_states[0]:
+            self.preempt_states = (now, set())
+        key = (frozenset(self.running.ids()), frozenset(self.pending.ids()))
+        if key in self.preempt_states[1]:
+            self.preemption_cycles_broken += 1
+            return True
+        self.preempt_states[1].add(key)
+        return False
 
     def _start(self, job: Job, alloc: Alloc, *, startup_s: float) -> None:
         now = self.env.now_s
@@ -297,7 +336,7 @@ class SimState:
         (kueue setup_wait_for_pods_ready.md; shared/reference/orchestration-02-kueue-volcano-kai.md section 4),
         counted over this job's failure requeues only."""
         job.fault_requeues += 1
-        if self.policy.name == "kueue":
+        if self.policy.name in KUEUE_POLICIES:
             self._requeue(job, requeue_backoff_s(job.fault_requeues))
         else:
             self._requeue(job, self.rec.requeue_delay_s)

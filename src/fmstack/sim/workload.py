@@ -13,7 +13,8 @@ Generator ([D]: documented defaults, shaped after the traces' qualitative findin
 - model by size: <= 8 GPUs llama3.1-8b, <= 256 llama3.1-70b, else llama3.1-405b; tokens = runtime x speed.
 
 CSV trace columns: ``job_id,submit_s,num_gpus`` and one of ``duration_s`` or ``tokens`` (then ``model`` is
-needed to get a speed), optional ``time_limit_s,user,queue,model,priority``.
+needed to get a speed), optional ``time_limit_s,user,queue,model,priority``; UTF-8, with or without a byte-order
+mark. A job runs at least :data:`MIN_DURATION_S`.
 """
 
 from __future__ import annotations
@@ -129,6 +130,9 @@ def generate(
 
 
 _REQUIRED = ("job_id", "submit_s", "num_gpus")
+MIN_DURATION_S = 1.0
+"""Shortest runtime a job may have (``duration_s``, or ``tokens`` at the speed model's speed): the twin's times
+are seconds, and a far shorter job (``1e-300``) only makes GPU-second sums underflow (numpy's RuntimeWarning)."""
 MAX_TRACE_BYTES = 256 * 2**20
 """Largest trace file read (256 bytes a row at :data:`fmstack.sim.config.MAX_JOBS` rows; a row is ~40-100)."""
 
@@ -139,7 +143,7 @@ def read_trace(path: Path, *, fleet_gpus: int, gpus_per_node: int, max_jobs: int
         size = path.stat().st_size
         if size > MAX_TRACE_BYTES:
             raise InputError("trace", f"{path.name} is {size / 2**20:,.0f} MiB; at most {MAX_TRACE_BYTES // 2**20} MiB")
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark (Excel's "CSV UTF-8") is not a column name
     except OSError as exc:
         raise InputError("trace", f"cannot read {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
@@ -204,6 +208,10 @@ def _row(row: dict[str, str], fleet_gpus: int, gpn: int) -> Job:
     tokens = num("tokens", 0.0)
     if duration <= 0 and tokens <= 0:
         raise ValueError("needs duration_s > 0 or tokens > 0")
+    if 0 < duration < MIN_DURATION_S:
+        raise ValueError(
+            f"duration_s={row.get('duration_s', '').strip()} is below {MIN_DURATION_S:g} s, the shortest job"
+        )
     limit = num("time_limit_s", 0.0)  # 0: the simulator sets twice the runtime, at least an hour
     job_id = num("job_id")
     if job_id != int(job_id):

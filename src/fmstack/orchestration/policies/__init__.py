@@ -17,6 +17,7 @@ from fmstack.orchestration.policies.fifo import FifoPolicy, SjfPolicy
 from fmstack.orchestration.policies.kueue_policy import KueuePolicy
 
 __all__ = [
+    "KUEUE_POLICIES",
     "POLICIES",
     "BackfillParams",
     "Capacity",
@@ -61,7 +62,12 @@ POLICIES: dict[str, Callable[[int, tuple[str, ...]], SchedulingPolicy]] = {
     "slurm-backfill": lambda gpn, queues: BackfillPolicy(gpus_per_node=gpn),
     "easy-backfill": _easy,
     "kueue": lambda gpn, queues: KueuePolicy(queues=queues or ("default",)),
+    "kueue-strict": lambda gpn, queues: KueuePolicy(
+        queues=queues or ("default",), queueing_strategy="StrictFIFO", name="kueue-strict"
+    ),
 }
+KUEUE_POLICIES = ("kueue", "kueue-strict")
+"""The Kueue-like policies: BestEffortFIFO (Kueue's default queueing strategy) and StrictFIFO."""
 
 
 def make_policy(

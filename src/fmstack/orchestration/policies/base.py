@@ -213,3 +213,6 @@ class Plan:
 
     starts: list[int]
     preempt: list[int] = field(default_factory=list)
+    preemptor: int | None = None
+    """The pending job the preemptions make room for: the caller starts it on the capacity they free before
+    anything else may take it (Kueue admits the preemptor once its victims are gone)."""

@@ -7,7 +7,7 @@ no other job in that partition is scheduled" (Slurm doc/html/sched_config.shtml)
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, KeysView, Sequence
 from dataclasses import dataclass
 
 from fmstack.orchestration.policies.base import Capacity, PendingJob, Plan, RunningJob
@@ -145,6 +145,10 @@ class PendingQueue:
 
     def __len__(self) -> int:
         return len(self._jobs)
+
+    def ids(self) -> KeysView[int]:
+        """The pending jobs' ids (a view)."""
+        return self._jobs.keys()
 
     def __iter__(self) -> Iterator[PendingJob]:
         return iter(self._order)

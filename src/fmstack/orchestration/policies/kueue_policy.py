@@ -3,16 +3,26 @@ admission order, gang (all-or-nothing) admission with topology placement from th
 preemption (within a queue by priority, reclaim within the cohort).
 
 Nominal quota: the fleet's GPUs split evenly among the queues (remainder to the first); a documented default
-([D]) a user changes with ``nominal_gpus``. The admission order is computed once per pass: DRS share of the
-queue with the workload added (lowest first, kueue fair_sharing.md), then priority, then creation time.
+([D]) a user changes with ``nominal_gpus``.
 
-A pass walks that order; each workload is admitted if it fits the quota and the capacity places it, skipped if
-it fits but cannot be placed, or, if it does not fit, preempts the classic targets (the pass ends there) or is
-skipped when no targets exist. Workloads of one (queue, priority, size) group get the same answer until the
-pass admits something, so the pass works on groups: a group's status (fits / can preempt / neither) comes from
-the quota arithmetic of :func:`fmstack.orchestration.policies.kueue.max_fit` on the GPUs in use per (queue,
-priority) (kept up to date by :class:`RunningSet`, and by the pass as it admits), and only the next workload of
-a group that could act is looked at. The targets themselves come from :meth:`KueueState.preemption_targets`.
+Order (kueue concepts/cluster_queue.md "Queueing strategy", fair_sharing.md): within a ClusterQueue, workloads by
+priority then creation time (here: when the job became eligible, as Kueue's requeuingTimestamp Eviction); across
+queues, each queue's head is taken in order of the DRS share its queue would have with that head admitted (lowest
+first, recomputed after every admission, as Kueue's fair-sharing iterator), then priority, then creation time.
+With ``BestEffortFIFO`` (the default) a head that can neither be admitted nor preempt is set aside for this pass
+and the next workload of its queue becomes the head; with ``StrictFIFO`` it holds its queue.
+
+A pass takes heads in that order; each is admitted if it fits the quota and the capacity places it, set aside if
+it fits but cannot be placed, or, if it does not fit, preempts the classic targets (the pass ends there; the plan
+names it as ``preemptor``, and the caller gives it the capacity the victims free) or is set aside when no targets
+exist. A workload admitted in this pass is never a target (Kueue computes targets from the snapshot of the
+cycle, before the cycle admits anyone), so a pass cannot undo its own admissions.
+
+Workloads of one (queue, priority, size) group get the same answer until the pass admits something, so the pass
+works on groups: a group's status (fits / can preempt / neither) comes from the quota arithmetic of
+:func:`fmstack.orchestration.policies.kueue.max_fit` on the GPUs in use per queue (kept up to date as the pass
+admits) and the running workloads per (queue, priority) at the pass start (kept by :class:`RunningSet`). The targets
+themselves come from :meth:`KueueState.preemption_targets`.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from heapq import merge
 
+from fmstack.errors import InputError
 from fmstack.orchestration.policies.base import (
     Capacity,
     PendingJob,
@@ -35,9 +46,10 @@ from fmstack.orchestration.policies.fifo import group_pending
 from fmstack.orchestration.policies.kueue import ClusterQueue, CohortQuota, KueueState, Quota, Workload, drs_share
 
 RES = "gpu"
+QUEUEING_STRATEGIES = ("BestEffortFIFO", "StrictFIFO")
 _FIT, _PREEMPT, _NONE = range(3)
 _OrderKey = tuple[float, tuple[float, float, int]]
-"""(DRS share at the pass start, (-priority, submit_s, job_id))."""
+"""(DRS share of the head's queue with the head admitted, (-priority, submit_s, job_id))."""
 
 
 _Candidate = tuple[bool, int, float, int, str, int]
@@ -49,11 +61,9 @@ def _stream(
     keys: Sequence[PreemptKey],
     jobs: Sequence[RunningJob],
     end: int,
-    extra: list[tuple[PreemptKey, int]],
 ) -> Iterator[_Candidate]:
-    """One queue's candidates (the first ``end`` running jobs, and those admitted in this pass) in order."""
-    running = ((flag, *keys[i], queue, jobs[i].num_gpus) for i in range(end))
-    return merge(running, ((flag, *k, queue, g) for k, g in extra))
+    """One queue's candidates (the first ``end`` running jobs) in order."""
+    return ((flag, *keys[i], queue, jobs[i].num_gpus) for i in range(end))
 
 
 class _Queues:
@@ -68,7 +78,9 @@ class _Queues:
 
 
 class _Pass:
-    """Quota state of one pass: GPUs in use per (queue, priority), updated as the pass admits workloads."""
+    """Quota state of one pass: GPUs in use per queue, updated as the pass admits workloads, and the running
+    workloads per (queue, priority) at the pass start (the preemption candidates: a workload admitted in this
+    pass is never one, as Kueue computes targets when it nominates the heads, before the cycle admits any)."""
 
     def __init__(self, policy: KueuePolicy, qs: _Queues, now_s: float, running: Collection[RunningJob]) -> None:
         self.qs = qs
@@ -93,7 +105,6 @@ class _Pass:
         self.use: dict[str, int] = {}
         for (q, _), n in self.by_qp.items():
             self.use[q] = self.use.get(q, 0) + n
-        self.start_use = dict(self.use)
         # LowerOrNewerEqualPriority also takes same-priority workloads admitted after the preemptor (now)
         self.newer: dict[tuple[str, int], int] = {}
         if policy.within_cluster_queue == "LowerOrNewerEqualPriority":
@@ -107,10 +118,11 @@ class _Pass:
         self._share: dict[tuple[str, int], float] = {}
 
     def share(self, q: str, n: int) -> float:
-        """DRS share of queue ``q`` with ``n`` more GPUs, at the pass start (as KueueState.share)."""
+        """DRS share of queue ``q`` with ``n`` more GPUs at its usage now, this pass's admissions included (as
+        KueueState.share; Kueue's fair-sharing iterator computes it on the snapshot that each admission updates)."""
         s = self._share.get((q, n))
         if s is None:
-            u = self.start_use.get(q, 0)
+            u = self.use.get(q, 0)
             s = self._share[(q, n)] = drs_share(
                 self.queues[q], self.qs.member_queues[q], lambda res: u if res == RES else 0, {RES: n}
             )
@@ -179,15 +191,15 @@ class _Pass:
     def admit(self, job: PendingJob) -> None:
         wl = self._workload(job)
         self.admitted.append(wl)
-        key = (job.queue, wl.priority)
-        self.by_qp[key] = self.by_qp.get(key, 0) + job.num_gpus
         self.use[job.queue] = self.use.get(job.queue, 0) + job.num_gpus
         self._fit = None
         self._borrow.clear()
         self._preempt.clear()
+        self._share.clear()
 
     def _queue_stream(self, cq: ClusterQueue, m: str, p: int) -> Iterator[_Candidate] | None:
-        """Queue ``m``'s classic candidates for a priority-``p`` workload of ``cq``, in order; None if none can be."""
+        """Queue ``m``'s classic candidates for a priority-``p`` workload of ``cq`` (its workloads running at the
+        pass start), in order; None if none can be."""
         if m == cq.name:
             mode = "LowerPriority" if cq.within_cluster_queue == "LowerPriority" else "Never"
         elif cq.cohort is not None and self.queues[m].cohort == cq.cohort and self._borrowing(m):
@@ -198,12 +210,7 @@ class _Pass:
             return None
         keys, jobs = self.order(m)
         end = bisect_left(keys, (p,)) if mode == "LowerPriority" else len(keys)
-        extra = sorted(
-            ((w.priority, -w.admitted_s, w.wid), w.request[RES])
-            for w in self.admitted
-            if w.queue == m and (mode != "LowerPriority" or w.priority < p)
-        )
-        return _stream(m == cq.name, m, keys, jobs, end, extra)
+        return _stream(m == cq.name, m, keys, jobs, end)
 
     def _candidates(self, cq: ClusterQueue, p: int, *, own: bool = True, others: bool = True) -> Iterator[_Candidate]:
         """Classic candidates as (own queue, priority, -admitted_s, wid, queue, GPUs), in Kueue's order: other
@@ -268,7 +275,9 @@ class _Pass:
                          admitted_s=r.start_s)
             )  # fmt: skip
         state.admitted.extend(self.admitted)
-        return state.preemption_targets(self._workload(job))
+        wl = self._workload(job)
+        now = {w.wid for w in self.admitted}
+        return state.preemption_targets(wl, [w for w in state.classic_candidates(wl) if w.wid not in now])
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -281,10 +290,19 @@ class KueuePolicy:
     borrowing_limit_gpus: int | None = None
     within_cluster_queue: str = "LowerPriority"
     reclaim_within_cohort: str = "Any"
+    queueing_strategy: str = "BestEffortFIFO"
+    """ClusterQueue ``queueingStrategy``: ``BestEffortFIFO`` (Kueue's default: a head that cannot be admitted is
+    set aside and the next workload of the queue is tried) or ``StrictFIFO`` (it holds the whole queue)."""
     name: str = "kueue"
     interval_s: float = 0.0
     _quotas: dict[int, _Queues] = field(default_factory=dict, init=False, repr=False, compare=False)
     """ClusterQueues and their quota arithmetic per fleet size (they depend on nothing else)."""
+
+    def __post_init__(self) -> None:
+        if self.queueing_strategy not in QUEUEING_STRATEGIES:
+            raise InputError(
+                "queueing_strategy", f"{self.queueing_strategy!r}; allowed: {', '.join(QUEUEING_STRATEGIES)}"
+            )
 
     def cluster_queues(self, total_gpus: int) -> dict[str, ClusterQueue]:
         n = len(self.queues)
@@ -312,47 +330,67 @@ class KueuePolicy:
         qs = self._quotas.get(capacity.total_gpus)
         if qs is None:
             qs = self._quotas[capacity.total_gpus] = _Queues(self.cluster_queues(capacity.total_gpus))
-        queues = qs.queues
         pas = _Pass(self, qs, now_s, running)
-        groups = [(q, int(p), n, g) for (q, p, n), g in group_pending(pending).items() if q in queues]
+        groups = [(q, int(p), n, g) for (q, p, n), g in group_pending(pending).items() if q in qs.queues]
+        by_queue: dict[str, list[int]] = {}
+        for i, grp in enumerate(groups):
+            by_queue.setdefault(grp[0], []).append(i)
         at = len(groups) * [0]
-        passed: _OrderKey | None = None
+        cursor: dict[str, tuple[float, float, int]] = {}  # each queue's last workload taken in this pass
+        blocked: set[str] = set()  # StrictFIFO queues whose head can do nothing in this pass
+        strict = self.queueing_strategy == "StrictFIFO"
         starts: list[int] = []
         no_room: set[int] = set()  # sizes the capacity could not place in this pass (it only shrinks)
+
+        def idle(q: str, p: int, n: int) -> bool:
+            st = pas.status(q, p, n)
+            return st == _NONE or (st == _FIT and n in no_room)
+
         while True:
             best: _OrderKey | None = None
             pick = -1
-            for i, (q, p, n, g) in enumerate(groups):
-                k = at[i]
-                if k >= len(g.keys):
+            for q, members in by_queue.items():
+                if q in blocked:
                     continue
-                st = pas.status(q, p, n)
-                if st == _NONE or (st == _FIT and n in no_room):
-                    continue
-                share = pas.share(q, n)
-                if passed is not None and (share, g.keys[k]) <= passed:
-                    k = at[i] = len(g.keys) if share < passed[0] else bisect_right(g.keys, passed[1], lo=k)
-                    if k >= len(g.keys):
+                head: tuple[tuple[float, float, int], int] | None = None
+                last = cursor.get(q)
+                for i in members:
+                    _, p, n, g = groups[i]
+                    k = at[i]
+                    if last is not None and k < len(g.keys) and g.keys[k] <= last:
+                        k = at[i] = bisect_right(g.keys, last, lo=k)
+                    if k >= len(g.keys) or (not strict and idle(q, p, n)):
                         continue
-                key = (share, g.keys[k])
+                    if head is None or g.keys[k] < head[0]:
+                        head = (g.keys[k], i)
+                if head is None:
+                    continue
+                _, p, n, _ = groups[head[1]]
+                if strict and idle(q, p, n):
+                    blocked.add(q)  # the head neither fits nor can preempt: it holds the queue (StrictFIFO)
+                    continue
+                key = (pas.share(q, n), head[0])
                 if best is None or key < best:
-                    best, pick = key, i
+                    best, pick = key, head[1]
             if best is None:
                 return Plan(starts)
-            passed = best
             q, p, n, g = groups[pick]
             job = g.jobs[at[pick]]
+            cursor[q] = g.keys[at[pick]]
+            at[pick] += 1
             if pas.status(q, p, n) == _FIT:
                 if capacity.try_start(job):
                     pas.admit(job)
                     starts.append(job.job_id)
-                else:
-                    no_room.add(n)
-                continue
-            targets = pas.targets(job)
-            # gang admission needs a placement: preempt only if the job can then be placed (a capacity that can
-            # tell, as the fleet twin's); otherwise a job that fits the quota but not the topology would evict the
-            # same small jobs over and over, each coming straight back
-            can_place = getattr(capacity, "can_place_after", None)
-            if targets and (can_place is None or can_place(job.num_gpus, targets)):
-                return Plan(starts, preempt=targets)
+                    continue
+                no_room.add(n)
+            else:
+                targets = pas.targets(job)
+                # gang admission needs a placement: preempt only if the job can then be placed (a capacity that
+                # can tell, as the fleet twin's); otherwise a job that fits the quota but not the topology would
+                # evict the same small jobs over and over, each coming straight back
+                can_place = getattr(capacity, "can_place_after", None)
+                if targets and (can_place is None or can_place(job.num_gpus, targets)):
+                    return Plan(starts, preempt=targets, preemptor=job.job_id)
+            if strict:
+                blocked.add(q)
