@@ -985,7 +985,47 @@ BAD_ARGV += [
 
 # session 13, serve / rl review fixes (helper S): add rows here
 BAD_FILES.update({})
-BAD_ARGV += []
+_S8 = ["estimate", "serve", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--input-len", "512",
+       "--output-len", "128"]  # fmt: skip
+_S70 = ["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--nodes", "2", "--tp", "2",
+        "--precision", "fp8", "--input-len", "8192", "--output-len", "256", "--max-num-tokens", "2048"]  # fmt: skip
+_PS = ["plan", "serve", "--model", "llama3.1-8b", "--input-len", "512", "--output-len", "128", "--ttft-p99", "1",
+       "--itl-p99", "0.05"]  # fmt: skip
+_RL = ["rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "2"]
+BAD_ARGV += [
+    # a negative seed reached numpy (traceback); nan / inf rates reached int() (traceback) or a capacity message
+    ([*_S8, "--concurrency", "4", "--seed", "-1"], "seed: must be >= 0, got -1"),
+    ([*_S8, "--qps", "nan"], "qps: must be a finite number > 0, got nan"),
+    ([*_S8, "--qps", "inf"], "qps: must be a finite number > 0, got inf"),
+    ([*_S8, "--disagg", "--ttft-slo", "nan"], "ttft-slo: must be a finite number > 0, got nan"),
+    ([*_PS, "--qps", "nan"], "qps: must be a finite number > 0, got nan"),
+    ([*_PS, "--qps", "inf"], "qps: must be a finite number > 0, got inf"),
+    ([*_PS, "--qps", "1", "--seed", "-1"], "seed: must be >= 0, got -1"),
+    # a nan target was accepted and searched ("no deployment meets TTFT nan s")
+    ([*_PS[:-4], "--qps", "1", "--ttft-p99", "nan", "--itl-p99", "0.05"], "ttft-p99: must be a finite number > 0"),
+    ([*_PS[:-4], "--qps", "1", "--ttft-p99", "1", "--itl-p99", "inf"], "itl-p99: must be a finite number > 0"),
+    # a split above a pool's capacity printed finite percentiles of a queue that only grows
+    ([*_S70, "--qps", "12", "--prefill-replicas", "6", "--decode-replicas", "1"],
+     "qps: 12 requests/s exceeds the prefill pool's capacity, 6 replica(s) x 1.295 = 7.771 requests/s and the "
+     "decode pool's capacity, 1 replica(s) x 7.195 = 7.195 requests/s"),
+    ([*_S70, "--qps", "9", "--prefill-replicas", "7", "--decode-replicas", "1"],
+     "qps: 9 requests/s exceeds the decode pool's capacity, 1 replica(s) x 7.195"),
+    ([*_S70, "--qps", "7.1", "--prefill-replicas", "6", "--decode-replicas", "1"],
+     "qps: 7.1 requests/s keeps the decode pool 98.7 % busy"),
+    # --scheduler static was ignored by the split and the mean-field comparison (they batch continuously)
+    ([*_S8, "--nodes", "1", "--scheduler", "static", "--disagg"],
+     "scheduler: static batching is modelled for one colocated replica only"),
+    # "no deployment meets SLO" where no searched GPU had the precision, or no replica held the model
+    (["plan", "serve", "--model", "llama3.1-70b", "--qps", "2", "--input-len", "512", "--output-len", "128",
+      "--ttft-p99", "1", "--itl-p99", "0.05", "--instance", "p4d.24xlarge", "--precision", "fp8"],
+     "precision: A100-40GB (p4d.24xlarge) has no 'fp8' peak; it has bf16, fp16"),
+    (["plan", "serve", "--model", "llama3.1-405b", "--qps", "2", "--input-len", "2048", "--output-len", "256",
+      "--ttft-p99", "3", "--itl-p99", "0.1", "--instance", "p4d.24xlarge", "--max-nodes-per-replica", "1"],
+     "the smallest replica that holds one sequence: 4 x p4d.24xlarge (tp 32 bf16); use --max-nodes-per-replica 4"),
+    # --critic under GRPO (no critic; a rule-based reward has no model) was silently ignored
+    (["estimate", *_RL, "--critic", "llama3.1-70b"], "critic: GRPO has no critic"),
+    (["plan", *_RL, "--critic", "llama3.1-70b"], "critic: GRPO has no critic"),
+]  # fmt: skip
 
 # session 13, simulate review fixes (helper K): add rows here
 BAD_FILES.update(

@@ -55,11 +55,14 @@ def test_colocated_wins_for_short_prompts(cat: Catalog) -> None:
     plan = _plan(cat, SHORT)
     b = plan.best
     assert b.mode == "colocated" and b.meets_slo
-    # the cheapest split is no cheaper and keeps more GPUs busy (a prefill replica for 256-token prompts); sized for
-    # p99 (a bound on the prefill queue's wait) it ranks below the colocated rows at its cost and is not simulated
-    # (with the M/D/1 mean sizing, 1P:2D tp 1 was simulated and met the SLO at the same cost, 3 GPUs vs 2)
+    # the cheapest split is no cheaper and keeps no fewer GPUs busy (a prefill replica for 256-token prompts); sized
+    # for p99 (a bound on the prefill queue's wait) it ranks below the colocated rows at its cost and is not simulated
+    # (with the M/D/1 mean sizing, 1P:2D tp 1 was simulated and met the SLO at the same cost, 3 GPUs vs 2). Since
+    # session 13 the best is one TP 4 replica (4 GPUs busy, as the 1P:1D TP 2 split; ranked first on its rate): one
+    # TP 2 replica, 2 GPUs, runs 20 req/s at 97.6 % of its capacity, where no run reaches the steady state
+    # (test_inference_open_loop.py; its 150-request check "met" the SLO at TTFT p99 0.126 s, 20,000 requests give 1.7-4 s)
     s = next(c for c in plan.candidates if c.mode == "disaggregated")
-    assert (s.cost_per_hour_usd, s.replicas * s.tp) > (b.cost_per_hour_usd, b.replicas * b.tp)
+    assert (s.cost_per_hour_usd, s.busy_gpus) >= (b.cost_per_hour_usd, b.busy_gpus)
     assert s.cost_per_hour_usd >= b.cost_per_hour_usd
     assert "none ranked high enough (cost, then GPUs busy) to be simulated" in plan.disaggregation_note
 

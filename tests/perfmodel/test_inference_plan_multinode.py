@@ -36,14 +36,16 @@ def plan_405b(cat: Catalog) -> ServePlan:
 
 
 def test_405b_bf16_does_not_fit_one_p5_node(cat: Catalog) -> None:
-    """By hand: 405.9e9 parameters x 2 B / 8 GPUs = 94.5 GiB per GPU > 80 GiB of an H100; one node finds nothing."""
+    """By hand: 405.9e9 parameters x 2 B / 8 GPUs = 94.5 GiB per GPU > 80 GiB of an H100; one node finds nothing,
+    and the error says memory, not the SLO, with the smallest replica that would hold a sequence (two nodes)."""
     model = cat.model("llama3.1-405b")
     params = count_params(model).total
     assert params * 2 / 8 / 2**30 > build_cluster(cat, "p5.48xlarge", 1).gpu.hbm_gib
     with pytest.raises(InputError) as err:
         plan_serve(cat, model, qps=2.0, input_len=2048, output_len=256, slo=SLO_405B, instances=("p5.48xlarge",),
                    precisions=("bf16",), max_nodes_per_replica=1)  # fmt: skip
-    assert err.value.field == "slo" and "up to 1 node(s) per replica" in err.value.message
+    assert err.value.field == "max-nodes-per-replica" and "up to 1 node(s)" in err.value.message
+    assert "bf16 weights take 94.5 GiB" in err.value.message and "2 x p5.48xlarge (tp 16 bf16)" in err.value.message
 
 
 def test_405b_bf16_multinode_plan_invariants(cat: Catalog, plan_405b: ServePlan) -> None:

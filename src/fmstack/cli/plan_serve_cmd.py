@@ -23,6 +23,7 @@ from fmstack.cli.plan_serve_render import simulation_status
 from fmstack.errors import InputError
 from fmstack.fileio import check_output_path
 from fmstack.perfmodel.efficiency import EfficiencyFor
+from fmstack.perfmodel.inference import check_rate
 from fmstack.perfmodel.inference_kv import PRECISIONS
 
 PLAN_SERVE_EXAMPLE = """Example:
@@ -73,6 +74,10 @@ def plan_serve_cmd(
     for name, value in (("input-len", input_len), ("output-len", output_len), ("top", top)):
         if value < 1:
             raise InputError(name, f"must be >= 1, got {value}")
+    for name, x in (("qps", qps), ("ttft-p99", ttft_p99), ("itl-p99", itl_p99)):
+        check_rate(x, name)  # a rate, or a target in seconds: a finite number > 0
+    if seed < 0:
+        raise InputError("seed", f"must be >= 0, got {seed}")
     if html_path is not None:
         check_output_path(html_path, field="html", example="serve-plan.html")  # before the search, not after it
     cat = load_catalog(catalog_dir)

@@ -121,7 +121,7 @@ def render_plan_serve(
             else []), str(c.max_num_tokens), str(c.nodes_per_replica), str(c.replicas), str(c.nodes),
             f"{c.cost_per_hour_usd:,.2f}", f"{c.rate_per_replica_rps:.2f}",
             f"{sim['ttft_p99_s']:.3f}" if sim else "-", f"{sim['itl_p99_s']:.4f}" if sim else "-",
-            {True: "meets", False: "misses", None: "not simulated"}[c.meets_slo],
+            {True: "meets", False: "misses*" if c.sim_note else "misses", None: "not simulated"}[c.meets_slo],
         ])  # fmt: skip
     # what every shown row shares goes to the title once (the table fits 140 columns without wrapped headers)
     said = {"instance": "{}", "prec": "{}", "pp": "pp {}", "nodes per\nreplica": "{} node(s) per replica",
@@ -139,6 +139,9 @@ def render_plan_serve(
     for r in rows:
         table.add_row(*(r[i] for i in keep))
     out.print(table)
+    for n, c in enumerate(shown, 1):
+        if c.sim_note:
+            out.print(f"* row {n}: {c.sim_note}", markup=False, soft_wrap=True)
     what = "the best split's simulation" if b.mode == "disaggregated" else "the best replica's analytic point"
     out.print(f"reproduce {what} with:", markup=False)
     argv = estimate_argv(model, b, plan.input_len, plan.output_len, catalog_dir, slo, qps=plan.qps, seed=seed,

@@ -33,6 +33,11 @@ RL_EXAMPLE = """Example:
 """
 
 
+TRAIN_SYNC_CAPTION = "train: forward passes and training; sync: weight sync + colocated switch"
+"""What the ``train (s)`` and ``sync (s)`` columns of `estimate rl --compare` and `plan rl` hold
+(:meth:`fmstack.perfmodel.rl.RLEstimate.phases_s`)."""
+
+
 def _apply(func: Any, options: list[Any]) -> Any:
     for option in reversed(options):
         func = option(func)
@@ -81,7 +86,11 @@ def step_options(func: Any) -> Any:
 
 @click.command(epilog=RL_EXAMPLE)
 @click.option("--model", required=True, help="Actor (policy) model.")
-@click.option("--critic", default=None, help="Critic / reward model [the actor's architecture].")
+@click.option(
+    "--critic",
+    default=None,
+    help="Architecture of PPO's critic and of a --reward-model (not GRPO with a rule reward) [the actor's].",
+)
 @click.option("--instance", required=True, help="Instance name from the catalog.")
 @click.option(
     "--nodes", type=int, default=1, show_default=True, help="Nodes for the whole step (rollout and training)."
@@ -139,7 +148,8 @@ def rl_cmd(
             data["hint"] = hint
         if others:
             data["placements"] = {k: {"step_time_s": v.step_time_s, "parts_s": v.parts_s, "bottleneck": v.bottleneck,
-                                      "fits": v.fits, "memory": v.memory} for k, v in others.items()}  # fmt: skip
+                                      "fits": v.fits, "memory": v.memory, **v.phases_s()}
+                                  for k, v in others.items()}  # fmt: skip
         print_json(data)
         return
     out = console()
@@ -185,12 +195,14 @@ def rl_cmd(
         out.print(f"efficiency: {efficiency.source}", markup=False)
     if others:
         cmp = Table("placement", "step (s)", "rollout (s)", "train (s)", "sync (s)", "peak GiB/GPU", "bottleneck",
-                    title="placements on the same nodes", title_justify="left")  # fmt: skip
+                    title="placements on the same nodes", title_justify="left",
+                    caption=f"{TRAIN_SYNC_CAPTION}; split --async: step = max(rollout, train) + weight sync",
+                    caption_justify="left")  # fmt: skip
         for name, e in others.items():
-            p = e.parts_s
+            ph = e.phases_s()
             peak = f"{max(e.memory['phases_gib'].values()):.1f}" + ("" if e.fits else " [red]over[/]")
-            cmp.add_row(name, f"{e.step_time_s:.2f}", f"{p['rollout']:.2f}", f"{p['actor_train'] + p['critic_train']:.2f}",
-                        f"{p['weight_sync']:.2f}", peak, e.bottleneck)  # fmt: skip
+            cmp.add_row(name, f"{e.step_time_s:.2f}", f"{ph['rollout_s']:.2f}", f"{ph['train_s']:.2f}",
+                        f"{ph['sync_s'] + ph['switch_s']:.2f}", peak, e.bottleneck)  # fmt: skip
         out.print(cmp)
 
 

@@ -26,7 +26,7 @@ from fmstack.cli.common import (
     no_wrap,
     print_json,
 )
-from fmstack.cli.rl_cmd import batch_options, step_options
+from fmstack.cli.rl_cmd import TRAIN_SYNC_CAPTION, batch_options, step_options
 from fmstack.errors import InputError
 from fmstack.fileio import check_output_path
 from fmstack.perfmodel.inference_kv import PRECISIONS
@@ -124,7 +124,11 @@ def _status(quiet: bool) -> Iterator[Callable[[str], None] | None]:
 
 @click.command(epilog=PLAN_RL_EXAMPLE)
 @click.option("--model", required=True, help="Actor (policy) model.")
-@click.option("--critic", default=None, help="Critic / reward model [the actor's architecture].")
+@click.option(
+    "--critic",
+    default=None,
+    help="Architecture of PPO's critic and of a --reward-model (not GRPO with a rule reward) [the actor's].",
+)
 @click.option("--instance", required=True, help="Instance name(s), comma-separated, from the catalog.")
 @click.option("--nodes", "nodes_text", required=True, help="Nodes for the whole step: 4, a list (2,4,8) or 2-16.")
 @batch_options
@@ -218,9 +222,7 @@ def _row_json(
         "train_sharding": est.train_step["config"]["sharding"], "train_layout": p.layout.label,
         "step_time_s": est.step_time_s, "samples_per_s": row.samples_per_s,
         "samples_per_s_per_gpu": row.samples_per_s / est.num_gpus, "cost_per_step_usd": row.cost_per_step_usd,
-        "rollout_s": parts["rollout"], "train_s": sum(v for k, v in parts.items() if k not in
-                                                      ("rollout", "weight_sync", "colocated_switch")),
-        "sync_s": parts["weight_sync"], "switch_s": parts["colocated_switch"], "parts_s": parts,
+        **est.phases_s(), "parts_s": parts,
         "peak_gib_per_gpu": max(mem["phases_gib"].values()), "usable_gib": mem["usable_gib"],
         "bottleneck": est.bottleneck,
         "estimate_command": shlex.join(rl_argv(model, critic, where[0], where[1], cfg, catalog_dir, extra)),
@@ -238,8 +240,7 @@ def _render(data: dict[str, Any], *, several: bool) -> None:
     if not several:
         title += f" on {first['nodes']} x {first['instance']}"
     table = Table(*head, title=title, title_justify="left",
-                  caption="train: forward passes and training; sync: weight sync + colocated switch; placement "
-                  "Nr: N rollout nodes", caption_justify="left")  # fmt: skip
+                  caption=f"{TRAIN_SYNC_CAPTION}; placement Nr: N rollout nodes", caption_justify="left")  # fmt: skip
     no_wrap(table, "instance", "bottleneck")  # "p5en.48xl…" names no instance; "rollout: 46 %" reads as one value
     for i, r in enumerate(data["ranked"], 1):
         value = {"throughput": f"{r['samples_per_s_per_gpu']:.2f}",

@@ -24,7 +24,14 @@ from fmstack.cli.common import (
     print_json,
 )
 from fmstack.errors import InputError
-from fmstack.perfmodel.inference import ServeConfig, ServeEstimate, deployment, estimate_serve, validate_serve
+from fmstack.perfmodel.inference import (
+    ServeConfig,
+    ServeEstimate,
+    check_rate,
+    deployment,
+    estimate_serve,
+    validate_serve,
+)
 from fmstack.perfmodel.inference_kv import KV_DTYPES, PRECISIONS
 from fmstack.perfmodel.inference_plan_candidate import layout_text
 
@@ -104,6 +111,10 @@ def serve_cmd(
     decode pool in another layout with --decode-tp / --decode-pp / --decode-ep / --[no-]decode-attention-dp:
     heterogeneous pools; --attention-dp: attention DP in both pools unless --no-decode-attention-dp). With
     --calibration, a profile measured on the cluster's GPU (fmstack bench --out) replaces the default efficiencies."""
+    if seed < 0:
+        raise InputError("seed", f"must be >= 0, got {seed}")
+    for flag, x in (("ttft-slo", ttft_slo), ("itl-slo", itl_slo)):
+        check_rate(x, flag)  # a target in seconds: the same rule
     cat = load_catalog(catalog_dir)
     arch = cat.model(model)
     cluster = build_cluster(cat, instance, nodes)
@@ -116,6 +127,15 @@ def serve_cmd(
     split = _check_split(prefill_replicas, decode_replicas, cfg, cluster, nodes, decode_cfg)
     if split is None:
         _check_colocated_flags(cfg, arch, cluster, nodes, disagg)
+    if cfg.scheduler == "static" and (split is not None or disagg):
+        raise InputError("scheduler", "static batching is modelled for one colocated replica only: the "
+                         "disaggregated pools (--disagg, --prefill-replicas / --decode-replicas) batch continuously; "
+                         "drop --scheduler static")  # fmt: skip
+    sim_note = None
+    if simulate and cfg.scheduler == "static" and cfg.attention_dp:
+        simulate = False
+        sim_note = ("not simulated: static batching under attention DP is not modelled by the simulation (each rank "
+                    "would form its own batch); the analytic means only")  # fmt: skip
     replica_cfg = cfg if split is None else replace(cfg, request_rate_per_s=cfg.request_rate_per_s / sum(split))  # type: ignore[operator]
     note = None
     try:
@@ -127,12 +147,14 @@ def serve_cmd(
         est, simulate = estimate_serve(arch, cluster, replica_cfg, efficiency=efficiency), False
         note = f"colocated: {exc.message}; shown at the most clients a replica holds, not simulated"
     if simulate:
-        est = _with_percentiles(est, arch, cluster, replica_cfg, seed, length_spread, efficiency)
+        est, sim_note = _with_percentiles(est, arch, cluster, replica_cfg, seed, length_spread, efficiency)
     data = est.to_json()
     if efficiency is not None:
         data["efficiency_source"] = efficiency.source
     if note is not None:
         data["colocated_note"] = note
+    if sim_note is not None:
+        data["simulation_note"] = sim_note
     if split is not None:
         from fmstack.cli.serve_split import split_json
 
@@ -213,8 +235,7 @@ def _check_split(
         )
     if cfg.request_rate_per_s is None:
         raise InputError("qps", "a split is simulated at an open-loop rate: give --qps (the whole deployment's)")
-    if not cfg.request_rate_per_s > 0:
-        raise InputError("qps", f"must be > 0, got {cfg.request_rate_per_s}")
+    check_rate(cfg.request_rate_per_s)
     if cfg.concurrency is not None:
         raise InputError(
             "concurrency", "a split is simulated at --qps (the whole deployment's rate); drop --concurrency"
@@ -234,22 +255,22 @@ def _check_split(
 
 def _with_percentiles(
     est: ServeEstimate, arch: Any, cluster: Any, cfg: ServeConfig, seed: int, spread: float, efficiency: Any = None
-) -> ServeEstimate:
-
+) -> tuple[ServeEstimate, str | None]:
+    """``est`` with the simulation's percentiles and means, or unchanged and why it was not simulated (an open-loop
+    rate too near the replica's capacity for a run to reach the steady state)."""
     from fmstack.perfmodel.inference_closed_loop import simulate_closed_loop
-    from fmstack.perfmodel.inference_sim import SimConfig, simulate
+    from fmstack.perfmodel.inference_open_loop import simulate_open_loop
 
     d = deployment(arch, cluster, cfg, efficiency)
-    clients = max(1, round(est.concurrency))
-    if cfg.request_rate_per_s is not None:
-        # enough requests for stable percentiles, at most ~20k iterations (each ~0.5 ms of Python)
-        n = max(10, min(1000, max(100, 3 * clients), 20_000 * clients // est.config.output_len))
-        sim = SimConfig(request_rate_per_s=cfg.request_rate_per_s, num_requests=n, warmup_requests=n // 5,
-                        length_spread=spread, seed=seed)  # fmt: skip
-        result = simulate(d, cfg, sim)
+    if cfg.request_rate_per_s is not None:  # warm-up and measured requests by Little's law and the queue's relaxation
+        run, open_result = simulate_open_loop(d, cfg, cfg.request_rate_per_s, length_spread=spread, seed=seed)
+        if open_result is None:
+            return est, f"not simulated: {run.near_capacity_reason()}; the analytic means only"
+        result = open_result
     else:  # closed loop: warm-up, measured window, cool-down and the clients simulated as closed_loop_config says
-        result = simulate_closed_loop(d, cfg, clients, est.latency_s, length_spread=spread, seed=seed)
-    return replace(est, percentiles=result.percentiles(), simulated=result.means())
+        result = simulate_closed_loop(d, cfg, max(1, round(est.concurrency)), est.latency_s, length_spread=spread,
+                                      seed=seed)  # fmt: skip
+    return replace(est, percentiles=result.percentiles(), simulated=result.means()), None
 
 
 def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
@@ -282,13 +303,17 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
         f"{est.requests_per_s:.2f} requests/s; weights {est.weights_gib_per_gpu:.1f} GiB/GPU, KV cache "
         f"{est.kv_cache_gib:.1f} GiB of a {est.kv_pool_gib:.1f} GiB pool ({est.kv_bytes_per_token / 1024:.0f} KiB/token)"
     )
-    parts = Table("part of an iteration", "ms", "share", title="mean iteration", title_justify="left")
+    title = "mean iteration" + (" (static batching: a batch's prefill and its decode iterations, averaged)"
+                                if c.scheduler == "static" else "")  # fmt: skip
+    parts = Table("part of an iteration", "ms", "share", title=title, title_justify="left")
     total = sum(est.iteration_parts_s.values())
     for name, value in est.iteration_parts_s.items():
         if value > 0:
             parts.add_row(name, f"{value * 1e3:.2f}", f"{100 * value / total:5.1f} %")
     out.print(parts)
     out.print(f"bottleneck: [bold]{est.bottleneck}[/]")
+    if "simulation_note" in data:
+        out.print(data["simulation_note"], markup=False)
     if "efficiency_source" in data:
         out.print(f"efficiency: {data['efficiency_source']}", markup=False)
     if "disaggregation" in data:

@@ -90,6 +90,14 @@ class ServeConfig:
         return "fp8" if self.precision in ("fp8", "fp4") else "bf16"
 
 
+def check_rate(rate_per_s: float, field: str = "qps") -> None:
+    """InputError ``field`` unless ``rate_per_s`` is a finite number > 0 (nan and inf name themselves)."""
+    if not math.isfinite(rate_per_s):
+        raise InputError(field, f"must be a finite number > 0, got {rate_per_s}")
+    if not rate_per_s > 0:
+        raise InputError(field, f"must be > 0, got {rate_per_s}")
+
+
 def validate_serve(cfg: ServeConfig, model: ModelArch, cluster: Cluster) -> None:
     """Shapes and ranges; InputError names the field and what is allowed."""
     for name in ("input_len", "output_len", "pp", "ep", "max_num_tokens"):
@@ -102,8 +110,7 @@ def validate_serve(cfg: ServeConfig, model: ModelArch, cluster: Cluster) -> None
     if cfg.request_rate_per_s is not None:
         if cfg.concurrency is not None:
             raise InputError("qps", "give a concurrency or a request rate, not both")
-        if not cfg.request_rate_per_s > 0:
-            raise InputError("qps", f"must be > 0, got {cfg.request_rate_per_s}")
+        check_rate(cfg.request_rate_per_s)
     if not 0.0 < cfg.kv_memory_fraction <= 1.0:
         raise InputError("kv-memory-fraction", f"must be in (0, 1], got {cfg.kv_memory_fraction}")
     if not 0.0 <= cfg.prefix_hit_rate < 1.0:
@@ -190,7 +197,7 @@ def prefill_ctx(n: float, hit: float) -> float:
     return (n * (n + 1.0) - cached * (cached + 1.0)) / 2.0
 
 
-def _no_fit(d: Deployment, cfg: ServeConfig) -> str:
+def no_fit(d: Deployment, cfg: ServeConfig) -> str:
     """Why not one sequence fits: the figures the KV pool is computed from (:func:`serve_memory`)."""
     mem = memory_of(d, cfg.kv_memory_fraction)
     seq = cfg.input_len + cfg.output_len
@@ -209,7 +216,7 @@ def serve_curve(d: Deployment, cfg: ServeConfig, concurrency: ArrayLike) -> Curv
     clients = np.asarray(concurrency, dtype=np.float64)
     limit = float(max_concurrency(d, cfg))
     if limit < 1:
-        raise InputError("tp", _no_fit(d, cfg))
+        raise InputError("tp", no_fit(d, cfg))
     isl, osl = float(cfg.input_len), float(cfg.output_len)
     hit = cfg.prefix_hit_rate
     new = isl - math.floor(hit * isl)
@@ -246,6 +253,18 @@ def serve_curve(d: Deployment, cfg: ServeConfig, concurrency: ArrayLike) -> Curv
         concurrency=clients, running=c, ttft_s=ttft + wait, itl_s=np.asarray(itl, dtype=np.float64),
         latency_s=latency + wait, requests_per_s=rps, output_tokens_per_s=rps * osl,
     )  # fmt: skip
+
+
+def static_parts(d: Deployment, cfg: ServeConfig, batch: float) -> dict[str, float]:
+    """Static batching's mean iteration by part: a batch of ``batch`` sequences takes one prefill iteration (every
+    prompt) and ``output_len - 1`` decode iterations, as :func:`serve_curve` prices its latency, so the parts
+    average those ``output_len`` iterations and ``output_len x`` their sum is the batch's latency."""
+    isl, osl = float(cfg.input_len), float(cfg.output_len)
+    new = isl - math.floor(cfg.prefix_hit_rate * isl)
+    pctx = prefill_ctx(isl, cfg.prefix_hit_rate)
+    prefill = step_time(d, 0.0, 0.0, batch * new, batch * pctx, batch).parts()
+    decode = step_time(d, batch, isl + osl / 2.0, 0.0, 0.0, 0.0).parts()
+    return {k: (float(prefill[k]) + (osl - 1.0) * float(decode[k])) / osl for k in prefill}
 
 
 def concurrency_for_rate(d: Deployment, cfg: ServeConfig, rate_per_s: float) -> float:
@@ -301,6 +320,9 @@ class ServeEstimate:
     kv_bytes_per_token: float
     bottleneck: str
     iteration_parts_s: dict[str, float]
+    """The mean iteration by part (they add up to it; ``output_len x`` the sum is about the latency). Static
+    batching: the mean of a batch's prefill iteration and its ``output_len - 1`` decode iterations
+    (:func:`static_parts`)."""
     percentiles: dict[str, float] | None = None
     """p50/p90/p99 of TTFT, ITL and latency from the batching simulation (None when not simulated)."""
     simulated: dict[str, float] | None = None
@@ -331,11 +353,14 @@ def estimate_serve(
     isl, osl = cfg.input_len, cfg.output_len
     new = isl - math.floor(cfg.prefix_hit_rate * isl)
     pctx = prefill_ctx(isl, cfg.prefix_hit_rate)
-    run = np.array([float(running)])
-    parts_arr = mean_iteration(
-        d, run, isl + osl / 2, new, pctx, osl, cfg.max_num_tokens, open_loop=cfg.request_rate_per_s is not None
-    )
-    parts = {k: float(v[0]) for k, v in parts_arr.parts().items()}
+    if cfg.scheduler == "static":
+        parts = static_parts(d, cfg, float(curve.running[0]))
+    else:
+        run = np.array([float(running)])
+        parts_arr = mean_iteration(
+            d, run, isl + osl / 2, new, pctx, osl, cfg.max_num_tokens, open_loop=cfg.request_rate_per_s is not None
+        )
+        parts = {k: float(v[0]) for k, v in parts_arr.parts().items()}
     link = f"NVLink ({cluster.scale_up.name})" if cluster.scale_up is not None else cluster.scale_out.name
     if cfg.tp > cluster.gpus_per_domain and cluster.scale_up is not None:  # the inter-domain step on the fabric
         link = f"{link} and {cluster.scale_out.name}"

@@ -42,8 +42,10 @@ class SLO:
     itl_s: float
 
     def __post_init__(self) -> None:
-        if self.ttft_s <= 0 or self.itl_s <= 0:
-            raise InputError("slo", f"TTFT and ITL targets must be > 0, got {self.ttft_s} s and {self.itl_s} s")
+        if not all(math.isfinite(x) and x > 0 for x in (self.ttft_s, self.itl_s)):
+            raise InputError(
+                "slo", f"TTFT and ITL targets must be finite numbers > 0, got {self.ttft_s} s and {self.itl_s} s"
+            )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

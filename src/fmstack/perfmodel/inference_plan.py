@@ -33,6 +33,7 @@ from fmstack.errors import InputError
 from fmstack.perfmodel.efficiency import EfficiencyFor
 from fmstack.perfmodel.inference import (
     ServeConfig,
+    check_rate,
     deployment_for,
     max_concurrency,
     running_limit,
@@ -45,6 +46,7 @@ from fmstack.perfmodel.inference_plan_candidate import Candidate as Candidate  #
 from fmstack.perfmodel.inference_plan_candidate import ClusterOf, config_of, deployment_nodes, layout_text
 from fmstack.perfmodel.inference_plan_disagg import disagg_analytic, split_note
 from fmstack.perfmodel.inference_plan_verify import verify_cheapest
+from fmstack.perfmodel.inference_plan_why import PRECISIONS, Tried, nothing_found
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
 
 F = NDArray[np.float64]
@@ -149,8 +151,9 @@ def plan_serve(
     ``on_simulate`` is called with each deployment before its simulation (progress for the CLI); ``efficiency_for``
     gives each cluster's efficiency (a calibration profile's; None: the default curves) to every deployment the
     search prices, analytic and simulated."""
-    if qps <= 0:
-        raise InputError("qps", f"must be > 0, got {qps}")
+    check_rate(qps)
+    if seed < 0:
+        raise InputError("seed", f"must be >= 0, got {seed}")
     if max_nodes_per_replica < 1:
         raise InputError("max-nodes-per-replica", f"must be >= 1, got {max_nodes_per_replica}")
     names = searched_instances(catalog, instances)
@@ -162,11 +165,15 @@ def plan_serve(
         return clusters[name, nodes]
 
     found: list[Candidate] = []
+    tried = Tried()
     for name in names:
         cluster = cluster_of(name, 1)
         inst = cluster.instance
-        has = [p for p in ("bf16", "fp8", "fp4") if getattr(cluster.gpu, f"{p}_dense_tflops", None) is not None]
-        for precision in _precisions(has, precisions):
+        has = [p for p in PRECISIONS if getattr(cluster.gpu, f"{p}_dense_tflops", None) is not None]
+        usable = _precisions(has, precisions)
+        if not usable:
+            tried.no_precision.append((name, cluster.gpu.name, has))
+        for precision in usable:
             first: int | None = None  # the fewest nodes per replica at which a layout meets the SLO
             split_layouts: list[tuple[ServeConfig, int]] = []  # for heterogeneous pools
             nodes = 1
@@ -176,9 +183,12 @@ def plan_serve(
                 c = cluster_of(name, nodes)
                 shapes = layouts(model, nodes, inst.num_gpus, c.gpus_per_domain)
                 for tp, pp, ep, adp in _with_attention_dp(model, shapes, search_attention_dp):
+                    cfg = ServeConfig(tp=tp, pp=pp, ep=ep, precision=precision, input_len=input_len,
+                                      output_len=output_len, attention_dp=adp)  # fmt: skip
+                    if not tried.fits(cfg, c, model, name, nodes, efficiency_for):
+                        continue  # no chunk and no split of this layout holds one sequence
                     for chunk in CHUNK_CHOICES:
-                        cfg = ServeConfig(tp=tp, pp=pp, ep=ep, precision=precision, input_len=input_len,
-                                          output_len=output_len, max_num_tokens=chunk, attention_dp=adp)  # fmt: skip
+                        cfg = replace(cfg, max_num_tokens=chunk)
                         option = _analytic(cfg, c, model, qps, slo, name, nodes, efficiency_for)
                         if option is not None:
                             found.append(option)
@@ -193,11 +203,8 @@ def plan_serve(
             if search_heterogeneous:
                 found += _heterogeneous(split_layouts, cluster_of, model, qps, slo, name, efficiency_for)
     if not found:
-        raise InputError(
-            "slo", f"no deployment meets TTFT {slo.ttft_s:g} s and ITL {slo.itl_s:g} s for {model.name} at "
-            f"{input_len}/{output_len} tokens on any priced instance, precision and TP / PP layout of up to "
-            f"{max_nodes_per_replica} node(s) per replica (even one request at a time)",
-        )  # fmt: skip
+        raise nothing_found(tried, cluster_of, model, layouts, precisions, max_nodes_per_replica, slo, input_len,
+                            output_len, efficiency_for)  # fmt: skip
     ranked = verify_cheapest(cluster_of, model, found, qps, input_len, output_len, slo, seed, on_simulate,
                              efficiency_for=efficiency_for)  # fmt: skip
     best = ranked[0]
@@ -205,7 +212,8 @@ def plan_serve(
         raise InputError(
             "slo", f"no deployment meets the p99 SLO (TTFT {slo.ttft_s:g} s, ITL {slo.itl_s:g} s) in simulation; "
             f"the cheapest analytic candidate {best.instance} tp {best.tp} pp {best.pp}"
-            f"{' attention-dp' if best.attention_dp else ''} {best.precision} misses it",
+            f"{' attention-dp' if best.attention_dp else ''} {best.precision} misses it"
+            + (f" ({best.sim_note})" if best.sim_note else ""),
         )  # fmt: skip
     cfg = config_of(best, input_len, output_len)
     d = deployment_for(model, cluster_of(best.instance, best.nodes_per_replica), cfg, efficiency_for)

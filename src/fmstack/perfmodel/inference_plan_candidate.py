@@ -47,7 +47,12 @@ class Candidate:
     sim: dict[str, float] | None = None
     """Simulated p50/p90/p99 at the planned rate (None for candidates not simulated)."""
     meets_slo: bool | None = None
-    """Simulated p99 within the SLO (None when not simulated)."""
+    """Simulated p99 within the SLO (None when not simulated; False with ``sim`` None and a ``sim_note`` when the
+    rate has no steady state to simulate)."""
+    sim_note: str = ""
+    """Why a candidate was not simulated although checked: its replicas run too near their capacity for a run to
+    reach the steady state (:mod:`fmstack.perfmodel.inference_open_loop`), or a split's pool cannot take the rate
+    (:func:`fmstack.perfmodel.inference_plan_disagg.check_split_load`); a miss either way."""
     mode: str = "colocated"
     """"colocated" (every replica runs prefill and decode) or "disaggregated" (separate prefill and decode pools,
     :mod:`fmstack.perfmodel.inference_plan_disagg`)."""

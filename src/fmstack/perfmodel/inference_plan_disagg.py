@@ -26,6 +26,7 @@ import numpy as np
 
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
+from fmstack.errors import InputError
 from fmstack.perfmodel.efficiency import EfficiencyFor
 from fmstack.perfmodel.inference import ServeConfig, deployment_for, max_concurrency
 from fmstack.perfmodel.inference_disagg import (
@@ -35,6 +36,8 @@ from fmstack.perfmodel.inference_disagg import (
     prefill_alone_s,
     prefill_replicas_p99,
 )
+from fmstack.perfmodel.inference_disagg_load import PoolCapacity, check_split_load, pool_capacity, split_warmup
+from fmstack.perfmodel.inference_disagg_load import prefill_servers as prefill_servers  # re-exported
 from fmstack.perfmodel.inference_disagg_place import KvPairs, kv_pair_times
 from fmstack.perfmodel.inference_plan_candidate import (
     Candidate,
@@ -50,10 +53,6 @@ from fmstack.perfmodel.inference_sim import SimConfig, SimResult
 from fmstack.perfmodel.inference_sim_disagg import PoolStats, simulate_disagg_stats
 from fmstack.perfmodel.inference_step import Deployment, step_time
 
-SIM_MEASURED = 135
-"""Requests measured at least (the colocated check measures 135 on one replica)."""
-SIM_REQUESTS_MAX = 3000
-
 
 def _two_replicas(cluster_of: ClusterOf, name: str, cfg: ServeConfig, nodes_per_replica: int,
                   decode_cfg: ServeConfig | None = None) -> Cluster:  # fmt: skip
@@ -64,12 +63,6 @@ def _two_replicas(cluster_of: ClusterOf, name: str, cfg: ServeConfig, nodes_per_
     if cluster.num_gpus >= cfg.tp * cfg.pp + dc.tp * dc.pp:
         return cluster
     return cluster_of(name, split_nodes(1, 1, cfg, dc, cluster.instance.num_gpus))
-
-
-def prefill_servers(cfg: ServeConfig) -> int:
-    """Prompts a prefill replica of ``cfg`` serves side by side: its ranks under attention DP (each its own prompts
-    within its own budget), else 1 (the replica's iteration takes prompts within one budget)."""
-    return cfg.tp if cfg.attention_dp else 1
 
 
 def _replica_nodes(cfg: ServeConfig, gpus_per_node: int) -> int:
@@ -116,12 +109,14 @@ def run_split(
     on its own nodes (as the plan prices it), the KV link priced on two replicas' nodes. The warm-up is the requests
     in flight by Little's law (``qps x`` the mean-field TTFT, an M/D/1 wait per prefill replica at ``qps / P``,
     plus ``D`` decode batches of :func:`decode_batch`), then at least twice as many are measured (``SIM_MEASURED``
-    at least; ``SIM_REQUESTS_MAX`` in all). `plan serve` and `estimate serve --prefill-replicas P
+    at least; ``SIM_REQUESTS_MAX`` in all), or more near the busier pool's capacity (:func:`split_warmup`). `plan serve` and `estimate serve --prefill-replicas P
     --decode-replicas D` both run this: the same seed gives the same percentiles. The replicas are placed on the
     split's whole nodes (:func:`fmstack.perfmodel.inference_disagg_place.place_split`) and each pair's KV moves over
     NVLink when both lie in one NVLink domain, else over the scale-out fabric. ``decode_cfg``: the decode pool's
     layout when it differs (heterogeneous pools; the KV transfer re-slices the heads, :func:`fmstack.perfmodel.inference_disagg.kv_transfer_s`).
-    ``efficiency_for``: each replica's efficiency (a calibration profile's; None: the default curves)."""
+    ``efficiency_for``: each replica's efficiency (a calibration profile's; None: the default curves). InputError
+    ``qps`` when the rate exceeds the prefill or the decode pool's capacity (:func:`check_split_load`), or comes so
+    near it that no run reaches the steady state (:func:`split_warmup`)."""
     gpn = cluster_of(name, 1).instance.num_gpus
     dc = cfg if decode_cfg is None else decode_cfg
     per_replica = _replica_nodes(cfg, gpn)
@@ -129,6 +124,7 @@ def run_split(
     dd = d if decode_cfg is None else deployment_for(model, cluster_of(name, _replica_nodes(dc, gpn)), dc,
                                                      efficiency_for)  # fmt: skip
     two = _two_replicas(cluster_of, name, cfg, per_replica, dc)
+    utilization, busier = check_split_load(pool_capacity(d, cfg, dd, dc), qps, prefill_replicas, decode_replicas)
     kv = kv_pair_times(model, two, cfg, d, None if decode_cfg is None else dd, prefill_replicas, decode_replicas,
                        gpn, cluster_of(name, 1).nodes_per_domain)  # fmt: skip
     kv_bytes, kv_s, link = kv.kv_bytes, kv.best_s, kv.best_link
@@ -138,8 +134,7 @@ def run_split(
     rho = qps * prefill / (prefill_replicas * prefill_servers(cfg))
     wait = rho * prefill / (2 * (1 - rho)) if rho < 1 else math.inf
     inflight = qps * (prefill + wait + kv_s + itl) + decode_replicas * batch
-    warmup = min(max(15, math.ceil(inflight)) if math.isfinite(inflight) else SIM_REQUESTS_MAX, SIM_REQUESTS_MAX // 3)
-    n = min(warmup + max(SIM_MEASURED, 2 * warmup), SIM_REQUESTS_MAX)
+    warmup, n = split_warmup(inflight, utilization, busier, qps)
     sim = SimConfig(request_rate_per_s=qps, num_requests=n, warmup_requests=warmup, seed=seed,
                     length_spread=length_spread)  # fmt: skip
     result, stats = simulate_disagg_stats(d, cfg, sim, prefill_replicas=prefill_replicas,
@@ -161,6 +156,7 @@ class _Pools:
     """The TTFT target less one prompt alone, the KV transfer and two decode iterations."""
     servers: int
     """Prefill servers per prefill replica (:func:`prefill_servers`)."""
+    capacity: PoolCapacity
 
 
 def _pools(
@@ -184,7 +180,8 @@ def _pools(
     pools = pool_rates(model, two, cfg, slo, d, conc, None if decode_cfg is None else dd)
     service = prefill_alone_s(d, cfg)
     return _Pools(d=d, pools=pools, service_s=service, servers=prefill_servers(cfg),
-                  budget_s=slo.ttft_s - service - pools.kv_s - 2 * pools.decode_itl_s)  # fmt: skip
+                  budget_s=slo.ttft_s - service - pools.kv_s - 2 * pools.decode_itl_s,
+                  capacity=pool_capacity(d, cfg, dd, dc))  # fmt: skip
 
 
 def _figures(p: _Pools, qps: float, n_pre: int, n_dec: int) -> tuple[float, float]:
@@ -227,6 +224,10 @@ def disagg_analytic(
     n_pre = mean
     while p99 is not None and n_pre < p99 and split_nodes(n_pre + 1, n_dec, cfg, dc, gpn) == nodes:
         n_pre += 1  # free: the nodes are paid for
+    try:  # the mean-field sizes sit below capacity; a split that would not is no candidate
+        check_split_load(p.capacity, qps, n_pre, n_dec)
+    except InputError:
+        return None
     rate, ttft = _figures(p, qps, n_pre, n_dec)
     return Candidate(
         instance=name, gpu=cluster.gpu.name, precision=cfg.precision, tp=cfg.tp, ep=cfg.ep, pp=cfg.pp,

@@ -9,12 +9,14 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from fmstack.catalog.schema import ModelArch
+from fmstack.errors import InputError
 from fmstack.perfmodel.efficiency import EfficiencyFor
 from fmstack.perfmodel.inference import deployment_for
 from fmstack.perfmodel.inference_disagg import SLO
+from fmstack.perfmodel.inference_open_loop import simulate_open_loop
 from fmstack.perfmodel.inference_plan_candidate import Candidate, ClusterOf, config_of, with_replicas
 from fmstack.perfmodel.inference_plan_disagg import grow_split, simulate_split
-from fmstack.perfmodel.inference_sim import SimConfig, SimResult, simulate
+from fmstack.perfmodel.inference_sim import SimResult
 
 VERIFY_TOP = 3
 """Candidates checked by simulation at least (best-ranked first); more while an unchecked one could still rank
@@ -61,24 +63,24 @@ def verify_cheapest(
         split = option.mode == "disaggregated"
         if on_simulate is not None:
             on_simulate(option)
-        result = (simulate_split if split else _simulate)(cluster_of, model, option, qps, isl, osl, seed,
-                                                          efficiency_for)  # fmt: skip
-        if result.ttft_s[99] <= slo.ttft_s and result.itl_s[99] <= slo.itl_s:
-            checked.append(replace(option, sim=result.percentiles(), meets_slo=True))
-        elif i + 1 == len(REPLICA_FACTORS):
-            checked.append(replace(option, sim=result.percentiles(), meets_slo=False))
+        result, note = _check(cluster_of, model, option, qps, isl, osl, seed, efficiency_for)
+        sim = None if result is None else result.percentiles()
+        if result is not None and result.ttft_s[99] <= slo.ttft_s and result.itl_s[99] <= slo.itl_s:
+            checked.append(replace(option, sim=sim, meets_slo=True))
+        elif i + 1 == len(REPLICA_FACTORS) or (split and result is None):
+            checked.append(replace(option, sim=sim, meets_slo=False, sim_note=note))
         else:
             factor = REPLICA_FACTORS[i + 1]
             fill = option.nodes // option.nodes_per_replica * _replicas_per_node_group(cluster_of, option)
             more = (
                 grow_split(cluster_of, model, option, first, factor, result, slo, qps, isl, osl, efficiency_for)
-                if split
+                if split and result is not None
                 # the replicas the paid nodes hold come first (free); then the next multiple
                 else with_replicas(
                     cluster_of, first, fill if fill > option.replicas else math.ceil(first.replicas * factor)
                 )
             )
-            pending.append((more, i + 1, first, replace(option, sim=result.percentiles(), meets_slo=False)))
+            pending.append((more, i + 1, first, replace(option, sim=sim, meets_slo=False, sim_note=note)))
             pending.sort(key=lambda p: key(p[0]))
     # a miss whose retry with more replicas was left unsimulated: it costs at least the cheapest that meets the SLO
     checked += [missed for _, i, _, missed in pending if i > 0 and missed is not None]
@@ -92,12 +94,37 @@ def _replicas_per_node_group(cluster_of: ClusterOf, c: Candidate) -> int:
     return max(1, gpus // (c.tp * c.pp))
 
 
+def _check(
+    cluster_of: ClusterOf, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, seed: int,
+    efficiency_for: EfficiencyFor | None = None,
+) -> tuple[SimResult | None, str]:  # fmt: skip
+    """The simulation of ``c`` at ``qps``, or None and why there is none: a colocated replica too near its capacity
+    to reach a steady state (:func:`_simulate`), a split whose prefill or decode pool cannot take ``qps``
+    (:func:`fmstack.perfmodel.inference_plan_disagg.run_split`'s InputError)."""
+    if c.mode != "disaggregated":
+        return _simulate(cluster_of, model, c, qps, isl, osl, seed, efficiency_for)
+    try:
+        return simulate_split(cluster_of, model, c, qps, isl, osl, seed, efficiency_for), ""
+    except InputError as exc:
+        if exc.field != "qps":
+            raise
+        return None, exc.message
+
+
 def _simulate(
     cluster_of: ClusterOf, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, seed: int,
     efficiency_for: EfficiencyFor | None = None,
-) -> SimResult:  # fmt: skip
-    """Poisson arrivals at ``qps / replicas`` on one replica of ``c``."""
+) -> tuple[SimResult | None, str]:  # fmt: skip
+    """Poisson arrivals at ``qps / replicas`` on one replica of ``c``, the run ``estimate serve --qps`` makes at that
+    rate (:func:`fmstack.perfmodel.inference_open_loop.simulate_open_loop`: a warm-up by Little's law and the
+    queue's relaxation time, the same seed, the same percentiles); None and the reason where the rate is too near
+    the replica's capacity for a steady state."""
     cfg = config_of(c, isl, osl)
     d = deployment_for(model, cluster_of(c.instance, c.nodes_per_replica), cfg, efficiency_for)
-    sim = SimConfig(request_rate_per_s=qps / c.replicas, num_requests=150, warmup_requests=15, seed=seed)
-    return simulate(d, cfg, sim)
+    try:
+        run, result = simulate_open_loop(d, cfg, qps / c.replicas, seed=seed)
+    except InputError as exc:  # above the analytic capacity (a candidate is priced below it: a safeguard)
+        if exc.field != "qps":
+            raise
+        return None, exc.message
+    return result, "" if result is not None else run.near_capacity_reason()

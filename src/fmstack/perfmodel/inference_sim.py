@@ -13,8 +13,13 @@ TensorRT-LLM's PyTorch executor gives new requests to the rank with the fewest a
 below the mean request count (``_balance_requests_across_ranks``, a heap; no waiting for balance unless
 ``attention_dp_config.enable_balance`` is set), each rank schedules its own sequences within its own
 ``max_num_tokens`` and ``max_batch_size`` (whole prompts next to its decodes when prefill is not chunked), and the
-iteration, which ends at the MoE exchange, takes the busiest rank's time. The clock, event heap, tie-break counter and random generator live on the
-simulation instance (simpy's Environment): the same seed gives the same result.
+iteration, which ends at the MoE exchange, takes the busiest rank's time. Static batching (``scheduler="static"``,
+TensorRT-LLM before in-flight batching; the analytic model's static branch): an idle engine takes the waiting
+requests the sequence limit and the KV pool allow as one batch, prefills every prompt in one iteration (no token
+budget), then runs decode-only iterations until the last of the batch has finished (a finished request leaves the
+batch, nobody joins it); only then is the next batch formed. Not under attention DP (InputError). The clock, event
+heap, tie-break counter and random generator live on the simulation instance (simpy's Environment): the same seed
+gives the same result.
 """
 
 from __future__ import annotations
@@ -72,6 +77,10 @@ class BatchingSim:
             )  # fmt: skip
         self.prompt_ranks: list[int] = []
         """Attention DP: ranks that carried prompt tokens, per iteration (how far the ranks are in step)."""
+        self._static = cfg.scheduler == "static"
+        if self._static and self.ranks > 1:
+            raise InputError("scheduler", "static batching is not simulated under attention DP (each rank would "
+                             "form its own batch); use --scheduler continuous or --no-simulate")  # fmt: skip
 
     def _push(self, time_s: float, kind: str, rid: int = -1) -> None:
         heapq.heappush(self._events, (time_s, self._counter, kind, rid))
@@ -112,7 +121,9 @@ class BatchingSim:
                 starts = np.zeros(self.sim.concurrency or 1)
             for t in starts:
                 self._new_request(float(t))
-            if self.sim.stationary_start and self.ranks == 1:
+            # static batching's steady state is every client in the same batch: the clients all sent at t = 0 form
+            # it (and mid-output requests cannot be, as a static batch prefills together)
+            if self.sim.stationary_start and self.ranks == 1 and not self._static:
                 self._start_running()
                 self._start_iteration()
         while self._events:
@@ -122,7 +133,10 @@ class BatchingSim:
                 self._waiting.append(rid)
             else:
                 self._finish_iteration()
-            if not self._busy:
+            # static: the batch forms once every event of this instant is in (a closed-loop client sends its next
+            # request as its last one finishes: it joins the next batch, as the others that finished with it)
+            same_instant = self._static and self._events and self._events[0][0] <= time_s
+            if not self._busy and not same_instant:
                 self._start_iteration()
         return self._result()
 
@@ -143,6 +157,9 @@ class BatchingSim:
     def _start_iteration(self) -> None:
         if self.ranks > 1:
             self._start_iteration_adp()
+            return
+        if self._static:
+            self._start_iteration_static()
             return
         decode = [r for r in self._running if self._requests[r].prefilled >= self._requests[r].input_len]
         budget = self.cfg.max_num_tokens - (len(decode) if self.sim.chunked_prefill else 0)
@@ -172,6 +189,30 @@ class BatchingSim:
         if self._skip_ahead and not chunks and len(decode) == len(self._running):
             self._decode_stretch(decode)
             return
+        self._run_step(decode, chunks)
+
+    def _start_iteration_static(self) -> None:
+        """Static batching: decode the running batch until its last request finishes; an idle engine forms the next
+        batch from the queue (FCFS, within the sequence limit and the KV pool) and prefills it in one iteration."""
+        if self._running:
+            if self._skip_ahead:
+                self._decode_stretch(list(self._running))
+                return
+            self._run_step(list(self._running), {})
+            return
+        while self._waiting and len(self._running) < self._max_seqs:
+            req = self._requests[self._waiting[0]]
+            need = req.input_len + req.output_len
+            if need > self._kv_tokens_free:
+                break
+            self._kv_tokens_free -= need
+            self._running.append(self._waiting.pop(0))
+        if self._running:
+            self._run_step([], {r: self._requests[r].input_len - self._requests[r].prefilled for r in self._running})
+
+    def _run_step(self, decode: list[int], chunks: dict[int, int]) -> None:
+        """One iteration of ``decode``'s sequences and the prompt ``chunks`` (request -> tokens), timed by
+        ``step_time`` at the decodes' mean context."""
         tokens = float(sum(chunks.values()))
         ctx_sum = sum(n * self._requests[r].prefilled + n * (n + 1) / 2 for r, n in chunks.items())
         done_prompts = sum(

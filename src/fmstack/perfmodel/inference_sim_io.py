@@ -66,6 +66,8 @@ class SimConfig:
                 "output-lengths", f"needs one length >= 1 per request ({self.num_requests}), got "
                 f"{len(self.output_lengths)} with minimum {min(self.output_lengths, default=0)}",
             )  # fmt: skip
+        if self.seed < 0:
+            raise InputError("seed", f"must be >= 0, got {self.seed}")
         if self.cooldown_requests < 0:
             raise InputError("cooldown", f"must be >= 0, got {self.cooldown_requests}")
         if self.num_requests <= self.warmup_requests + self.cooldown_requests:

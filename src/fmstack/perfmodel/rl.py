@@ -47,7 +47,7 @@ from fmstack.perfmodel.rl_config import SPLIT_KV_FRACTION as SPLIT_KV_FRACTION
 from fmstack.perfmodel.rl_config import Algorithm as Algorithm
 from fmstack.perfmodel.rl_config import Placement as Placement
 from fmstack.perfmodel.rl_config import RLConfig as RLConfig
-from fmstack.perfmodel.rl_config import check_rl_config, response_lengths
+from fmstack.perfmodel.rl_config import check_critic, check_rl_config, response_lengths
 from fmstack.perfmodel.rl_memory import rl_memory
 from fmstack.perfmodel.rl_rollout import RolloutTime, rollout_time
 from fmstack.perfmodel.rl_switch import colocated_switch
@@ -85,6 +85,18 @@ class RLEstimate:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    def phases_s(self) -> dict[str, float]:
+        """The step by phase, as `estimate rl --compare` and `plan rl` print it: ``rollout_s``; ``train_s``, the
+        training side (the forward passes and the updates: every part but the rollout, the weight sync and the
+        colocated switch; what a split ``--async`` step overlaps with the rollout); ``sync_s`` (weight sync) and
+        ``switch_s`` (colocated switch). Colocated and split in sequence, they add up to ``step_time_s``."""
+        p = self.parts_s
+        return {"rollout_s": p["rollout"], "train_s": sum(v for k, v in p.items() if k not in NOT_TRAINING),
+                "sync_s": p["weight_sync"], "switch_s": p["colocated_switch"]}  # fmt: skip
+
+
+NOT_TRAINING = ("rollout", "weight_sync", "colocated_switch")
+"""The parts of a step that are not its training side (:meth:`RLEstimate.phases_s`)."""
 
 _SERVE_FLAGS = {"tp": "rollout-tp", "precision": "rollout-precision", "input-len": "prompt-len",
                 "output-len": "response-len"}  # fmt: skip
@@ -199,6 +211,7 @@ def estimate_rl(
     training steps and forward passes: rollout and training run on the same GPUs (colocated) or the same instance
     (split)."""
     check_rl_config(cfg, cluster)
+    check_critic(cfg, critic is not None)
     critic_arch = critic or actor
     seqs = cfg.prompts_per_step * cfg.samples_per_prompt
     if cfg.placement == "split":

@@ -153,6 +153,14 @@ def check_rl_config(cfg: RLConfig, cluster: Cluster) -> None:
             raise InputError("rollout-nodes", f"must be between 1 and {cluster.num_nodes - 1}, got {r}")
 
 
+def check_critic(cfg: RLConfig, critic_given: bool) -> None:
+    """A critic architecture (``--critic``) is used by PPO's critic and by a learned reward model (which takes its
+    architecture); GRPO with a rule-based reward has neither: InputError ``critic`` rather than ignore it."""
+    if critic_given and cfg.algorithm == "grpo" and not cfg.reward_model:
+        raise InputError("critic", "GRPO has no critic (group-relative advantages) and a rule-based reward has no "
+                         "model: --critic needs --algorithm ppo (or --reward-model, whose architecture it sets)")  # fmt: skip
+
+
 def response_lengths(cfg: RLConfig) -> LogNormalLengths | None:
     """The log-normal response lengths of ``cfg`` (None: uniform); InputError names the flag of a bad or impossible
     combination (:mod:`fmstack.perfmodel.rl_lengths`)."""

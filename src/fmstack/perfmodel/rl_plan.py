@@ -24,6 +24,7 @@ from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.efficiency import EfficiencyFor
 from fmstack.perfmodel.rl import RLConfig, RLEstimate, estimate_rl
+from fmstack.perfmodel.rl_config import check_critic
 from fmstack.perfmodel.rl_plan_space import (
     PLACEMENT_KINDS,
     Layout,
@@ -169,6 +170,7 @@ def plan_rl(
     if max_trajectory_age > 1 and "async" not in kinds:
         raise InputError("max-trajectory-age", f"{max_trajectory_age} steps of lag apply to async rows; add async to "
                          f"--placement (searched: {', '.join(kinds)})")  # fmt: skip
+    check_critic(base, critic is not None)
     if base.prompt_len + base.response_len > actor.max_seq_len:
         raise InputError("response-len", f"prompt-len({base.prompt_len}) + response-len({base.response_len}) = "
                          f"{base.prompt_len + base.response_len} tokens > {actor.name}'s context of "

@@ -98,7 +98,8 @@ def _stages(est: RLEstimate) -> dict[str, float]:
 
 def _keep(stages: dict[str, float], published: set[str]) -> dict[str, float]:
     out = {k: v for k, v in stages.items() if k in published or k == "step"}
-    out["rest"] = stages["step"] - sum(stages[k] for k in published)
+    # in the stages' own order: a set's order follows the string hash seed, and the float sum with it (1e-14 noise)
+    out["rest"] = stages["step"] - sum(v for k, v in stages.items() if k in published)
     return out
 
 
@@ -117,7 +118,7 @@ def check_stages(catalog: Catalog) -> list[StageCheck]:
         published = {k for k in STAGE_COLUMNS if row[f"{k}_s"].strip()}
         measured = {k: float(row[f"{k}_s"]) for k in STAGE_COLUMNS if k in published}
         measured["step"] = float(row["step_s"])
-        measured["rest"] = measured["step"] - sum(measured[k] for k in published)
+        measured["rest"] = measured["step"] - sum(measured[k] for k in STAGE_COLUMNS if k in published)
         prompt = prompts[row["prompt_of"]]
         cap = int(row["max_seq_len"]) - prompt
         nodes = math.ceil(int(row["gpus"]) / int(row["gpus_per_node"]))

@@ -77,7 +77,7 @@ def serve_plan_html(plan: ServePlan, efficiency_source: str | None = None) -> st
             c.num_gpus,
             f"{c.cost_per_hour_usd:,.2f}", f"{c.rate_per_replica_rps:.2f}",
             f"{sim['ttft_p99_s']:.3f}" if sim else "-", f"{sim['itl_p99_s']:.4f}" if sim else "-",
-            {True: "yes", False: "no", None: "not simulated"}[c.meets_slo],
+            {True: "yes", False: f"no: {c.sim_note}" if c.sim_note else "no", None: "not simulated"}[c.meets_slo],
         ])  # fmt: skip
     sections = [
         Section(

@@ -1,0 +1,134 @@
+"""Open-loop (Poisson) serving runs of the batching simulation: how many requests to leave out while the replica
+fills, how many to measure, and when a rate is too near the replica's capacity for a run to reach the steady state
+(``fmstack estimate serve --qps`` and `plan serve`'s check of a colocated replica; docs/inference.md, simulation).
+
+The simulation starts empty, and two things take time to settle:
+
+- The engine. A request that arrives at ``t`` shares the engine with those that arrived in ``(t - latency, t)``, so
+  the requests of the first latency see a half-empty engine: shorter iterations, fewer prompt chunks, lower TTFT
+  and ITL. Little's law (Little 1961): ``N = rate x latency`` requests are in flight in the steady state.
+- The queue. Near capacity the waiting line forgets its empty start only slowly: the relaxation time of an M/M/1
+  queue is ``tau = 1 / (mu (1 - sqrt(rho))^2)`` (Morse 1955; Cohen, *The Single Server Queue*, II.2.2), ``mu``
+  the service rate and ``rho = rate / mu``. With ``mu`` the replica's capacity (requests/s at its running limit,
+  :func:`fmstack.perfmodel.inference.concurrency_for_rate`), ``rate x tau = rho / (1 - sqrt(rho))^2`` requests
+  arrive per relaxation time: 72 at rho 0.8, 342 at 0.9, 1,482 at 0.95, 39,400 at 0.99. An engine at its limit
+  serves more regularly than M/M/1's exponential server, which only shortens the true relaxation (heavy traffic:
+  ``tau ~ (c_a^2 + c_s^2) / (mu (1 - rho)^2)``, Kingman 1961), so the rule errs long.
+
+Warm-up: ``max(WARMUP_MIN, N, RELAX_WARMUP x rate x tau)`` requests; measured: ``MEASURED`` (1,000; fewer where
+that is more than ``ITERATION_BUDGET`` iterations) or ``RELAX_MEASURED x rate x tau`` if more, so a p99 spans
+several excursions of the queue. Where ``(RELAX_WARMUP + RELAX_MEASURED) x rate x tau > REQUESTS_MAX`` the rate is
+too near capacity: :func:`open_loop_run` says so (``sim`` None) and its callers report no steady state (a `plan
+serve` miss; ``estimate serve`` prints the means only). Before these rules `plan serve` left out 15 of 150 requests
+and ``estimate serve --qps`` a fifth of its run: Llama 3.1 70B TP 2 fp8, 512/512, 10 req/s (rho 0.99) measured ITL
+p99 0.098-0.099 s in 150 requests (seeds 0-2; a plan "met" 0.1 s) against 0.173-0.178 s in the 2,000-request blocks
+of 20,000-request runs, whose TTFT p99 went from 0.36 s to 12.3 s as the queue wandered.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from fmstack.perfmodel.inference import ServeConfig, concurrency_for_rate, running_limit, serve_curve
+from fmstack.perfmodel.inference_sim import SimConfig, SimResult, simulate
+from fmstack.perfmodel.inference_step import Deployment
+
+WARMUP_MIN = 15
+"""Warm-up requests at least (``run_split``'s floor too)."""
+MEASURED = 1000
+"""Requests measured (unless the iteration budget or the relaxation says otherwise): a p99 of TTFT is a queue's
+tail, whose excursions last longer than the queue's relaxation time; Llama 3.1 70B TP 2 fp8 on a B200 node,
+2048/256 tokens at 6.7 req/s (79 % busy), gave TTFT p99 0.50-1.30 s (median 0.68) over 311 measured requests at
+seeds 0-7, 0.73-1.65 s (median 0.76) over 1,000, where 20,000-request runs give 0.92-0.98 s."""
+ITERATION_BUDGET = 20_000
+"""About this many engine iterations' worth of measured requests (``n x output_len / in flight``; each iteration
+costs Python time), unless the queue's relaxation asks for more."""
+RELAX_WARMUP = 3.0
+"""Relaxation times of warm-up: the empty start's deficit decays as ``exp(-t / tau)``, 5 % of it is left."""
+RELAX_MEASURED = 5.0
+"""Relaxation times measured at least: a p99 over about five independent stretches of the queue."""
+REQUESTS_MAX = 12_000
+"""Requests the queue's relaxation may ask of one run (``(RELAX_WARMUP + RELAX_MEASURED) x rate x tau``; a few
+seconds of Python); a rate that needs more is near capacity: ``rho`` above 0.950 (``rate x tau`` 1,500 requests)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OpenLoopRun:
+    """How an open-loop run at one rate is sized, and whether it can reach the steady state."""
+
+    rate_per_s: float
+    capacity_rps: float
+    """The replica's capacity: requests/s at its running limit on the analytic curve (the rate ``estimate serve
+    --qps`` refuses above)."""
+    inflight: float
+    """Requests in flight at ``rate_per_s`` (Little's law on the analytic curve)."""
+    relaxation_requests: float
+    """``rate x tau``: arrivals per relaxation time of the queue (Morse's M/M/1 ``tau``; inf at capacity)."""
+    sim: SimConfig | None
+    """The run (None: near capacity, ``warm-up + measured`` would exceed ``REQUESTS_MAX``)."""
+
+    @property
+    def utilization(self) -> float:
+        return self.rate_per_s / self.capacity_rps
+
+    def near_capacity_reason(self) -> str:
+        """Why no run is made (``sim`` None), in one sentence with the numbers."""
+        return (
+            f"{self.rate_per_s:.4g} requests/s is {100 * self.utilization:.1f} % of the replica's capacity "
+            f"({self.capacity_rps:.4g} requests/s): its queue settles over about {self.relaxation_requests:,.0f} "
+            f"requests (Morse's M/M/1 relaxation time) and a run needs {RELAX_WARMUP:g} + {RELAX_MEASURED:g} of "
+            f"those, more than the {REQUESTS_MAX:,} requests it simulates: no run shows the steady state (whose queue "
+            "wait grows as 1 / (1 - utilization)), so near capacity counts as missing a p99 target"
+        )
+
+
+def capacity_rps(d: Deployment, cfg: ServeConfig) -> float:
+    """Requests/s one replica completes at its running limit (memory, ``max_batch``, the token budget): the
+    highest rate :func:`fmstack.perfmodel.inference.concurrency_for_rate` accepts, priced as an open loop."""
+    at = replace(cfg, request_rate_per_s=1.0, concurrency=None)
+    return float(serve_curve(d, at, [max(running_limit(d, at), 1.0)]).requests_per_s[0])
+
+
+def relaxation_requests(utilization: float) -> float:
+    """Arrivals per relaxation time of an M/M/1 queue at ``utilization`` (Morse 1955): ``rho / (1 - sqrt(rho))^2``;
+    inf at or above 1."""
+    if utilization >= 1.0:
+        return math.inf
+    return utilization / (1.0 - math.sqrt(utilization)) ** 2
+
+
+def open_loop_run(
+    d: Deployment, cfg: ServeConfig, rate_per_s: float, *, length_spread: float = 0.0, seed: int = 0
+) -> OpenLoopRun:
+    """Poisson arrivals at ``rate_per_s`` on one replica: warm-up ``max(WARMUP_MIN, N, RELAX_WARMUP x R)`` requests
+    (``N`` in flight, ``R`` per relaxation time), then ``max(min(MEASURED, ITERATION_BUDGET x N / output_len),
+    RELAX_MEASURED x R)`` measured (never fewer than 10); ``sim`` None when ``(RELAX_WARMUP + RELAX_MEASURED) x R``
+    exceeds ``REQUESTS_MAX``.
+    InputError ``qps`` above the replica's capacity (:func:`fmstack.perfmodel.inference.concurrency_for_rate`)."""
+    at = replace(cfg, request_rate_per_s=rate_per_s, concurrency=None)
+    conc = concurrency_for_rate(d, at, rate_per_s)
+    n_inflight = rate_per_s * float(serve_curve(d, at, np.array([conc])).latency_s[0])
+    cap = max(capacity_rps(d, cfg), rate_per_s)
+    relax = relaxation_requests(rate_per_s / cap)
+    measured = max(10, min(MEASURED, ITERATION_BUDGET * max(1, round(n_inflight)) // cfg.output_len))
+    if not (RELAX_WARMUP + RELAX_MEASURED) * relax <= REQUESTS_MAX:  # inf at capacity
+        sim = None
+    else:
+        warmup = max(WARMUP_MIN, math.ceil(n_inflight), math.ceil(RELAX_WARMUP * relax))
+        measured = max(measured, math.ceil(RELAX_MEASURED * relax))
+        sim = SimConfig(request_rate_per_s=rate_per_s, num_requests=warmup + measured, warmup_requests=warmup,
+                        length_spread=length_spread, seed=seed)  # fmt: skip
+    return OpenLoopRun(rate_per_s=rate_per_s, capacity_rps=cap, inflight=n_inflight, relaxation_requests=relax,
+                       sim=sim)  # fmt: skip
+
+
+def simulate_open_loop(
+    d: Deployment, cfg: ServeConfig, rate_per_s: float, *, length_spread: float = 0.0, seed: int = 0
+) -> tuple[OpenLoopRun, SimResult | None]:
+    """One replica under Poisson arrivals at ``rate_per_s`` (:func:`open_loop_run`): the sizing and the result (None
+    near capacity: no steady state to measure)."""
+    run = open_loop_run(d, cfg, rate_per_s, length_spread=length_spread, seed=seed)
+    return run, None if run.sim is None else simulate(d, cfg, run.sim)
