@@ -84,3 +84,12 @@ def test_critic_is_taken_where_it_is_used(catalog: Catalog) -> None:
         estimate_rl(actor, cluster, RLConfig(prompts_per_step=64), critic=big)
     with pytest.raises(InputError, match=r"^critic: GRPO has no critic"):
         plan_rl(actor, [build_cluster(catalog, "p5.48xlarge", 2)], RLConfig(prompts_per_step=64), critic=big)
+
+
+@pytest.mark.parametrize(("instance", "tp"), [("p6e-gb200.36xlarge", 4), ("p5.4xlarge", 1), ("p5.48xlarge", 8)])
+def test_default_tp_stays_inside_one_node(instance: str, tp: int) -> None:
+    """Session 14: the defaults were tp 8 everywhere, so ``estimate rl`` with no TP flag failed on a 4-GPU GB200 node
+    ("rollout_tp(8) must divide the 4 rollout GPUs"); now 8 or the GPUs of one node where fewer."""
+    out = _json(["estimate", "rl", "--model", "llama3.1-8b", "--instance", instance])
+    assert out["rollout_gpus"] == tp and out["train_gpus"] == tp
+    assert out["config"]["rollout_tp"] == tp and out["config"]["train_tp"] == tp  # type: ignore[index]

@@ -102,9 +102,11 @@ def step_options(func: Any) -> Any:
 @click.option("--max-trajectory-age", type=int, default=1, show_default=True,
               help="With --async: training steps a trajectory may lag (NeMo RL max_trajectory_age_steps); >= 2 "
               "streams the rollout across steps (no batch tail, more in flight).")  # fmt: skip
-@click.option("--rollout-tp", type=int, default=8, show_default=True, help="TP of each generation replica.")
+@click.option("--rollout-tp", type=int, default=None,
+              help="TP of each generation replica [8, or the GPUs of one node where fewer].")  # fmt: skip
 @click.option("--rollout-precision", type=choice(PRECISIONS), default="bf16", show_default=True)
-@click.option("--train-tp", type=int, default=8, show_default=True, help="TP of the trained models.")
+@click.option("--train-tp", type=int, default=None,
+              help="TP of the trained models [8, or the GPUs of one node where fewer].")  # fmt: skip
 @click.option("--train-pp", type=int, default=1, show_default=True)
 @click.option("--train-cp", type=int, default=1, show_default=True, help="Context parallel degree of training.")
 @click.option("--train-ep", type=int, default=1, show_default=True,
@@ -133,6 +135,9 @@ def rl_cmd(
     cluster = build_cluster(cat, instance, nodes)
     efficiency = calibrated(calibration, cluster, calibration_force)
     values: dict[str, Any] = {k: (v.lower() if isinstance(v, str) else v) for k, v in options.items()}
+    for key in ("rollout_tp", "train_tp"):  # TP stays inside a node: 4 on a GB200 node, 1 on a p5.4xlarge
+        if values[key] is None:
+            values[key] = min(8, cluster.gpus_per_node)
     cfg = RLConfig(**values)
     # the long-tail simulation takes seconds for long responses: a spinner on terminals (not for --json)
     busy = (cfg.length_spread > 0 or cfg.length_dist == "lognormal") and not as_json
