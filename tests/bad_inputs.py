@@ -1049,3 +1049,9 @@ BAD_ARGV += [
     (["estimate", "train", "--model", "llama3.1-8b", "--instance", "u-p6e-gb200x72", "--nodes", "2"],
      "nearest: 18 nodes (72 GPUs); to use part of one UltraServer name its instance, --instance p6e-gb200.36xlarge"),
 ]  # fmt: skip
+BAD_ARGV += [
+    # plan serve ranks by cost; an instance without a price says how to give it one
+    (["plan", "serve", "--model", "llama3.1-8b", "--instance", "p6e-gb200.36xlarge", "--qps", "5", "--input-len",
+      "1000", "--output-len", "100", "--ttft-p99", "2", "--itl-p99", "0.1"],
+     "instance: p6e-gb200.36xlarge has no price in the catalog and plan serve ranks deployments by cost: redefine"),
+]  # fmt: skip

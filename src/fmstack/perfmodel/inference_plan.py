@@ -87,7 +87,12 @@ def searched_instances(catalog: Catalog, instances: tuple[str, ...] | None) -> l
     for name in instances or catalog.names("instance"):
         if resolve_instance(catalog, name).price_per_hour_usd is None:
             if instances:
-                raise InputError("instance", f"{name} has no price in the catalog; add price_per_hour_usd")
+                raise InputError(
+                    "instance",
+                    f"{name} has no price in the catalog and plan serve ranks deployments by cost: redefine "
+                    f"{name} with price_per_hour_usd in a --catalog DIR file (README, Catalog), or size one "
+                    "replica with estimate serve",
+                )
             continue
         out.append(name)
     return out
