@@ -69,3 +69,25 @@ def test_a_replica_at_a_low_rate_measures_a_thousand_requests(cat: Catalog) -> N
     d = deployment(cat.model("llama3.1-8b"), build_cluster(cat, "p5.48xlarge", 1), long)
     run = open_loop_run(d, long, 0.05)
     assert run.sim is not None and run.sim.num_requests - run.sim.warmup_requests == 20_000 // 196
+
+
+def test_plan_serve_prints_no_itl_for_one_output_token(cat: Catalog) -> None:
+    """One output token has no gap: `plan serve`'s table and HTML printed an ITL p99 of 0.0000 s for every simulated
+    row (estimate serve prints '-'); they print '-' now, the JSON keeps the simulation's 0.0."""
+    from click.testing import CliRunner
+
+    from fmstack.cli.main import cli
+    from fmstack.perfmodel.inference_disagg import SLO
+    from fmstack.perfmodel.inference_plan import plan_serve
+    from fmstack.reports.serve_report import serve_plan_html
+
+    args = ["plan", "serve", "--model", "llama3.1-8b", "--qps", "0.5", "--input-len", "4096", "--output-len", "1",
+            "--ttft-p99", "1", "--itl-p99", "0.05", "--instance", "p5.4xlarge", "--no-disagg"]  # fmt: skip
+    out = CliRunner().invoke(cli, args, standalone_mode=False, catch_exceptions=False).output
+    rows = [line for line in out.splitlines() if "meets" in line and "p5.4xlarge" not in line.split("│")[0]]
+    assert rows and all("0.0000" not in line for line in rows)
+    plan = plan_serve(cat, cat.model("llama3.1-8b"), qps=0.5, input_len=4096, output_len=1,
+                      slo=SLO(ttft_s=1.0, itl_s=0.05), instances=("p5.4xlarge",), search_disagg=False)  # fmt: skip
+    assert plan.best.sim is not None and plan.best.sim["itl_p99_s"] == 0.0
+    html = serve_plan_html(plan)
+    assert ">0.0000<" not in html and "sim ITL p99" in html

@@ -120,7 +120,7 @@ def render_plan_serve(
             split_label(c) if c.mode == "disaggregated" else "coloc", str(c.tp), str(c.pp), str(c.ep), *(["yes" if c.attention_dp else "-"] if adp_col
             else []), str(c.max_num_tokens), str(c.nodes_per_replica), str(c.replicas), str(c.nodes),
             f"{c.cost_per_hour_usd:,.2f}", f"{c.rate_per_replica_rps:.2f}",
-            f"{sim['ttft_p99_s']:.3f}" if sim else "-", f"{sim['itl_p99_s']:.4f}" if sim else "-",
+            f"{sim['ttft_p99_s']:.3f}" if sim else "-", f"{sim['itl_p99_s']:.4f}" if sim and plan.output_len > 1 else "-",  # 1 token: no gap
             {True: "meets", False: "misses*" if c.sim_note else "misses", None: "not simulated"}[c.meets_slo],
         ])  # fmt: skip
     # what every shown row shares goes to the title once (the table fits 140 columns without wrapped headers)
