@@ -1066,4 +1066,12 @@ BAD_ARGV += []
 
 # session 14, operations fresh review (helper C): add rows here
 BAD_FILES.update({})
-BAD_ARGV += []
+BAD_ARGV += [
+    # options of `simulate` typed before a subcommand were dropped silently (a 64-node, 7-day compare ran)
+    (["simulate", "--nodes", "4", "--days", "1", "compare", "--policy", "fifo,kueue"],
+     "--nodes: given before 'compare', where it is not read; put it after: fmstack simulate compare --nodes"),
+    (["simulate", "--html", "r.html", "elastic"], "--html: given before 'elastic', where it is not read; elastic has no"),
+    # a Kubernetes id's namespace and name are checked before the kubeconfig is read
+    (["status", "kubernetes:research/a/b"], "name 'a/b' is not a Kubernetes object name"),
+    (["cancel", "pytorchjob:Research/gpt"], "namespace 'Research' is not a DNS-1123 label"),
+]  # fmt: skip

@@ -35,3 +35,17 @@ def test_hint_does_not_suggest_the_sharding_already_used() -> None:
     assert not est.memory.fits
     hint = memory_hint(est)
     assert "--sharding" not in hint and "more --tp / --pp, or more nodes" in hint
+
+
+def test_hint_does_not_suggest_the_recompute_or_micro_batch_already_used() -> None:
+    """Session 14: at --recompute selective --micro-batch 1 the hint still offered 'selective' and a smaller
+    micro-batch; it now offers full recompute and model parallelism only, and nothing of recompute at full."""
+    sel = _est("llama3.1-8b", seq_len=131072, sharding="fsdp", recompute="selective", micro_batch=1)
+    assert not sel.memory.fits
+    hint = memory_hint(sel)
+    assert "try --recompute full, or more --tp (with --sp), --cp or --pp" in hint and "micro-batch" not in hint
+    full = _est("llama3.1-8b", seq_len=262144, sharding="fsdp", recompute="full", micro_batch=1)
+    assert not full.memory.fits
+    assert "largest part is activations" in memory_hint(
+        full
+    ) and "try more --tp (with --sp), --cp or --pp" in memory_hint(full)

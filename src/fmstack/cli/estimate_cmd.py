@@ -323,8 +323,10 @@ def render_estimate(est: TrainingEstimate, data: dict[str, Any]) -> None:
     mem.add_row("capacity - reserve", f"{m.capacity_gib - m.reserve_gib:.1f}")
     out.print(mem)
     fits = "[green]fits[/]" if m.fits else "[red]does NOT fit[/]"
+    # HFU counts what runs (the causal half of the attention core, plus recompute), MFU the full 6N + attention
+    hfu_note = " (causal attention as run)" if est.hfu < est.mfu else ""
     out.print(
-        f"MFU {est.mfu * 100:.1f} %  HFU {est.hfu * 100:.1f} %  {est.tflops_per_gpu:.0f} model TFLOP/s/GPU  "
+        f"MFU {est.mfu * 100:.1f} %  HFU {est.hfu * 100:.1f} %{hfu_note}  {est.tflops_per_gpu:.0f} model TFLOP/s/GPU  "
         f"{est.tokens_per_s:,.0f} tokens/s ({est.tokens_per_s_per_gpu:,.0f} per GPU)  memory {fits}"
     )
     if not m.fits:
@@ -375,7 +377,12 @@ def memory_hint(est: TrainingEstimate) -> str:
     top = max(parts, key=lambda k: parts[k])
     over = m.total_gib - (m.capacity_gib - m.reserve_gib)
     if top == "activations":
-        levers = "--recompute selective or full, a smaller --micro-batch, or more --tp (with --sp), --cp or --pp"
+        recompute = {"none": "--recompute selective or full", "selective": "--recompute full"}.get(c.recompute)
+        smaller_mb = "a smaller --micro-batch" if c.micro_batch > 1 else None
+        others = ", ".join(x for x in (recompute, smaller_mb) if x)
+        levers = (
+            f"{others}, or more --tp (with --sp), --cp or --pp" if others else "more --tp (with --sp), --cp or --pp"
+        )
     elif c.dp == 1:  # nothing to shard the states over: only more GPUs (or more HBM) shrink them
         levers = ("more nodes (data parallelism is 1, so --sharding cannot split anything) with more --tp / --pp / "
                   "--dp across them, or an instance with more HBM per GPU")  # fmt: skip

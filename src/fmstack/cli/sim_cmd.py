@@ -120,6 +120,19 @@ def _write(path: Path, text: str, option: str) -> None:
         raise InputError(option, f"cannot write {path}: {exc.strerror}") from None
 
 
+def _refuse_group_options(ctx: click.Context, sub: str) -> None:
+    """An option of `simulate` itself typed before a subcommand (`simulate --nodes 4 compare`) belongs to that
+    subcommand; click would drop it silently and run the defaults (a 64-node, 7-day compare), so say where it goes."""
+    group = ctx.command
+    sub_cmd = group.get_command(ctx, sub) if isinstance(group, click.Group) else None
+    sub_flags = {o for p in (sub_cmd.params if sub_cmd else []) for o in p.opts}
+    for param in group.params:
+        if param.name and ctx.get_parameter_source(param.name) is click.core.ParameterSource.COMMANDLINE:
+            flag = max(param.opts, key=len)
+            fix = f"put it after: fmstack simulate {sub} {flag} ..." if flag in sub_flags else f"{sub} has no {flag}"
+            raise InputError(flag, f"given before '{sub}', where it is not read; {fix}")
+
+
 def _options(func: Any) -> Any:
     opts = [
         click.option("--instance", default="p5.48xlarge", show_default=True, help="Instance type or UltraServer."),
@@ -217,6 +230,7 @@ def simulate(ctx: click.Context, /, policy: str, recovery: str, html_path: Path 
              trace_path: Path | None, **opts: Any) -> None:  # fmt: skip
     """Simulate a GPU fleet: jobs, queues, scheduling policy, failures and recovery."""
     if ctx.invoked_subcommand is not None:
+        _refuse_group_options(ctx, ctx.invoked_subcommand)
         return
     from fmstack.sim.export import to_chrome_trace, to_openmetrics
     from fmstack.sim.report_html import render_html

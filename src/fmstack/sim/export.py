@@ -99,7 +99,9 @@ def to_openmetrics(sim: SimState, summary: dict[str, Any], start_epoch_s: int = 
 
 
 def to_chrome_trace(sim: SimState) -> str:
-    """Job segments as Chrome-trace complete events: one row (tid) per job, one process per first node's leaf."""
+    """Job segments as Chrome-trace complete events in process 0, one row (tid) per job; failures as instant
+    events in process 1 ("faults"). Until 2026-11-24 the failures were drawn on tid 0 of process 0, the row of job 0,
+    and this docstring promised a process per leaf that was never written."""
     events: list[dict[str, Any]] = []
     for jid, start, end, kind, nodes in sim.segment_log:
         events.append(
@@ -108,5 +110,7 @@ def to_chrome_trace(sim: SimState) -> str:
         )  # fmt: skip
     for f in sim.fault_log:
         events.append({"name": f"{f['category']} node {f['node']}", "ph": "i", "s": "g", "ts": round(f["time_s"] * 1e6),
-                       "pid": 0, "tid": 0, "args": {"action": f["action"], "jobs": f["jobs"]}})  # fmt: skip
+                       "pid": 1, "tid": 0, "args": {"action": f["action"], "jobs": f["jobs"]}})  # fmt: skip
+    names = (("jobs", 0), ("faults", 1))
+    events += [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": n}} for n, pid in names]
     return json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}, sort_keys=True) + "\n"

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fmstack.sim.config import MAX_BF_WINDOW_MIN
+from fmstack.sim.config import MAX_BF_WINDOW_MIN, MAX_DAYS
 from fmstack.sim.fleet import NodeState
 from fmstack.sim.state import SimState
 from fmstack.sim.workload import Job
@@ -68,9 +68,15 @@ def summarise(sim: SimState) -> dict[str, Any]:
     ettr_num = sum(j.productive_gpu_s for j in started)
     ettr_den = sum(((j.end_s if j.end_s >= 0 else horizon) - j.first_start_s) * j.num_gpus for j in started)
     by_class: dict[str, Any] = {}
-    pending = {p.job_id for p in sim.pending}
+    # pending at the horizon: in the queue, or requeued and waiting out the requeue delay or backoff (squeue shows
+    # such a job PENDING, reason BeginTime); a trace job submitted after the horizon never arrived
+    queued = {p.job_id for p in sim.pending}
+    delayed = {j.job_id for j in jobs if j.end_s < 0 and not j.running and j.job_id not in queued
+               and j.first_start_s >= 0}  # fmt: skip
+    pending = queued | delayed
+    not_arrived = sum(1 for j in jobs if j.submit_s > horizon)
     # a job still pending at the horizon has waited at least horizon - eligible on top of its earlier waits
-    waited = [(j, j.wait_s + (horizon - j.eligible_s if j.job_id in pending else 0.0))
+    waited = [(j, j.wait_s + (max(0.0, horizon - j.eligible_s) if j.job_id in pending else 0.0))
               for j in jobs if j.first_start_s >= 0 or j.job_id in pending]  # fmt: skip
     for name, lo, hi in SIZE_CLASSES:
         cls_started = [j for j in started if lo <= j.num_gpus <= hi]
@@ -105,7 +111,8 @@ def summarise(sim: SimState) -> dict[str, Any]:
         "jobs": {"submitted": len(jobs), "started": len(started), "completed": len(done),
                  "restarts": sum(j.restarts for j in jobs),
                  "restarts_in_place": sum(j.restarts_in_place for j in jobs), "preemptions": sim.preemptions,
-                 "pending_at_end": len(pending),
+                 "pending_at_end": len(pending), "requeue_delay_at_end": len(delayed),
+                 "running_at_end": sum(1 for j in jobs if j.running), "not_arrived": not_arrived,
                  "preemption_lost_gpu_hours": round(sim.preempted_lost_gpu_s / h, 3),
                  "timed_out": sum(j.timed_out for j in jobs),
                  "timeout_lost_gpu_hours": round(sim.timeout_lost_gpu_s / h, 3),
@@ -175,6 +182,18 @@ def warnings(sim: SimState) -> list[str]:
     backfill ahead of it)."""
     cfg = sim.cfg
     out: list[str] = []
+    late = [j.submit_s for j in sim.jobs.values() if j.submit_s > cfg.horizon_s]
+    if late:
+        days = math.ceil(max(late) / 86400.0 * 100) / 100
+        out.append(
+            f"{_jobs(len(late))} of the trace {'is' if len(late) == 1 else 'are'} submitted after the end of the run "
+            f"({cfg.days:g} days) and not simulated (jobs.not_arrived); the last is submitted at day {days:g}"
+            + (
+                ": give --days past it to include every job"
+                if days < MAX_DAYS
+                else f", past the {MAX_DAYS:g}-day limit"
+            )
+        )
     if sim.preemption_cycles_broken:
         n = sim.preemption_cycles_broken
         out.append(

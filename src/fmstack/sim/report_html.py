@@ -37,13 +37,27 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
 
 
+def _wait_cells(cls: dict[str, Any]) -> str:
+    """Wait p50 / p90 / p99 of a size class over started jobs and jobs still pending at the end (their wait counted
+    to the end), ">=" where pending jobs are in it: a lower bound, as the text table's p90 (cli/sim_render.py).
+    Until 2026-11-24 the report read ``wait`` (started jobs only): a class whose jobs mostly never started showed
+    a short wait."""
+    everyone = cls["wait_incl_pending"]
+    prefix = "&ge;" if everyone["count"] > cls["wait"]["count"] else ""
+    return "".join(
+        f"<td>{'-' if everyone[p] is None else prefix + _seconds(everyone[p])}</td>"
+        for p in ("p50_s", "p90_s", "p99_s")
+    )
+
+
 def render_html(sim: SimState, summary: dict[str, Any]) -> str:
     """The report as one HTML string."""
     c = summary["config"]
     xs = [row[0] for row in sim.samples]
     rows = "".join(
         f"<tr><td>{html.escape(k)}</td><td>{v['wait']['count']}</td>"
-        + "".join(f"<td>{_seconds(v[m][p])}</td>" for m in ("wait", "jct") for p in ("p50_s", "p90_s", "p99_s"))
+        f"<td>{v['wait_incl_pending']['count'] - v['wait']['count']}</td>{_wait_cells(v)}"
+        + "".join(f"<td>{_seconds(v['jct'][p])}</td>" for p in ("p50_s", "p90_s", "p99_s"))
         + "</tr>"
         for k, v in summary["by_size_class"].items()
     )
@@ -55,7 +69,10 @@ def render_html(sim: SimState, summary: dict[str, Any]) -> str:
     n_timeout = summary["jobs"].get("timed_out", 0)
     timed_out = f" ({n_timeout} {'job' if n_timeout == 1 else 'jobs'} killed at the time limit)" if n_timeout else ""
     notes = "".join(f"<p class='warning'>{html.escape(w)}</p>" for w in summary.get("warnings", []))
-    title = f"fmstack fleet twin: {c['nodes']} x {c['instance']}, {c['days']:g} days, {c['policy']}, {c['recovery']}"
+    title = (
+        f"fmstack fleet twin: {c['nodes']} x {c['instance']}, {c['days']:g} days, {c['policy']}, "
+        f"{str(c['recovery']).replace('_', '-')}"
+    )  # as --recovery spells it
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}</style>
@@ -63,10 +80,12 @@ def render_html(sim: SimState, summary: dict[str, Any]) -> str:
 <h1>{html.escape(title)}</h1>
 <p>utilization {summary["utilization"]:.3f} &middot; goodput {summary["goodput"]:.3f} &middot; ETTR {summary["ettr"]:.3f}
 &middot; jobs completed {summary["jobs"]["completed"]} of {summary["jobs"]["submitted"]}{timed_out}
+&middot; pending at end {summary["jobs"]["pending_at_end"]}
 &middot; job interruptions {summary["failures"]["job_interruptions"]} &middot; seed {c["seed"]}</p>{notes}
 <h2>GPU-hours</h2><table><tr><th>kind</th><th>GPU-h</th></tr>{parts}</table>
 <h2>Queue wait and job completion time by size class (GPUs), seconds</h2>
-<table><tr><th>class</th><th>jobs</th><th>wait p50</th><th>wait p90</th><th>wait p99</th><th>JCT p50</th>
+<p>Waits include the jobs still pending at the end, their wait counted to the end; &ge;: a lower bound.</p>
+<table><tr><th>class</th><th>started</th><th>pending at end</th><th>wait p50</th><th>wait p90</th><th>wait p99</th><th>JCT p50</th>
 <th>JCT p90</th><th>JCT p99</th></tr>{rows}</table>
 <h2>Failures by category</h2><table><tr><th>category</th><th>events</th></tr>{fails}</table>
 <h2>Time series</h2>

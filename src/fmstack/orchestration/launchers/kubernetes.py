@@ -9,6 +9,7 @@ claim the domain's channel template, which must exist for their claims to be mad
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,10 @@ from fmstack.orchestration.jobspec import ResolvedJob
 from fmstack.orchestration.launchers import k8s_gb200
 from fmstack.orchestration.launchers.base import JobStatus, Submission
 from fmstack.orchestration.launchers.k8s_manifests import render_jobset, render_manifests, validate_manifest
+
+_DNS_LABEL = re.compile(r"^(?=.{1,63}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+"""Namespace and object names as the API server accepts them (Kubernetes docs, Object Names and IDs)."""
 
 
 def default_api_client() -> Any:
@@ -107,6 +112,14 @@ class KubernetesLauncher:
         ns, sep, name = native_id.partition("/")
         if not sep or not ns or not name:
             raise InputError("ID", f"{self.name}:{native_id}: expected {self.name}:NAMESPACE/NAME")
+        # checked here, before the kubeconfig is read: 'ns/a/b' or 'Research/x' used to end in a kubeconfig
+        # error or an HTTP 404 that did not point at the id
+        if not _DNS_LABEL.match(ns):
+            raise InputError("ID", f"{self.name}:{native_id}: namespace {ns!r} is not a DNS-1123 label "
+                             "(lowercase letters, digits, '-'; at most 63)")  # fmt: skip
+        if not _DNS_SUBDOMAIN.match(name):
+            raise InputError("ID", f"{self.name}:{native_id}: name {name!r} is not a Kubernetes object name "
+                             "(lowercase letters, digits, '-', '.'; at most 253)")  # fmt: skip
         return ns, name
 
     def _call(self, what: str, fn: Callable[[Any], Any]) -> Any:
