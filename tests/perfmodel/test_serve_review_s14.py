@@ -91,3 +91,29 @@ def test_plan_serve_prints_no_itl_for_one_output_token(cat: Catalog) -> None:
     assert plan.best.sim is not None and plan.best.sim["itl_p99_s"] == 0.0
     html = serve_plan_html(plan)
     assert ">0.0000<" not in html and "sim ITL p99" in html
+
+
+def test_each_plan_row_says_how_to_rerun_its_p99() -> None:
+    """A colocated row's ``estimate_command`` prints its analytic point; its ``p99_command`` (``--qps qps /
+    replicas --seed S``) reruns the simulation the plan checked it with: the same TTFT and ITL p99, exactly (a
+    split's is its estimate_command, tested in test_inference_plan_disagg.py)."""
+    import json
+    import shlex
+
+    from click.testing import CliRunner
+
+    from fmstack.cli.main import cli
+
+    args = ["plan", "serve", "--model", "llama3.1-70b", "--qps", "5", "--input-len", "2048", "--output-len", "256",
+            "--ttft-p99", "3", "--itl-p99", "0.1", "--instance", "p5.4xlarge,p5.48xlarge", "--no-disagg", "--seed",
+            "3", "--json"]  # fmt: skip
+    plan = json.loads(CliRunner().invoke(cli, args, standalone_mode=False, catch_exceptions=False).output)
+    rows = [c for c in plan["candidates"] if c["sim"]]
+    assert rows and plan["best"]["p99_command"] == rows[0]["p99_command"]
+    assert any(c["replicas"] > 1 for c in rows)
+    for c in rows:
+        argv = shlex.split(c["p99_command"])
+        assert argv[argv.index("--qps") + 1] == repr(5.0 / c["replicas"]) and "--no-simulate" not in argv
+        est = CliRunner().invoke(cli, [*argv[1:], "--json"], standalone_mode=False, catch_exceptions=False)
+        got = json.loads(est.output)
+        assert (got["ttft_p99_s"], got["itl_p99_s"]) == (c["sim"]["ttft_p99_s"], c["sim"]["itl_p99_s"])
