@@ -1062,7 +1062,20 @@ BAD_ARGV += []
 
 # session 14, serve / rl fresh review (helper B): add rows here
 BAD_FILES.update({})
-BAD_ARGV += []
+BAD_ARGV += [
+    # regression rows from the review's bad-input sweep (each already one line; kept so they stay so)
+    (["estimate", "serve", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--input-len", "512", "--output-len",
+      "64", "--qps", "1", "--length-spread", "1.0"], "length-spread: must be in [0, 1), got 1.0"),
+    (["plan", "serve", "--model", "llama3.1-8b", "--qps", "1", "--input-len", "512", "--output-len", "64",
+      "--ttft-p99", "1", "--itl-p99", "0.05", "--max-nodes-per-replica", "0"],
+     "max-nodes-per-replica: must be >= 1, got 0"),
+    (["plan", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "4-2"],
+     "nodes: range '4-2' must start at 1 or more and end at or after its start"),
+    (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--length-dist", "lognormal"],
+     "length-dist: lognormal needs exactly one of --clip-ratio (with --response-cap) and --length-cv, got neither"),
+    (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--minibatches", "100000"],
+     "minibatches: 100000 does not divide the step's 256 prompts x 8 samples = 2048 sequences"),
+]  # fmt: skip
 
 # session 14, operations fresh review (helper C): add rows here
 BAD_FILES.update({})

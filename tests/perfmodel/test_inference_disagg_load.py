@@ -79,9 +79,10 @@ def test_near_capacity_split_has_no_steady_state(catalog: Catalog, cap: PoolCapa
 
 
 def test_split_warmup_by_hand() -> None:
-    """Little's law sets the run far from capacity (100 in flight: 100 warm-up, 200 measured, as before); at 90 %
-    busy the relaxation time (341.76 requests, Morse) asks for 3 x -> 1,026 warm-up and 5 x -> 1,709 measured."""
-    assert split_warmup(100.0, 0.5, "decode", 5.0) == (100, 300)
+    """Little's law sets the warm-up far from capacity (100 in flight: 100 warm-up, then max(1,000, 2 x 100)
+    measured: as many as a colocated check measures, session 14; 200 before); at 90 % busy the relaxation time
+    (341.76 requests, Morse) asks for 3 x -> 1,026 warm-up and 5 x -> 1,709 measured."""
+    assert split_warmup(100.0, 0.5, "decode", 5.0) == (100, 1100)
     assert split_warmup(100.0, 0.9, "decode", 5.0) == (1026, 1026 + 1709)
     assert split_warmup(math.inf, 0.5, "prefill", 5.0) == (1000, 3000)
     assert np.isclose(0.9 / (1 - math.sqrt(0.9)) ** 2, 341.76, atol=0.01)

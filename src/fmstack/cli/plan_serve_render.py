@@ -67,10 +67,30 @@ def estimate_argv(
     return argv + list(extra)
 
 
+def p99_argv(
+    model: str, c: Candidate, input_len: int, output_len: int, catalog_dir: Path | None, slo: SLO, qps: float,
+    *, seed: int = 0, extra: Sequence[str] = (),
+) -> list[str]:  # fmt: skip
+    """The `estimate serve` command line whose simulation is ``c``'s p99 check: a split's is its
+    :func:`estimate_argv` (``--qps R --prefill-replicas P --decode-replicas D --seed S``); a colocated row's is one
+    replica at ``qps / replicas`` requests/s (``--qps``, the same seed and token budget: the run `plan serve`
+    simulated, the same p50/p90/p99)."""
+    argv = estimate_argv(model, c, input_len, output_len, catalog_dir, slo, qps=qps, seed=seed, extra=extra)
+    if c.mode == "disaggregated":
+        return argv
+    at = argv.index("--concurrency")
+    argv[at : at + 2] = ["--qps", repr(qps / c.replicas)]
+    argv.remove("--no-simulate")
+    tail = argv.index("--catalog") if "--catalog" in argv else len(argv) - len(extra)
+    argv[tail:tail] = ["--seed", str(seed)]
+    return argv
+
+
 def plan_serve_json(
     plan: ServePlan, model: str, top: int, catalog_dir: Path | None, seed: int = 0, extra: Sequence[str] = ()
 ) -> dict[str, Any]:
-    """``best`` and ``candidates`` (each with ``attention_dp`` and its ``estimate_command``), ``slo``, ``qps``,
+    """``best`` and ``candidates`` (each with ``attention_dp``, its ``estimate_command`` and ``p99_command``: the
+    `estimate serve` line whose simulation is the row's p99 check, :func:`p99_argv`), ``slo``, ``qps``,
     ``estimate_command`` (the best's), ``disaggregation`` (the comparison's fields or null) and
     ``disaggregation_note``. Each row has ``mode`` ("colocated" | "disaggregated"), ``prefill_replicas``,
     ``decode_replicas`` (0 when colocated; ``replicas`` is their sum), ``kv_transfer_s`` and the decode pool's
@@ -81,7 +101,9 @@ def plan_serve_json(
         argv = estimate_argv(model, c, plan.input_len, plan.output_len, catalog_dir, plan.slo, qps=plan.qps, seed=seed,
                              extra=extra)  # fmt: skip
         cmd = shlex.join(argv)
-        return asdict(c) | {"estimate_command": cmd}
+        p99 = p99_argv(model, c, plan.input_len, plan.output_len, catalog_dir, plan.slo, plan.qps, seed=seed,
+                       extra=extra)  # fmt: skip
+        return asdict(c) | {"estimate_command": cmd, "p99_command": shlex.join(p99)}
 
     best = row(plan.best)
     return {
@@ -120,7 +142,7 @@ def render_plan_serve(
             split_label(c) if c.mode == "disaggregated" else "coloc", str(c.tp), str(c.pp), str(c.ep), *(["yes" if c.attention_dp else "-"] if adp_col
             else []), str(c.max_num_tokens), str(c.nodes_per_replica), str(c.replicas), str(c.nodes),
             f"{c.cost_per_hour_usd:,.2f}", f"{c.rate_per_replica_rps:.2f}",
-            f"{sim['ttft_p99_s']:.3f}" if sim else "-", f"{sim['itl_p99_s']:.4f}" if sim else "-",
+            f"{sim['ttft_p99_s']:.3f}" if sim else "-", f"{sim['itl_p99_s']:.4f}" if sim and plan.output_len > 1 else "-",  # 1 token: no gap
             {True: "meets", False: "misses*" if c.sim_note else "misses", None: "not simulated"}[c.meets_slo],
         ])  # fmt: skip
     # what every shown row shares goes to the title once (the table fits 140 columns without wrapped headers)
@@ -147,6 +169,10 @@ def render_plan_serve(
     argv = estimate_argv(model, b, plan.input_len, plan.output_len, catalog_dir, slo, qps=plan.qps, seed=seed,
                          extra=extra)  # fmt: skip
     out.print(shlex.join(argv), markup=False, soft_wrap=True)
+    if b.mode != "disaggregated" and b.sim is not None:
+        out.print(f"and its simulated p99 (one replica at {plan.qps / b.replicas:.4g} req/s) with:", markup=False)
+        p99 = p99_argv(model, b, plan.input_len, plan.output_len, catalog_dir, slo, plan.qps, seed=seed, extra=extra)
+        out.print(shlex.join(p99), markup=False, soft_wrap=True)
     out.print(f"disaggregated prefill/decode: {plan.disaggregation_note}", markup=False, soft_wrap=True)
 
 

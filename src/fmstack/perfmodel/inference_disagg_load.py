@@ -12,11 +12,21 @@ import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency, prefill_ctx
-from fmstack.perfmodel.inference_open_loop import RELAX_MEASURED, RELAX_WARMUP, REQUESTS_MAX, relaxation_requests
+from fmstack.perfmodel.inference_open_loop import (
+    MEASURED,
+    RELAX_MEASURED,
+    RELAX_WARMUP,
+    REQUESTS_MAX,
+    relaxation_requests,
+)
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
 
-SIM_MEASURED = 135
-"""Requests measured at least (what the colocated check measured on one replica before session 13)."""
+SIM_MEASURED = MEASURED
+"""Requests measured at least: as many as a colocated replica's check measures, so `plan serve` ranks split and
+colocated rows on p99s of as many samples. 135 (until session 14) put a p99 between a run's two largest TTFTs:
+Llama 3.1 70B fp8, 32000/1 tokens at 0.2 req/s, 2P(tp8):1D(tp1) on p5: TTFT p99 1.92-3.00 s (median 2.4) over
+seeds 0-7 against 2.56-3.11 s (median 2.78) over 1,000, and a plan "met" 3 s at seed 0 with 1.92 s; 70B TP 2 fp8
+1P:1D, 2048/256 at 2 req/s: 0.37-0.61 s (median 0.47) against 0.50-0.66 s (median 0.56)."""
 SIM_REQUESTS_MAX = 3000
 
 

@@ -16,7 +16,7 @@ The simulation starts empty, and two things take time to settle:
   ``tau ~ (c_a^2 + c_s^2) / (mu (1 - rho)^2)``, Kingman 1961), so the rule errs long.
 
 Warm-up: ``max(WARMUP_MIN, N, RELAX_WARMUP x rate x tau)`` requests; measured: ``MEASURED`` (1,000; fewer where
-that is more than ``ITERATION_BUDGET`` iterations) or ``RELAX_MEASURED x rate x tau`` if more, so a p99 spans
+their prompts take more than ``ITERATION_BUDGET`` chunk iterations) or ``RELAX_MEASURED x rate x tau`` if more, so a p99 spans
 several excursions of the queue. Where ``(RELAX_WARMUP + RELAX_MEASURED) x rate x tau > REQUESTS_MAX`` the rate is
 too near capacity: :func:`open_loop_run` says so (``sim`` None) and its callers report no steady state (a `plan
 serve` miss; ``estimate serve`` prints the means only). Before these rules `plan serve` left out 15 of 150 requests
@@ -44,8 +44,13 @@ tail, whose excursions last longer than the queue's relaxation time; Llama 3.1 7
 2048/256 tokens at 6.7 req/s (79 % busy), gave TTFT p99 0.50-1.30 s (median 0.68) over 311 measured requests at
 seeds 0-7, 0.73-1.65 s (median 0.76) over 1,000, where 20,000-request runs give 0.92-0.98 s."""
 ITERATION_BUDGET = 20_000
-"""About this many engine iterations' worth of measured requests (``n x output_len / in flight``; each iteration
-costs Python time), unless the queue's relaxation asks for more."""
+"""About this many prompt-chunk iterations of measured requests (``n x ceil(new prompt / max_num_tokens)``), unless
+the queue's relaxation asks for more: the iterations that cost Python time (about 0.1 ms each), as the simulation
+skips decode-only stretches between arrivals and completions in one step. Until session 14 the budget counted
+``n x output_len / in flight`` decode iterations, and a replica at a low rate measured few requests: Llama 3.1 70B
+TP 8 bf16, 2048/256 at 0.5 req/s measured 78 (TTFT p99 0.113-0.188 s over seeds 0-7, 0.148-0.186 s over 500,
+0.154-0.186 s over 1,000, 0.18 s over 5,000), at 1 req/s 234 (ITL p99 0.012 s at seed 3 against 0.095 s at the
+eleven others), 2048/4096 at 0.1 req/s 24; 1,000 cost 0.26-1.4 s there."""
 RELAX_WARMUP = 3.0
 """Relaxation times of warm-up: the empty start's deficit decays as ``exp(-t / tau)``, 5 % of it is left."""
 RELAX_MEASURED = 5.0
@@ -104,16 +109,17 @@ def open_loop_run(
     d: Deployment, cfg: ServeConfig, rate_per_s: float, *, length_spread: float = 0.0, seed: int = 0
 ) -> OpenLoopRun:
     """Poisson arrivals at ``rate_per_s`` on one replica: warm-up ``max(WARMUP_MIN, N, RELAX_WARMUP x R)`` requests
-    (``N`` in flight, ``R`` per relaxation time), then ``max(min(MEASURED, ITERATION_BUDGET x N / output_len),
-    RELAX_MEASURED x R)`` measured (never fewer than 10); ``sim`` None when ``(RELAX_WARMUP + RELAX_MEASURED) x R``
-    exceeds ``REQUESTS_MAX``.
+    (``N`` in flight, ``R`` per relaxation time), then ``max(min(MEASURED, ITERATION_BUDGET / chunks), RELAX_MEASURED
+    x R)`` measured (never fewer than 10; ``chunks``: a prompt's ``ceil(new / max_num_tokens)`` iterations); ``sim``
+    None when ``(RELAX_WARMUP + RELAX_MEASURED) x R`` exceeds ``REQUESTS_MAX``.
     InputError ``qps`` above the replica's capacity (:func:`fmstack.perfmodel.inference.concurrency_for_rate`)."""
     at = replace(cfg, request_rate_per_s=rate_per_s, concurrency=None)
     conc = concurrency_for_rate(d, at, rate_per_s)
     n_inflight = rate_per_s * float(serve_curve(d, at, np.array([conc])).latency_s[0])
     cap = max(capacity_rps(d, cfg), rate_per_s)
     relax = relaxation_requests(rate_per_s / cap)
-    measured = max(10, min(MEASURED, ITERATION_BUDGET * max(1, round(n_inflight)) // cfg.output_len))
+    new = cfg.input_len - math.floor(cfg.prefix_hit_rate * cfg.input_len)
+    measured = max(10, min(MEASURED, ITERATION_BUDGET // max(1, math.ceil(new / cfg.max_num_tokens))))
     if not (RELAX_WARMUP + RELAX_MEASURED) * relax <= REQUESTS_MAX:  # inf at capacity
         sim = None
     else:

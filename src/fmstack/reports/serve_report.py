@@ -76,7 +76,7 @@ def serve_plan_html(plan: ServePlan, efficiency_source: str | None = None) -> st
             i, c.instance, c.precision, _mode(c), c.tp, c.pp, f"{c.ep} + attention DP" if c.attention_dp else c.ep, c.max_num_tokens, c.nodes_per_replica, c.replicas, c.nodes,
             c.num_gpus,
             f"{c.cost_per_hour_usd:,.2f}", f"{c.rate_per_replica_rps:.2f}",
-            f"{sim['ttft_p99_s']:.3f}" if sim else "-", f"{sim['itl_p99_s']:.4f}" if sim else "-",
+            f"{sim['ttft_p99_s']:.3f}" if sim else "-", f"{sim['itl_p99_s']:.4f}" if sim and plan.output_len > 1 else "-",  # 1 token: no gap
             {True: "yes", False: f"no: {c.sim_note}" if c.sim_note else "no", None: "not simulated"}[c.meets_slo],
         ])  # fmt: skip
     sections = [
