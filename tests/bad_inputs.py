@@ -1088,3 +1088,10 @@ BAD_ARGV += [
     (["status", "kubernetes:research/a/b"], "name 'a/b' is not a Kubernetes object name"),
     (["cancel", "pytorchjob:Research/gpt"], "namespace 'Research' is not a DNS-1123 label"),
 ]  # fmt: skip
+
+# session 14, lead: the layout error names the degree that was raised
+BAD_ARGV += [
+    (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "2", "--train-tp", "1",
+      "--train-cp", "3"],
+     "train-cp: train_tp(1) * train_pp(1) * train_cp(3) = 3 does not divide 16 GPUs"),
+]  # fmt: skip

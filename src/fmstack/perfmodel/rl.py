@@ -122,8 +122,10 @@ def _train(
     seq_len = math.ceil((cfg.prompt_len + cfg.response_len) / multiple) * multiple
     mp = cfg.train_tp * cfg.train_pp * cfg.train_cp
     if cluster.num_gpus % mp:
+        # name the degree the user raised (cp, then pp, then tp), not always tp
+        field = next((f for f, d in (("train-cp", cfg.train_cp), ("train-pp", cfg.train_pp)) if d > 1), "train-tp")
         raise InputError(
-            "train-tp", f"train_tp({cfg.train_tp}) * train_pp({cfg.train_pp}) * train_cp({cfg.train_cp}) = {mp} "
+            field, f"train_tp({cfg.train_tp}) * train_pp({cfg.train_pp}) * train_cp({cfg.train_cp}) = {mp} "
             f"does not divide {cluster.num_gpus} GPUs",
         )  # fmt: skip
     dp = cluster.num_gpus // mp
