@@ -164,14 +164,7 @@ class BatchingSim:
         decode = [r for r in self._running if self._requests[r].prefilled >= self._requests[r].input_len]
         budget = self.cfg.max_num_tokens - (len(decode) if self.sim.chunked_prefill else 0)
         partial = [r for r in self._running if self._requests[r].prefilled < self._requests[r].input_len]
-        while self._waiting and len(self._running) < self._max_seqs:
-            req = self._requests[self._waiting[0]]
-            need = req.input_len + req.output_len
-            if need > self._kv_tokens_free:
-                break
-            self._kv_tokens_free -= need
-            self._running.append(self._waiting.pop(0))
-            partial.append(req.rid)
+        partial += self._admit()
         chunks: dict[int, int] = {}
         for r in partial:
             if budget <= 0:
@@ -191,6 +184,20 @@ class BatchingSim:
             return
         self._run_step(decode, chunks)
 
+    def _admit(self) -> list[int]:
+        """Move waiting requests to running in FCFS order while the sequence limit and the KV pool (prompt + output
+        tokens reserved at admission) allow; the ids admitted."""
+        admitted: list[int] = []
+        while self._waiting and len(self._running) < self._max_seqs:
+            req = self._requests[self._waiting[0]]
+            need = req.input_len + req.output_len
+            if need > self._kv_tokens_free:
+                break
+            self._kv_tokens_free -= need
+            self._running.append(self._waiting.pop(0))
+            admitted.append(req.rid)
+        return admitted
+
     def _start_iteration_static(self) -> None:
         """Static batching: decode the running batch until its last request finishes; an idle engine forms the next
         batch from the queue (FCFS, within the sequence limit and the KV pool) and prefills it in one iteration."""
@@ -200,13 +207,7 @@ class BatchingSim:
                 return
             self._run_step(list(self._running), {})
             return
-        while self._waiting and len(self._running) < self._max_seqs:
-            req = self._requests[self._waiting[0]]
-            need = req.input_len + req.output_len
-            if need > self._kv_tokens_free:
-                break
-            self._kv_tokens_free -= need
-            self._running.append(self._waiting.pop(0))
+        self._admit()
         if self._running:
             self._run_step([], {r: self._requests[r].input_len - self._requests[r].prefilled for r in self._running})
 
