@@ -91,7 +91,11 @@ def plan_serve_cmd(
             max_nodes_per_replica=max_nodes_per_replica, search_attention_dp=search_attention_dp,
             search_disagg=search_disagg, on_simulate=on_simulate, efficiency_for=efficiency_for,
         )  # fmt: skip
-    source = None if efficiency_for is None else efficiency_for(build_cluster(cat, plan.best.instance, 1)).source
+    source = (
+        None
+        if efficiency_for is None
+        else efficiency_for(build_cluster(cat, plan.best.instance, 1, part_of_domain=True)).source
+    )
     if html_path is not None:
         from fmstack.reports.serve_report import write_serve_plan
 
@@ -119,7 +123,11 @@ def _plan_calibration(
     one has another GPU, unless forced); without --instance the search covers every priced instance, so say that."""
     from fmstack.perfmodel.inference_plan import searched_instances
 
-    clusters = [] if calibration is None else [build_cluster(cat, n, 1) for n in searched_instances(cat, names)]
+    clusters = (
+        []
+        if calibration is None
+        else [build_cluster(cat, n, 1, part_of_domain=True) for n in searched_instances(cat, names)]
+    )
     try:
         return calibration_for(calibration, clusters, force)
     except InputError as exc:

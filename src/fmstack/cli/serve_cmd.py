@@ -117,7 +117,7 @@ def serve_cmd(
         check_rate(x, flag)  # a target in seconds: the same rule
     cat = load_catalog(catalog_dir)
     arch = cat.model(model)
-    cluster = build_cluster(cat, instance, nodes)
+    cluster = build_cluster(cat, instance, nodes, part_of_domain=True)
     efficiency_for = calibration_for(calibration, [cluster], calibration_force)  # a split's nodes: the same GPU
     efficiency = None if efficiency_for is None else efficiency_for(cluster)
     values: dict[str, Any] = {k: (v.lower() if isinstance(v, str) else v) for k, v in options.items()}

@@ -38,7 +38,7 @@ def split_json(
 
     def cluster_of(name: str, nodes: int) -> Cluster:
         if (name, nodes) not in clusters:
-            clusters[name, nodes] = build_cluster(cat, name, nodes)
+            clusters[name, nodes] = build_cluster(cat, name, nodes, part_of_domain=True)
         return clusters[name, nodes]
 
     qps = cfg.request_rate_per_s or 0.0

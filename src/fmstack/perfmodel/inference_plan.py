@@ -166,7 +166,7 @@ def plan_serve(
 
     def cluster_of(name: str, nodes: int) -> Cluster:
         if (name, nodes) not in clusters:
-            clusters[name, nodes] = build_cluster(catalog, name, nodes)
+            clusters[name, nodes] = build_cluster(catalog, name, nodes, part_of_domain=True)
         return clusters[name, nodes]
 
     found: list[Candidate] = []
