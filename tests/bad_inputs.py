@@ -1106,4 +1106,11 @@ BAD_ARGV += []  # fmt: skip
 
 # session 15, training planner fresh review (helper T): add rows here
 BAD_FILES.update({})
-BAD_ARGV += []  # fmt: skip
+BAD_ARGV += [
+    # a model that fits nowhere says how many GPUs its weights, gradients and Adam state need at the least
+    (["plan", "train", "--model", "llama3.1-405b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "1e12"],
+     "(7,305 GB: 18 B per parameter) need at least 89 H100 GPUs before activations"),
+    # --objective cost skips an unpriced instance when another has a price; with none priced it is still an error
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5e.48xlarge,dgx-h100", "--gpus", "8",
+      "--tokens", "1e12", "--objective", "cost"], "objective: cost needs a price for p5e.48xlarge"),
+]  # fmt: skip

@@ -113,7 +113,7 @@ def test_estimate_time_to_train_lines_are_not_broken_mid_phrase() -> None:
     assert code == 0
     lines = out.splitlines()
     assert lines[0].startswith("llama3.1-70b on 512 p5.48xlarge GPUs: ")  # was "512 x p5.48xlarge": 512 instances?
-    starts = ("checkpoint ", "FSx fsx-persistent-1000 ", "failures: MTBF ", "time lost: ", "time to train ")
+    starts = ("checkpoint ", "FSx fsx-persistent-1000 ", "failures: MTBF ", "time lost: ", "time to train ", "cost $")
     tail = lines[-len(starts) - 1 : -1]
     assert [line.startswith(s) for line, s in zip(tail, starts, strict=True)] == [True] * len(starts), tail
 

@@ -10,7 +10,7 @@ import click
 from rich.table import Table
 
 from fmstack.catalog import load_catalog
-from fmstack.catalog.topology import build_cluster, resolve_instance
+from fmstack.catalog.topology import Cluster, build_cluster, resolve_instance
 from fmstack.cli.common import (
     SubcommandGroup,
     calibrated,
@@ -35,6 +35,7 @@ from fmstack.perfmodel.config import (
     default_seq_len,
     fill_defaults,
 )
+from fmstack.perfmodel.pricing import cost_json
 from fmstack.perfmodel.training import TrainingEstimate, estimate_training
 
 TRAIN_EXAMPLE = """Example:
@@ -232,10 +233,11 @@ def train_cmd(
         data.update(plan.to_json())
         data["ideal_time_to_train_s"] = ideal_s
         data["time_to_train_days"] = data["time_to_train_s"] / 86400
+        data.update(cost_json(cluster, ideal_s, data["time_to_train_s"]))
     if as_json:
         print_json(data)
         return
-    render_estimate(est, data)
+    render_estimate(est, data, cost_line=_cost_text(data, cluster) if tokens is not None else None)
     if efficiency is not None:
         console().print(f"efficiency: {efficiency.source}", markup=False)
 
@@ -295,7 +297,7 @@ def _gpus_per_node(cat: Any, instance: str) -> int:
     return int(resolve_instance(cat, instance).num_gpus)
 
 
-def render_estimate(est: TrainingEstimate, data: dict[str, Any]) -> None:
+def render_estimate(est: TrainingEstimate, data: dict[str, Any], *, cost_line: str | None = None) -> None:
     c = est.config
     out = console()
     recompute = c.recompute + (f" ({', '.join(c.recompute_modules)})" if c.recompute_modules else "")
@@ -354,7 +356,18 @@ def render_estimate(est: TrainingEstimate, data: dict[str, Any]) -> None:
             f"time to train {data['time_to_train_s'] / 86400:,.1f} days "
             f"(ideal {data['ideal_time_to_train_s'] / 86400:,.1f} days without failures or checkpoints)"
         )
+        if cost_line is not None:
+            out.print(cost_line, markup=False)
     out.print(f"bottleneck: [bold]{est.bottleneck}[/]")
+
+
+def _cost_text(data: dict[str, Any], cluster: Cluster) -> str:
+    if data.get("cost_per_hour_usd") is None:
+        return f"cost: no price for {cluster.name} in the catalog (price_per_hour_usd in a --catalog file)"
+    return (
+        f"cost ${data['cost_usd']:,.0f} (ideal ${data['ideal_cost_usd']:,.0f}) at ${data['cost_per_hour_usd']:,.2f}/h: "
+        f"{data['num_nodes']} nodes x ${data['price_per_node_hour_usd']:,.2f}/h (on-demand list price in the catalog)"
+    )
 
 
 def _count_text(expected: float) -> str:

@@ -24,7 +24,14 @@ from fmstack.cli.common import (
     whole_nodes_hint,
 )
 from fmstack.cli.estimate_cmd import estimate_argv
-from fmstack.cli.plan_render import SearchProgress, batch_notes, render_plan, stack_notes
+from fmstack.cli.plan_render import (
+    SearchProgress,
+    batch_notes,
+    price_line,
+    price_notes,
+    render_plan,
+    stack_notes,
+)
 from fmstack.errors import InputError
 from fmstack.fileio import check_output_path
 from fmstack.perfmodel.config import (
@@ -35,6 +42,7 @@ from fmstack.perfmodel.config import (
 )
 from fmstack.perfmodel.plan_failures import CANDIDATES_PER_RESULT, TRAIN_OBJECTIVES
 from fmstack.perfmodel.planner import PlanResult, SearchSpace, plan_training
+from fmstack.perfmodel.pricing import priced_name
 from fmstack.perfmodel.scaling import ScalePoint, run_sweep
 from fmstack.perfmodel.training import TrainingEstimate
 
@@ -134,6 +142,36 @@ def build_clusters(cat: Catalog, instances: str, gpus: str) -> tuple[list[Cluste
         assert first is not None
         raise first
     return clusters, skipped
+
+
+SWEEP_POINTS = 4
+"""Sizes in the HTML report's scaling sweep around the best row."""
+
+
+def sweep_nodes(cluster: Cluster) -> list[int]:
+    """Node counts for the report's scaling sweep around ``cluster``: a quarter, half, once and twice its size, in
+    whole NVLink domains when its instance is named by its UltraServer (18 nodes of u-p6e-gb200x72: a quarter of
+    one was 4 nodes, which the sweep skipped), and doubling further up until there are ``SWEEP_POINTS`` sizes (one
+    node or one UltraServer has no quarter or half: the report showed one or two points)."""
+    inst = cluster.instance
+    whole = inst.ultraserver is not None and cluster.name.lower() == inst.ultraserver.lower()
+    unit = max(1, cluster.gpus_per_domain // inst.num_gpus) if whole else 1
+    units = max(1, cluster.num_nodes // unit)
+    sizes = sorted({max(1, units // 4), max(1, units // 2), units, units * 2})
+    while len(sizes) < SWEEP_POINTS:
+        sizes.append(sizes[-1] * 2)
+    return [s * unit for s in sizes]
+
+
+def _priced_only(clusters: list[Cluster], skipped: list[str]) -> tuple[list[Cluster], list[str]]:
+    """For ``--objective cost``: the clusters with a price, the others skipped with a note (as ``plan rl`` does), so
+    that one unpriced instance in a comparison does not stop it; all unpriced is the planner's error."""
+    priced = [c for c in clusters if c.instance.price_per_hour_usd is not None]
+    if not priced:
+        return clusters, skipped
+    notes = [f"{c.name} at {c.num_gpus} GPUs skipped: --objective cost needs a price for {priced_name(c)} in a "
+             "--catalog file" for c in clusters if c.instance.price_per_hour_usd is None]  # fmt: skip
+    return priced, skipped + notes
 
 
 def _space(
@@ -256,6 +294,8 @@ def plan_train(
     cat = load_catalog(catalog_dir)
     arch = cat.model(model)
     clusters, skipped = build_clusters(cat, instance, gpus)
+    if objective == "cost":
+        clusters, skipped = _priced_only(clusters, skipped)
     space = _space(seq_len, global_batch, precisions, recompute, overlap_ep, arch, overlap_tp)
     efficiency_for = calibration_for(calibration, clusters, calibration_force)
     with_failures = objective == "time-with-failures"
@@ -269,27 +309,33 @@ def plan_train(
 
         result = rerank_with_failures(result, arch, cat, top=top)
     scaling: list[ScalePoint] = []
+    sweep_skipped: list[str] = []
     if html_path is not None:
         from fmstack.reports.html import write_html
         from fmstack.reports.plan_report import plan_html
 
         best = result.best
-        base_nodes = best.num_gpus // resolve_instance(cat, best.instance).num_gpus
-        node_values = sorted({max(1, base_nodes // 4), max(1, base_nodes // 2), base_nodes, base_nodes * 2})
+        base = next(c for c in clusters if (c.name or c.instance.name) == best.instance and c.num_gpus == best.num_gpus)
         try:
-            scaling = run_sweep(cat, arch, axis="nodes", values=[str(v) for v in node_values], instance=best.instance,
-                                gpus=best.num_gpus, tokens=tokens, objective=objective, space=space).points  # fmt: skip
+            sweep = run_sweep(cat, arch, axis="nodes", values=[str(v) for v in sweep_nodes(base)], instance=best.instance,
+                              gpus=best.num_gpus, tokens=tokens, objective=objective, space=space)  # fmt: skip
+            scaling, sweep_skipped = sweep.points, [f"scaling sweep: nodes {s}" for s in sweep.skipped]
         except InputError:
-            scaling = []  # a smaller point may not fit in memory; the report shows what exists
-        source = None if efficiency_for is None else efficiency_for(clusters[0]).source
-        write_html(html_path, plan_html(result, scaling, scaling_of=f"{best.instance}, re-planned at each size",
-                                        efficiency_source=source))  # fmt: skip
+            scaling = []  # no size of the sweep fits in memory; the report shows what exists
     commands = [
         shlex.join(estimate_argv(model, est.instance, est.num_gpus, est.config, catalog_dir=catalog_dir,
                                  calibration=calibration, calibration_force=calibration_force, tokens=tokens))
         for est in result.ranked
     ]  # fmt: skip
-    notes = batch_notes(result, batch_given=global_batch is not None) + stack_notes(result)
+    notes = (
+        batch_notes(result, batch_given=global_batch is not None) + stack_notes(result) + price_notes(result, clusters)
+    )
+    if html_path is not None:
+        source = None if efficiency_for is None else efficiency_for(clusters[0]).source
+        line = price_line(result)
+        write_html(html_path, plan_html(result, scaling, scaling_of=f"{best.instance}, re-planned at each size",
+                                        efficiency_source=source, command=commands[0],
+                                        notes=[*([line] if line else []), *skipped, *notes, *sweep_skipped]))  # fmt: skip
     if as_json:
         data = {**plan_json(result, skipped=skipped, commands=commands), "notes": notes}
         if efficiency_for is not None:
@@ -309,7 +355,12 @@ def plan_json(
     """The plan as JSON; ``estimate_command`` (top level: the best; per row: that row) reproduces a configuration."""
     resilience = result.resilience or [{} for _ in result.ranked]
     cmds: list[str | None] = list(commands) if commands is not None else [None for _ in result.ranked]
-    rows = zip(result.ranked, result.time_to_train_s, result.cost_usd, resilience, cmds, strict=True)
+    # the price behind cost_usd (cost_usd = time_to_train_s / 3600 x cost_per_hour_usd), so a reader can check it
+    priced: list[dict[str, Any]] = [
+        {"num_nodes": n, "cost_per_hour_usd": h}
+        for n, h in zip(result.num_nodes, result.cost_per_hour_usd, strict=True)
+    ] or [{} for _ in result.ranked]
+    rows = zip(result.ranked, result.time_to_train_s, result.cost_usd, resilience, cmds, priced, strict=True)
     return {
         "model": result.model,
         "objective": result.objective,
@@ -327,9 +378,10 @@ def plan_json(
                 **res,
                 "time_to_train_s": t,
                 "cost_usd": c,
+                **price,
                 "estimate_command": cmd,
             }
-            for est, t, c, res, cmd in rows
+            for est, t, c, res, cmd, price in rows
         ],
     }
 

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from fmstack.catalog.topology import Cluster
 from fmstack.cli.common import console
 from fmstack.perfmodel.config import RECOMPUTE_CHOICES, describe_config
 from fmstack.perfmodel.planner import PlanResult
+from fmstack.perfmodel.pricing import priced_name
 from fmstack.reports.plan_report import RANKED_HEADER, ranked_rows
 
 BUBBLE_NOTE_SHARE = 0.25
@@ -50,12 +53,39 @@ def stack_notes(result: PlanResult) -> list[str]:
     ]
 
 
+def price_notes(result: PlanResult, clusters: Sequence[Cluster]) -> list[str]:
+    """Why a row's cost is "-": its instance has no price in the catalog (said once per instance shown)."""
+    shown = {est.instance for est, cost in zip(result.ranked, result.cost_usd, strict=True) if cost is None}
+    names = dict.fromkeys(priced_name(c) for c in clusters if c.name in shown and c.instance.price_per_hour_usd is None)
+    return [f"cost '-': the catalog has no price for {name} in a --catalog file" for name in names]
+
+
+def price_line(result: PlanResult) -> str | None:
+    """The best row's price, so that its cost can be checked by hand: hours x nodes x price per node-hour."""
+    if not result.cost_per_hour_usd or result.cost_per_hour_usd[0] is None or result.time_to_train_s[0] is None:
+        return None
+    hourly, nodes, hours = result.cost_per_hour_usd[0], result.num_nodes[0], result.time_to_train_s[0] / 3600
+    return (
+        f"best row's cost: {hours:,.1f} h x {nodes} nodes x ${hourly / nodes:,.2f}/h (on-demand list price in the "
+        f"catalog) = ${hours * hourly:,.0f}"
+    )
+
+
 _DEGREE = re.compile(r"^(tp|pp|dp|cp|ep|v|mb)\d+$")
 """Words of a configuration that give its parallel layout (kept in the rows when moving every shared word would
 leave a row empty)."""
 
 
 IMPLIED_CAPTION = "every tp > 1 row: sequence parallel (sp) and TP communication overlapped with compute (tp-overlap)"
+
+
+def _is_recompute(word: str) -> bool:
+    return re.split(r"[(+]", word)[0] in RECOMPUTE_CHOICES
+
+
+def spell_recompute(config: str) -> str:
+    """A configuration text with its recompute word said as such: "bf16 recompute none fsdp" for "bf16 none fsdp"."""
+    return " ".join(f"recompute {w}" if _is_recompute(w) else w for w in config.split(" ") if w)
 
 
 def factor_configs(configs: list[str]) -> tuple[str, list[str], str | None]:
@@ -66,9 +96,11 @@ def factor_configs(configs: list[str]) -> tuple[str, list[str], str | None]:
     common = [w for w in words[0] if all(w in ws for ws in words)] if words else []
     if any(set(ws) <= set(common) for ws in words):  # a row would be left empty: keep the layout in the rows
         common = [w for w in common if not _DEGREE.match(w)]
-    # in the title a recompute word stands alone: "recompute none", not "bf16 none"
-    shared = " ".join(f"recompute {w}" if re.split(r"[(+]", w)[0] in RECOMPUTE_CHOICES else w for w in common)
-    words = [[w for w in ws if w not in common] for ws in words]
+    # a recompute word is spelled out, in the title and in the rows: "recompute none", not "bf16 none" or a row's
+    # bare "tp2 cp4 none" (none of what?)
+    shared = spell_recompute(" ".join(common))
+    words = [spell_recompute(" ".join(w for w in ws if w not in common)).split(" ") for ws in words]
+    words = [[w for w in ws if w] for ws in words]
     implied = ("sp", "tp-overlap")
     tp1 = "tp1" in common
     with_tp = [not tp1 and "tp1" not in ws for ws in words]  # exactly tp1 ("tp16" is a TP row)
@@ -115,8 +147,11 @@ def render_plan(result: PlanResult, *, skipped: list[str] | None = None, command
     else:
         out.print("days and cost assume no failures; --objective time-with-failures adds failures, restarts and "
                   "checkpoints", markup=False)  # fmt: skip
+    line = price_line(result)
+    if line is not None:
+        out.print(line, markup=False)
     best = result.best
-    out.print(f"best: [bold]{describe_config(best.config)}[/] on {best.num_gpus} {best.instance} GPUs")
+    out.print(f"best: [bold]{spell_recompute(describe_config(best.config))}[/] on {best.num_gpus} {best.instance} GPUs")
     out.print(f"bottleneck: [bold]{best.bottleneck}[/]")
     if command is not None:
         out.print("reproduce the best with:", markup=False)

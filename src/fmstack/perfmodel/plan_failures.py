@@ -44,7 +44,11 @@ def rerank_with_failures(
     assert result.tokens is not None
     fm = failure_model or load_failure_model()
     rows = []
-    for est, ideal_s, cost in zip(result.ranked, result.time_to_train_s, result.cost_usd, strict=True):
+    nodes = result.num_nodes or [0] * len(result.ranked)
+    hourly = result.cost_per_hour_usd or [None] * len(result.ranked)
+    for est, ideal_s, cost, n, h in zip(
+        result.ranked, result.time_to_train_s, result.cost_usd, nodes, hourly, strict=True
+    ):
         assert ideal_s is not None
         if cluster_for is not None:
             cluster = cluster_for(est)
@@ -56,7 +60,7 @@ def rerank_with_failures(
         )  # fmt: skip
         data = plan.to_json()
         scale = data["time_to_train_s"] / ideal_s
-        rows.append((data["time_to_train_s"], est, data, None if cost is None else cost * scale))
+        rows.append((data["time_to_train_s"], est, data, None if cost is None else cost * scale, n, h))
     rows.sort(key=lambda r: r[0])
     rows = rows[:top]
     return replace(
@@ -66,6 +70,8 @@ def rerank_with_failures(
         time_to_train_s=[r[0] for r in rows],
         cost_usd=[r[3] for r in rows],
         resilience=[r[2] for r in rows],
+        num_nodes=[r[4] for r in rows] if result.num_nodes else [],
+        cost_per_hour_usd=[r[5] for r in rows] if result.cost_per_hour_usd else [],
     )
 
 

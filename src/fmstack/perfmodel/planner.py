@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -30,9 +30,10 @@ from fmstack.perfmodel.columns import (
 )
 from fmstack.perfmodel.config import TrainConfig, check_seq_len, describe_config
 from fmstack.perfmodel.efficiency import Efficiency, default_efficiency
-from fmstack.perfmodel.memory import DEFAULT_RESERVE_GIB, GIB
+from fmstack.perfmodel.memory import DEFAULT_RESERVE_GIB, GIB, OPTIMIZER_BYTES_PER_PARAM, WEIGHT_BYTES
 from fmstack.perfmodel.modelconsts import model_consts
 from fmstack.perfmodel.num import FloatArray
+from fmstack.perfmodel.pricing import priced_name
 from fmstack.perfmodel.step import StepArrays, step_model
 from fmstack.perfmodel.training import TrainingEstimate, from_arrays
 
@@ -40,6 +41,7 @@ OBJECTIVES = ("time", "cost", "mfu")
 DEFAULT_GLOBAL_BATCH_TOKENS = 4 * 1024 * 1024
 """Default global batch when none is given: 4M tokens (Llama 3's initial batch, Llama 3 paper sec. 3.4.1)."""
 MAX_PP = 64
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -84,6 +86,11 @@ class PlanResult:
     """With objective time-with-failures: each ranked configuration's checkpoint / failure / goodput JSON."""
     included_rank: int | None = None
     """1-based rank of ``include`` among all configurations that fit (None: not enumerated or does not fit)."""
+    num_nodes: list[int] = field(default_factory=list)
+    """Each ranked configuration's nodes (instances; an UltraServer counts its instances)."""
+    cost_per_hour_usd: list[float | None] = field(default_factory=list)
+    """Each ranked configuration's cluster price: the catalog's per-instance ``price_per_hour_usd`` x ``num_nodes``
+    (None: the catalog has no price). ``cost_usd`` = time to train in hours x this."""
 
     @property
     def best(self) -> TrainingEstimate:
@@ -96,6 +103,11 @@ def _pow2_upto(limit: int) -> list[int]:
 
 def _divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def _once(values: Sequence[_T]) -> list[_T]:
+    """``values`` in order, each once."""
+    return list(dict.fromkeys(values))
 
 
 def _recompute_choices(model: ModelArch, space: SearchSpace) -> list[tuple[float, float]]:
@@ -125,10 +137,12 @@ def enumerate_space(model: ModelArch, cluster: Cluster, space: SearchSpace) -> t
     tps = [t for t in _pow2_upto(cluster.gpus_per_domain) if n % t == 0]
     pps = _divisors(n, min(space.max_pp, model.num_layers))
     eps = [1] if model.moe is None else _divisors(model.moe.num_experts, n)
-    prec = [PRECISION_CODE[p] for p in space.precisions]  # type: ignore[index]
-    rec_pairs = _recompute_choices(model, space)
-    shard = [SHARDING_CODE[s] for s in space.sharding]  # type: ignore[index]
-    axes = (tps, pps, space.cp, eps, space.virtual_stages, space.micro_batches, prec, range(len(rec_pairs)), shard)
+    # a value named twice (--precision bf16,bf16) is one candidate: it was enumerated, counted and ranked twice
+    prec = _once([PRECISION_CODE[p] for p in space.precisions])  # type: ignore[index]
+    rec_pairs = _once(_recompute_choices(model, space))
+    shard = _once([SHARDING_CODE[s] for s in space.sharding])  # type: ignore[index]
+    cps, vpps, mbs = _once(space.cp), _once(space.virtual_stages), _once(space.micro_batches)
+    axes = (tps, pps, cps, eps, vpps, mbs, prec, range(len(rec_pairs)), shard)
     # the Cartesian product in itertools.product's order (last axis fastest), built by NumPy
     grid = [g.ravel() for g in np.meshgrid(*(np.asarray(a, dtype=np.float64) for a in axes), indexing="ij")]
     considered = int(grid[0].shape[0])
@@ -220,15 +234,23 @@ def _score(objective: str, arrays: StepArrays[FloatArray], cluster: Cluster, tok
     return np.asarray(seconds, dtype=np.float64)
 
 
-def _priced_name(cluster: Cluster) -> str:
-    """Where a price goes: the instance, or for a cluster named by its UltraServer either entry."""
-    inst = cluster.instance
-    if inst.ultraserver is not None and cluster.name.lower() == inst.ultraserver.lower():
-        return (
-            f"{inst.ultraserver}: set price_per_hour_usd on ultraserver {inst.ultraserver} (per UltraServer-hour) "
-            f"or on instance {inst.name} (per instance-hour)"
-        )
-    return f"{inst.name}: set price_per_hour_usd"
+STATE_BYTES_PER_PARAM = WEIGHT_BYTES + 4.0 + OPTIMIZER_BYTES_PER_PARAM
+"""bf16 weight, fp32 gradient (the planner's ``grad_bytes``), fp32 master weight and Adam moments: 18 B per parameter,
+held once across all GPUs when every copy is sharded (ZeRO-3 / FSDP with tp x pp x ep)."""
+
+
+def _state_floor(model: ModelArch, clusters: Sequence[Cluster], reserve_gib: float) -> str:
+    """When even perfectly sharded weights, gradients and optimizer state overflow every cluster tried: the GPU
+    count they need at the least (activations need more), so that "try more GPUs" says how many."""
+    state_bytes = model_consts(model).params_total * STATE_BYTES_PER_PARAM
+    floors = {c.gpu.name: math.ceil(state_bytes / ((c.gpu.hbm_gib - reserve_gib) * GIB)) for c in clusters}
+    if all(c.num_gpus >= floors[c.gpu.name] for c in clusters):
+        return ""
+    need = " or ".join(f"{n:,} {gpu}" for gpu, n in floors.items())
+    return (
+        f"; its weights, gradients and Adam state alone ({state_bytes / 1e9:,.0f} GB: {STATE_BYTES_PER_PARAM:.0f} B "
+        f"per parameter) need at least {need} GPUs before activations"
+    )
 
 
 def _unsearched_levers(space: SearchSpace) -> str:
@@ -272,7 +294,7 @@ def plan_training(
     best_misfit: tuple[float, str] | None = None
     for ci, cluster in enumerate(clusters):
         if objective == "cost" and cluster.instance.price_per_hour_usd is None:
-            raise InputError("objective", f"cost needs a price for {_priced_name(cluster)} in a --catalog file")
+            raise InputError("objective", f"cost needs a price for {priced_name(cluster)} in a --catalog file")
         cols, n_considered = enumerate_space(model, cluster, space)
         considered += n_considered
         rejected_shape += n_considered - len(cols)
@@ -306,19 +328,21 @@ def plan_training(
         hint = best_misfit[1] if best_misfit else "no configuration has a valid shape"
         raise InputError(
             "model",
-            f"no configuration of {model.name} fits: {hint}; try more GPUs or an instance with more HBM per GPU "
-            f"(e.g. p5en.48xlarge, p6-b200.48xlarge){_unsearched_levers(space)}",
+            f"no configuration of {model.name} fits: {hint}{_state_floor(model, clusters, reserve_gib)}; try more "
+            f"GPUs or an instance with more HBM per GPU (e.g. p5en.48xlarge, p6-b200.48xlarge){_unsearched_levers(space)}",
         )
     candidates.sort(key=lambda c: (c[0], c[1], c[2]))
     ranked: list[TrainingEstimate] = []
     costs: list[float | None] = []
     times: list[float | None] = []
+    hourly: list[float | None] = []
     for _, _, j, cluster, cols, arrays in candidates[:top]:
         est = from_arrays(model, cluster, cols.row(j), arrays, j, reserve_gib=reserve_gib)
         ranked.append(est)
         seconds = tokens / est.tokens_per_s
         times.append(seconds)
         price = cluster.instance.price_per_hour_usd
+        hourly.append(None if price is None else price * cluster.num_nodes)
         costs.append(seconds / 3600.0 * price * cluster.num_nodes if price is not None else None)
     rank = None
     if include_score is not None and np.isfinite(include_score):
@@ -337,6 +361,8 @@ def plan_training(
         tokens=tokens,
         closest_misfit=best_misfit[1] if best_misfit else "",
         clusters=[c.name for c in clusters],
+        num_nodes=[candidates[i][3].num_nodes for i in range(len(ranked))],
+        cost_per_hour_usd=hourly,
     )
 
 

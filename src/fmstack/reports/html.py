@@ -23,6 +23,7 @@ table { border-collapse: collapse; font-size: 0.85rem; margin: 0.5rem 0; }
 th, td { border: 1px solid #ddd; padding: 0.25rem 0.5rem; text-align: right; }
 th { background: #f4f4f6; } td:first-child, th:first-child { text-align: left; }
 .note { color: #555; font-size: 0.85rem; }
+pre { background: #f4f4f6; padding: 0.5rem; white-space: pre-wrap; word-break: break-all; font-size: 0.8rem; }
 """
 
 
@@ -36,6 +37,10 @@ class Section:
     table_rows: Sequence[Sequence[Any]] = ()
     figures: Sequence[Any] = field(default_factory=tuple)
     """plotly ``go.Figure`` objects."""
+    code: str = ""
+    """A command to copy (shown preformatted, after the text)."""
+    notes: Sequence[str] = ()
+    """Lines shown in small print after the text and the command."""
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -56,6 +61,9 @@ def html_page(title: str, sections: Sequence[Section], *, subtitle: str = "") ->
         parts.append(f"<h2>{html.escape(section.title)}</h2>")
         if section.text:
             parts.append(f"<p>{html.escape(section.text)}</p>")
+        if section.code:
+            parts.append(f"<pre>{html.escape(section.code)}</pre>")
+        parts.extend(f"<p class='note'>{html.escape(note)}</p>" for note in section.notes)
         if section.table_header:
             parts.append(_table(section.table_header, section.table_rows))
         for fig in section.figures:

@@ -64,6 +64,14 @@ def memory_figure(result: PlanResult) -> object:
 
 
 def scaling_figure(points: Sequence[ScalePoint], axis: str) -> object:
+    """tokens/s, MFU and scaling efficiency at each point, with its bottleneck marked.
+
+    The x axis is a category axis (points evenly spaced: node counts double, GPU kinds are names), and each
+    bottleneck label is placed by its point's serial number, as plotly positions annotations on category axes: given
+    the value itself ("16" nodes) plotly read it as category number 16 and drew the labels far right of their
+    points, squeezing the curves into the left edge. The right axis reaches the largest efficiency: over GPU kinds
+    the "efficiency" is a speed-up against the first point (2.45 for GB200 against H100), which a fixed 0-1.05
+    range cut off."""
     from plotly.subplots import make_subplots
 
     x = [p.value for p in points]
@@ -73,12 +81,14 @@ def scaling_figure(points: Sequence[ScalePoint], axis: str) -> object:
     fig.add_scatter(name="MFU", x=x, y=[p.mfu for p in points], mode="lines+markers", secondary_y=True)
     fig.add_scatter(name="scaling efficiency", x=x, y=[p.scaling_efficiency for p in points], mode="lines",
                     line={"dash": "dot"}, secondary_y=True)  # fmt: skip
-    for p in points:
-        fig.add_annotation(x=p.value, y=p.tokens_per_s, text=p.bottleneck.split(":")[0], showarrow=True,
+    for i, p in enumerate(points):
+        fig.add_annotation(x=i, y=p.tokens_per_s, text=p.bottleneck.split(":")[0], showarrow=True,
                            arrowhead=1, ay=-30, font={"size": 9})  # fmt: skip
     fig.update_layout(title=f"scaling over {axis} (best configuration at each point; bottleneck marked)", height=460)
+    fig.update_xaxes(type="category", title_text=axis)
     fig.update_yaxes(title_text="tokens/s", secondary_y=False)
-    fig.update_yaxes(title_text="MFU / efficiency", secondary_y=True, range=[0, 1.05])
+    top = max([1.0, *(p.scaling_efficiency for p in points), *(p.mfu for p in points)])
+    fig.update_yaxes(title_text="MFU / efficiency", secondary_y=True, range=[0, top * 1.05])
     return fig
 
 
@@ -96,21 +106,43 @@ def hours_figure(result: PlanResult) -> object:
     return fig
 
 
+def _best_section(result: PlanResult, command: str, notes: Sequence[str]) -> Section:
+    """What the terminal prints under the table: the best row, its bottleneck, what days and cost assume, the
+    command that reproduces it, and the plan's notes (the report had only the table and the figures)."""
+    best, days = result.best, (result.time_to_train_s[0] or 0.0) / 86400
+    cost = result.cost_usd[0]
+    priced = "" if cost is None else f", ${cost:,.0f}"
+    assumed = (
+        "days and cost include the expected time lost to failures, restarts and checkpoints"
+        if result.resilience
+        else "days and cost assume no failures (--objective time-with-failures adds them)"
+    )
+    text = (
+        f"{describe_config(best.config)} on {best.num_gpus} {best.instance} GPUs: {days:,.1f} days{priced}, "
+        f"{best.tokens_per_s:,.0f} tokens/s, MFU {best.mfu * 100:.1f} %; bottleneck: {best.bottleneck}"
+    )
+    return Section(title="best configuration", text=text, code=command, notes=[assumed, *notes])
+
+
 def plan_html(
     result: PlanResult,
     scaling: Sequence[ScalePoint] = (),
     scaling_axis: str = "nodes",
     scaling_of: str = "",
     efficiency_source: str | None = None,
+    command: str = "",
+    notes: Sequence[str] = (),
 ) -> str:
-    """The report: ranked rows, step and memory breakdowns, the hours with failures, and a scaling sweep (of
-    ``scaling_of``, e.g. the best row's instance and configuration, over ``scaling_axis``); ``efficiency_source``
-    names a calibration profile that priced the ranked rows (the sweep keeps the default curves)."""
+    """The report: the best configuration and why (its bottleneck, the command that reproduces it, the plan's notes),
+    ranked rows, step and memory breakdowns, the hours with failures, and a scaling sweep (of ``scaling_of``, e.g.
+    the best row's instance and configuration, over ``scaling_axis``); ``efficiency_source`` names a calibration
+    profile that priced the ranked rows (the sweep keeps the default curves)."""
     counts = (
         f"{result.considered:,} configurations considered, {result.rejected_shape:,} rejected for shape, "
         f"{result.rejected_memory:,} rejected for memory; objective: {result.objective}"
     )
     sections = [
+        _best_section(result, command, notes),
         Section(title="ranked configurations", text=counts, table_header=RANKED_HEADER, table_rows=ranked_rows(result)),
         Section(title="where the step time goes", figures=[breakdown_figure(result)]),
         Section(title="memory per GPU", figures=[memory_figure(result)]),
