@@ -1101,8 +1101,31 @@ BAD_FILES.update({})
 BAD_ARGV += []  # fmt: skip
 
 # session 15, measure / bench / calibration fresh review (helper M): add rows here
-BAD_FILES.update({})
-BAD_ARGV += []  # fmt: skip
+_H100_PROFILE = (
+    '{"schema_version": 1, "device": {"name": "NVIDIA H100 80GB HBM3", "kind": "cuda", "catalog_gpu": "H100"}, '
+    '"measured_at": "2026-11-24T00:00:00Z", "gemm_efficiency": {"bf16": {"x": [1e9, 1e12], "y": [%s, %s]}}}'
+)
+BAD_FILES.update(
+    {
+        "h100_zero_eff.json": _H100_PROFILE % (0.0, 0.7),
+        "h100_negative_eff.json": _H100_PROFILE % (-0.5, -0.5),
+        "h100_above_peak.json": _H100_PROFILE % (0.7, 1.5),
+        "list.json": "[1, 2]",
+    }
+)
+BAD_ARGV += [
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "1", "--calibration",
+      "@file:h100_zero_eff.json"], "field 'gemm_efficiency.bf16': Value error, y values must be > 0"),
+    (["estimate", "serve", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--input-len", "2048",
+      "--output-len", "128", "--calibration", "@file:h100_negative_eff.json"],
+     "y values must be > 0 (measured rates and fractions of a peak), got -0.5"),
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "1", "--calibration",
+      "@file:h100_above_peak.json"], "calibration: gemm_efficiency.bf16 reaches 1.5 of H100's dense peak"),
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "1e9",
+      "--calibration", "@file:h100_above_peak.json"], "reaches 1.5 of H100's dense peak"),
+    (["bench", "memory", "--out", "@file:list.json"], "exists and is not a calibration profile (a calibration "
+     "profile must be a JSON object, got list); it is never overwritten"),
+]  # fmt: skip
 
 # session 15, training planner fresh review (helper T): add rows here
 BAD_FILES.update({})

@@ -89,6 +89,7 @@ def test_storage_rows_and_nothing_left(bench_all: tuple[dict[str, Any], Path]) -
 
 def test_profile_file(bench_all: tuple[dict[str, Any], Path]) -> None:
     data, work = bench_all
+    assert data["kept_sections"] == []  # a new file: nothing kept from an earlier profile
     prof = load_profile(work / "profile.json")
     assert prof.device.kind == "cpu" and prof.device.catalog_gpu is None
     assert prof.device.num_threads == 1
@@ -114,6 +115,9 @@ def test_profile_is_merged_not_clobbered(bench_all: tuple[dict[str, Any], Path],
     assert after.gemm_tflops == before.gemm_tflops and after.collectives == before.collectives
     assert after.memory_bw_gbps != before.memory_bw_gbps
     assert "profile written" in proc.stdout
+    # measured_at is now this run's: the text says which curves are older, and from when
+    kept = f"kept from the profile it updated (measured {before.measured_at:%Y-%m-%d %H:%M} UTC): gemm, collectives, storage"
+    assert kept in proc.stdout
 
 
 def test_nccl_tests_text_layout(tmp_path: Path) -> None:
@@ -154,7 +158,9 @@ def test_out_that_is_not_a_profile_is_left_untouched(tmp_path: Path) -> None:
     out.write_text('{"my": "notes"}')
     proc = _fmstack("bench", "memory", "--quick", "--out", str(out), cwd=tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr.strip().startswith("fmstack: error: calibration") and "missing required field" in proc.stderr
+    # the field is the flag the user typed (it said `calibration` before), and the reason is kept
+    assert proc.stderr.strip().startswith(f"fmstack: error: out: {out} exists and is not a calibration profile")
+    assert "field 'device': missing required field" in proc.stderr and "never overwritten" in proc.stderr
     assert out.read_text() == '{"my": "notes"}'
     assert [p.name for p in tmp_path.iterdir()] == ["notes.json"]
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from fmstack.bench.collectives import algbw_gbps, bus_factor, busbw_gbps
 from fmstack.bench.device import match_catalog_gpu
 from fmstack.bench.gemm import GemmShape, model_shapes
 from fmstack.bench.predict_step import ddp_buckets, step_gemms
-from fmstack.catalog import Catalog
+from fmstack.catalog import Catalog, load_catalog
 from fmstack.errors import InputError
 from fmstack.workloads.gpt import GPTConfig, flops_per_step
 
@@ -91,8 +93,25 @@ def test_ddp_buckets() -> None:
         ("NVIDIA H200", "H200"),
         ("NVIDIA B200", "B200"),
         ("NVIDIA GeForce RTX 4090", None),
+        # other boards of a catalog model are not its SXM module: H100 PCIe has 756 bf16 dense TFLOP/s and 2.0 TB/s,
+        # the catalog's H100 (SXM5) 989.5 and 3.35 (NVIDIA H100 datasheet); H100 NVL 835 and 3.9; A100 80GB PCIe
+        # 1,935 GB/s against the SXM4's 2,039 (NVIDIA A100 datasheet). They matched H100 / A100-80GB before.
+        ("NVIDIA H100 PCIe", None),
+        ("NVIDIA H100 NVL", None),
+        ("NVIDIA H200 NVL", None),
+        ("NVIDIA A100 80GB PCIe", None),
+        ("NVIDIA A100-PCIE-40GB", None),
     ],
 )
 def test_catalog_match_of_cuda_device_names(catalog: Catalog, driver_name: str, expected: str | None) -> None:
     gpu = match_catalog_gpu(driver_name, catalog)
     assert (gpu.name if gpu else None) == expected
+
+
+def test_another_board_matches_a_catalog_entry_of_its_own(tmp_path: Path) -> None:
+    (tmp_path / "h100_pcie.yaml").write_text(
+        "kind: gpu\nentries:\n  - name: H100-PCIe\n    architecture: hopper\n    bf16_dense_tflops: 756\n"
+        "    fp16_dense_tflops: 756\n    hbm_gb: 80\n    hbm_type: HBM2e\n    hbm_bw_tbps: 2.0\n    tdp_w: 350\n"
+    )
+    gpu = match_catalog_gpu("NVIDIA H100 PCIe", load_catalog(tmp_path))
+    assert gpu is not None and gpu.name == "H100-PCIe" and gpu.bf16_dense_tflops == 756

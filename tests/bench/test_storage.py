@@ -5,6 +5,8 @@ Bad input (unwritable path, missing bucket, unreachable endpoint) gives one line
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
 import socket
 import subprocess
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from fmstack.bench import storage
 from fmstack.bench.storage import run_storage
 from fmstack.errors import InputError
 from tests.s3server import moto_server
@@ -42,6 +45,49 @@ def test_local_write_read_and_nothing_left(tmp_path: Path) -> None:
         assert r.write_gbps == pytest.approx(r.total_bytes / r.write_s / 1e9)
         assert r.write_gbps > 0 and r.read_gbps > 0
     assert list(tmp_path.iterdir()) == []
+
+
+def _resident_fraction(path: Path) -> float:
+    """Share of the file's pages in the page cache (mincore(2) on a mapping, which faults nothing in)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    size = path.stat().st_size
+    page = mmap.PAGESIZE
+    pages = (size + page - 1) // page
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) as mm:
+        view = (ctypes.c_char * size).from_buffer(mm)
+        vec = (ctypes.c_ubyte * pages)()
+        try:
+            rc = libc.mincore(ctypes.c_void_p(ctypes.addressof(view)), ctypes.c_size_t(size), vec)
+        finally:
+            del view  # the mapping cannot close while a ctypes view holds it
+    assert rc == 0, os.strerror(ctypes.get_errno())
+    return sum(v & 1 for v in vec) / pages
+
+
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise on this OS")
+def test_local_read_comes_from_the_storage_not_the_page_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the precondition: this filesystem drops clean pages on request (tmpfs keeps them: its pages are the storage)
+    probe = tmp_path / "probe.bin"
+    probe.write_bytes(os.urandom(1 << 20))
+    fd = os.open(probe, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    if _resident_fraction(probe) > 0.1:
+        pytest.skip(f"{tmp_path} keeps dropped pages in memory (tmpfs?)")
+    probe.unlink()
+    seen: list[float] = []
+    read = storage._Local.read
+
+    def spy(self: storage._Local, name: str) -> int:
+        seen.append(_resident_fraction(self.root / name))
+        return read(self, name)
+
+    monkeypatch.setattr(storage._Local, "read", spy)
+    run_storage(str(tmp_path), [(1 << 20, 2), (4 << 20, 1)])
+    # every file is read with (nearly) none of its pages in RAM: the read GB/s is the storage's; before the fix
+    # the fsynced pages stayed cached and every fraction was 1.0
+    assert len(seen) == 3 and max(seen) < 0.1, seen
 
 
 def test_not_a_directory(tmp_path: Path) -> None:

@@ -66,17 +66,24 @@ def cpu_name() -> str:
     return platform.processor() or "cpu"
 
 
+OTHER_BOARDS = ("pcie", "nvl")
+"""Words in a CUDA device name for boards whose peaks differ from the SXM module of the same model."""
+
+
 def match_catalog_gpu(device_name: str, catalog: Catalog) -> GPU | None:
     """The catalog GPU for a CUDA device name such as 'NVIDIA H100 80GB HBM3' or 'NVIDIA A100-SXM4-40GB'.
 
-    Tries the name without the vendor word, then model plus memory ('A100-40GB'), then the bare model ('H100').
+    Tries the name without the vendor word (also with hyphens: 'H100-PCIe'), then model plus memory ('A100-40GB'),
+    then the bare model ('H100'). A name that says PCIe or NVL is another board than the SXM module the catalog's bare
+    names describe (H100 PCIe: 756 bf16 dense TFLOP/s and 2.0 TB/s against the SXM's 989 and 3.35, NVIDIA H100
+    datasheet), so it matches only a catalog entry or alias of its own, never the bare model.
     """
     rest = re.sub(r"^\s*nvidia\s+", "", device_name, flags=re.IGNORECASE).strip()
     tokens = re.split(r"[\s\-]+", rest)
     mem = next((t for t in tokens if re.fullmatch(r"\d+GB", t, flags=re.IGNORECASE)), None)
-    candidates = [rest, tokens[0]]
-    if mem:
-        candidates.insert(1, f"{tokens[0]}-{mem}")
+    candidates = [rest, "-".join(tokens)]
+    if not any(t.lower() in OTHER_BOARDS for t in tokens):
+        candidates += [f"{tokens[0]}-{mem}", tokens[0]] if mem else [tokens[0]]
     for name in candidates:
         try:
             return catalog.gpu(name)

@@ -74,6 +74,10 @@ class BenchReport:
     """How points were timed (:func:`timing_summary`)."""
     cpu: CpuShare | None = None
     """What other processes and the hypervisor took of this machine's CPUs during the run (None off Linux)."""
+    kept: tuple[str, ...] = ()
+    """Sections of the existing ``out`` profile this run did not measure, kept as they were (:func:`kept_sections`)."""
+    kept_measured_at: str | None = None
+    """When that existing profile was written (its ``measured_at``, which the written profile replaces by now)."""
 
 
 def _check_out(out: Path | None) -> CalibrationProfile | None:
@@ -89,7 +93,7 @@ def _check_out(out: Path | None) -> CalibrationProfile | None:
         raise InputError("out", f"no write permission in {parent}")
     if out.exists() and not out.is_file():
         raise InputError("out", f"{out} is not a regular file; give a file name such as profile.json")
-    base = load_profile(out) if out.exists() else None
+    base = _existing_profile(out) if out.exists() else None
     try:  # os.access says yes to root everywhere (and to read-only mounts): try it, before minutes of measuring
         fd, probe = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".probe", dir=parent)
     except OSError as exc:
@@ -97,6 +101,15 @@ def _check_out(out: Path | None) -> CalibrationProfile | None:
     os.close(fd)
     os.unlink(probe)
     return base
+
+
+def _existing_profile(out: Path) -> CalibrationProfile:
+    """The profile already at ``out`` (to be updated); InputError naming ``out`` when it is something else."""
+    try:
+        return load_profile(out)
+    except InputError as exc:
+        raise InputError("out", f"{out} exists and is not a calibration profile ({exc.message}); it is never "
+                         "overwritten: give a new file name, or a profile to update") from None  # fmt: skip
 
 
 def _check_same_procs(base: CalibrationProfile, opts: BenchOptions) -> None:
@@ -109,6 +122,13 @@ def _check_same_procs(base: CalibrationProfile, opts: BenchOptions) -> None:
                          f"the merged profile would mix them: pass --procs {old} or write to another file")  # fmt: skip
 
 
+def kept_sections(base: CalibrationProfile, kinds: tuple[str, ...]) -> tuple[str, ...]:
+    """The benches whose curves ``base`` holds and a run of ``kinds`` does not replace."""
+    held = {"gemm": bool(base.gemm_tflops), "memory": base.memory_bw_gbps is not None,
+            "collectives": bool(base.collectives), "storage": bool(base.storage_gbps)}  # fmt: skip
+    return tuple(k for k in KINDS if held[k] and k not in kinds)
+
+
 def plan_gemm_shapes(opts: BenchOptions, catalog: Catalog) -> list[gemm_mod.GemmShape]:
     max_dim = opts.max_dim if opts.max_dim is not None else (1024 if opts.device == "cpu" else 1 << 16)
     if max_dim < 8:
@@ -116,7 +136,8 @@ def plan_gemm_shapes(opts: BenchOptions, catalog: Catalog) -> list[gemm_mod.Gemm
     if opts.tokens < 1:
         raise InputError("tokens", f"{opts.tokens}; allowed: >= 1")
     shapes = [gemm_mod.GemmShape(m=s, n=s, k=s) for s in gemm_mod.square_sizes(opts.device, opts.quick)]
-    shapes = [s for s in shapes if s.m <= max_dim] or shapes[:1]
+    # no default square fits (--max-dim 32): one square of the cap, not a silent 64^3 above it
+    shapes = [s for s in shapes if s.m <= max_dim] or [gemm_mod.GemmShape(m=max_dim, n=max_dim, k=max_dim)]
     if opts.model:
         shapes += gemm_mod.model_shapes(catalog.model(opts.model), tokens=opts.tokens, max_dim=max_dim)
     return shapes
@@ -185,6 +206,8 @@ def run_bench(opts: BenchOptions, catalog: Catalog, on_step: Callable[[], None] 
         _check_same_procs(base, opts)
     peaks, mem_peak = catalog_peaks(spec)
     report = BenchReport(device=spec, timing=timing_summary(opts))
+    if base is not None:
+        report.kept, report.kept_measured_at = kept_sections(base, opts.kinds), f"{base.measured_at:%Y-%m-%d %H:%M} UTC"
     import torch
 
     previous_threads = torch.get_num_threads()
@@ -258,6 +281,7 @@ def report_dict(report: BenchReport) -> dict[str, object]:
         "storage": storage,
         "profile": json.loads(report.profile.model_dump_json()) if report.profile else None,
         "out": str(report.out) if report.out else None,
+        "kept_sections": list(report.kept),
     }  # fmt: skip
 
 

@@ -108,8 +108,9 @@ def _run(kinds: tuple[str, ...], as_json: bool, catalog_dir: Path | None, **kw: 
     from fmstack.bench.collectives import OPS
     from fmstack.bench.runner import BenchOptions, count_steps, report_dict, run_bench
 
-    kw["dtypes"] = tuple(kw.get("dtypes") or ())
-    kw["ops"] = tuple(kw.get("ops") or ()) or OPS
+    # a flag repeated is one point measured once (twice, it printed every row twice and averaged them in the profile)
+    kw["dtypes"] = tuple(dict.fromkeys(kw.get("dtypes") or ()))
+    kw["ops"] = tuple(dict.fromkeys(kw.get("ops") or ())) or OPS
     opts = BenchOptions(kinds=kinds, **kw)
     cat = load_catalog(catalog_dir)
     err = Console(stderr=True)
@@ -154,8 +155,12 @@ def _render(report: Any) -> None:
     out.print(f"device: {dev.kind} {dev.name}{where}", highlight=False)
     out.print(_spec_line(dev), highlight=False)
     timing = dict(report.timing)
-    out.print(f"timing: every batch runs >= {timing.pop('min_time_s')} s after warm-up calls; "
-              f"{timing.pop('trials')} timed batches per point", highlight=False)  # fmt: skip
+    min_time_s, trials = timing.pop("min_time_s"), timing.pop("trials")
+    if set(timing) - {"storage"}:  # storage times one pass, no batches: the line is not true of it
+        out.print(f"timing: every batch runs >= {min_time_s} s after warm-up calls; {trials} timed batches per point",
+                  highlight=False)  # fmt: skip
+    else:
+        out.print("timing:", highlight=False)
     for kind, how in timing.items():
         out.print(f"  {kind}: {how}", highlight=False)
     if report.gemm:
@@ -192,7 +197,11 @@ def _render(report: Any) -> None:
         out.print(f"warning: this machine was busy during the run: {report.cpu.describe()}; rates may be low and "
                   "uneven, run again on a quiet machine before calibrating from them", highlight=False)  # fmt: skip
     if report.out:
-        out.print(f"profile written: {report.out}")
+        out.print(f"profile written: {report.out}", highlight=False)
+    if report.kept:
+        # the profile's measured_at is now; these curves are older (the merge keeps them, docs/bench.md)
+        out.print(f"  kept from the profile it updated (measured {report.kept_measured_at}): {', '.join(report.kept)}",
+                  highlight=False)  # fmt: skip
 
 
 @click.group(epilog="Example:\n\n  fmstack bench all --quick --out profile.json\n\n"

@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Literal, overload
+from typing import Annotated, Literal, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fmstack.errors import InputError
 from fmstack.fileio import atomic_write_text
@@ -77,6 +77,22 @@ class CollectiveCurve(Curve):
     backend: str = Field(min_length=1, description="torch.distributed backend: gloo, nccl")
 
 
+_C = TypeVar("_C", bound=Curve)
+
+
+def _positive(curve: _C) -> _C:
+    """Every curve of a profile is a measured rate (TFLOP/s, GB/s) or a fraction of a peak, so > 0: the model
+    divides work by them (0 is a division by zero, a negative value a negative step time)."""
+    if any(v <= 0 for v in curve.y):
+        raise ValueError(f"y values must be > 0 (measured rates and fractions of a peak), got {min(curve.y):g}")
+    return curve
+
+
+Rate = Annotated[Curve, AfterValidator(_positive)]
+"""A profile's curve: measured values, all > 0."""
+CollectiveRate = Annotated[CollectiveCurve, AfterValidator(_positive)]
+
+
 class DeviceInfo(BaseModel):
     """The measured device. For a CPU, peaks are the best rates measured on it (see ``peak_source``)."""
 
@@ -103,14 +119,14 @@ class CalibrationProfile(BaseModel):
     device: DeviceInfo
     measured_at: datetime
     torch_version: str | None = None
-    gemm_efficiency: dict[str, Curve] = Field(default_factory=dict, description="dtype -> achieved/peak vs FLOPs")
-    gemm_tflops: dict[str, Curve] = Field(default_factory=dict, description="dtype -> TFLOP/s vs FLOPs per GEMM")
-    memory_bw_gbps: Curve | None = Field(default=None, description="copy bandwidth GB/s vs bytes moved")
-    memory_curves: dict[str, Curve] = Field(
+    gemm_efficiency: dict[str, Rate] = Field(default_factory=dict, description="dtype -> achieved/peak vs FLOPs")
+    gemm_tflops: dict[str, Rate] = Field(default_factory=dict, description="dtype -> TFLOP/s vs FLOPs per GEMM")
+    memory_bw_gbps: Rate | None = Field(default=None, description="copy bandwidth GB/s vs bytes moved")
+    memory_curves: dict[str, Rate] = Field(
         default_factory=dict, description="copy, triad, gemv (cuda): GB/s vs bytes moved"
     )
-    collectives: dict[str, CollectiveCurve] = Field(default_factory=dict, description="op -> busbw GB/s vs bytes")
-    storage_gbps: dict[str, Curve] = Field(default_factory=dict, description="write, read: GB/s vs file bytes")
+    collectives: dict[str, CollectiveRate] = Field(default_factory=dict, description="op -> busbw GB/s vs bytes")
+    storage_gbps: dict[str, Rate] = Field(default_factory=dict, description="write, read: GB/s vs file bytes")
     storage_target: str | None = None
 
     @model_validator(mode="after")

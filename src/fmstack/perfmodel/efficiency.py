@@ -123,7 +123,8 @@ def check_profile_gpu(profile: CalibrationProfile, gpu: GPU) -> None:
 
 
 def check_profile_has_catalog_peak(profile: CalibrationProfile) -> None:
-    """InputError for a profile of a device the catalog does not know (a CPU), even with --calibration-force.
+    """InputError for a profile of a device the catalog does not know (a CPU), even with --calibration-force, and for
+    GEMM efficiencies above 1 (faster than the catalog's peak: the model would take them at their word).
 
     Its efficiencies are fractions of the device's own best measured rate (``peak_source`` measured), so the curve
     tops out near 1.0 by construction: applied to a GPU it would claim that GPU's whole peak.
@@ -136,6 +137,14 @@ def check_profile_has_catalog_peak(profile: CalibrationProfile) -> None:
             "GPU even with --calibration-force; measure on the cluster's GPU (fmstack bench all --device cuda --out "
             "profile.json)",
         )
+    for dtype, curve in profile.gemm_efficiency.items():
+        if max(curve.y) > 1.0:
+            raise InputError(
+                "calibration",
+                f"gemm_efficiency.{dtype} reaches {max(curve.y):.3g} of {profile.device.catalog_gpu}'s dense peak: no "
+                f"GEMM runs faster than its peak, so the profile was not measured on that GPU as its catalog entry "
+                f"describes it (another board or clock, or fp32 run as TF32); measure again, or fix the catalog entry",
+            )
 
 
 MIN_STREAMING_BYTES = 1 << 28
