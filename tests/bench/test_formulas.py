@@ -65,6 +65,19 @@ def test_model_shapes_llama_8b_unscaled(catalog: Catalog) -> None:
     }
 
 
+def test_model_shapes_moe_time_one_experts_share_of_the_tokens(catalog: Catalog) -> None:
+    # Mixtral 8x7B: 8 experts, top-2, expert ffn 14336, SwiGLU; 4096 tokens -> 4096 x 2 / 8 = 1024 per expert (the
+    # attention GEMMs keep all 4096); before, the expert GEMMs were timed 4x taller than any the layer runs
+    shapes = {s.label.split()[-1]: (s.m, s.n, s.k) for s in model_shapes(catalog.model("mixtral-8x7b"),
+                                                                         tokens=4096, max_dim=1 << 20)}  # fmt: skip
+    assert shapes["qkv"][0] == 4096
+    assert shapes["expert_up"] == (1024, 2 * 14336, 4096)
+    assert shapes["expert_down"] == (1024, 4096, 14336)
+    # DeepSeek-V3: 256 experts, top-8: 4096 x 8 / 256 = 128 tokens per expert
+    ds = {s.label.split()[-1]: s.m for s in model_shapes(catalog.model("deepseek-v3"), tokens=4096, max_dim=1 << 20)}
+    assert ds["expert_up"] == ds["expert_down"] == 128
+
+
 def test_model_shapes_scaled_down_keep_the_limit(catalog: Catalog) -> None:
     shapes = model_shapes(catalog.model("llama3.1-70b"), tokens=4096, max_dim=512)
     assert all(max(s.m, s.n, s.k) <= 512 and s.m % 8 == 0 for s in shapes)

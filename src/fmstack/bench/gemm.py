@@ -70,16 +70,24 @@ def model_shapes(model: ModelArch, *, tokens: int, max_dim: int) -> list[GemmSha
     (h -> ffn, doubled for SwiGLU's gate), MLP down (ffn -> h), as in Megatron-LM's layer (Narayanan et al. 2021,
     sec. 5.1). Dimensions are scaled down together (rounded to multiples of 8) so that none exceeds ``max_dim``:
     on a CPU a 70B layer would take minutes per GEMM; the shapes keep their aspect ratios.
+
+    An MoE layer's MLP GEMMs are one routed expert's (``expert_up`` / ``expert_down``): its width and the tokens it
+    gets when the router spreads ``tokens x top_k`` assignments evenly over the experts (the size the training
+    model prices a routed expert's GEMM at; every token's full count would time a GEMM ``experts / top_k`` times
+    taller than any the layer runs: 4x for Mixtral 8x7B, 32x for DeepSeek-V3).
     """
     hd = model.head_dim_eff
     h = model.hidden_size
-    ffn = model.moe.expert_ffn_hidden_size if model.moe else model.ffn_hidden_size
+    moe = model.moe
+    ffn = moe.expert_ffn_hidden_size if moe else model.ffn_hidden_size
     up = 2 * ffn if model.mlp == "swiglu" else ffn
+    mlp_tokens = tokens if moe is None else max(1, round(tokens * moe.top_k / moe.num_experts))
+    mlp = "mlp" if moe is None else "expert"
     raw = [
         ("qkv", tokens, (model.num_heads + 2 * model.num_kv_heads) * hd, h),
         ("attn_out", tokens, h, model.num_heads * hd),
-        ("mlp_up", tokens, up, h),
-        ("mlp_down", tokens, h, ffn),
+        (f"{mlp}_up", mlp_tokens, up, h),
+        (f"{mlp}_down", mlp_tokens, h, ffn),
     ]
     biggest = max(max(m, n, k) for _, m, n, k in raw)
     scale = min(1.0, max_dim / biggest)
