@@ -1137,3 +1137,7 @@ BAD_ARGV += [
     (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5e.48xlarge,dgx-h100", "--gpus", "8",
       "--tokens", "1e12", "--objective", "cost"], "objective: cost needs a price for p5e.48xlarge"),
 ]  # fmt: skip
+
+# session 15, launch / observe fresh review (helper L): add rows here
+BAD_FILES.update({})
+BAD_ARGV += []  # fmt: skip

@@ -8,10 +8,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -183,15 +184,96 @@ def test_cancel_checkpoints_the_step_then_ends_cancelled(slurm: SlurmLauncher, t
 
 
 def test_cancel_now_is_a_plain_scancel(slurm: SlurmLauncher, tmp_path: Path) -> None:
+    # requeue_exit_codes [1] ("any failure"): torchrun exits 1 on the SIGTERM of a plain scancel, and the script used
+    # to requeue the job it was asked to cancel (PENDING again, restarts=1; session 15)
     (tmp_path / "logs").mkdir()
-    workload = {"steps": 200, "batch_size": 4, "step_sleep_s": 0.2}
-    job = resolve(parse_jobspec(_spec(tmp_path, nodes=1, workload=workload)), load_catalog())
+    metrics = tmp_path / "m.jsonl"
+    workload = {"steps": 200, "batch_size": 4, "step_sleep_s": 0.2, "extra_args": ["--metrics-file", str(metrics)]}
+    retry = {"max_restarts": 3, "requeue_exit_codes": [1]}
+    job = resolve(parse_jobspec(_spec(tmp_path, workload=workload, retry=retry)), load_catalog())
     native = slurm.submit(job).job_id.split(":")[1]
-    assert _wait(slurm, native, {"RUNNING"}, 120).state == "RUNNING"
+    deadline = time.monotonic() + 180  # training, not torchrun still starting: its workers handle the SIGTERM
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert slurm.status(native).state == "RUNNING"
     assert slurm.cancel(native, checkpoint=False) == "scancel sent"
-    assert _wait(slurm, native, {"COMPLETED", "FAILED", "CANCELLED"}, 120).state == "CANCELLED"
+    st = _wait(slurm, native, {"COMPLETED", "FAILED", "CANCELLED", "PENDING"}, 120)
     log = (tmp_path / "logs" / f"gpt-e2e-{native}.out").read_text()
-    assert "cancel requested: checkpoint and stop" not in log
+    assert (st.state, st.restarts) == ("CANCELLED", 0), log[-3000:]
+    assert "cancel requested: checkpoint and stop" not in log and "asks for a requeue" not in log
+
+
+def _worker_pids(marker: str) -> dict[int, int]:
+    """RANK -> pid of the workload's worker processes (torchrun starts them as ``python -u -m
+    fmstack.workloads.train``) whose command line names ``marker``."""
+    out: dict[int, int] = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            if "-u -m fmstack.workloads.train" not in cmd or marker not in cmd:
+                continue
+            env = dict(v.split("=", 1) for v in (proc / "environ").read_bytes().decode().split("\0") if "=" in v)
+        except OSError:
+            continue
+        if "RANK" in env:
+            out[int(env["RANK"])] = int(proc.name)
+    return out
+
+
+def test_two_nodes_time_limit_then_a_failed_node_resume_each_time(slurm: SlurmLauncher, tmp_path: Path) -> None:
+    # a 2-node job is told its time limit is near (SIGUSR1 to the batch shell, as --signal=B:USR1 does): it
+    # checkpoints the step it is at and is requeued; in the next run one node's worker dies (SIGKILL): srun kills the
+    # other node's task and exits 128 + signal, and the requeue on exit code 1 must still happen (it did not: srun's
+    # status is not the failing task's code), although max_restarts is 1 and SLURM_RESTART_COUNT is already 1 after
+    # the time-limit requeue (which is not a failure). Each run resumes from the newest committed checkpoint, and
+    # the loss curve is the uninterrupted one, bit for bit.
+    (tmp_path / "logs").mkdir()
+    steps, marker = 30, str(tmp_path / "m.jsonl")
+    workload = {"steps": steps, "batch_size": 4, "step_sleep_s": 0.25, "extra_args": ["--metrics-file", marker]}
+    retry = {"max_restarts": 1, "requeue_exit_codes": [1]}
+    job = resolve(parse_jobspec(_spec(tmp_path, workload=workload, retry=retry)), load_catalog())
+    native = slurm.submit(job).job_id.split(":")[1]
+    ckpt, log_path = tmp_path / "ckpt", tmp_path / "logs" / f"gpt-e2e-{native}.out"
+
+    def committed() -> list[int]:
+        return sorted(int(d.parent.name.split("_")[1]) for d in ckpt.glob("step_*/COMMITTED"))
+
+    def wait_for(pred: Callable[[], object], what: str, timeout_s: float = 180) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not pred():
+            assert time.monotonic() < deadline, f"{what}: " + (
+                log_path.read_text()[-3000:] if log_path.exists() else ""
+            )
+            time.sleep(0.2)
+
+    wait_for(lambda: committed(), "no checkpoint committed")
+    subprocess.run(["scancel", "--batch", "--signal=USR1", native], check=True, timeout=30)
+    wait_for(lambda: "requeue to resume" in log_path.read_text(), "no time-limit requeue")
+    # a requeued job starts once its credential has expired (cred_expire, 10 s here): forced earlier, slurmctld kills
+    # it ("Killing non-startable batch JobId=...: Job credential revoked"), so the test waits
+    wait_for(lambda: "ckpt resumed" in log_path.read_text(), "the second run did not resume")
+    before = max(committed())
+    wait_for(lambda: max(committed()) > before and len(_worker_pids(marker)) == 2, "no checkpoint in the second run")
+    newest = max(committed())
+    os.kill(_worker_pids(marker)[1], signal.SIGKILL)  # rank 1: node 1's only worker
+    wait_for(lambda: "asks for a requeue" in log_path.read_text(), "the failure was not requeued")
+    st = _wait(slurm, native, {"COMPLETED", "FAILED", "CANCELLED"}, 240)
+    log = log_path.read_text()
+    assert st.state == "COMPLETED", log[-3000:]
+    assert st.restarts == 2 and '"restart_count": 2' in log
+    assert log.count("fmstack: stopped for the time limit") == 1
+    assert log.count("fmstack: task exit code 1 asks for a requeue") == 1
+    resumed = [int(x) for x in re.findall(r"ckpt resumed step=(\d+)", log)]
+    stopped = [int(x) for x in re.findall(r'"stopped_at_step": (\d+)', log)]
+    assert len(resumed) == 2 and resumed[0] == stopped[0]  # the time-limit stop's own step
+    assert newest <= resumed[1] < newest + 3 and resumed[1] % 3 == 0  # the newest committed when the worker died
+    # the uninterrupted run: 2 processes on one host, the same ranks, seed and batches
+    ref = tmp_path / "ref.jsonl"
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                    "-m", "fmstack.workloads.train", "--steps", str(steps), "--batch-size", "4",
+                    "--metrics-file", str(ref)],
+                   check=True, capture_output=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    assert read_loss_curve(Path(marker)) == read_loss_curve(ref)
 
 
 def test_gb200_segment_on_a_slurm_without_it(slurm: SlurmLauncher, tmp_path: Path) -> None:

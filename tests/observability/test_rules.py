@@ -60,6 +60,19 @@ def test_every_rule_has_a_unit_test() -> None:
             assert rule["record"] in exprs_tested, f"recording rule {rule['record']} has no promql_expr_test"
 
 
+def test_every_alert_is_tested_firing_and_not_firing() -> None:
+    # a rule that can never fire, and one that fires on everything, both pass a test that only checks one side
+    # (until session 15, 9 of 23 alerts had no case where they must stay silent, e.g. below the threshold or
+    # before their for:)
+    tests = yaml.safe_load((HERE / "rules_test.yml").read_text())["tests"]
+    cases = [a for t in tests for a in t.get("alert_rule_test", [])]
+    for rule in _rules():
+        if "alert" in rule:
+            mine = [c for c in cases if c["alertname"] == rule["alert"]]
+            assert any(c.get("exp_alerts") for c in mine), f"{rule['alert']}: no case where it fires"
+            assert any(not c.get("exp_alerts") for c in mine), f"{rule['alert']}: no case where it stays silent"
+
+
 def test_xid_alert_regexes_match_the_catalog() -> None:
     table = load_xid_catalog()
     by_alert = {r["alert"]: r["expr"] for r in _rules() if "alert" in r}

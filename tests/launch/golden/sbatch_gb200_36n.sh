@@ -54,9 +54,4 @@ fi
 if [ "$stop" = USR1 ] && [ "$rc" -ne 0 ]; then
   echo "fmstack: stopped for the time limit (exit $rc); requeue to resume"; scontrol requeue "$SLURM_JOB_ID"; exit 0
 fi
-for code in ; do
-  if [ "$rc" -eq "$code" ] && [ "${SLURM_RESTART_COUNT:-0}" -lt 0 ]; then
-    echo "fmstack: exit $rc asks for a requeue"; scontrol requeue "$SLURM_JOB_ID"; exit 0
-  fi
-done
 exit "$rc"

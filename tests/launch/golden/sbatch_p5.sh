@@ -36,10 +36,22 @@ trap 'stop=USR1; echo "fmstack: time-limit warning: checkpoint and stop"; scance
 # fmstack: graceful cancel on USR2 (sent by fmstack cancel to this shell alone): the steps checkpoint and stop, then the job cancels itself
 trap 'stop=CANCEL; echo "fmstack: cancel requested: checkpoint and stop"; scancel --signal=TERM "$SLURM_JOB_ID"' USR2
 trap 'stop=${stop:-TERM}; echo "fmstack: SIGTERM: waiting for the steps to checkpoint"' TERM
-srun --kill-on-bad-exit=1 --nodes=4 --ntasks-per-node=1 --container-image=123456789012.dkr.ecr.us-east-1.amazonaws.com/fmstack:0.1 --container-mounts=/fsx/logs:/fsx/logs,/fsx/ckpt/gpt-small:/fsx/ckpt/gpt-small bash -c 'exec python3 -m torch.distributed.run --nnodes=4 --nproc-per-node=8 --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" -m fmstack.workloads.train --model small --parallel fsdp --precision bf16 --steps 1000 --batch-size 4 --seed 0 --ckpt-dir /fsx/ckpt/gpt-small --ckpt-interval 50 --ckpt-keep 3 --ckpt-durable s3://ckpts/gpt-small' &
+# srun exits 128 + signal once it has killed the other nodes' tasks (--kill-on-bad-exit): the failing task's
+# own exit code is in srun's message 'task N: Exited with exit code C', kept here as srun's stderr goes to the log
+exec 3>&2
+if srun_msgs=$(mktemp -d "${TMPDIR:-/tmp}/fmstack-srun.XXXXXX") && mkfifo "$srun_msgs/stderr"; then
+  (trap '' TERM INT; exec awk -v f="$srun_msgs/codes" '{ print; fflush() } / tasks? [0-9,-]+: Exited with exit code [0-9]+$/ { print $NF > f; fflush(f) }' < "$srun_msgs/stderr" >&2) &
+  copier_pid=$!
+  exec 3> "$srun_msgs/stderr"
+fi
+srun --kill-on-bad-exit=1 --nodes=4 --ntasks-per-node=1 --container-image=123456789012.dkr.ecr.us-east-1.amazonaws.com/fmstack:0.1 --container-mounts=/fsx/logs:/fsx/logs,/fsx/ckpt/gpt-small:/fsx/ckpt/gpt-small bash -c 'exec python3 -m torch.distributed.run --nnodes=4 --nproc-per-node=8 --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" -m fmstack.workloads.train --model small --parallel fsdp --precision bf16 --steps 1000 --batch-size 4 --seed 0 --ckpt-dir /fsx/ckpt/gpt-small --ckpt-interval 50 --ckpt-keep 3 --ckpt-durable s3://ckpts/gpt-small' 2>&3 &
 srun_pid=$!
+exec 3>&-
 # wait returns early (status > 128) when a trap runs: wait again until srun has exited
 while :; do wait "$srun_pid"; rc=$?; kill -0 "$srun_pid" 2>/dev/null || break; done
+if [ -n "${copier_pid:-}" ]; then while kill -0 "$copier_pid" 2>/dev/null; do wait "$copier_pid"; done; fi
+task_codes=$(sort -un "${srun_msgs:-/nonexistent}/codes" 2>/dev/null | tr "\n" " ")
+[ -n "${srun_msgs:-}" ] && rm -rf "$srun_msgs"
 # a cancel's steps have saved and exited: end the job as cancelled (scancel signals this shell: trapped)
 if [ "$stop" = CANCEL ]; then
   echo "fmstack: stopped for cancel (exit $rc)"; scancel "$SLURM_JOB_ID"; exit "$rc"
@@ -48,9 +60,18 @@ fi
 if [ "$stop" = USR1 ] && [ "$rc" -ne 0 ]; then
   echo "fmstack: stopped for the time limit (exit $rc); requeue to resume"; scontrol requeue "$SLURM_JOB_ID"; exit 0
 fi
+# SIGTERM to this shell (scancel, preemption, the time limit): the job is ending, Slurm decides what follows
+if [ "$stop" = TERM ]; then
+  echo "fmstack: SIGTERM to the batch shell: the job ends here (exit $rc), not requeued"; exit "$rc"
+fi
+# time-limit requeues (above) are not failures: they do not count against retry.max_restarts
+limit_requeues=$(grep -c '^fmstack: stopped for the time limit' /fsx/logs/gpt-small-"$SLURM_JOB_ID".out 2>/dev/null)
+failures=$(( ${SLURM_RESTART_COUNT:-0} - ${limit_requeues:-0} ))
 for code in 75; do
-  if [ "$rc" -eq "$code" ] && [ "${SLURM_RESTART_COUNT:-0}" -lt 3 ]; then
-    echo "fmstack: exit $rc asks for a requeue"; scontrol requeue "$SLURM_JOB_ID"; exit 0
-  fi
+  case " $rc $task_codes " in *" $code "*)
+    if [ "$failures" -lt 3 ]; then
+      echo "fmstack: task exit code $code asks for a requeue (srun exited $rc)"; scontrol requeue "$SLURM_JOB_ID"; exit 0
+    fi ;;
+  esac
 done
 exit "$rc"

@@ -3,7 +3,8 @@ Slurm commands (``sbatch --parsable``, ``scontrol show job -o``, ``scancel``, ``
 
 Directives follow sbatch(1): ``--nodes``, ``--ntasks-per-node=1`` (torchrun starts the per-GPU processes),
 ``--gres=gpu:N``, ``--exclusive``, ``--time``, ``--requeue`` (Slurm requeues on node failure; the script requeues
-itself on the JobSpec's ``requeue_exit_codes`` while ``SLURM_RESTART_COUNT`` < ``max_restarts``), ``--array``.
+itself on the JobSpec's ``requeue_exit_codes``, srun's status or a task's own code, while its failure requeues are
+fewer than ``max_restarts``, and never after SIGTERM to the batch shell: ``slurm_requeue``), ``--array``.
 The rendezvous host is the first node's NodeAddr (``scontrol show node``), which also resolves for virtual nodes.
 
 Checkpoint before the time limit: a reference-workload job with a checkpoint asks for ``--signal=B:USR1@N``
@@ -29,7 +30,7 @@ import shlex
 from fmstack.errors import InputError
 from fmstack.observability.actions import Action
 from fmstack.orchestration.jobspec import ResolvedJob, parse_mount
-from fmstack.orchestration.launchers import shell, slurm_gb200
+from fmstack.orchestration.launchers import shell, slurm_gb200, slurm_requeue
 from fmstack.orchestration.launchers.base import ENDED, AlreadyEnded, JobStatus, Submission
 from fmstack.orchestration.launchers.torchrun import (
     DEFAULT_STOP_WARNING_S as DEFAULT_STOP_WARNING_S,
@@ -218,7 +219,7 @@ def _after_stop(lead_s: int, saves: bool) -> list[str]:
         lines += [
             "# a run that finished its steps inside the warning exits 0 and is not requeued",
             'if [ "$stop" = USR1 ] && [ "$rc" -ne 0 ]; then',
-            '  echo "fmstack: stopped for the time limit (exit $rc); requeue to resume"; scontrol requeue '
+            f'  echo "{slurm_requeue.TIME_LIMIT_REQUEUE} (exit $rc); requeue to resume"; scontrol requeue '
             '"$SLURM_JOB_ID"; exit 0',
             "fi",
         ]
@@ -250,7 +251,7 @@ def render_sbatch(job: ResolvedJob) -> str:
     cmd = torchrun_prefix(job)
     rdzv = '--node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT"'
     inner = f"exec {shlex.join(cmd)} {rdzv} {_program_words(job)}"
-    requeue_codes = " ".join(str(c) for c in spec.retry.requeue_exit_codes)
+    codes = spec.retry.requeue_exit_codes
     env = job_env(job)
     for key, value in slurm_gb200.nccl_env(job).items():  # multi-node NVLink; the JobSpec's env wins
         env.setdefault(key, value)
@@ -273,17 +274,21 @@ def render_sbatch(job: ResolvedJob) -> str:
         *_mount_sources(job),
         "# node rank comes from each srun task's own SLURM_NODEID, hence bash -c",
         *_stop_lines(lead_s, saves_on_stop(job)),
-        f"srun --kill-on-bad-exit=1 --nodes={spec.nodes} --ntasks-per-node=1{_container_flags(job)} bash -c {q(inner)} &",
+        *(slurm_requeue.before_srun() if codes else []),
+        f"srun --kill-on-bad-exit=1 --nodes={spec.nodes} --ntasks-per-node=1{_container_flags(job)} bash -c {q(inner)}"
+        + (f" {slurm_requeue.SRUN_STDERR} &" if codes else " &"),
         "srun_pid=$!",
+        *(slurm_requeue.after_srun_started() if codes else []),
         "# wait returns early (status > 128) when a trap runs: wait again until srun has exited",
         'while :; do wait "$srun_pid"; rc=$?; kill -0 "$srun_pid" 2>/dev/null || break; done',
+        *(slurm_requeue.after_srun_ended() if codes else []),
         *_after_stop(lead_s, saves_on_stop(job)),
-        f"for code in {requeue_codes}; do",
-        f'  if [ "$rc" -eq "$code" ] && [ "${{SLURM_RESTART_COUNT:-0}}" -lt {spec.retry.max_restarts} ]; then',
-        '    echo "fmstack: exit $rc asks for a requeue"; scontrol requeue "$SLURM_JOB_ID"; exit 0',
-        "  fi",
-        "done",
-        'exit "$rc"',
+        *slurm_requeue.requeue_lines(
+            codes,
+            spec.retry.max_restarts,
+            # --output=<log_dir>/%x-%j.out, appended to across requeues: the time-limit requeues are counted there
+            shlex.quote(f"{job.log_dir}/{spec.name}-") + '"$SLURM_JOB_ID".out' if lead_s else None,
+        ),
     ]
     return "\n".join(lines) + "\n"
 
