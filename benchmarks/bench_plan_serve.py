@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import fmstack.perfmodel.inference_plan as plan_mod
+import fmstack.perfmodel.inference_open_loop as open_loop_mod
 import fmstack.perfmodel.inference_plan_verify as verify_mod
 from fmstack.catalog import load_catalog
 from fmstack.errors import InputError
@@ -128,7 +128,7 @@ def _adp(cat: Any, repeat: int) -> None:
 @contextlib.contextmanager
 def _one_at_a_time() -> Iterator[None]:
     """``plan_serve``'s attention-DP simulations without the decode-stretch skip-ahead."""
-    module: Any = plan_mod  # its ``simulate`` is an import, patched here
+    module: Any = open_loop_mod  # its ``simulate`` (a colocated check's run) is an import, patched here
     real = module.simulate
 
     def slow(d: Deployment, cfg: ServeConfig, sim: SimConfig) -> SimResult:

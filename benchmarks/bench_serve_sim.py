@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import fmstack.perfmodel.inference_plan as plan_mod
+import fmstack.perfmodel.inference_open_loop as open_loop_mod
 import fmstack.perfmodel.rl_rollout as rollout_mod
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import build_cluster
@@ -81,10 +81,12 @@ def main() -> None:
     adp_d = deployment(cat.model("qwen3-235b-a22b"), build_cluster(cat, "p5.48xlarge", 1), adp_cfg)
     adp_sim = SimConfig(request_rate_per_s=10.0, num_requests=600, warmup_requests=60, length_spread=0.5)
     cases = {
-        "plan serve verification (llama3.1-8b, 5 QPS)": _captured(plan_mod, PLAN),
+        "plan serve verification (llama3.1-8b, 5 QPS)": _captured(open_loop_mod, PLAN),
         "RL rollout batch (llama3.1-70b, 1024+8192, spread 0.5)": _captured(rollout_mod, RL),
         "open loop (llama3.1-70b tp8, 2 QPS, 1024+512, spread 0.5)": [(open_d, open_cfg, open_sim)],
-        "plan serve verification (deepseek-v3, 2 QPS, p5; one attention-DP candidate)": _captured(plan_mod, PLAN_ADP),
+        "plan serve verification (deepseek-v3, 2 QPS, p5; one attention-DP candidate)": _captured(
+            open_loop_mod, PLAN_ADP
+        ),
         "open loop, attention DP (qwen3-235b-a22b tp8 ep8 fp8, 10 QPS, 2048+256, spread 0.5)": [
             (adp_d, adp_cfg, adp_sim)
         ],

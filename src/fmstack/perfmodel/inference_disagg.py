@@ -146,28 +146,53 @@ def kv_move(
     return kv_bytes, kv_s, link, same
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DecodeAtSlo:
+    """A decode replica's best point on its decode-only curve within the ITL target."""
+
+    rps: float
+    """Requests/s at the most sequences whose decode-only ITL meets the target (``C / (output_len x ITL(C))``; 0
+    when none does)."""
+    concurrency: int
+    itl_s: float
+
+
+def decode_itl(dd: Deployment, cfg: ServeConfig, conc: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Decode-only iterations of ``conc`` sequences at the mean context ``input + output / 2`` (under attention DP
+    every rank its share)."""
+    return step_time(dd, conc, float(cfg.input_len) + float(cfg.output_len) / 2.0).total_s
+
+
+def decode_at_slo(
+    dd: Deployment, cfg: ServeConfig, slo: SLO, conc: NDArray[np.float64], itl: NDArray[np.float64] | None = None
+) -> DecodeAtSlo:
+    """:class:`DecodeAtSlo` of a decode replica ``dd`` over ``conc`` sequences (the first of equal rates); ``itl``:
+    their :func:`decode_itl` when the caller has it."""
+    dec_itl = decode_itl(dd, cfg, conc) if itl is None else itl
+    dec_rate = np.where(dec_itl <= slo.itl_s, conc / (float(cfg.output_len) * dec_itl), 0.0)
+    i = int(np.argmax(dec_rate))
+    return DecodeAtSlo(rps=float(dec_rate[i]), concurrency=int(conc[i]), itl_s=float(dec_itl[i]))
+
+
 def pool_rates(
     model: ModelArch, cluster: Cluster, cfg: ServeConfig, slo: SLO, d: Deployment, conc: NDArray[np.float64],
-    decode: Deployment | None = None,
+    decode: Deployment | None = None, decode_at: DecodeAtSlo | None = None,
 ) -> PoolRates:  # fmt: skip
     """Per-replica prefill and decode rates of ``d`` (one replica of ``cfg``) at ``slo``, over ``conc`` sequences
     (decode replicas of ``decode`` when given: heterogeneous pools, ``conc`` up to its slots; the KV link is
-    NVLink when one replica of each fits an NVLink domain of ``cluster``)."""
+    NVLink when one replica of each fits an NVLink domain of ``cluster``). ``decode_at``: the decode replica's
+    :func:`decode_at_slo` over ``conc`` when the caller has it (a plan computes it once per decode layout)."""
     dd = d if decode is None else decode
-    isl, osl = float(cfg.input_len), float(cfg.output_len)
-    dec_itl = step_time(dd, conc, isl + osl / 2.0).total_s
-    dec_rate = np.where(dec_itl <= slo.itl_s, conc / (osl * dec_itl), 0.0)
-    dec_i = int(np.argmax(dec_rate))
+    dec = decode_at_slo(dd, cfg, slo, conc) if decode_at is None else decode_at
     # in max_num_tokens chunks, as the split simulation runs it (one chunk up to the budget: one step); attention
     # DP: on one rank (its dense layers and attention unsplit), the experts over all
     prefill = prefill_alone_s(d, cfg)
     kv_bytes, kv_s, link, same = kv_move(model, cluster, cfg, d, decode)
-    slack = (slo.ttft_s - prefill - kv_s - float(dec_itl[dec_i])) / prefill
+    slack = (slo.ttft_s - prefill - kv_s - dec.itl_s) / prefill
     rho = 2 * slack / (1 + 2 * slack) if slack > 0 else 0.0
     return PoolRates(
-        per_prefill_rps=rho / prefill, rho=rho, per_decode_rps=float(dec_rate[dec_i]),
-        decode_concurrency=int(conc[dec_i]), decode_itl_s=float(dec_itl[dec_i]), prefill_s=prefill,
-        kv_bytes=kv_bytes, kv_s=kv_s, kv_link=link, same_domain=same,
+        per_prefill_rps=rho / prefill, rho=rho, per_decode_rps=dec.rps, decode_concurrency=dec.concurrency,
+        decode_itl_s=dec.itl_s, prefill_s=prefill, kv_bytes=kv_bytes, kv_s=kv_s, kv_link=link, same_domain=same,
     )  # fmt: skip
 
 

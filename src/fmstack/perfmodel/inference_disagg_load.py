@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency, prefill_ctx
@@ -51,8 +52,34 @@ class PoolCapacity:
     decode_slots: int
 
 
-def pool_capacity(d: Deployment, cfg: ServeConfig, dd: Deployment, dc: ServeConfig) -> PoolCapacity:
-    """:class:`PoolCapacity` of a prefill replica ``d`` of ``cfg`` and a decode replica ``dd`` of ``dc``."""
+def decode_slots(dd: Deployment, dc: ServeConfig) -> int:
+    """Sequences a decode replica holds (``max_concurrency``; under attention DP ``tp`` ranks of ``max_concurrency //
+    tp``)."""
+    slots = max_concurrency(dd, dc)
+    return slots // dc.tp * dc.tp if dc.attention_dp else slots
+
+
+def decode_capacity_rps(dd: Deployment, dc: ServeConfig, itl: NDArray[np.float64] | None = None) -> float:
+    """:attr:`PoolCapacity.decode_rps` of a decode replica ``dd`` of ``dc``; ``itl``: its decode-only iterations over
+    ``C = 1 .. slots`` when the caller has them (:func:`fmstack.perfmodel.inference_disagg.decode_itl`; not used
+    under attention DP, where the busiest rank's are priced)."""
+    slots = decode_slots(dd, dc)
+    if slots < 1:
+        return 0.0
+    conc = np.arange(1, slots + 1, dtype=np.float64)
+    if itl is None or dc.attention_dp:
+        ctx = dc.input_len + dc.output_len / 2.0
+        dbusy = RankLoad(decode_seqs=conc / dc.tp, decode_ctx=ctx) if dc.attention_dp else None
+        itl = step_time(dd, conc, ctx, busiest=dbusy).total_s
+    return float(np.max(conc / (dc.output_len * np.broadcast_to(itl, conc.shape))))
+
+
+def pool_capacity(
+    d: Deployment, cfg: ServeConfig, dd: Deployment, dc: ServeConfig, decode_rps: float | None = None
+) -> PoolCapacity:
+    """:class:`PoolCapacity` of a prefill replica ``d`` of ``cfg`` and a decode replica ``dd`` of ``dc``;
+    ``decode_rps``: the decode replica's :func:`decode_capacity_rps` when the caller has it (a plan computes it once
+    per decode layout)."""
     new = cfg.input_len - math.floor(cfg.prefix_hit_rate * cfg.input_len)
     budget = float(cfg.max_num_tokens)
     per_token_ctx = prefill_ctx(cfg.input_len, cfg.prefix_hit_rate) / new
@@ -62,15 +89,8 @@ def pool_capacity(d: Deployment, cfg: ServeConfig, dd: Deployment, dc: ServeConf
         busy = RankLoad(prefill_tokens=budget, prefill_token_ctx=budget * per_token_ctx, prefill_seqs=budget / new)
     t = float(np.max(step_time(d, 0.0, 0.0, servers * budget, servers * budget * per_token_ctx,
                                servers * budget / new, busiest=busy).total_s))  # fmt: skip
-    slots = max_concurrency(dd, dc)
-    if dc.attention_dp:
-        slots = slots // dc.tp * dc.tp
-    conc = np.arange(1, max(slots, 1) + 1, dtype=np.float64)
-    ctx = dc.input_len + dc.output_len / 2.0
-    dbusy = RankLoad(decode_seqs=conc / dc.tp, decode_ctx=ctx) if dc.attention_dp else None
-    itl = step_time(dd, conc, ctx, busiest=dbusy).total_s
-    decode = float(np.max(conc / (dc.output_len * np.broadcast_to(itl, conc.shape)))) if slots >= 1 else 0.0
-    return PoolCapacity(prefill_rps=servers * budget / new / t, decode_rps=decode, decode_slots=slots)
+    decode = decode_capacity_rps(dd, dc) if decode_rps is None else decode_rps
+    return PoolCapacity(prefill_rps=servers * budget / new / t, decode_rps=decode, decode_slots=decode_slots(dd, dc))
 
 
 def check_split_load(cap: PoolCapacity, qps: float, prefill_replicas: int, decode_replicas: int) -> tuple[float, str]:

@@ -149,7 +149,8 @@ def own_prompt_time(
     them), the experts all ``1 + k``; the iteration takes that rank's time. Closed loop the ranks are in step
     (:func:`mean_iteration`): ``tp`` prompts at a time, the others' count that of ``c / tp - 1`` such groups, the
     request's rank ``1 + k`` chunks and the experts ``tp (1 + k)``."""
-    c = np.asarray(c, dtype=np.float64)
+    shape = np.shape(c)
+    c, back = np.unique(np.asarray(c, dtype=np.float64), return_inverse=True)  # clients beyond the limit repeat it
     dp = float(d.tp) if d.attention_dp else 1.0
     # prompts admitted together: closed loop under attention DP the ranks are in step (one prompt on every rank at
     # once, as :func:`mean_iteration` prices it); otherwise one at a time
@@ -171,4 +172,5 @@ def own_prompt_time(
     n = total / spill
     t = step_time(d, os_, ctx, n * chunk, n * chunk_ctx, n / nc, busiest=busy).total_s
     per_chunk = np.bincount(pi, weights=pk * upto * t, minlength=c.size) / np.bincount(pi, weights=pk, minlength=c.size)
-    return n_ch * per_chunk
+    out: F = (n_ch * per_chunk)[back].reshape(shape)
+    return out

@@ -50,7 +50,10 @@ skips decode-only stretches between arrivals and completions in one step. Until 
 ``n x output_len / in flight`` decode iterations, and a replica at a low rate measured few requests: Llama 3.1 70B
 TP 8 bf16, 2048/256 at 0.5 req/s measured 78 (TTFT p99 0.113-0.188 s over seeds 0-7, 0.148-0.186 s over 500,
 0.154-0.186 s over 1,000, 0.18 s over 5,000), at 1 req/s 234 (ITL p99 0.012 s at seed 3 against 0.095 s at the
-eleven others), 2048/4096 at 0.1 req/s 24; 1,000 cost 0.26-1.4 s there."""
+eleven others), 2048/4096 at 0.1 req/s 24; 1,000 cost 0.26-1.4 s there. Since session 15 the simulation also jumps
+over a long prompt's full-budget chunks (:mod:`fmstack.perfmodel.inference_sim_stretch`), so a chunk iteration costs
+far less than 0.1 ms; the budget is kept as it is, as it decides how many requests a run measures (and so the
+plans' p99s)."""
 RELAX_WARMUP = 3.0
 """Relaxation times of warm-up: the empty start's deficit decays as ``exp(-t / tau)``, 5 % of it is left."""
 RELAX_MEASURED = 5.0

@@ -44,7 +44,7 @@ from fmstack.perfmodel.inference_disagg import SLO, DisaggComparison, compare_di
 from fmstack.perfmodel.inference_kv import check_tp
 from fmstack.perfmodel.inference_plan_candidate import Candidate as Candidate  # re-exported
 from fmstack.perfmodel.inference_plan_candidate import ClusterOf, config_of, deployment_nodes, layout_text
-from fmstack.perfmodel.inference_plan_disagg import disagg_analytic, split_note
+from fmstack.perfmodel.inference_plan_disagg import DecodePools, disagg_analytic, split_note
 from fmstack.perfmodel.inference_plan_verify import verify_cheapest
 from fmstack.perfmodel.inference_plan_why import PRECISIONS, Tried, nothing_found
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
@@ -171,6 +171,7 @@ def plan_serve(
 
     found: list[Candidate] = []
     tried = Tried()
+    decode_pools = DecodePools()  # each decode layout's curve once, shared by the splits of every prefill layout
     for name in names:
         cluster = cluster_of(name, 1)
         inst = cluster.instance
@@ -201,12 +202,13 @@ def plan_serve(
                     if search_disagg:  # the split's prefill pool runs the largest prompt budget
                         split_layouts.append((replace(cfg, max_num_tokens=max(CHUNK_CHOICES)), nodes))
                         split = disagg_analytic(split_layouts[-1][0], cluster_of, model, qps, slo, name, nodes,
-                                                efficiency_for=efficiency_for)  # fmt: skip
+                                                efficiency_for=efficiency_for, decode_pools=decode_pools)  # fmt: skip
                         if split is not None:  # the node search is bounded by the colocated rows alone
                             found.append(split)
                 nodes *= 2
             if search_heterogeneous:
-                found += _heterogeneous(split_layouts, cluster_of, model, qps, slo, name, efficiency_for)
+                found += _heterogeneous(split_layouts, cluster_of, model, qps, slo, name, efficiency_for,
+                                        decode_pools)  # fmt: skip
     if not found:
         raise nothing_found(tried, cluster_of, model, layouts, precisions, max_nodes_per_replica, slo, input_len,
                             output_len, efficiency_for)  # fmt: skip
@@ -243,7 +245,7 @@ def plan_serve(
 
 def _heterogeneous(
     layouts: list[tuple[ServeConfig, int]], cluster_of: ClusterOf, model: ModelArch, qps: float, slo: SLO, name: str,
-    efficiency_for: EfficiencyFor | None = None,
+    efficiency_for: EfficiencyFor | None = None, decode_pools: DecodePools | None = None,
 ) -> list[Candidate]:  # fmt: skip
     """Splits whose prefill and decode pools take two different layouts of those searched (every ordered pair, attention
     DP on and off counting as two layouts; the same-layout split is the diagonal, found in the search loop)."""
@@ -254,7 +256,7 @@ def _heterogeneous(
                 continue
             try:  # a layout whose weights leave no KV memory (DeepSeek-V3 at tp 1) pairs with nothing
                 c = disagg_analytic(pre, cluster_of, model, qps, slo, name, pre_nodes, decode_cfg=dec,
-                                    efficiency_for=efficiency_for)  # fmt: skip
+                                    efficiency_for=efficiency_for, decode_pools=decode_pools)  # fmt: skip
             except InputError:
                 continue
             if c is not None:

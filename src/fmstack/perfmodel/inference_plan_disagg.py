@@ -31,12 +31,21 @@ from fmstack.perfmodel.efficiency import EfficiencyFor
 from fmstack.perfmodel.inference import ServeConfig, deployment_for, max_concurrency
 from fmstack.perfmodel.inference_disagg import (
     SLO,
+    DecodeAtSlo,
     PoolRates,
+    decode_at_slo,
+    decode_itl,
     pool_rates,
     prefill_alone_s,
     prefill_replicas_p99,
 )
-from fmstack.perfmodel.inference_disagg_load import PoolCapacity, check_split_load, pool_capacity, split_warmup
+from fmstack.perfmodel.inference_disagg_load import (
+    PoolCapacity,
+    check_split_load,
+    decode_capacity_rps,
+    pool_capacity,
+    split_warmup,
+)
 from fmstack.perfmodel.inference_disagg_load import prefill_servers as prefill_servers  # re-exported
 from fmstack.perfmodel.inference_disagg_place import KvPairs, kv_pair_times
 from fmstack.perfmodel.inference_plan_candidate import (
@@ -144,6 +153,30 @@ def run_split(
                     prefill_s=prefill, decode_batch_mean_field=batch, warmup_requests=warmup, num_requests=n)  # fmt: skip
 
 
+class DecodePools:
+    """A plan's decode pools, each decode layout's figures over its slots computed once: :func:`decode_at_slo`
+    and :func:`decode_capacity_rps` from one decode-only curve (not under attention DP, whose capacity prices the
+    busiest rank). Every split with that decode pool, of any prefill layout, shares them; short sequences give a
+    decode replica 10^4 to 10^6 slots, so each curve is a large array (16/4 tokens: 30 decode layouts, each priced
+    for 4 prefill layouts and twice, 8 curves of up to 641,449 points each, 4.3 s of a 10 s plan). One plan: one
+    model, SLO, lengths and efficiency; keyed by instance, nodes and the decode layout's config."""
+
+    def __init__(self) -> None:
+        self._figures: dict[tuple[str, int, ServeConfig], tuple[DecodeAtSlo, float]] = {}
+
+    def figures(
+        self, name: str, nodes: int, dd: Deployment, dc: ServeConfig, slo: SLO, slots: int
+    ) -> tuple[DecodeAtSlo, float]:
+        """(:func:`decode_at_slo` over ``1 .. slots``, :func:`decode_capacity_rps`) of ``dd``, a replica of ``dc`` on
+        ``nodes`` nodes of ``name``."""
+        key = (name, nodes, dc)
+        if key not in self._figures:
+            conc = np.arange(1, slots + 1, dtype=np.float64)
+            itl = decode_itl(dd, dc, conc)
+            self._figures[key] = (decode_at_slo(dd, dc, slo, conc, itl), decode_capacity_rps(dd, dc, itl))
+        return self._figures[key]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Pools:
     """A layout's per-replica pool figures (mean field) and the prefill queue's p99 budget."""
@@ -162,14 +195,15 @@ class _Pools:
 def _pools(
     cfg: ServeConfig, cluster_of: ClusterOf, model: ModelArch, slo: SLO, name: str, nodes_per_replica: int,
     decode_cfg: ServeConfig | None = None, efficiency_for: EfficiencyFor | None = None,
+    decode_pools: DecodePools | None = None,
 ) -> _Pools | None:  # fmt: skip
     cluster = cluster_of(name, nodes_per_replica)
     d = deployment_for(model, cluster, cfg, efficiency_for)
-    dd, dc = d, cfg
+    dd, dc, decode_nodes = d, cfg, nodes_per_replica
     if decode_cfg is not None:
         dc = decode_cfg
-        dcl = cluster_of(name, _replica_nodes(dc, cluster.instance.num_gpus))
-        dd = deployment_for(model, dcl, dc, efficiency_for)
+        decode_nodes = _replica_nodes(dc, cluster.instance.num_gpus)
+        dd = deployment_for(model, cluster_of(name, decode_nodes), dc, efficiency_for)
     limit = max_concurrency(dd, dc)
     if dc.attention_dp:  # the decode simulation's slots: max_concurrency // tp on each rank
         limit = limit // dc.tp * dc.tp
@@ -177,11 +211,14 @@ def _pools(
         return None
     two = _two_replicas(cluster_of, name, cfg, nodes_per_replica, dc)
     conc = np.arange(1, limit + 1, dtype=np.float64)
-    pools = pool_rates(model, two, cfg, slo, d, conc, None if decode_cfg is None else dd)
+    at, decode_rps = None, None
+    if decode_pools is not None:  # the same lengths in both pools' configs: the same figures
+        at, decode_rps = decode_pools.figures(name, decode_nodes, dd, dc, slo, limit)
+    pools = pool_rates(model, two, cfg, slo, d, conc, None if decode_cfg is None else dd, decode_at=at)
     service = prefill_alone_s(d, cfg)
     return _Pools(d=d, pools=pools, service_s=service, servers=prefill_servers(cfg),
                   budget_s=slo.ttft_s - service - pools.kv_s - 2 * pools.decode_itl_s,
-                  capacity=pool_capacity(d, cfg, dd, dc))  # fmt: skip
+                  capacity=pool_capacity(d, cfg, dd, dc, decode_rps=decode_rps))  # fmt: skip
 
 
 def _figures(p: _Pools, qps: float, n_pre: int, n_dec: int) -> tuple[float, float]:
@@ -196,6 +233,7 @@ def _figures(p: _Pools, qps: float, n_pre: int, n_dec: int) -> tuple[float, floa
 def disagg_analytic(
     cfg: ServeConfig, cluster_of: ClusterOf, model: ModelArch, qps: float, slo: SLO, name: str, nodes_per_replica: int,
     decode_cfg: ServeConfig | None = None, efficiency_for: EfficiencyFor | None = None,
+    decode_pools: DecodePools | None = None,
 ) -> Candidate | None:  # fmt: skip
     """The split of ``cfg``'s replicas that serves ``qps`` within the SLO, or None. The replica is built on its own
     nodes (as a colocated one), the KV transfer priced on the nodes of two replicas. The decode pool holds the
@@ -207,9 +245,10 @@ def disagg_analytic(
     transfer and two decode iterations), which is free and usually spares the retry. ``decode_cfg``: the decode
     pool in another layout of the same instance and precision (heterogeneous pools; ``cfg`` is the prefill pool's),
     the nodes priced on both pools' GPUs together (:func:`split_nodes`). Attention DP in either pool: an attention-DP
-    prefill replica counts as ``tp`` servers (:func:`prefill_servers`)."""
+    prefill replica counts as ``tp`` servers (:func:`prefill_servers`). ``decode_pools``: the plan's decode figures,
+    shared by the splits (:class:`DecodePools`; None: computed here)."""
     dc = cfg if decode_cfg is None else decode_cfg
-    p = _pools(cfg, cluster_of, model, slo, name, nodes_per_replica, decode_cfg, efficiency_for)
+    p = _pools(cfg, cluster_of, model, slo, name, nodes_per_replica, decode_cfg, efficiency_for, decode_pools)
     if p is None or p.pools.per_decode_rps <= 0:
         return None
     pools, cluster = p.pools, cluster_of(name, nodes_per_replica)

@@ -19,14 +19,16 @@ requests the sequence limit and the KV pool allow as one batch, prefills every p
 budget), then runs decode-only iterations until the last of the batch has finished (a finished request leaves the
 batch, nobody joins it); only then is the next batch formed. Not under attention DP (InputError). The clock, event
 heap, tie-break counter and random generator live on the simulation instance (simpy's Environment): the same seed
-gives the same result.
+gives the same result. Runs of iterations whose batch does not change before the next event (decode-only, or one
+long prompt's chunks filling the budget) are priced together and jumped over
+(:mod:`fmstack.perfmodel.inference_sim_stretch`; ``skip_ahead=False`` runs them one at a time, with the same
+results).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -34,19 +36,26 @@ import numpy as np
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
 from fmstack.perfmodel.inference_sim_io import PERCENTILES, SimConfig, SimRequest, SimResult, summarise
+from fmstack.perfmodel.inference_sim_stretch import Stretches
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
 
 __all__ = ["PERCENTILES", "BatchingSim", "SimConfig", "SimResult", "simulate"]
 
 
-class BatchingSim:
+class BatchingSim(Stretches):
     """One replica under load; every piece of mutable state is on the instance."""
 
-    def __init__(self, d: Deployment, cfg: ServeConfig, sim: SimConfig, *, skip_ahead: bool = True) -> None:
+    def __init__(
+        self, d: Deployment, cfg: ServeConfig, sim: SimConfig, *, skip_ahead: bool = True, chunk_stretches: bool = True
+    ) -> None:
         self.d, self.cfg, self.sim = d, cfg, sim
         self._skip_ahead = skip_ahead
-        """Price a stretch of decode-only iterations with one vectorised ``step_time`` call
-        (:meth:`_decode_stretch`); False: one iteration at a time (the same results, slower; for tests)."""
+        """Price a stretch of iterations whose batch does not change with one vectorised ``step_time`` call and jump
+        the clock to its end (:meth:`_decode_stretch`, :meth:`_chunk_stretch`); False: one iteration at a time (the
+        same results, slower; for tests and benchmarks)."""
+        self._chunk_stretches = chunk_stretches
+        """With ``skip_ahead``: also the stretches that carry one prompt's chunks (False: decode-only stretches
+        alone, the simulation of session 14; for benchmarks)."""
         self.rng = np.random.default_rng(sim.seed)
         self.clock_s = 0.0
         self._events: list[tuple[float, int, str, int]] = []
@@ -61,6 +70,8 @@ class BatchingSim:
         )
         self._max_seqs = cfg.max_batch or 1_000_000
         self._batch: tuple[list[int], dict[int, int]] = ([], {})
+        self._step_s = 0.0
+        """The last iteration's seconds (sizes a stretch's first block)."""
         self.iterations = 0
         self.ranks = d.tp if d.attention_dp else 1
         """Attention DP: ranks that each hold their own requests (1 otherwise)."""
@@ -81,10 +92,6 @@ class BatchingSim:
         if self._static and self.ranks > 1:
             raise InputError("scheduler", "static batching is not simulated under attention DP (each rank would "
                              "form its own batch); use --scheduler continuous or --no-simulate")  # fmt: skip
-
-    def _push(self, time_s: float, kind: str, rid: int = -1) -> None:
-        heapq.heappush(self._events, (time_s, self._counter, kind, rid))
-        self._counter += 1
 
     def _length(self, mean: int) -> int:
         s = self.sim.length_spread
@@ -179,9 +186,14 @@ class BatchingSim:
             decode = []
         if not decode and not chunks:
             return
-        if self._skip_ahead and not chunks and len(decode) == len(self._running):
+        if self._skip_ahead and not chunks and (len(decode) == len(self._running) or self._chunk_stretches):
             self._decode_stretch(decode)
             return
+        if self._skip_ahead and self._chunk_stretches and self.sim.chunked_prefill and len(chunks) == 1:
+            ((rid, take),) = chunks.items()
+            if self._requests[rid].prefilled + take < self._requests[rid].input_len:
+                self._chunk_stretch(decode, rid, take)
+                return
         self._run_step(decode, chunks)
 
     def _admit(self) -> list[int]:
@@ -228,69 +240,20 @@ class BatchingSim:
         self._batch = (decode, chunks)
         self._busy = True
         self.iterations += 1
+        self._step_s = t
         self._push(self.clock_s + t, "done")
 
-    def _decode_stretch(self, decode: list[int]) -> None:
-        """Run the iterations that only decode, with the same batch, until the next event or completion.
-
-        Every running request decodes and none waiting can be admitted before a completion frees room (the
-        admission loop stopped: the queue is empty or its head does not fit, and only a completion changes
-        that), so the next iterations differ only by their context, one token more each, until the first
-        request completes or the next event (an arrival) comes. Their times come from one ``step_time`` call
-        over the contexts, the same floating-point operations as one call each (the mean context as
-        ``np.mean`` computes it: an exact integer sum over the count), and the clock adds them one by one as
-        the event loop would; the last iteration of the stretch goes through the event loop as usual."""
-        reqs = [self._requests[r] for r in decode]
-        n = len(reqs)
-        ctx_sum = sum(q.input_len + q.generated for q in reqs)
-
-        def times(ks: np.ndarray[tuple[int], np.dtype[np.int64]]) -> np.ndarray[tuple[int], np.dtype[np.float64]]:
-            t = step_time(self.d, float(n), (ctx_sum + ks * n) / n, 0.0, 0.0, 0.0).total_s
-            return np.broadcast_to(t, ks.shape)
-
-        self._advance(decode, times)
-
-    def _advance(
-        self,
-        decode: list[int],
-        times: Callable[[np.ndarray[tuple[int], np.dtype[np.int64]]], np.ndarray[tuple[int], np.dtype[np.float64]]],
-    ) -> int:
-        """Run the stretch of ``decode``'s iterations whose times ``times`` gives for iterations ``ks`` (0: the
-        next), in blocks, until the first request completes or the next event comes; returns the iterations
-        started (the last goes through the event loop)."""
-        reqs = [self._requests[r] for r in decode]
-        k_max = min(q.output_len - q.generated for q in reqs)
-        assert k_max > 0, "a running request has produced all its tokens but was not retired"
-        next_event_s = self._events[0][0] if self._events else math.inf
-        ends: list[float] = []
-        clock_s, k0, block = self.clock_s, 0, 64  # about the cost of 1 context up to 64; then doubling
-        while k0 < k_max:
-            ks = np.arange(k0, min(k0 + block, k_max), dtype=np.int64)
-            for t in times(ks).tolist():
-                clock_s = clock_s + t
-                ends.append(clock_s)
-                if clock_s >= next_event_s:
-                    break
-            if ends[-1] >= next_event_s:
-                break
-            k0, block = k0 + len(ks), block * 2
-        done = len(ends) - 1  # iterations finished here; the last one goes through the event loop
-        if done > 0:
-            steps = [ends[j] - ends[j - 1] for j in range(1, done)]
-            first_s = ends[0]
-            for q in reqs:
-                q.gaps_s.append(first_s - q.last_token_s)
-                q.gaps_s.extend(steps)
-                q.generated += done
-                q.last_token_s = ends[done - 1]
-            self.iterations += done
-            self._counter += done
-            self.clock_s = ends[done - 1]
-        self._batch = (decode, {})
-        self._busy = True
-        self.iterations += 1
-        self._push(ends[-1], "done")
-        return len(ends)
+    def _arrivals_until(self, time_s: float) -> float:
+        """The arrivals up to ``time_s``, the end of an iteration inside a chunk's stretch, join the queue and are
+        admitted as the next iteration starts (as the event loop takes each arrival, then that iteration's end:
+        an arrival at the same instant was pushed first); the time of the next event. Only arrivals are on the heap
+        while a stretch runs (the iteration in progress is not pushed yet)."""
+        while self._events and self._events[0][0] <= time_s:
+            _, _, kind, rid = heapq.heappop(self._events)
+            assert kind == "arrive", "a stretch runs while the engine is busy: no other event is pending"
+            self._waiting.append(rid)
+        self._admit()
+        return self._events[0][0] if self._events else math.inf
 
     def _assign_ranks(self) -> None:
         """TensorRT-LLM's attention-DP assignment of the queued requests (``_schedule_attention_dp_requests``)."""
@@ -377,32 +340,6 @@ class BatchingSim:
         self._busy = True
         self.iterations += 1
         self._push(self.clock_s + float(np.max(per_rank)), "done")
-
-    def _adp_stretch(self, decodes: list[list[int]], decode_all: list[int]) -> None:
-        """Attention DP: :meth:`_decode_stretch` over the ranks. No rank has a prompt chunk: each rank's queued
-        requests wait for KV room or token budget that only a completion frees, and no queued request is assigned
-        (the queue is empty or every rank is full), so each rank's decode count stays until the first completion
-        or the next event. Row j of a block is iteration j, a column a rank: its mean context (an exact integer
-        sum over its count, as ``np.mean`` forms it), the all-rank mean (the same sum over the ranks' row) and the
-        busiest rank's time are the one-at-a-time path's floating-point operations element by element; the
-        arguments that do not change (the counts, the totals) keep that path's shapes."""
-        n = np.array([float(len(decode)) for decode in decodes])
-        count = np.maximum(n.astype(np.int64), 1)
-        sums = np.array([sum(self._requests[r].input_len + self._requests[r].generated for r in decode)
-                         for decode in decodes], dtype=np.int64)  # fmt: skip
-        b_all = float(n.sum())
-        zeros = np.zeros(self.ranks)
-
-        def times(ks: np.ndarray[tuple[int], np.dtype[np.int64]]) -> np.ndarray[tuple[int], np.dtype[np.float64]]:
-            ctx = np.where(n > 0, (sums + ks[:, None] * count) / count, 0.0)
-            ctx_all = (n * ctx).sum(axis=1) / b_all
-            busy = RankLoad(decode_seqs=n, decode_ctx=ctx, prefill_tokens=zeros, prefill_token_ctx=zeros,
-                            prefill_seqs=zeros)  # fmt: skip
-            per_rank = step_time(self.d, b_all, ctx_all[:, None], 0.0, 0.0, 0.0, busiest=busy).total_s
-            out: np.ndarray[tuple[int], np.dtype[np.float64]] = np.broadcast_to(per_rank, ctx.shape).max(axis=1)
-            return out
-
-        self.prompt_ranks.extend([0] * self._advance(decode_all, times))
 
     def _finish_iteration(self) -> None:
         decode, chunks = self._batch

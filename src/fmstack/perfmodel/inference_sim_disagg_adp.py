@@ -45,9 +45,11 @@ class AdpDisaggSim(DisaggSim):
     def __init__(
         self, d: Deployment, cfg: ServeConfig, sim: SimConfig, *, prefill_replicas: int, decode_replicas: int,
         kv_transfer_s: KvTimes, decode: Deployment | None = None, decode_cfg: ServeConfig | None = None,
+        skip_ahead: bool = True,
     ) -> None:  # fmt: skip
         super().__init__(d, cfg, sim, prefill_replicas=prefill_replicas, decode_replicas=decode_replicas,
-                         kv_transfer_s=kv_transfer_s, decode=decode, decode_cfg=decode_cfg)  # fmt: skip
+                         kv_transfer_s=kv_transfer_s, decode=decode, decode_cfg=decode_cfg,
+                         skip_ahead=skip_ahead)  # fmt: skip
         self.prefill_ranks = d.tp if d.attention_dp else 1
         self.decode_ranks = self.dd.tp if self.dd.attention_dp else 1
         per_rank = self._cap // self.decode_ranks
