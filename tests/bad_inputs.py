@@ -1141,3 +1141,7 @@ BAD_ARGV += [
 # session 15, launch / observe fresh review (helper L): add rows here
 BAD_FILES.update({})
 BAD_ARGV += []  # fmt: skip
+
+# session 15, router (helper R): add rows here
+BAD_FILES.update({})
+BAD_ARGV += []  # fmt: skip
