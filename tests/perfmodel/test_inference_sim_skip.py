@@ -10,6 +10,7 @@ from fmstack.catalog.topology import build_cluster
 from fmstack.perfmodel.inference import ServeConfig, deployment
 from fmstack.perfmodel.inference_sim import BatchingSim, SimConfig
 from fmstack.perfmodel.inference_step import Deployment
+from tests.perfmodel.test_inference_sim_chunk_skip import _pushes
 
 CASES = {
     "open loop": ("llama3.1-8b", ServeConfig(tp=1, input_len=512, output_len=128),
@@ -97,15 +98,7 @@ def test_skip_ahead_prices_stretches_together(catalog: Catalog) -> None:
     cfg = ServeConfig(tp=1, input_len=512, output_len=128)
     d = deployment(catalog.model("llama3.1-8b"), build_cluster(catalog, "p5.48xlarge", 1), cfg)
     fast = BatchingSim(d, cfg, SimConfig(concurrency=1, num_requests=4, warmup_requests=1))
-    pushes: list[str] = []
-    push = fast._push
-
-    def counted(time_s: float, kind: str, rid: int = -1) -> None:
-        pushes.append(kind)
-        push(time_s, kind, rid)
-
-    fast._push = counted  # type: ignore[method-assign]
-    fast.run()
+    pushes = _pushes(fast)
     assert fast.iterations == 4 * 128  # the prompt's iteration plus 127 decode iterations per request
     # per request: its arrival, the prompt's iteration and one event for the 127 decode iterations (one at a
     # time: 1 + 128 events per request)
