@@ -1144,4 +1144,17 @@ BAD_ARGV += []  # fmt: skip
 
 # session 15, router (helper R): add rows here
 BAD_FILES.update({})
-BAD_ARGV += []  # fmt: skip
+_RR = ["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--tp", "2", "--precision", "fp8",
+       "--input-len", "2048", "--output-len", "256"]  # fmt: skip
+BAD_ARGV += [
+    # a deployment of no replicas
+    ([*_RR, "--qps", "12", "--replicas", "0"], "replicas: must be >= 1, got 0"),
+    # a router that is not modelled
+    ([*_RR, "--qps", "12", "--replicas", "4", "--router", "foo"], "'foo' is not one of 'round-robin', 'random'"),
+    (["plan", "serve", "--model", "llama3.1-70b", "--qps", "20", "--input-len", "2048", "--output-len", "256",
+      "--ttft-p99", "0.5", "--itl-p99", "0.05", "--router", "least-load"], "'least-load' is not one of"),
+    # --replicas spreads an open-loop rate: not a closed loop's clients, not a split's pools
+    ([*_RR, "--concurrency", "8", "--replicas", "2"], "replicas: --replicas N spreads an open-loop rate"),
+    ([*_RR, "--nodes", "2", "--qps", "12", "--prefill-replicas", "2", "--decode-replicas", "1", "--replicas", "4"],
+     "replicas: --replicas is for colocated replicas"),
+]  # fmt: skip

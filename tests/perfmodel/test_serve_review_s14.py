@@ -93,10 +93,12 @@ def test_plan_serve_prints_no_itl_for_one_output_token(cat: Catalog) -> None:
     assert ">0.0000<" not in html and "sim ITL p99" in html
 
 
-def test_each_plan_row_says_how_to_rerun_its_p99() -> None:
-    """A colocated row's ``estimate_command`` prints its analytic point; its ``p99_command`` (``--qps qps /
-    replicas --seed S``) reruns the simulation the plan checked it with: the same TTFT and ITL p99, exactly (a
-    split's is its estimate_command, tested in test_inference_plan_disagg.py)."""
+@pytest.mark.parametrize("router", ["round-robin", "random"])
+def test_each_plan_row_says_how_to_rerun_its_p99(router: str) -> None:
+    """A colocated row's ``estimate_command`` prints its analytic point; its ``p99_command`` (``--qps qps
+    --replicas N --router R --seed S``, session 15; ``--qps qps / replicas`` before) reruns the simulation the plan
+    checked it with, one of its replicas behind the plan's router: the same TTFT and ITL p99, exactly (a split's is
+    its estimate_command, tested in test_inference_plan_disagg.py)."""
     import json
     import shlex
 
@@ -106,14 +108,20 @@ def test_each_plan_row_says_how_to_rerun_its_p99() -> None:
 
     args = ["plan", "serve", "--model", "llama3.1-70b", "--qps", "5", "--input-len", "2048", "--output-len", "256",
             "--ttft-p99", "3", "--itl-p99", "0.1", "--instance", "p5.4xlarge,p5.48xlarge", "--no-disagg", "--seed",
-            "3", "--json"]  # fmt: skip
+            "3", "--router", router, "--json"]  # fmt: skip
     plan = json.loads(CliRunner().invoke(cli, args, standalone_mode=False, catch_exceptions=False).output)
+    assert plan["router"] == router
     rows = [c for c in plan["candidates"] if c["sim"]]
     assert rows and plan["best"]["p99_command"] == rows[0]["p99_command"]
     assert any(c["replicas"] > 1 for c in rows)
     for c in rows:
         argv = shlex.split(c["p99_command"])
-        assert argv[argv.index("--qps") + 1] == repr(5.0 / c["replicas"]) and "--no-simulate" not in argv
+        assert argv[argv.index("--qps") + 1] == repr(5.0) and "--no-simulate" not in argv
+        if c["replicas"] > 1:
+            assert argv[argv.index("--replicas") + 1] == str(c["replicas"])
+            assert argv[argv.index("--router") + 1] == router
+        else:
+            assert "--replicas" not in argv
         est = CliRunner().invoke(cli, [*argv[1:], "--json"], standalone_mode=False, catch_exceptions=False)
         got = json.loads(est.output)
         assert (got["ttft_p99_s"], got["itl_p99_s"]) == (c["sim"]["ttft_p99_s"], c["sim"]["itl_p99_s"])

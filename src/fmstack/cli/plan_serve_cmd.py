@@ -25,6 +25,7 @@ from fmstack.fileio import check_output_path
 from fmstack.perfmodel.efficiency import EfficiencyFor
 from fmstack.perfmodel.inference import check_rate
 from fmstack.perfmodel.inference_kv import PRECISIONS
+from fmstack.perfmodel.inference_sim_io import ROUTERS
 
 PLAN_SERVE_EXAMPLE = """Example:
 
@@ -55,6 +56,11 @@ PLAN_SERVE_EXAMPLE = """Example:
               help="Search attention data parallelism for MoE models (ep = tp; estimate serve --attention-dp).")  # fmt: skip
 @click.option("--disagg/--no-disagg", "search_disagg", default=True, show_default=True,
               help="Search disaggregated prefill/decode splits (P prefill + D decode replicas, the same layout or a decode pool in another TP / PP / EP).")  # fmt: skip
+@click.option("--router", type=choice(ROUTERS), default="round-robin", show_default=True,
+              help="How requests reach colocated replicas, checked as one of their replicas at --qps in all. "
+              "round-robin: the default of NVIDIA Dynamo's frontend and vLLM production-stack's router (each "
+              "replica gets every R-th request); random: e.g. a Kubernetes Service via kube-proxy's iptables mode "
+              "(Poisson at each replica). A split's prefill pool is one shared queue either way.")  # fmt: skip
 @click.option("--top", type=int, default=8, show_default=True, help="Candidates to show.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write an HTML report.")
 @calibration_options
@@ -63,7 +69,7 @@ PLAN_SERVE_EXAMPLE = """Example:
 def plan_serve_cmd(
     model: str, qps: float, input_len: int, output_len: int, ttft_p99: float, itl_p99: float,
     instances: tuple[str, ...], precisions: tuple[str, ...], seed: int, max_nodes_per_replica: int,
-    search_attention_dp: bool, search_disagg: bool, top: int, html_path: Path | None, calibration: Path | None,
+    search_attention_dp: bool, search_disagg: bool, router: str, top: int, html_path: Path | None, calibration: Path | None,
     calibration_force: bool, catalog_dir: Path | None, as_json: bool,
 ) -> None:  # fmt: skip
     """The cheapest deployment (instance, precision, TP / PP / EP, nodes per replica, replicas) serving a request rate
@@ -90,6 +96,7 @@ def plan_serve_cmd(
             instances=names, precisions=tuple(p.lower() for p in precisions) or None, seed=seed,
             max_nodes_per_replica=max_nodes_per_replica, search_attention_dp=search_attention_dp,
             search_disagg=search_disagg, on_simulate=on_simulate, efficiency_for=efficiency_for,
+            router=router.lower(),
         )  # fmt: skip
     source = (
         None

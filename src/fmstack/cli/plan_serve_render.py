@@ -69,17 +69,20 @@ def estimate_argv(
 
 def p99_argv(
     model: str, c: Candidate, input_len: int, output_len: int, catalog_dir: Path | None, slo: SLO, qps: float,
-    *, seed: int = 0, extra: Sequence[str] = (),
+    *, seed: int = 0, extra: Sequence[str] = (), router: str = "round-robin",
 ) -> list[str]:  # fmt: skip
     """The `estimate serve` command line whose simulation is ``c``'s p99 check: a split's is its
     :func:`estimate_argv` (``--qps R --prefill-replicas P --decode-replicas D --seed S``); a colocated row's is one
-    replica at ``qps / replicas`` requests/s (``--qps``, the same seed and token budget: the run `plan serve`
-    simulated, the same p50/p90/p99)."""
+    of its replicas behind ``router`` at ``qps`` requests/s in all (``--qps qps --replicas N --router R``; one
+    replica: ``--qps qps``), with the same seed and token budget: the run `plan serve` simulated, the same
+    p50/p90/p99."""
     argv = estimate_argv(model, c, input_len, output_len, catalog_dir, slo, qps=qps, seed=seed, extra=extra)
     if c.mode == "disaggregated":
         return argv
     at = argv.index("--concurrency")
-    argv[at : at + 2] = ["--qps", repr(qps / c.replicas)]
+    argv[at : at + 2] = ["--qps", repr(float(qps))]
+    if c.replicas > 1:
+        argv[at + 2 : at + 2] = ["--replicas", str(c.replicas), "--router", router]
     argv.remove("--no-simulate")
     tail = argv.index("--catalog") if "--catalog" in argv else len(argv) - len(extra)
     argv[tail:tail] = ["--seed", str(seed)]
@@ -90,7 +93,8 @@ def plan_serve_json(
     plan: ServePlan, model: str, top: int, catalog_dir: Path | None, seed: int = 0, extra: Sequence[str] = ()
 ) -> dict[str, Any]:
     """``best`` and ``candidates`` (each with ``attention_dp``, its ``estimate_command`` and ``p99_command``: the
-    `estimate serve` line whose simulation is the row's p99 check, :func:`p99_argv`), ``slo``, ``qps``,
+    `estimate serve` line whose simulation is the row's p99 check, :func:`p99_argv`), ``slo``, ``qps``, ``router``
+    (how the colocated rows' replicas were fed in their check),
     ``estimate_command`` (the best's), ``disaggregation`` (the comparison's fields or null) and
     ``disaggregation_note``. Each row has ``mode`` ("colocated" | "disaggregated"), ``prefill_replicas``,
     ``decode_replicas`` (0 when colocated; ``replicas`` is their sum), ``kv_transfer_s`` and the decode pool's
@@ -102,12 +106,13 @@ def plan_serve_json(
                              extra=extra)  # fmt: skip
         cmd = shlex.join(argv)
         p99 = p99_argv(model, c, plan.input_len, plan.output_len, catalog_dir, plan.slo, plan.qps, seed=seed,
-                       extra=extra)  # fmt: skip
+                       extra=extra, router=plan.router)  # fmt: skip
         return asdict(c) | {"estimate_command": cmd, "p99_command": shlex.join(p99)}
 
     best = row(plan.best)
     return {
         "best": best, "candidates": [row(c) for c in plan.candidates[:top]], "slo": asdict(plan.slo), "qps": plan.qps,
+        "router": plan.router,
         "estimate_command": best["estimate_command"],
         "disaggregation": asdict(plan.disaggregation) if plan.disaggregation is not None else None,
         "disaggregation_note": plan.disaggregation_note,
@@ -170,8 +175,11 @@ def render_plan_serve(
                          extra=extra)  # fmt: skip
     out.print(shlex.join(argv), markup=False, soft_wrap=True)
     if b.mode != "disaggregated" and b.sim is not None:
-        out.print(f"and its simulated p99 (one replica at {plan.qps / b.replicas:.4g} req/s) with:", markup=False)
-        p99 = p99_argv(model, b, plan.input_len, plan.output_len, catalog_dir, slo, plan.qps, seed=seed, extra=extra)
+        one = (f"one of {b.replicas} replicas behind a {plan.router} router, {plan.qps / b.replicas:.4g} req/s each"
+               if b.replicas > 1 else f"one replica at {plan.qps:.4g} req/s")  # fmt: skip
+        out.print(f"and its simulated p99 ({one}) with:", markup=False)
+        p99 = p99_argv(model, b, plan.input_len, plan.output_len, catalog_dir, slo, plan.qps, seed=seed, extra=extra,
+                       router=plan.router)  # fmt: skip
         out.print(shlex.join(p99), markup=False, soft_wrap=True)
     out.print(f"disaggregated prefill/decode: {plan.disaggregation_note}", markup=False, soft_wrap=True)
 

@@ -34,6 +34,7 @@ from fmstack.perfmodel.inference import (
 )
 from fmstack.perfmodel.inference_kv import KV_DTYPES, PRECISIONS
 from fmstack.perfmodel.inference_plan_candidate import layout_text
+from fmstack.perfmodel.inference_sim_io import ROUTERS
 
 SERVE_EXAMPLE = """Example:
 
@@ -67,7 +68,14 @@ SERVE_EXAMPLE = """Example:
 @click.option("--input-len", type=int, required=True, help="Prompt tokens per request.")
 @click.option("--output-len", type=int, required=True, help="Generated tokens per request.")
 @click.option("--concurrency", type=int, default=None, help="Clients in a closed loop [as many as fit].")
-@click.option("--qps", "request_rate_per_s", type=float, default=None, help="Or: Poisson requests/s (open loop).")
+@click.option("--qps", "request_rate_per_s", type=float, default=None,
+              help="Or: Poisson requests/s (open loop; with --replicas the deployment's total).")  # fmt: skip
+@click.option("--replicas", type=int, default=1, show_default=True,
+              help="With --qps: the deployment has this many colocated replicas behind --router and --qps is its "
+              "total rate; the replica shown is one of them (plan serve's p99 check).")  # fmt: skip
+@click.option("--router", type=choice(ROUTERS), default="round-robin", show_default=True,
+              help="With --replicas > 1: round-robin (Dynamo's frontend and vLLM production-stack's default: "
+              "every R-th request) or random (e.g. a Kubernetes Service via kube-proxy's iptables mode).")  # fmt: skip
 @click.option("--max-batch", type=int, default=None, help="Engine limit on running sequences [memory].")
 @click.option("--prefix-hit-rate", type=float, default=0.0, show_default=True, help="Prompt share in the cache.")
 @click.option("--scheduler", type=choice(("continuous", "static")), default="continuous", show_default=True)
@@ -87,7 +95,7 @@ SERVE_EXAMPLE = """Example:
     default=None,
     help="With --decode-replicas and --qps: simulate this split (P prefill + D decode replicas of the "
     "layout on --nodes) at --qps requests/s for the whole deployment; the colocated rows then show one of "
-    "the P + D replicas at qps / (P + D).",
+    "P + D colocated replicas behind --router at --qps in all.",
 )
 @click.option("--decode-replicas", type=int, default=None, help="Decode replicas of the split (--prefill-replicas).")
 @click.option("--decode-tp", type=int, default=None, help="TP of a decode replica of the split [--tp].")
@@ -104,13 +112,14 @@ def serve_cmd(
     model: str, instance: str, nodes: int, catalog_dir: Path | None, simulate: bool, seed: int, length_spread: float,
     disagg: bool, ttft_slo: float, itl_slo: float, prefill_replicas: int | None, decode_replicas: int | None,
     decode_tp: int | None, decode_pp: int | None, decode_ep: int | None, decode_attention_dp: bool | None,
-    calibration: Path | None, calibration_force: bool, as_json: bool, **options: Any,
+    replicas: int, router: str, calibration: Path | None, calibration_force: bool, as_json: bool, **options: Any,
 ) -> None:  # fmt: skip
     """Predict TTFT, inter-token latency, throughput, KV cache and the bottleneck of one serving replica; with
     --prefill-replicas P --decode-replicas D --qps R, simulate a disaggregated split of the nodes at R req/s (the
     decode pool in another layout with --decode-tp / --decode-pp / --decode-ep / --[no-]decode-attention-dp:
     heterogeneous pools; --attention-dp: attention DP in both pools unless --no-decode-attention-dp). With
-    --calibration, a profile measured on the cluster's GPU (fmstack bench --out) replaces the default efficiencies."""
+    --replicas N --qps R, the replica is one of N behind --router at R req/s in all. With --calibration, a profile
+    measured on the cluster's GPU (fmstack bench --out) replaces the default efficiencies."""
     if seed < 0:
         raise InputError("seed", f"must be >= 0, got {seed}")
     for flag, x in (("ttft-slo", ttft_slo), ("itl-slo", itl_slo)):
@@ -136,19 +145,30 @@ def serve_cmd(
         simulate = False
         sim_note = ("not simulated: static batching under attention DP is not modelled by the simulation (each rank "
                     "would form its own batch); the analytic means only")  # fmt: skip
-    replica_cfg = cfg if split is None else replace(cfg, request_rate_per_s=cfg.request_rate_per_s / sum(split))  # type: ignore[operator]
+    router = router.lower()
+    _check_replicas(replicas, cfg, split, disagg)
+    behind = replicas if split is None else sum(split)  # the colocated replica is one of these behind the router
+    replica_cfg = (
+        cfg if behind == 1 else replace(cfg, request_rate_per_s=cfg.request_rate_per_s / behind)  # type: ignore[operator]
+    )
     note = None
     try:
         est = estimate_serve(arch, cluster, replica_cfg, efficiency=efficiency)
     except InputError as exc:  # a split can serve what one colocated replica at qps / (P + D) cannot
         if split is None or exc.field != "qps":
+            if exc.field == "qps" and replicas > 1:
+                raise InputError("qps", f"{exc.message} (one of --replicas {replicas}: --qps {cfg.request_rate_per_s:g} "
+                                 "is the deployment's total rate)") from None  # fmt: skip
             raise
         replica_cfg = replace(cfg, request_rate_per_s=None)
         est, simulate = estimate_serve(arch, cluster, replica_cfg, efficiency=efficiency), False
         note = f"colocated: {exc.message}; shown at the most clients a replica holds, not simulated"
     if simulate:
-        est, sim_note = _with_percentiles(est, arch, cluster, replica_cfg, seed, length_spread, efficiency)
+        est, sim_note = _with_percentiles(est, arch, cluster, replica_cfg, seed, length_spread, efficiency,
+                                          (behind, router))  # fmt: skip
     data = est.to_json()
+    if cfg.request_rate_per_s is not None:  # the open loop's arrivals: one of ``replicas`` behind ``router``
+        data |= {"replicas": behind, "router": router, "deployment_rate_per_s": cfg.request_rate_per_s}
     if efficiency is not None:
         data["efficiency_source"] = efficiency.source
     if note is not None:
@@ -253,17 +273,36 @@ def _check_split(
     return prefill, decode
 
 
+def _check_replicas(replicas: int, cfg: ServeConfig, split: tuple[int, int] | None, disagg: bool) -> None:
+    """``--replicas N``: at least 1; above 1 only with ``--qps`` (the deployment's rate, spread over N replicas) and
+    without a split (whose colocated rows are one of its P + D) or ``--disagg`` (the nodes' own comparison)."""
+    if replicas < 1:
+        raise InputError("replicas", f"must be >= 1, got {replicas}")
+    if replicas == 1:
+        return
+    if cfg.request_rate_per_s is None:
+        raise InputError("replicas", "--replicas N spreads an open-loop rate over N replicas: give --qps (the "
+                         "deployment's total rate), not --concurrency")  # fmt: skip
+    if split is not None or disagg:
+        raise InputError("replicas", "--replicas is for colocated replicas; a --prefill-replicas / "
+                         "--decode-replicas split compares with P + D of them, --disagg with the nodes': drop it")  # fmt: skip
+
+
 def _with_percentiles(
-    est: ServeEstimate, arch: Any, cluster: Any, cfg: ServeConfig, seed: int, spread: float, efficiency: Any = None
-) -> tuple[ServeEstimate, str | None]:
+    est: ServeEstimate, arch: Any, cluster: Any, cfg: ServeConfig, seed: int, spread: float, efficiency: Any = None,
+    behind: tuple[int, str] = (1, "round-robin"),
+) -> tuple[ServeEstimate, str | None]:  # fmt: skip
     """``est`` with the simulation's percentiles and means, or unchanged and why it was not simulated (an open-loop
-    rate too near the replica's capacity for a run to reach the steady state)."""
+    rate too near the replica's capacity for a run to reach the steady state). ``behind``: the replica is one of
+    this many behind this router (:attr:`fmstack.perfmodel.inference_sim.SimConfig.router`; ``cfg``'s rate is the
+    replica's)."""
     from fmstack.perfmodel.inference_closed_loop import simulate_closed_loop
     from fmstack.perfmodel.inference_open_loop import simulate_open_loop
 
     d = deployment(arch, cluster, cfg, efficiency)
     if cfg.request_rate_per_s is not None:  # warm-up and measured requests by Little's law and the queue's relaxation
-        run, open_result = simulate_open_loop(d, cfg, cfg.request_rate_per_s, length_spread=spread, seed=seed)
+        run, open_result = simulate_open_loop(d, cfg, cfg.request_rate_per_s, length_spread=spread, seed=seed,
+                                              replicas=behind[0], router=behind[1])  # fmt: skip
         if open_result is None:
             return est, f"not simulated: {run.near_capacity_reason()}; the analytic means only"
         result = open_result
@@ -297,7 +336,10 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
         table.add_row(name, *cells, mean_text)
     out.print(table)
     if sim:
-        out.print(f"simulated: {sim['requests_measured_sim']:.0f} requests measured; analytic throughput and memory:")
+        one = (f"one of {data['replicas']} replicas behind a {data['router']} router at "
+               f"{data['deployment_rate_per_s']:g} req/s in all; " if data.get("replicas", 1) > 1 else "")  # fmt: skip
+        out.print(f"simulated: {one}{sim['requests_measured_sim']:.0f} requests measured; analytic throughput and "
+                  "memory:")  # fmt: skip
     out.print(
         f"{est.output_tokens_per_s:,.0f} output tokens/s ({est.output_tokens_per_s_per_gpu:,.0f} per GPU), "
         f"{est.requests_per_s:.2f} requests/s; weights {est.weights_gib_per_gpu:.1f} GiB/GPU, KV cache "

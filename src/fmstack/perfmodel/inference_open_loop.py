@@ -13,7 +13,10 @@ The simulation starts empty, and two things take time to settle:
   :func:`fmstack.perfmodel.inference.concurrency_for_rate`), ``rate x tau = rho / (1 - sqrt(rho))^2`` requests
   arrive per relaxation time: 72 at rho 0.8, 342 at 0.9, 1,482 at 0.95, 39,400 at 0.99. An engine at its limit
   serves more regularly than M/M/1's exponential server, which only shortens the true relaxation (heavy traffic:
-  ``tau ~ (c_a^2 + c_s^2) / (mu (1 - rho)^2)``, Kingman 1961), so the rule errs long.
+  ``tau ~ (c_a^2 + c_s^2) / (mu (1 - rho)^2)``, Kingman 1961), so the rule errs long. The same holds for the
+  more regular arrivals of a replica behind a round-robin router (Erlang(R) gaps, ``c_a^2 = 1 / R`` against the
+  Poisson stream's 1; :attr:`fmstack.perfmodel.inference_sim.SimConfig.router`): Morse's M/M/1 time stays an upper
+  bound, and the run is sized as for Poisson arrivals at the same rate.
 
 Warm-up: ``max(WARMUP_MIN, N, RELAX_WARMUP x rate x tau)`` requests; measured: ``MEASURED`` (1,000; fewer where
 their prompts take more than ``ITERATION_BUDGET`` chunk iterations) or ``RELAX_MEASURED x rate x tau`` if more, so a p99 spans
@@ -109,9 +112,11 @@ def relaxation_requests(utilization: float) -> float:
 
 
 def open_loop_run(
-    d: Deployment, cfg: ServeConfig, rate_per_s: float, *, length_spread: float = 0.0, seed: int = 0
-) -> OpenLoopRun:
-    """Poisson arrivals at ``rate_per_s`` on one replica: warm-up ``max(WARMUP_MIN, N, RELAX_WARMUP x R)`` requests
+    d: Deployment, cfg: ServeConfig, rate_per_s: float, *, length_spread: float = 0.0, seed: int = 0,
+    replicas: int = 1, router: str = "round-robin",
+) -> OpenLoopRun:  # fmt: skip
+    """Arrivals at ``rate_per_s`` on one replica (Poisson; or one of ``replicas`` behind ``router``, whose arrivals
+    :attr:`fmstack.perfmodel.inference_sim.SimConfig.router` describes; sized the same way): warm-up ``max(WARMUP_MIN, N, RELAX_WARMUP x R)`` requests
     (``N`` in flight, ``R`` per relaxation time), then ``max(min(MEASURED, ITERATION_BUDGET / chunks), RELAX_MEASURED
     x R)`` measured (never fewer than 10; ``chunks``: a prompt's ``ceil(new / max_num_tokens)`` iterations); ``sim``
     None when ``(RELAX_WARMUP + RELAX_MEASURED) x R`` exceeds ``REQUESTS_MAX``.
@@ -129,15 +134,16 @@ def open_loop_run(
         warmup = max(WARMUP_MIN, math.ceil(n_inflight), math.ceil(RELAX_WARMUP * relax))
         measured = max(measured, math.ceil(RELAX_MEASURED * relax))
         sim = SimConfig(request_rate_per_s=rate_per_s, num_requests=warmup + measured, warmup_requests=warmup,
-                        length_spread=length_spread, seed=seed)  # fmt: skip
+                        length_spread=length_spread, seed=seed, replicas=replicas, router=router)  # fmt: skip
     return OpenLoopRun(rate_per_s=rate_per_s, capacity_rps=cap, inflight=n_inflight, relaxation_requests=relax,
                        sim=sim)  # fmt: skip
 
 
 def simulate_open_loop(
-    d: Deployment, cfg: ServeConfig, rate_per_s: float, *, length_spread: float = 0.0, seed: int = 0
-) -> tuple[OpenLoopRun, SimResult | None]:
-    """One replica under Poisson arrivals at ``rate_per_s`` (:func:`open_loop_run`): the sizing and the result (None
-    near capacity: no steady state to measure)."""
-    run = open_loop_run(d, cfg, rate_per_s, length_spread=length_spread, seed=seed)
+    d: Deployment, cfg: ServeConfig, rate_per_s: float, *, length_spread: float = 0.0, seed: int = 0,
+    replicas: int = 1, router: str = "round-robin",
+) -> tuple[OpenLoopRun, SimResult | None]:  # fmt: skip
+    """One replica under arrivals at ``rate_per_s``, one of ``replicas`` behind ``router`` (:func:`open_loop_run`):
+    the sizing and the result (None near capacity: no steady state to measure)."""
+    run = open_loop_run(d, cfg, rate_per_s, length_spread=length_spread, seed=seed, replicas=replicas, router=router)
     return run, None if run.sim is None else simulate(d, cfg, run.sim)

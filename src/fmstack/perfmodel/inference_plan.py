@@ -13,7 +13,9 @@ the analytic curve, and one doubling past it (a larger replica can hold more KV 
 ``max_nodes_per_replica``.
 Means are optimistic for p99 targets: the filter also asks that an iteration carrying a whole prompt chunk meets
 the ITL target and adds it to the TTFT (a prompt may queue behind one). The cheapest candidates are then checked with the batching simulation
-(:mod:`fmstack.perfmodel.inference_sim`, Poisson arrivals at ``qps / replicas`` per replica): a candidate whose
+(:mod:`fmstack.perfmodel.inference_sim`, one replica of ``replicas`` behind a router at ``qps``: every
+``replicas``-th arrival of a Poisson stream behind round-robin, Poisson at ``qps / replicas`` behind a random
+router; a split's prefill pool is one shared queue): a candidate whose
 simulated p99 misses the SLO gets more replicas until it meets it (or is dropped).
 """
 
@@ -47,6 +49,7 @@ from fmstack.perfmodel.inference_plan_candidate import ClusterOf, config_of, dep
 from fmstack.perfmodel.inference_plan_disagg import DecodePools, disagg_analytic, split_note
 from fmstack.perfmodel.inference_plan_verify import verify_cheapest
 from fmstack.perfmodel.inference_plan_why import PRECISIONS, Tried, nothing_found
+from fmstack.perfmodel.inference_sim_io import ROUTERS
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
 
 F = NDArray[np.float64]
@@ -78,6 +81,9 @@ class ServePlan:
     (:func:`fmstack.perfmodel.inference_disagg.compare_disaggregation`; None where fewer than 2 replicas fit)."""
     disaggregation_note: str = ""
     """Why disaggregation wins or loses on the best candidate's nodes, or why it was not compared."""
+    router: str = "round-robin"
+    """How the colocated candidates' replicas were fed in their p99 check (:data:`ROUTERS`: each simulated as one
+    of its ``replicas`` behind this router); a split's prefill pool is one shared queue whatever the router."""
 
 
 def searched_instances(catalog: Catalog, instances: tuple[str, ...] | None) -> list[str]:
@@ -148,6 +154,7 @@ def plan_serve(
     search_heterogeneous: bool = True,
     on_simulate: Callable[[Candidate], None] | None = None,
     efficiency_for: EfficiencyFor | None = None,
+    router: str = "round-robin",
 ) -> ServePlan:
     """The cheapest deployment of ``model`` serving ``qps`` requests/s within ``slo`` (p99 checked by simulation).
     ``search_attention_dp=False`` leaves attention data parallelism out of the search (the search before it);
@@ -155,8 +162,11 @@ def plan_serve(
     ``search_heterogeneous=False`` only the splits whose pools take two different layouts.
     ``on_simulate`` is called with each deployment before its simulation (progress for the CLI); ``efficiency_for``
     gives each cluster's efficiency (a calibration profile's; None: the default curves) to every deployment the
-    search prices, analytic and simulated."""
+    search prices, analytic and simulated. ``router`` (:data:`ROUTERS`) spreads ``qps`` over a colocated
+    candidate's replicas in its p99 check (:func:`fmstack.perfmodel.inference_plan_verify.verify_cheapest`)."""
     check_rate(qps)
+    if router not in ROUTERS:
+        raise InputError("router", f"must be one of {', '.join(ROUTERS)}, got {router!r}")
     if seed < 0:
         raise InputError("seed", f"must be >= 0, got {seed}")
     if max_nodes_per_replica < 1:
@@ -213,7 +223,7 @@ def plan_serve(
         raise nothing_found(tried, cluster_of, model, layouts, precisions, max_nodes_per_replica, slo, input_len,
                             output_len, efficiency_for)  # fmt: skip
     ranked = verify_cheapest(cluster_of, model, found, qps, input_len, output_len, slo, seed, on_simulate,
-                             efficiency_for=efficiency_for)  # fmt: skip
+                             efficiency_for=efficiency_for, router=router)  # fmt: skip
     best = ranked[0]
     if not best.meets_slo:
         raise InputError(
@@ -239,7 +249,7 @@ def plan_serve(
         candidates=ranked,
         curve={"concurrency": conc.tolist(), "requests_per_s": curve.requests_per_s.tolist(),
                "ttft_s": curve.ttft_s.tolist(), "itl_s": curve.itl_s.tolist()},
-        disaggregation=dis, disaggregation_note=note,
+        disaggregation=dis, disaggregation_note=note, router=router,
     )  # fmt: skip
 
 

@@ -30,11 +30,14 @@ before it is dropped (means understate p99: queueing behind another prompt's pre
 def verify_cheapest(
     cluster_of: ClusterOf, model: ModelArch, found: list[Candidate], qps: float, isl: int, osl: int, slo: SLO, seed: int,
     on_simulate: Callable[[Candidate], None] | None = None, *, efficiency_for: EfficiencyFor | None = None,
+    router: str = "round-robin",
 ) -> list[Candidate]:  # fmt: skip
     """Simulate the cheapest options first. An option is a candidate at a multiple of its analytic replicas
     (``REPLICA_FACTORS``); one that misses the SLO goes back into the queue at the next multiple, priced at its
     larger replica count, so a cheaper candidate is simulated before a miss is retried with more replicas (an
-    attention-DP candidate missing p99 ITL by a hair costs its retries only while they could still be cheapest)."""
+    attention-DP candidate missing p99 ITL by a hair costs its retries only while they could still be cheapest).
+    A colocated option is simulated as one of its replicas behind ``router`` at ``qps`` in all; a split's prefill
+    pool is one shared queue its idle replicas pull from (:func:`simulate_split`), whatever the router."""
 
     def key(c: Candidate) -> tuple[float, int, float]:
         return (c.cost_per_hour_usd, c.busy_gpus, -c.rate_per_replica_rps)  # then fewest GPUs busy
@@ -63,7 +66,7 @@ def verify_cheapest(
         split = option.mode == "disaggregated"
         if on_simulate is not None:
             on_simulate(option)
-        result, note = _check(cluster_of, model, option, qps, isl, osl, seed, efficiency_for)
+        result, note = _check(cluster_of, model, option, qps, isl, osl, seed, efficiency_for, router)
         sim = None if result is None else result.percentiles()
         if result is not None and result.ttft_s[99] <= slo.ttft_s and result.itl_s[99] <= slo.itl_s:
             checked.append(replace(option, sim=sim, meets_slo=True))
@@ -96,13 +99,13 @@ def _replicas_per_node_group(cluster_of: ClusterOf, c: Candidate) -> int:
 
 def _check(
     cluster_of: ClusterOf, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, seed: int,
-    efficiency_for: EfficiencyFor | None = None,
+    efficiency_for: EfficiencyFor | None = None, router: str = "round-robin",
 ) -> tuple[SimResult | None, str]:  # fmt: skip
     """The simulation of ``c`` at ``qps``, or None and why there is none: a colocated replica too near its capacity
     to reach a steady state (:func:`_simulate`), a split whose prefill or decode pool cannot take ``qps``
     (:func:`fmstack.perfmodel.inference_plan_disagg.run_split`'s InputError)."""
     if c.mode != "disaggregated":
-        return _simulate(cluster_of, model, c, qps, isl, osl, seed, efficiency_for)
+        return _simulate(cluster_of, model, c, qps, isl, osl, seed, efficiency_for, router)
     try:
         return simulate_split(cluster_of, model, c, qps, isl, osl, seed, efficiency_for), ""
     except InputError as exc:
@@ -113,16 +116,17 @@ def _check(
 
 def _simulate(
     cluster_of: ClusterOf, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, seed: int,
-    efficiency_for: EfficiencyFor | None = None,
+    efficiency_for: EfficiencyFor | None = None, router: str = "round-robin",
 ) -> tuple[SimResult | None, str]:  # fmt: skip
-    """Poisson arrivals at ``qps / replicas`` on one replica of ``c``, the run ``estimate serve --qps`` makes at that
-    rate (:func:`fmstack.perfmodel.inference_open_loop.simulate_open_loop`: a warm-up by Little's law and the
+    """One replica of ``c``, one of its ``replicas`` behind ``router`` at ``qps`` in all (``qps / replicas`` at the
+    replica: Erlang gaps behind round-robin, Poisson behind a random router), the run ``estimate serve --qps qps
+    --replicas R --router ...`` makes (:func:`fmstack.perfmodel.inference_open_loop.simulate_open_loop`: a warm-up by Little's law and the
     queue's relaxation time, the same seed, the same percentiles); None and the reason where the rate is too near
     the replica's capacity for a steady state."""
     cfg = config_of(c, isl, osl)
     d = deployment_for(model, cluster_of(c.instance, c.nodes_per_replica), cfg, efficiency_for)
     try:
-        run, result = simulate_open_loop(d, cfg, qps / c.replicas, seed=seed)
+        run, result = simulate_open_loop(d, cfg, qps / c.replicas, seed=seed, replicas=c.replicas, router=router)
     except InputError as exc:  # above the analytic capacity (a candidate is priced below it: a safeguard)
         if exc.field != "qps":
             raise

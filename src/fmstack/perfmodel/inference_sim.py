@@ -1,6 +1,8 @@
 """A small discrete-event simulation of one serving replica: arrivals, a vLLM-like scheduler, percentiles.
 
-Requests arrive as a Poisson process (open loop, ``request_rate_per_s``) or from ``concurrency`` clients that
+Requests arrive as a Poisson process (open loop, ``request_rate_per_s``; a replica that is one of ``replicas``
+behind a round-robin router takes every ``replicas``-th arrival of the deployment's Poisson stream: Erlang gaps,
+:attr:`SimConfig.router`) or from ``concurrency`` clients that
 send the next request when the last finishes (closed loop). Each engine iteration (Orca's iteration-level
 scheduling, Yu et al. 2022, sec. 3) runs every admitted sequence one token forward and admits waiting prompts
 first come, first served while the token budget (``max_num_tokens``), the sequence limit and the paged KV pool
@@ -35,11 +37,19 @@ import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
-from fmstack.perfmodel.inference_sim_io import PERCENTILES, SimConfig, SimRequest, SimResult, summarise
+from fmstack.perfmodel.inference_sim_io import (
+    PERCENTILES,
+    ROUTERS,
+    SimConfig,
+    SimRequest,
+    SimResult,
+    arrival_gaps_s,
+    summarise,
+)
 from fmstack.perfmodel.inference_sim_stretch import Stretches
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
 
-__all__ = ["PERCENTILES", "BatchingSim", "SimConfig", "SimResult", "simulate"]
+__all__ = ["PERCENTILES", "ROUTERS", "BatchingSim", "SimConfig", "SimResult", "simulate"]
 
 
 class BatchingSim(Stretches):
@@ -119,8 +129,7 @@ class BatchingSim(Stretches):
 
     def run(self) -> SimResult:
         if self.sim.request_rate_per_s is not None:
-            gaps = self.rng.exponential(1.0 / self.sim.request_rate_per_s, self.sim.num_requests)
-            for t in np.cumsum(gaps):
+            for t in np.cumsum(arrival_gaps_s(self.sim, self.rng)):
                 self._new_request(float(t))
         else:
             starts = np.sort(self.rng.uniform(0.0, self.sim.ramp_s, self.sim.concurrency or 1))

@@ -9,10 +9,16 @@ import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fmstack.errors import InputError
 
 PERCENTILES = (50, 90, 99)
+ROUTERS = ("round-robin", "random")
+"""How a router spreads a deployment's requests over its colocated replicas (:attr:`SimConfig.router`).
+``round-robin``: the default of NVIDIA Dynamo's frontend (``--router-mode``, docs.nvidia.com/dynamo, Router Guide)
+and the vLLM production-stack router's RoundRobinRouter (docs.vllm.ai/projects/production-stack, Router Logic);
+``random``: each request to a uniformly random replica, e.g. a Kubernetes Service via kube-proxy's iptables mode."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -20,7 +26,15 @@ class SimConfig:
     """Load and scheduler options of one simulation run."""
 
     request_rate_per_s: float | None = None
-    """Poisson arrivals per second (open loop); None = closed loop with ``concurrency`` clients."""
+    """Arrivals per second at this replica (open loop); None = closed loop with ``concurrency`` clients."""
+    replicas: int = 1
+    """Open loop: the replica is one of this many behind ``router``, which spread a Poisson stream of ``replicas x
+    request_rate_per_s`` requests/s over them. 1: the replica takes the whole stream (Poisson arrivals)."""
+    router: str = "round-robin"
+    """:data:`ROUTERS`. ``round-robin`` with ``replicas`` R > 1: the replica gets every R-th arrival of the
+    deployment's Poisson stream at rate Q, so its gaps are Erlang(R), ``gamma(shape R, scale 1 / Q)`` (mean R / Q,
+    squared coefficient of variation 1 / R); ``random`` (or R = 1): a random split of a Poisson stream is Poisson,
+    exponential gaps of mean R / Q (the draws of a single replica, bit for bit)."""
     concurrency: int | None = None
     ramp_s: float = 0.0
     """Closed loop: clients start uniformly over [0, ramp_s] (about one request latency gives the steady state;
@@ -53,6 +67,10 @@ class SimConfig:
             raise InputError("load", "give exactly one of request_rate_per_s and concurrency")
         if self.request_rate_per_s is not None and self.request_rate_per_s <= 0:
             raise InputError("qps", f"must be > 0, got {self.request_rate_per_s}")
+        if self.replicas < 1:
+            raise InputError("replicas", f"must be >= 1, got {self.replicas}")
+        if self.router not in ROUTERS:
+            raise InputError("router", f"must be one of {', '.join(ROUTERS)}, got {self.router!r}")
         if self.concurrency is not None and self.concurrency < 1:
             raise InputError("concurrency", f"must be >= 1, got {self.concurrency}")
         if self.ramp_s < 0:
@@ -75,6 +93,19 @@ class SimConfig:
                 "num-requests", f"must exceed warmup_requests({self.warmup_requests}) + "
                 f"cooldown_requests({self.cooldown_requests})",
             )  # fmt: skip
+
+
+def arrival_gaps_s(sim: SimConfig, rng: np.random.Generator) -> NDArray[np.float64]:
+    """An open-loop run's ``num_requests`` gaps between arrivals at the replica (seconds): ``rng.gamma(R, 1 / Q)``
+    behind a round-robin router with ``R = replicas > 1`` (every R-th arrival of a Poisson stream at ``Q = R x
+    request_rate_per_s``: the sum of R exponential gaps, Erlang(R)), else ``rng.exponential(1 / request_rate_per_s)``
+    (the draws of the simulation before routers were modelled, bit for bit)."""
+    rate, r = sim.request_rate_per_s, sim.replicas
+    if rate is None:
+        raise InputError("qps", "arrival gaps need an open-loop rate (request_rate_per_s)")
+    if sim.router == "round-robin" and r > 1:
+        return rng.gamma(r, 1.0 / (r * rate), sim.num_requests)
+    return rng.exponential(1.0 / rate, sim.num_requests)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
