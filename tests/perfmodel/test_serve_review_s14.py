@@ -91,6 +91,7 @@ def test_plan_serve_prints_no_itl_for_one_output_token(cat: Catalog) -> None:
     assert plan.best.sim is not None and plan.best.sim["itl_p99_s"] == 0.0
     html = serve_plan_html(plan)
     assert ">0.0000<" not in html and "sim ITL p99" in html
+    assert "behind a round-robin router" in html  # the router the p99s were simulated behind (session 15)
 
 
 @pytest.mark.parametrize("router", ["round-robin", "random"])

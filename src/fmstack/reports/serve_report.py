@@ -86,7 +86,8 @@ def serve_plan_html(plan: ServePlan, efficiency_source: str | None = None) -> st
                 f"{b.replicas} replica(s) of {plan.model} ({_mode(b)}), each on {_layout(b)} ({b.precision}, prompt chunk "
                 f"{b.max_num_tokens} tokens): {b.nodes} node(s), {b.num_gpus} GPUs, ${b.cost_per_hour_usd:,.2f}/h "
                 f"for {plan.qps:g} requests/s of {plan.input_len}/{plan.output_len} tokens within TTFT p99 "
-                f"{plan.slo.ttft_s:g} s and ITL p99 {plan.slo.itl_s:g} s (p99 from the batching simulation)."
+                f"{plan.slo.ttft_s:g} s and ITL p99 {plan.slo.itl_s:g} s (p99 from the batching simulation; "
+                f"colocated replicas behind a {plan.router} router, a split's prefill pool one shared queue)."
             ),
         ),
         Section(title="latency / throughput curve", figures=[_curve_figure(plan)]),
