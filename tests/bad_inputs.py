@@ -984,7 +984,6 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 13, serve / rl review fixes (helper S): add rows here
-BAD_FILES.update({})
 _S8 = ["estimate", "serve", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--input-len", "512",
        "--output-len", "128"]  # fmt: skip
 _S70 = ["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--nodes", "2", "--tp", "2",
@@ -1057,11 +1056,9 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 14, docs drift review (helper A): add rows here
-BAD_FILES.update({})
 BAD_ARGV += []
 
 # session 14, serve / rl fresh review (helper B): add rows here
-BAD_FILES.update({})
 BAD_ARGV += [
     # regression rows from the review's bad-input sweep (each already one line; kept so they stay so)
     (["estimate", "serve", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--input-len", "512", "--output-len",
@@ -1078,7 +1075,6 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 14, operations fresh review (helper C): add rows here
-BAD_FILES.update({})
 BAD_ARGV += [
     # options of `simulate` typed before a subcommand were dropped silently (a 64-node, 7-day compare ran)
     (["simulate", "--nodes", "4", "--days", "1", "compare", "--policy", "fifo,kueue"],
@@ -1096,11 +1092,7 @@ BAD_ARGV += [
      "train-cp: train_tp(1) * train_pp(1) * train_cp(3) = 3 does not divide 16 GPUs"),
 ]  # fmt: skip
 
-# session 15, serve speed (helper P): add rows here
-BAD_FILES.update({})
-BAD_ARGV += []  # fmt: skip
-
-# session 15, measure / bench / calibration fresh review (helper M): add rows here
+# session 15, measure / bench / calibration fresh review (helper M)
 _H100_PROFILE = (
     '{"schema_version": 1, "device": {"name": "NVIDIA H100 80GB HBM3", "kind": "cuda", "catalog_gpu": "H100"}, '
     '"measured_at": "2026-11-24T00:00:00Z", "gemm_efficiency": {"bf16": {"x": [1e9, 1e12], "y": [%s, %s]}}}'
@@ -1127,8 +1119,7 @@ BAD_ARGV += [
      "profile must be a JSON object, got list); it is never overwritten"),
 ]  # fmt: skip
 
-# session 15, training planner fresh review (helper T): add rows here
-BAD_FILES.update({})
+# session 15, training planner fresh review (helper T)
 BAD_ARGV += [
     # a model that fits nowhere says how many GPUs its weights, gradients and Adam state need at the least
     (["plan", "train", "--model", "llama3.1-405b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "1e12"],
@@ -1138,12 +1129,7 @@ BAD_ARGV += [
       "--tokens", "1e12", "--objective", "cost"], "objective: cost needs a price for p5e.48xlarge"),
 ]  # fmt: skip
 
-# session 15, launch / observe fresh review (helper L): add rows here
-BAD_FILES.update({})
-BAD_ARGV += []  # fmt: skip
-
-# session 15, router (helper R): add rows here
-BAD_FILES.update({})
+# session 15, router (helper R)
 _RR = ["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--tp", "2", "--precision", "fp8",
        "--input-len", "2048", "--output-len", "256"]  # fmt: skip
 BAD_ARGV += [
