@@ -1144,3 +1144,12 @@ BAD_ARGV += [
     ([*_RR, "--nodes", "2", "--qps", "12", "--prefill-replicas", "2", "--decode-replicas", "1", "--replicas", "4"],
      "replicas: --replicas is for colocated replicas"),
 ]  # fmt: skip
+
+# session 16, routers: least-loaded and cache-aware over a joint replica simulation (helper K)
+BAD_ARGV += []  # fmt: skip
+
+# session 16, known gaps: plan train rows, checkpoint RNG, trace time limits, estimate_cmd split (helper T)
+BAD_ARGV += []  # fmt: skip
+
+# session 16, RL fresh review (helper R)
+BAD_ARGV += []  # fmt: skip
