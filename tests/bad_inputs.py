@@ -1149,7 +1149,12 @@ BAD_ARGV += [
 BAD_ARGV += []  # fmt: skip
 
 # session 16, known gaps: plan train rows, checkpoint RNG, trace time limits, estimate_cmd split (helper T)
-BAD_ARGV += []  # fmt: skip
+# a trace's time_limit_s of 0 is no limit (Slurm --time=0); a negative one is still bad input
+BAD_FILES["sim_trace_negative_limit.csv"] = "job_id,submit_s,num_gpus,duration_s,time_limit_s\n1,0,8,600,-60\n"
+BAD_ARGV += [
+    (["simulate", "--nodes", "1", "--days", "1", "--trace", "@file:sim_trace_negative_limit.csv"],
+     "sim_trace_negative_limit.csv line 2: time_limit_s='-60' must be a finite number >= 0"),
+]  # fmt: skip
 
 # session 16, RL fresh review (helper R)
 BAD_ARGV += []  # fmt: skip

@@ -31,6 +31,7 @@ from fmstack.cli.plan_render import (
     price_notes,
     render_plan,
     stack_notes,
+    vpp_notes,
 )
 from fmstack.errors import InputError
 from fmstack.fileio import check_output_path
@@ -327,9 +328,8 @@ def plan_train(
                                  calibration=calibration, calibration_force=calibration_force, tokens=tokens))
         for est in result.ranked
     ]  # fmt: skip
-    notes = (
-        batch_notes(result, batch_given=global_batch is not None) + stack_notes(result) + price_notes(result, clusters)
-    )
+    notes = [*batch_notes(result, batch_given=global_batch is not None), *stack_notes(result),
+             *price_notes(result, clusters), *vpp_notes(result)]  # fmt: skip
     if html_path is not None:
         source = None if efficiency_for is None else efficiency_for(clusters[0]).source
         line = price_line(result)
@@ -360,7 +360,8 @@ def plan_json(
         {"num_nodes": n, "cost_per_hour_usd": h}
         for n, h in zip(result.num_nodes, result.cost_per_hour_usd, strict=True)
     ] or [{} for _ in result.ranked]
-    rows = zip(result.ranked, result.time_to_train_s, result.cost_usd, resilience, cmds, priced, strict=True)
+    folded = result.vpp_variants or [1 for _ in result.ranked]
+    rows = zip(result.ranked, result.time_to_train_s, result.cost_usd, resilience, cmds, priced, folded, strict=True)
     return {
         "model": result.model,
         "objective": result.objective,
@@ -368,6 +369,7 @@ def plan_json(
         "rejected_shape": result.rejected_shape,
         "rejected_memory": result.rejected_memory,
         "skipped": list(skipped or []),
+        "vpp_folded": sum(result.vpp_variants) - len(result.vpp_variants),
         "estimate_command": cmds[0],
         "ranked": [
             # ideal_time_s (no failures) in every row, as estimate train --tokens gives it: a script comparing the
@@ -380,8 +382,10 @@ def plan_json(
                 "cost_usd": c,
                 **price,
                 "estimate_command": cmd,
+                # the row is its layout's best virtual-stage count (config.virtual_stages) among this many that fit
+                "vpp_variants": v,
             }
-            for est, t, c, res, cmd, price in rows
+            for est, t, c, res, cmd, price, v in rows
         ],
     }
 

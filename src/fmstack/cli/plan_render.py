@@ -53,6 +53,20 @@ def stack_notes(result: PlanResult) -> list[str]:
     ]
 
 
+def vpp_notes(result: PlanResult) -> list[str]:
+    """That rows differing only in virtual pipeline stages were folded into one per layout (plan_fold.py), and how
+    many: the ``v`` a row shows is its layout's fastest virtual-stage count."""
+    folded = sum(result.vpp_variants) - len(result.vpp_variants)
+    if folded <= 0:
+        return []
+    layouts = sum(1 for v in result.vpp_variants if v > 1)
+    return [
+        f"each layout is ranked once, with its fastest virtual-stage count (v in the configuration; no v: not "
+        f"interleaved): {folded} row{'s' if folded != 1 else ''} that differed only in v folded into "
+        f"{layouts} of the {len(result.ranked)} shown"
+    ]
+
+
 def price_notes(result: PlanResult, clusters: Sequence[Cluster]) -> list[str]:
     """Why a row's cost is "-": its instance has no price in the catalog (said once per instance shown)."""
     shown = {est.instance for est, cost in zip(result.ranked, result.cost_usd, strict=True) if cost is None}

@@ -46,8 +46,9 @@ def rerank_with_failures(
     rows = []
     nodes = result.num_nodes or [0] * len(result.ranked)
     hourly = result.cost_per_hour_usd or [None] * len(result.ranked)
-    for est, ideal_s, cost, n, h in zip(
-        result.ranked, result.time_to_train_s, result.cost_usd, nodes, hourly, strict=True
+    folded = result.vpp_variants or [1] * len(result.ranked)
+    for est, ideal_s, cost, n, h, v in zip(
+        result.ranked, result.time_to_train_s, result.cost_usd, nodes, hourly, folded, strict=True
     ):
         assert ideal_s is not None
         if cluster_for is not None:
@@ -60,7 +61,7 @@ def rerank_with_failures(
         )  # fmt: skip
         data = plan.to_json()
         scale = data["time_to_train_s"] / ideal_s
-        rows.append((data["time_to_train_s"], est, data, None if cost is None else cost * scale, n, h))
+        rows.append((data["time_to_train_s"], est, data, None if cost is None else cost * scale, n, h, v))
     rows.sort(key=lambda r: r[0])
     rows = rows[:top]
     return replace(
@@ -72,6 +73,7 @@ def rerank_with_failures(
         resilience=[r[2] for r in rows],
         num_nodes=[r[4] for r in rows] if result.num_nodes else [],
         cost_per_hour_usd=[r[5] for r in rows] if result.cost_per_hour_usd else [],
+        vpp_variants=[r[6] for r in rows] if result.vpp_variants else [],
     )
 
 

@@ -4,7 +4,8 @@ The space per cluster: tp (powers of two within the NVLink domain, dividing the 
 cp, dp (the rest), ep (MoE), micro-batch, recomputation (for MoE models also selective module sets), sharding,
 precision, and for MoE models the expert all-to-all overlap. Shape rules are applied as
 NumPy masks; survivors run through the same vectorised step model the single estimate uses
-(:func:`fmstack.perfmodel.step.step_model`), so both paths give identical numbers.
+(:func:`fmstack.perfmodel.step.step_model`), so both paths give identical numbers. The ranking holds each layout
+once, with its best virtual-stage count (:mod:`fmstack.perfmodel.plan_fold`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from fmstack.perfmodel.efficiency import Efficiency, default_efficiency
 from fmstack.perfmodel.memory import DEFAULT_RESERVE_GIB, GIB, OPTIMIZER_BYTES_PER_PARAM, WEIGHT_BYTES
 from fmstack.perfmodel.modelconsts import model_consts
 from fmstack.perfmodel.num import FloatArray
+from fmstack.perfmodel.plan_fold import best_per_layout
 from fmstack.perfmodel.pricing import priced_name
 from fmstack.perfmodel.step import StepArrays, step_model
 from fmstack.perfmodel.training import TrainingEstimate, from_arrays
@@ -85,12 +87,16 @@ class PlanResult:
     resilience: list[dict[str, Any]] | None = None
     """With objective time-with-failures: each ranked configuration's checkpoint / failure / goodput JSON."""
     included_rank: int | None = None
-    """1-based rank of ``include`` among all configurations that fit (None: not enumerated or does not fit)."""
+    """1-based rank of ``include`` among all configurations that fit, every virtual-stage variant counted (None: not
+    enumerated or does not fit)."""
     num_nodes: list[int] = field(default_factory=list)
     """Each ranked configuration's nodes (instances; an UltraServer counts its instances)."""
     cost_per_hour_usd: list[float | None] = field(default_factory=list)
     """Each ranked configuration's cluster price: the catalog's per-instance ``price_per_hour_usd`` x ``num_nodes``
     (None: the catalog has no price). ``cost_usd`` = time to train in hours x this."""
+    vpp_variants: list[int] = field(default_factory=list)
+    """Each ranked configuration's count of virtual-stage variants that fit: rows that differ only in virtual
+    stages are one layout, ranked once by its best count (plan_fold.py); 1 = nothing folded."""
 
     @property
     def best(self) -> TrainingEstimate:
@@ -288,7 +294,7 @@ def plan_training(
         for c in clusters:
             c.gpu.peak_tflops(p)
     considered = rejected_shape = rejected_memory = 0
-    candidates: list[tuple[float, int, int, Cluster, Columns[FloatArray], StepArrays[FloatArray]]] = []
+    candidates: list[tuple[float, int, int, Cluster, Columns[FloatArray], StepArrays[FloatArray], int]] = []
     all_scores: list[NDArray[np.float64]] = []
     include_score: float | None = None
     best_misfit: tuple[float, str] | None = None
@@ -318,10 +324,8 @@ def plan_training(
         all_scores.append(score[np.isfinite(score)])
         if include is not None and ci == 0:
             include_score = _included_score(model, cluster, cols, score, include)
-        order = np.argsort(score, kind="stable")[:top]
-        for j in order:
-            if np.isfinite(score[j]):
-                candidates.append((float(score[j]), ci, int(j), cluster, cols, arrays))
+        for j, variants in zip(*best_per_layout(cols, score, top), strict=True):
+            candidates.append((float(score[j]), ci, j, cluster, cols, arrays, variants))
         if progress:
             progress(ci + 1, len(clusters))
     if not candidates:
@@ -336,7 +340,7 @@ def plan_training(
     costs: list[float | None] = []
     times: list[float | None] = []
     hourly: list[float | None] = []
-    for _, _, j, cluster, cols, arrays in candidates[:top]:
+    for _, _, j, cluster, cols, arrays, _ in candidates[:top]:
         est = from_arrays(model, cluster, cols.row(j), arrays, j, reserve_gib=reserve_gib)
         ranked.append(est)
         seconds = tokens / est.tokens_per_s
@@ -363,6 +367,7 @@ def plan_training(
         clusters=[c.name for c in clusters],
         num_nodes=[candidates[i][3].num_nodes for i in range(len(ranked))],
         cost_per_hour_usd=hourly,
+        vpp_variants=[c[6] for c in candidates[:top]],
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from fmstack.orchestration.policies.base import planned_limit_s
 from fmstack.sim.config import MAX_BF_WINDOW_MIN, MAX_DAYS
 from fmstack.sim.fleet import NodeState
 from fmstack.sim.state import SimState
@@ -207,11 +208,15 @@ def warnings(sim: SimState) -> list[str]:
     refused = _beyond_window(sim, window_s)
     longest = max((j.time_limit_s for j in sim.jobs.values()), default=0.0)
     if refused and longest > window_s:
-        need_min = min(math.ceil(longest / 60.0), MAX_BF_WINDOW_MIN)
+        # a job without a limit (inf) is planned as a year: past the largest window
+        longest_min = math.ceil(planned_limit_s(longest) / 60.0)
+        need_min = min(longest_min, MAX_BF_WINDOW_MIN)
+        said = "a job has no time limit, planned as a year" if math.isinf(longest) else (
+            f"the longest time limit is {longest_min:,} min")  # fmt: skip
         out.append(
             f"{cfg.policy}: {_jobs(refused)} never started and at the end of the run could get no reservation: "
-            f"{'its' if refused == 1 else 'their'} earliest start lay beyond bf_window ({cfg.bf_window_min:,} min; the "
-            f"longest time limit is {math.ceil(longest / 60.0):,} min), so smaller jobs could backfill ahead; whether "
+            f"{'its' if refused == 1 else 'their'} earliest start lay beyond bf_window ({cfg.bf_window_min:,} min; "
+            f"{said}), so smaller jobs could backfill ahead; whether "
             f"a longer window starts {'it' if refused == 1 else 'them'} depends on when the running jobs really end: "
             f"compare with --bf-window {need_min}"
         )

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fmstack.orchestration.policies import PendingJob
+from fmstack.orchestration.policies.base import planned_limit_s
 from fmstack.orchestration.policies.fifo import PendingQueue
 from fmstack.sim.faults_loop import FaultHandling
 from fmstack.sim.state import (
@@ -74,7 +75,7 @@ class Simulator(FaultHandling):
         if j.restarts == 0:
             j.eligible_s = j.submit_s
         self.pending[jid] = PendingJob(job_id=jid, num_gpus=j.num_gpus, submit_s=j.eligible_s,
-                                       time_limit_s=j.time_limit_s, user=j.user, queue=j.queue,
+                                       time_limit_s=planned_limit_s(j.time_limit_s), user=j.user, queue=j.queue,
                                        priority=self._priority_of(j, self.env.now_s),
                                        expected_runtime_s=j.work_s)  # fmt: skip
         self._changed()

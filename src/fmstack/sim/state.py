@@ -16,7 +16,7 @@ from fmstack.catalog.topology import build_cluster
 from fmstack.errors import InputError
 from fmstack.observability.health import Action, HealthEngine
 from fmstack.orchestration.policies import KUEUE_POLICIES, PendingJob, RunningJob, make_policy
-from fmstack.orchestration.policies.base import RunningSet
+from fmstack.orchestration.policies.base import RunningSet, planned_limit_s
 from fmstack.orchestration.policies.fifo import PendingQueue
 from fmstack.orchestration.policies.kueue import requeue_backoff_s
 from fmstack.orchestration.policies.priority import MultifactorPriority, MultifactorSettings
@@ -178,7 +178,7 @@ class SimState:
                                  f"GPUs of {j.model}; a job runs at least {MIN_DURATION_S:g} s")  # fmt: skip
         if j.tokens <= 0:
             j.tokens = j.work_s * self.speed.tokens_per_s(j.model, j.num_gpus, True)
-        if j.time_limit_s <= 0:  # a trace row without one: twice the runtime, at least an hour
+        if j.time_limit_s <= 0:  # a trace row without one: twice the runtime, at least an hour (inf: unlimited)
             j.time_limit_s = max(2.0 * j.work_s, 3600.0)
         self.jobs[j.job_id] = j
 
@@ -282,10 +282,11 @@ class SimState:
         # Slurm ends a job at its time limit (state TIMEOUT; OverTimeLimit 0 by default), counted from the
         # allocation's start: a requeue gets a new allocation and limit (``_start``), a restart in place keeps both
         # (HyperPod auto-resume and elastic shrink re-run the step inside the same job); the backfill's expected
-        # end is that deadline
+        # end is that deadline (a job without a limit: a year on, as Slurm plans it)
         deadline = job.deadline_s
+        limit_s = planned_limit_s(max(0.0, deadline - now))
         self.running[job.job_id] = RunningJob(job_id=job.job_id, num_gpus=job.cur_gpus, start_s=now,
-                                              time_limit_s=max(0.0, deadline - now), user=job.user, queue=job.queue,
+                                              time_limit_s=limit_s, user=job.user, queue=job.queue,
                                               priority=job.priority)  # fmt: skip
         finish = now + wall_to_finish_s(job)
         if finish <= deadline:

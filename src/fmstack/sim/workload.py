@@ -14,7 +14,8 @@ Generator ([D]: documented defaults, shaped after the traces' qualitative findin
 
 CSV trace columns: ``job_id,submit_s,num_gpus`` and one of ``duration_s`` or ``tokens`` (then ``model`` is
 needed to get a speed), optional ``time_limit_s,user,queue,model,priority``; UTF-8, with or without a byte-order
-mark. A job runs at least :data:`MIN_DURATION_S`.
+mark. A job runs at least :data:`MIN_DURATION_S`. ``time_limit_s`` 0 is no limit (Slurm ``--time=0``); an empty
+cell or no column: twice the runtime, at least an hour.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ class Job:
     work_s: float
     """Compute seconds the job needs when packed at its full size (its runtime without faults)."""
     time_limit_s: float
+    """Wall-time limit of an allocation; 0: not given (the simulator sets twice the runtime, at least an hour);
+    inf: no limit (a trace's explicit 0, Slurm ``--time=0``): never times out, planned by backfill as a year."""
     user: str = "u0"
     queue: str = "q0"
     model: str = "llama3.1-8b"
@@ -212,7 +215,13 @@ def _row(row: dict[str, str], fleet_gpus: int, gpn: int) -> Job:
         raise ValueError(
             f"duration_s={row.get('duration_s', '').strip()} is below {MIN_DURATION_S:g} s, the shortest job"
         )
-    limit = num("time_limit_s", 0.0)  # 0: the simulator sets twice the runtime, at least an hour
+    # an empty cell or no column: the simulator sets twice the runtime, at least an hour (Job.time_limit_s 0); an
+    # explicit 0 is no limit, as Slurm's --time=0 ("A time limit of zero requests that no time limit be imposed",
+    # sbatch(1); slurm_opt.c arg_set_time_limit: 0 -> INFINITE)
+    given = bool((row.get("time_limit_s") or "").strip())
+    limit = num("time_limit_s", 0.0)
+    if given and limit == 0:
+        limit = math.inf
     job_id = num("job_id")
     if job_id != int(job_id):
         raise ValueError(f"job_id={row.get('job_id')!r} must be a whole number")

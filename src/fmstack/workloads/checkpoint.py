@@ -7,8 +7,12 @@ the ``COMMITTED`` marker, queues the copy to the durable tier (fsspec, e.g. s3:/
 At most one save is in flight: the next save first waits for the previous one.
 
 Resume: rank 0 picks the newest committed step in either tier and broadcasts it; every rank loads model, optimizer,
-step (the data position: batches are a pure function of step) and its own RNG state.
-Sources: PyTorch DCP docs (``torch.distributed.checkpoint.async_save``, ``state_dict.get_state_dict``).
+step (the data position: batches are a pure function of step) and its own RNG states: the CPU generator and, where
+CUDA is available, every CUDA device's generator (dropout on a GPU draws from the CUDA one; before session 16 only
+the CPU state was saved, and such a checkpoint still loads, with a warning on CUDA). The training loop draws from no
+Python ``random`` or NumPy generator (batches come from a seeded ``torch.Generator`` per step), so neither is saved.
+Sources: PyTorch DCP docs (``torch.distributed.checkpoint.async_save``, ``state_dict.get_state_dict``);
+``torch.cuda.get_rng_state_all`` / ``set_rng_state_all``.
 """
 
 from __future__ import annotations
@@ -22,9 +26,12 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.filesystem import FileSystemReader
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save
+from torch.distributed.checkpoint.storage import StorageReader
 
 from fmstack.workloads import ckpt_store
 
@@ -57,11 +64,29 @@ class CheckpointConfig:
 Log = Callable[[str], None]
 
 
+class CudaRng:
+    """The CUDA generators a checkpoint saves and restores: ``torch.cuda``'s own (one seam, so that a test fakes
+    these four calls and not ``torch.cuda.is_available``, which DCP's writer also asks)."""
+
+    def available(self) -> bool:
+        return torch.cuda.is_available()
+
+    def device_count(self) -> int:
+        return torch.cuda.device_count()
+
+    def get_all(self) -> list[torch.Tensor]:
+        return torch.cuda.get_rng_state_all()
+
+    def set_all(self, states: list[torch.Tensor]) -> None:
+        torch.cuda.set_rng_state_all(states)
+
+
 class TieredCheckpointer:
     """Async DCP saves to a local tier, commit marker, background copy to a durable tier, retention, resume."""
 
-    def __init__(self, cfg: CheckpointConfig, *, log: Log = print) -> None:
+    def __init__(self, cfg: CheckpointConfig, *, log: Log = print, cuda_rng: CudaRng | None = None) -> None:
         self.cfg = cfg
+        self._cuda = cuda_rng or CudaRng()
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         self._pg = dist.new_group(backend="gloo")
@@ -75,7 +100,11 @@ class TieredCheckpointer:
 
     def _state(self, model: torch.nn.Module, optim: torch.optim.Optimizer, step: int) -> dict[str, Any]:
         msd, osd = get_state_dict(model, optim)
-        return {"model": msd, "optim": osd, "step": step, "rng": {f"rank{self.rank}": torch.get_rng_state()}}
+        state = {"model": msd, "optim": osd, "step": step, "rng": {f"rank{self.rank}": torch.get_rng_state()}}
+        if self._cuda.available():
+            # one row per device (CUDA's Philox state: seed and offset), stacked so that DCP stores one tensor
+            state["rng_cuda"] = {f"rank{self.rank}": torch.stack(self._cuda.get_all())}
+        return state
 
     def save(self, step: int, model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
         """Start an asynchronous save of ``step`` (waits for the previous save first)."""
@@ -157,14 +186,34 @@ class TieredCheckpointer:
         step, root = found
         state = self._state(model, optim, 0)
         path = ckpt_store.step_dir(root, step)
-        if root == self.cfg.local_dir:
-            dcp_load(state, checkpoint_id=path, process_group=self._pg)
-        else:
-            from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
-
-            reader = FsspecReader(path, **dict(self.cfg.storage_options))
-            dcp_load(state, storage_reader=reader, process_group=self._pg)
+        reader = self._reader(root, path)
+        # a checkpoint from before session 16 has no CUDA RNG: load what it has (DCP refuses a key it lacks)
+        saved = reader.read_metadata().state_dict_metadata.get(f"rng_cuda.rank{self.rank}")
+        state.pop("rng_cuda", None)
+        if isinstance(saved, TensorStorageMetadata) and self._cuda.available():
+            state["rng_cuda"] = {f"rank{self.rank}": torch.empty(saved.size, dtype=torch.uint8)}
+        dcp_load(state, storage_reader=reader, process_group=self._pg)
         set_state_dict(model, optim, model_state_dict=state["model"], optim_state_dict=state["optim"])
         torch.set_rng_state(state["rng"][f"rank{self.rank}"])
+        if "rng_cuda" in state:
+            self._set_cuda_rng(list(state["rng_cuda"][f"rank{self.rank}"].unbind(0)), step)
+        elif self._cuda.available():
+            self._log(f"ckpt warning: step={step} has no CUDA RNG state (saved before session 16): CUDA draws "
+                      "(dropout) go on from this process's seed, not from where the run left off")  # fmt: skip
         self._log(f"ckpt resumed step={state['step']} from={root}")
         return int(state["step"])
+
+    def _reader(self, root: str, path: str) -> StorageReader:
+        if root == self.cfg.local_dir:
+            return FileSystemReader(path)
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+        return FsspecReader(path, **dict(self.cfg.storage_options))
+
+    def _set_cuda_rng(self, states: list[torch.Tensor], step: int) -> None:
+        """Every device's saved CUDA RNG state; with another device count, the devices both runs have."""
+        count = self._cuda.device_count()
+        if len(states) != count:
+            self._log(f"ckpt warning: step={step} saved the CUDA RNG of {len(states)} devices, this process sees "
+                      f"{count}: restored the first {min(len(states), count)}")  # fmt: skip
+        self._cuda.set_all(states[:count])

@@ -27,7 +27,14 @@ import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.orchestration.policies.backfill_ref import reference_backfill
-from fmstack.orchestration.policies.base import Capacity, PendingJob, Plan, RunningJob, RunningSet
+from fmstack.orchestration.policies.base import (
+    UNLIMITED_PLAN_S,
+    Capacity,
+    PendingJob,
+    Plan,
+    RunningJob,
+    RunningSet,
+)
 from fmstack.orchestration.policies.fifo import PendingQueue, priority_order, start_in_order
 
 
@@ -203,6 +210,8 @@ class BackfillPolicy:
             ends = np.fromiter(map(_START, run), float, len(run)) + np.fromiter(map(_LIMIT, run), float, len(run))
             gpus = np.fromiter(map(_GPUS, run), np.int64, len(run))
         gpus = np.where(gpus <= gpn, gpus, -(-gpus // gpn) * gpn)
+        # an unlimited job (inf) ends a year on, as Slurm plans it; inf cast to int64 would release it in slot 1
+        ends = np.minimum(ends, now_s + UNLIMITED_PLAN_S)
         free = SlotMap.from_releases(capacity.free_gpus, np.ceil(ends / res - begin).astype(np.int64), gpus, width).free
         m = min(len(order), p.bf_max_job_test)
         if columns is None:
@@ -214,7 +223,9 @@ class BackfillPolicy:
             limits_a = np.array(columns[1][:m], dtype=np.float64)
         needs_a = np.where(needs_a <= gpn, needs_a, -(-needs_a // gpn) * gpn)
         # a job holds every slot its time limit touches, at least one; past the map's end all are alike
-        slots_a = np.minimum(np.maximum(1, np.ceil(limits_a / res)).astype(np.int64), width)
+        slots_a = np.minimum(
+            np.maximum(1, np.ceil(np.minimum(limits_a, UNLIMITED_PLAN_S) / res)).astype(np.int64), width
+        )
         needs: list[int] = needs_a.tolist()
         durs: list[int] = slots_a.tolist()
         # Only starts now matter, and the map only shrinks during a cycle: once no remaining job could start

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fmstack.orchestration.policies.base import Capacity, PendingJob, RunningJob
+from fmstack.orchestration.policies.base import UNLIMITED_PLAN_S, Capacity, PendingJob, RunningJob
 
 if TYPE_CHECKING:
     from fmstack.orchestration.policies.backfill import BackfillPolicy
@@ -46,6 +46,7 @@ def reference_backfill(
     nrun = len(run)
     # a running job holds its GPUs (whole nodes) through the slot its expected end falls in
     ends = np.fromiter(map(_START, run), float, nrun) + np.fromiter(map(_LIMIT, run), float, nrun)
+    ends = np.minimum(ends, now_s + UNLIMITED_PLAN_S)  # an unlimited job: a year on, as Slurm plans it
     gpus = np.fromiter(map(_GPUS, run), np.int64, nrun)
     gpus = np.where(gpus <= gpn, gpus, -(-gpus // gpn) * gpn)
     from fmstack.orchestration.policies.backfill import SlotMap
@@ -58,7 +59,8 @@ def reference_backfill(
     needs_a = np.fromiter(map(_GPUS, tested), np.int64, m)
     needs_a = np.where(needs_a <= gpn, needs_a, -(-needs_a // gpn) * gpn)
     # a job holds every slot its time limit touches, at least one
-    slots_a = np.maximum(1, np.ceil(np.fromiter(map(_LIMIT, tested), float, m) / res)).astype(np.int64)
+    limits = np.minimum(np.fromiter(map(_LIMIT, tested), float, m), UNLIMITED_PLAN_S)
+    slots_a = np.maximum(1, np.ceil(limits / res)).astype(np.int64)
     needs: list[int] = needs_a.tolist()
     durs: list[int] = slots_a.tolist()
     # Only starts now matter, and the map only shrinks during a cycle: once no remaining job could start

@@ -14,6 +14,18 @@ from typing import Any, Protocol
 
 import numpy as np
 
+UNLIMITED_PLAN_S = 365 * 86400.0
+"""The time limit backfill plans a job with no limit with (Slurm ``--time=0``: "no time limit be imposed"): a year.
+Slurm gives a running job with an INFINITE limit the end start + 365 days (slurmctld ``job_end_time_reset``: "secs
+in year"; backfill.c ``hard_limit = YEAR_SECONDS``) and plans a pending one with its partition's MaxTime, a year
+(``YEAR_MINUTES``) when that is UNLIMITED (backfill.c ``_set_backfill_timelimits``), as in the twin's one partition:
+beyond any ``bf_window`` (at most 30 days), so nothing is reserved behind it."""
+
+
+def planned_limit_s(time_limit_s: float) -> float:
+    """The limit the scheduler plans with: ``time_limit_s``, or :data:`UNLIMITED_PLAN_S` for an unlimited (inf) one."""
+    return min(time_limit_s, UNLIMITED_PLAN_S)
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PendingJob:
@@ -24,7 +36,8 @@ class PendingJob:
     submit_s: float
     """When the job became eligible (submission, or end of a requeue delay)."""
     time_limit_s: float
-    """Wall-time limit: backfill plans with start + limit (Slurm sched_config.shtml)."""
+    """Wall-time limit: backfill plans with start + limit (Slurm sched_config.shtml); finite: a job without a limit
+    is planned with :data:`UNLIMITED_PLAN_S` (:func:`planned_limit_s`)."""
     user: str = "u0"
     queue: str = "default"
     priority: float = 0.0
@@ -41,6 +54,7 @@ class RunningJob:
     num_gpus: int
     start_s: float
     time_limit_s: float
+    """Finite, as :attr:`PendingJob.time_limit_s`: a job without a limit ends, as planned, a year after its start."""
     user: str = "u0"
     queue: str = "default"
     priority: float = 0.0

@@ -1,0 +1,87 @@
+"""The options `fmstack estimate train` shares with its neighbours: the cluster (--model, --instance, --nodes /
+--gpus), the resilience flags that shape the time to train, and how --nodes / --gpus become a node count."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from fmstack.catalog.topology import resolve_instance
+from fmstack.cli.common import catalog_option, whole_nodes_hint
+from fmstack.errors import InputError
+
+
+def cluster_options(func: Any) -> Any:
+    """--model, --instance, --nodes / --gpus, --catalog."""
+    for option in reversed(
+        [
+            click.option("--model", required=True, help="Zoo model name or a model YAML file."),
+            click.option("--instance", required=True, help="Instance or UltraServer name from the catalog."),
+            click.option(
+                "--nodes", type=int, default=None, help="Number of instances (nodes) [1, or --gpus / GPUs per node]."
+            ),
+            click.option("--gpus", type=int, default=None, help="Number of GPUs (a multiple of GPUs per node)."),
+        ]
+    ):
+        func = option(func)
+    return catalog_option(func)
+
+
+def resilience_options(func: Any) -> Any:
+    """Checkpoint tier, FSx size, recovery mode, spares and failure rate for the time to train."""
+    from fmstack.perfmodel.goodput import RecoveryMode
+
+    for option in reversed(
+        [
+            click.option("--checkpoint-tier", default="fsx-persistent-1000", show_default=True,
+                         help="Storage tier checkpoints are written to (catalog storage name)."),
+            click.option("--fsx-capacity-tib", type=float, default=None,
+                         help="FSx capacity in TiB [sized to keep GPUs fed and checkpoints fast]."),
+            click.option("--recovery", type=click.Choice([m.value for m in RecoveryMode]),
+                         default=RecoveryMode.checkpoint_restart.value, show_default=True, help="Recovery mode."),
+            click.option("--spares", type=int, default=0, show_default=True, help="Spare nodes for auto-resume."),
+            click.option("--mtbf-hours", type=float, default=None, help="Override the per-node MTBF in hours."),
+            click.option("--failure-model", default="llama3", show_default=True,
+                         help="Failure model (llama3, meta-rsc1, meta-rsc2)."),
+            click.option("--sync-checkpoint", is_flag=True, help="Synchronous checkpoints (default: async)."),
+        ]
+    ):  # fmt: skip
+        func = option(func)
+    return func
+
+
+RESILIENCE_FLAGS = ("checkpoint_tier", "fsx_capacity_tib", "recovery", "spares", "mtbf_hours", "failure_model",
+                    "sync_checkpoint")  # fmt: skip
+"""The parameters of :func:`resilience_options`: they shape the time to train, so they need ``--tokens``."""
+
+
+def refuse_resilience_without_tokens() -> None:
+    """A resilience flag given on the command line without ``--tokens`` would change nothing: say so."""
+    ctx = click.get_current_context()
+    for name in RESILIENCE_FLAGS:
+        if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
+            flag = name.replace("_", "-")
+            raise InputError(flag, f"--{flag} shapes the time to train with checkpoints and failures; add --tokens N")
+
+
+def resolve_nodes(nodes: int | None, gpus: int | None, gpus_per_node: int) -> int:
+    if nodes is None and gpus is None:
+        return 1
+    if nodes is not None and gpus is not None and nodes * gpus_per_node != gpus:
+        raise InputError("gpus", f"--gpus({gpus}) != --nodes({nodes}) * {gpus_per_node} GPUs per node")
+    if gpus is not None:
+        if gpus <= 0:
+            raise InputError("gpus", f"must be a positive number of GPUs, got {gpus}")
+        if gpus % gpus_per_node:
+            raise InputError(
+                "gpus",
+                f"{gpus} is not a multiple of {gpus_per_node} GPUs per node{whole_nodes_hint(gpus, gpus_per_node)}",
+            )
+        return gpus // gpus_per_node
+    assert nodes is not None
+    return nodes
+
+
+def gpus_per_node(cat: Any, instance: str) -> int:
+    return int(resolve_instance(cat, instance).num_gpus)
