@@ -1158,3 +1158,6 @@ BAD_ARGV += [
 
 # session 16, RL fresh review (helper R)
 BAD_ARGV += []  # fmt: skip
+
+# session 16, scale / catalog / validate fresh review (helper S)
+BAD_ARGV += []  # fmt: skip
