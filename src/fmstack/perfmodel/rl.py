@@ -47,7 +47,7 @@ from fmstack.perfmodel.rl_config import SPLIT_KV_FRACTION as SPLIT_KV_FRACTION
 from fmstack.perfmodel.rl_config import Algorithm as Algorithm
 from fmstack.perfmodel.rl_config import Placement as Placement
 from fmstack.perfmodel.rl_config import RLConfig as RLConfig
-from fmstack.perfmodel.rl_config import check_critic, check_rl_config, response_lengths
+from fmstack.perfmodel.rl_config import check_context, check_critic, check_rl_config, response_lengths
 from fmstack.perfmodel.rl_memory import rl_memory
 from fmstack.perfmodel.rl_rollout import RolloutTime, rollout_time
 from fmstack.perfmodel.rl_switch import colocated_switch
@@ -101,6 +101,9 @@ NOT_TRAINING = ("rollout", "weight_sync", "colocated_switch")
 _SERVE_FLAGS = {"tp": "rollout-tp", "precision": "rollout-precision", "input-len": "prompt-len",
                 "output-len": "response-len"}  # fmt: skip
 """estimate_serve's field names -> this command's flags, so a rollout engine's error names what the user set."""
+_TRAIN_FLAGS = {"tp": "train-tp", "pp": "train-pp", "cp": "train-cp", "ep": "train-ep", "sharding": "train-sharding",
+                "hsdp-shard-size": "train-sharding", "seq_len": "response-len"}  # fmt: skip
+"""estimate_training's field names -> this command's flags, for the trained models' errors."""
 
 
 @contextmanager
@@ -111,6 +114,16 @@ def _as_rollout(tp: int) -> Iterator[None]:
     except InputError as err:
         flag = _SERVE_FLAGS.get(err.field, err.field)
         raise InputError(flag, re.sub(rf"\btp\({tp}\)", f"rollout_tp({tp})", err.message)) from err
+
+
+@contextmanager
+def _as_trainer() -> Iterator[None]:
+    """Re-raise the training model's InputError under this command's flag names (``ep(3)`` -> ``train_ep(3)``)."""
+    try:
+        yield
+    except InputError as err:
+        message = re.sub(r"(?<![\w.])(tp|pp|cp|ep)\(", r"train_\1(", err.message)
+        raise InputError(_TRAIN_FLAGS.get(err.field, err.field), message) from err
 
 
 def _train(
@@ -131,12 +144,13 @@ def _train(
     dp = cluster.num_gpus // mp
     per_mb = max(1, math.ceil(seqs / cfg.minibatches / dp)) * dp
     sharding = _train_sharding(cfg)
-    tc: TrainConfig = fill_defaults(
-        cluster.num_gpus,
-        {"tp": cfg.train_tp, "pp": cfg.train_pp, "cp": cfg.train_cp, "ep": cfg.train_ep, "global_batch": per_mb,
-         "seq_len": seq_len, "recompute": "full", "sharding": sharding},
-    )  # fmt: skip
-    return estimate_training(model, cluster, tc, efficiency=efficiency)
+    with _as_trainer():
+        tc: TrainConfig = fill_defaults(
+            cluster.num_gpus,
+            {"tp": cfg.train_tp, "pp": cfg.train_pp, "cp": cfg.train_cp, "ep": cfg.train_ep, "global_batch": per_mb,
+             "seq_len": seq_len, "recompute": "full", "sharding": sharding},
+        )  # fmt: skip
+        return estimate_training(model, cluster, tc, efficiency=efficiency)
 
 
 def forward_s(est: TrainingEstimate) -> float:
@@ -214,6 +228,7 @@ def estimate_rl(
     (split)."""
     check_rl_config(cfg, cluster)
     check_critic(cfg, critic is not None)
+    check_context(cfg, actor)
     critic_arch = critic or actor
     seqs = cfg.prompts_per_step * cfg.samples_per_prompt
     if cfg.placement == "split":
