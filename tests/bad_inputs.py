@@ -1162,4 +1162,7 @@ BAD_ARGV += [
     ([*_RL8, "--train-ep", "2"], "train-ep: llama3.1-8b is dense; train_ep(2) must be 1"),
     ([*_RL8, "--model", "qwen3-30b-a3b", "--train-ep", "3"], "train-ep: train_ep(3) does not divide num_experts(128)"),
     ([*_RL8, "--nodes", "3", "--train-tp", "3"], "train-tp: num_heads(32) of llama3.1-8b is not divisible by train_tp(3)"),
+    # a batch that does not split over the trainer's data-parallel ranks (veRL refuses it; was padded silently)
+    ([*_RL8, "--prompts", "3", "--train-tp", "1"], "prompts: the step's 3 prompts x 8 samples = 24 sequences do not split"),
+    ([*_RL8, "--prompts", "4", "--minibatches", "4", "--train-tp", "1"], "minibatches: 32 sequences / 4 minibatches = 8"),
 ]  # fmt: skip

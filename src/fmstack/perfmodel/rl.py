@@ -142,7 +142,8 @@ def _train(
             f"does not divide {cluster.num_gpus} GPUs",
         )  # fmt: skip
     dp = cluster.num_gpus // mp
-    per_mb = max(1, math.ceil(seqs / cfg.minibatches / dp)) * dp
+    _check_batch_split(cfg, seqs, dp, cluster.num_gpus)
+    per_mb = seqs // cfg.minibatches
     sharding = _train_sharding(cfg)
     with _as_trainer():
         tc: TrainConfig = fill_defaults(
@@ -151,6 +152,25 @@ def _train(
              "seq_len": seq_len, "recompute": "full", "sharding": sharding},
         )  # fmt: skip
         return estimate_training(model, cluster, tc, efficiency=efficiency)
+
+
+def _check_batch_split(cfg: RLConfig, seqs: int, dp: int, gpus: int) -> None:
+    """Every data-parallel rank of the trainer gets the same whole number of sequences per optimizer step: veRL
+    refuses a step's batch that does not split (``real_train_batch_size % minimal_bsz`` in ``ray_trainer.py``, with
+    ``minimal_bsz`` the GPUs under FSDP, the Megatron data-parallel ranks x micro-batch otherwise) and divides each
+    minibatch by the data-parallel size (``ppo_mini_batch_size //= dp`` in ``fsdp_workers.py``)."""
+    layout = f"{gpus} training GPUs / (train_tp({cfg.train_tp}) * train_pp({cfg.train_pp}) * train_cp({cfg.train_cp}))"
+    if seqs % dp:
+        raise InputError(
+            "prompts", f"the step's {cfg.prompts_per_step} prompts x {cfg.samples_per_prompt} samples = {seqs} sequences "
+            f"do not split over the trainer's {dp} data-parallel ranks ({layout}); give a batch that is a multiple of "
+            f"{dp} sequences, or raise --train-tp / --train-pp",
+        )  # fmt: skip
+    if (seqs // cfg.minibatches) % dp:
+        raise InputError(
+            "minibatches", f"{seqs} sequences / {cfg.minibatches} minibatches = {seqs // cfg.minibatches} per optimizer "
+            f"step do not split over the trainer's {dp} data-parallel ranks ({layout}); lower --minibatches",
+        )  # fmt: skip
 
 
 def forward_s(est: TrainingEstimate) -> float:
