@@ -1165,4 +1165,7 @@ BAD_ARGV += [
     # a batch that does not split over the trainer's data-parallel ranks (veRL refuses it; was padded silently)
     ([*_RL8, "--prompts", "3", "--train-tp", "1"], "prompts: the step's 3 prompts x 8 samples = 24 sequences do not split"),
     ([*_RL8, "--prompts", "4", "--minibatches", "4", "--train-tp", "1"], "minibatches: 32 sequences / 4 minibatches = 8"),
+    # an uncapped log-normal whose mean lives in draws too rare for the step (was: a rollout of ~3-token responses,
+    # faster than its own steady rate, priced as 1024-token ones)
+    ([*_RL8, "--length-dist", "lognormal", "--length-cv", "1e9"], "length-cv: the step's 2048 drawn responses average"),
 ]  # fmt: skip
