@@ -1157,7 +1157,23 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 16, RL fresh review (helper R)
-BAD_ARGV += []  # fmt: skip
+_RL8 = ["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "2"]
+BAD_ARGV += [
+    # the context check names the response flag that went over (was prompt-len, the serving field, for both)
+    ([*_RL8, "--response-len", "200000"], "response-len: prompt-len(1024) + response-len(200000) = 201024 tokens"),
+    ([*_RL8, "--response-cap", "200000"], "response-cap: prompt-len(1024) + response-cap(200000) = 201024 tokens"),
+    (["plan", "rl", *_RL8[2:], "--response-cap", "200000"], "response-cap: prompt-len(1024) + response-cap(200000)"),
+    # the training model's errors name estimate rl's flags (were ep / tp, estimate train's)
+    ([*_RL8, "--train-ep", "2"], "train-ep: llama3.1-8b is dense; train_ep(2) must be 1"),
+    ([*_RL8, "--model", "qwen3-30b-a3b", "--train-ep", "3"], "train-ep: train_ep(3) does not divide num_experts(128)"),
+    ([*_RL8, "--nodes", "3", "--train-tp", "3"], "train-tp: num_heads(32) of llama3.1-8b is not divisible by train_tp(3)"),
+    # a batch that does not split over the trainer's data-parallel ranks (veRL refuses it; was padded silently)
+    ([*_RL8, "--prompts", "3", "--train-tp", "1"], "prompts: the step's 3 prompts x 8 samples = 24 sequences do not split"),
+    ([*_RL8, "--prompts", "4", "--minibatches", "4", "--train-tp", "1"], "minibatches: 32 sequences / 4 minibatches = 8"),
+    # an uncapped log-normal whose mean lives in draws too rare for the step (was: a rollout of ~3-token responses,
+    # faster than its own steady rate, priced as 1024-token ones)
+    ([*_RL8, "--length-dist", "lognormal", "--length-cv", "1e9"], "length-cv: the step's 2048 drawn responses average"),
+]  # fmt: skip
 
 # session 16, scale / catalog / validate fresh review (helper S)
 BAD_ARGV += []  # fmt: skip

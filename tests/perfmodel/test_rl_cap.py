@@ -53,7 +53,7 @@ def test_streamed_rollout_bounds_the_cap_by_the_age(catalog: Catalog) -> None:
     here before the session-11 review)."""
     m, cl = catalog.model("llama3.1-8b"), build_cluster(catalog, "dgx-h100", 4)
     cfg = RLConfig(prompts_per_step=64, samples_per_prompt=32, prompt_len=130, response_len=795, rollout_tp=1,
-                   train_tp=1, placement="split", rollout_nodes=1, async_split=True, max_trajectory_age=4)  # fmt: skip
+                   train_tp=1, placement="split", rollout_nodes=2, async_split=True, max_trajectory_age=4)  # fmt: skip
     free, capped = estimate_rl(m, cl, cfg), estimate_rl(m, cl, replace(cfg, response_cap=3966))
     share = free.rollout["streamed_s"]
     assert share > 0 and capped.rollout["streamed_s"] == share  # the stream itself does not change

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from fmstack.catalog import load_catalog
 from fmstack.cli.main import cli
-from fmstack.perfmodel.validation_rl import STAGES, check_nemorl, prompt_lengths, rows, summarize
+from fmstack.perfmodel.validation_rl import STAGES, check_nemorl, prompt_lengths, row_config, rows, summarize
 
 
 def test_every_row_predicted_or_explained() -> None:
@@ -64,3 +64,18 @@ def test_cli_rlcheck_prints_and_json() -> None:
     assert "RL stages generation: 5 rows" in res.output
     for c in check_nemorl(load_catalog(None)):
         print(c.id, c.measured_step_s, c.predicted_step_s, c.step_error_pct, c.predicted_stages_s, c.not_expressible)
+
+
+def test_rows_train_with_megatrons_distributed_optimizer() -> None:
+    """NeMo RL's Megatron backend shards the optimizer state, not the weights (``use_distributed_optimizer: true``,
+    ``use_custom_fsdp: false``): every row trains with ZeRO-1, also where training tp = pp = 1 (estimate rl's default
+    there is FSDP, veRL's backend, whose weight gathers NeMo RL does not run); the stage rows too."""
+    from fmstack.perfmodel.rl_stagecheck import _config, stage_rows
+
+    lengths = prompt_lengths(rows())
+    flat = [r for r in rows() if r["train_tp"] == "1" and r["train_pp"] == "1"]
+    assert flat  # the rows the default rule would have sent to FSDP
+    for r in rows():
+        assert row_config(r, lengths[r["model"]]).train_sharding == "zero1"
+    for r in stage_rows():
+        assert _config(r, 130).train_sharding == "zero1"

@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.config import SHARDING_CHOICES
@@ -159,6 +160,19 @@ def check_critic(cfg: RLConfig, critic_given: bool) -> None:
     if critic_given and cfg.algorithm == "grpo" and not cfg.reward_model:
         raise InputError("critic", "GRPO has no critic (group-relative advantages) and a rule-based reward has no "
                          "model: --critic needs --algorithm ppo (or --reward-model, whose architecture it sets)")  # fmt: skip
+
+
+def check_context(cfg: RLConfig, actor: ModelArch) -> None:
+    """Prompt + response (and + the response cap, the longest a response may run) within ``actor``'s context: an
+    engine refuses a request past ``max_model_len`` (vLLM), so InputError names the flag that went over: the prompt
+    when it alone fills the context, else the response length or the cap."""
+    for flag, tokens in (("response-len", cfg.response_len), ("response-cap", cfg.response_cap)):
+        if tokens is not None and cfg.prompt_len + tokens > actor.max_seq_len:
+            raise InputError(
+                "prompt-len" if cfg.prompt_len >= actor.max_seq_len else flag,
+                f"prompt-len({cfg.prompt_len}) + {flag}({tokens}) = {cfg.prompt_len + tokens} tokens > "
+                f"{actor.name}'s context of {actor.max_seq_len}",
+            )  # fmt: skip
 
 
 def response_lengths(cfg: RLConfig) -> LogNormalLengths | None:

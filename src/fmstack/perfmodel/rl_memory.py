@@ -22,7 +22,11 @@ offload it can go to 0.8-0.9):
 - colocated with host offload (``offload``; NeMo RL's colocated default, veRL's ``param_offload`` /
   ``optimizer_offload``): the trained models' state (weights, gradients, optimizer) is on the host or freed during
   rollout, so the rollout phase holds the forward-only models' weights and the rollout engine only
-  (:mod:`fmstack.perfmodel.rl_switch` prices the copies).
+  (:mod:`fmstack.perfmodel.rl_switch` prices the copies). PPO: each trained model's state is on the GPU only
+  around its own calls (veRL ``verl/workers/fsdp_workers.py``: ``update_actor`` and ``update_critic`` load their
+  model and optimizer with ``load_fsdp_model_to_gpu`` / ``load_fsdp_optimizer`` and offload them again when done), so
+  the actor's training phase does not hold the critic's state, nor the critic's the actor's. The forward-only
+  models stay resident (a bound: veRL can offload the reference too).
 - split: the rollout GPUs hold only the rollout engine; the training GPUs hold the states and the activations as
   above, without the rollout engine.
 Each phase must fit in HBM less :data:`fmstack.perfmodel.memory.DEFAULT_RESERVE_GIB`.
@@ -101,10 +105,12 @@ def rl_memory(
     during_rollout = [k for k in resident if k not in offloaded] if colocated else []
     phase_parts = {
         "rollout": [*during_rollout, "rollout_engine"],
-        "actor_train": [*resident, "actor_activations"],
+        "actor_train": [k for k in resident if not (offload and k == "critic_state")] + ["actor_activations"],
     }
     if critic:
-        phase_parts["critic_train"] = [*resident, "critic_activations"]
+        phase_parts["critic_train"] = [k for k in resident if not (offload and k == "actor_state")] + [
+            "critic_activations"
+        ]
     phases = {p: sum(parts[k] for k in ks) for p, ks in phase_parts.items()}
     usable = actor.memory.capacity_gib - actor.memory.reserve_gib
     worst = max(phases, key=lambda p: phases[p])

@@ -24,7 +24,7 @@ from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.efficiency import EfficiencyFor
 from fmstack.perfmodel.rl import RLConfig, RLEstimate, estimate_rl
-from fmstack.perfmodel.rl_config import check_critic
+from fmstack.perfmodel.rl_config import check_context, check_critic
 from fmstack.perfmodel.rl_plan_space import (
     PLACEMENT_KINDS,
     Layout,
@@ -171,10 +171,7 @@ def plan_rl(
         raise InputError("max-trajectory-age", f"{max_trajectory_age} steps of lag apply to async rows; add async to "
                          f"--placement (searched: {', '.join(kinds)})")  # fmt: skip
     check_critic(base, critic is not None)
-    if base.prompt_len + base.response_len > actor.max_seq_len:
-        raise InputError("response-len", f"prompt-len({base.prompt_len}) + response-len({base.response_len}) = "
-                         f"{base.prompt_len + base.response_len} tokens > {actor.name}'s context of "
-                         f"{actor.max_seq_len}")  # fmt: skip
+    check_context(base, actor)
     if "colocated" not in kinds and all(c.num_nodes < 2 for c in clusters):
         raise InputError("nodes", "split and async placements put rollout and training on nodes of their own: they "
                          "need --nodes 2 or more (or add colocated to --placement)")  # fmt: skip

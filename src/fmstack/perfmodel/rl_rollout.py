@@ -104,6 +104,7 @@ def rollout_time(
     if lengths is not None:
         # a stream of its own (not the simulation's seed stream, which draws the prompts' spread)
         drawn = lengths.sample(np.random.default_rng([seed, 1]), replicas * requests).reshape(replicas, requests)
+        _check_drawn_mean(drawn, lengths)
         slowest = max(range(replicas), key=lambda i: (int(drawn[i].max()), int(drawn[i].sum())))
         outputs = drawn[slowest]
         p50, p99 = np.percentile(drawn, [50, 99])
@@ -153,6 +154,26 @@ def rollout_time(
         tail_s=tail_s,
         **stats,
     )
+
+
+MAX_DRAWN_MEAN_ERROR = 0.5
+"""Without a cap, the step's drawn responses may average at most this far (relative) from the mean they stand for."""
+
+
+def _check_drawn_mean(drawn: np.ndarray[tuple[int, int], np.dtype[np.int64]], lengths: LogNormalLengths) -> None:
+    """An uncapped log-normal with a large CV puts its mean in draws too rare for one step's batch (cv 1e9: sigma
+    6.4, median ~1 token): the step's responses then average far from ``response_len``, which the training passes and
+    ``rollout_tokens_per_s`` still assume, and the rollout comes out faster than its own steady rate. InputError
+    ``length-cv`` rather than a rollout of other lengths than the step's."""
+    if lengths.cap is not None:
+        return  # capped lengths have a bounded variance: the step's mean converges
+    target, got = lengths.mean(), float(drawn.mean())
+    if abs(got / target - 1.0) > MAX_DRAWN_MEAN_ERROR:
+        raise InputError(
+            "length-cv", f"the step's {drawn.size} drawn responses average {got:.0f} tokens, not the mean "
+            f"response-len({target:.0f}): a log-normal with sigma {lengths.sigma:.2f} and no cap keeps its mean in "
+            "draws too rare for one step; give --response-cap (the engine's limit) or a smaller --length-cv",
+        )  # fmt: skip
 
 
 def _uniform_stats(mean: int, spread: float, cap: int | None, requests: int) -> dict[str, float]:

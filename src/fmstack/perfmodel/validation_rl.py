@@ -52,6 +52,12 @@ URL = "https://docs.nvidia.com/nemo/rl/latest/about/performance-summary.html"
 SYSTEMS: dict[str, str] = {"DGX-H100": "dgx-h100", "GB200-NVL72": "dgx-gb200"}
 """The source's system -> catalog instance."""
 STAGES = ("rollout", "logprobs", "training", "weight_sync", "switch")
+MEGATRON_SHARDING = "zero1"
+"""The trained policy's data-parallel sharding in every row: NeMo RL's Megatron backend runs Megatron-Core's
+distributed optimizer (``policy.megatron_cfg.optimizer.use_distributed_optimizer: true``, ``use_custom_fsdp: false``
+in ``examples/configs/grpo_math_1B_megatron.yaml``, which the performance recipes inherit): optimizer state sharded,
+weights replicated over data parallelism. Not estimate rl's default rule, FSDP at train tp = pp = 1 (veRL's FSDP
+backend), which before session 16 priced the tp = pp = 1 rows with FSDP's weight gathers."""
 """Predicted stages (NeMo RL's timers: generation, policy_and_reference_logprobs, policy_training, refit; the
 colocated switch's host copies fall in prepare_for_generation, logprob_inference_prep and training_prep)."""
 
@@ -130,6 +136,7 @@ def row_config(row: dict[str, str], prompt_len: int) -> RLConfig:
         train_ep=int(row["train_ep"]), rollout_memory_fraction=float(row["gpu_memory_utilization"]), epochs=1,
         minibatches=max(1, samples // int(row["train_gbs"])), reward_model=False, reference=True,
         offload=True if on else None,
+        train_sharding=MEGATRON_SHARDING,
     )  # fmt: skip
 
 
