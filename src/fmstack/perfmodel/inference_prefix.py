@@ -9,9 +9,9 @@ benchmark dataset (``bench_serving.py``: ``--gen-num-groups 64 --gen-prompts-per
 
 Cache (:class:`PrefixCache`): a replica's LRU set of prefixes, counted in tokens, whose capacity is the part of its
 KV pool no running sequence holds (engines keep finished requests' blocks until the pool needs them: vLLM's
-automatic prefix caching, SGLang's radix cache, both LRU). A request looks its prefix up when the scheduler admits
-it (vLLM ``get_computed_blocks``, SGLang ``match_prefix`` at scheduling): a hit skips the prefix's prefill; a miss
-computes it and inserts the prefix once the prompt's prefill completes. Simplifications: a running request reserves
+automatic prefix caching, SGLang's radix cache, both LRU). A request looks its prefix up when the scheduler gives
+its prompt the first chunk (vLLM ``get_computed_blocks``, SGLang ``match_prefix`` at scheduling): a hit skips the
+prefix's prefill; a miss computes it and inserts the prefix once the prompt's prefill completes. Simplifications: a running request reserves
 its whole prompt as before (a hit's shared prefix is counted again, as if copied: conservative on memory); the
 prefix is cached at its prompt's end, not block by block as chunks complete; no radix sharing between groups.
 

@@ -108,8 +108,8 @@ class BatchingSim(Stretches):
         """Joint simulation (:mod:`fmstack.perfmodel.inference_sim_fleet`): the next arrival at any replica, which the
         router may send here: a stretch of iterations stops there, as at an arrival of its own."""
         self.prefix_cache: PrefixCache | None = None
-        """Joint simulation with a shared-prefix workload: this replica's prefix cache (looked up at admission, the
-        prefix inserted as its prompt's prefill completes; :mod:`fmstack.perfmodel.inference_prefix`)."""
+        """Joint simulation with a shared-prefix workload: this replica's prefix cache (looked up as a prompt gets its
+        first chunk, the prefix inserted as its prefill completes; :mod:`fmstack.perfmodel.inference_prefix`)."""
         self.prefix_len = 0
         self.finished = 0
         """Requests completed."""
@@ -208,10 +208,13 @@ class BatchingSim(Stretches):
         partial = [r for r in self._running if self._requests[r].prefilled < self._requests[r].input_len]
         partial += self._admit()
         chunks: dict[int, int] = {}
+        cache = self.prefix_cache
         for r in partial:
             if budget <= 0:
                 break
             req = self._requests[r]
+            if cache is not None:
+                self._lookup_prefix(req)
             left = req.input_len - req.prefilled
             take = min(left, budget) if self.sim.chunked_prefill else (left if left <= budget or not chunks else 0)
             if take > 0:
@@ -240,16 +243,20 @@ class BatchingSim(Stretches):
             need = req.input_len + req.output_len
             if need > self._kv_tokens_free:
                 break
-            cache = self.prefix_cache
-            if cache is not None and req.group >= 0 and cache.lookup(req.group):
-                # the last prompt token is computed again on a full hit (vLLM), so a prefix skips at most isl - 1
-                req.prefix_hit, req.prefilled = True, min(self.prefix_len, req.input_len - 1)
             self._kv_tokens_free -= need
-            if cache is not None:
-                cache.fit(self._kv_tokens_free)
+            if self.prefix_cache is not None:  # the cache lives in the pool's free part
+                self.prefix_cache.fit(self._kv_tokens_free)
             self._running.append(self._waiting.pop(0))
             admitted.append(req.rid)
         return admitted
+
+    def _lookup_prefix(self, req: SimRequest) -> None:
+        """A prompt about to get its first chunk looks its prefix up (vLLM's ``get_computed_blocks``, SGLang's
+        ``match_prefix``, as the scheduler picks it): a hit starts it past the prefix. The last prompt token is
+        computed again on a full hit (vLLM), so a prefix skips at most ``input_len - 1`` tokens."""
+        cache = self.prefix_cache
+        if cache is not None and req.group >= 0 and req.prefilled == 0 and cache.lookup(req.group):
+            req.prefix_hit, req.prefilled = True, min(self.prefix_len, req.input_len - 1)
 
     def _start_iteration_static(self) -> None:
         """Static batching: decode the running batch until its last request finishes; an idle engine forms the next
@@ -261,6 +268,9 @@ class BatchingSim(Stretches):
             self._run_step(list(self._running), {})
             return
         self._admit()
+        if self.prefix_cache is not None:
+            for r in self._running:
+                self._lookup_prefix(self._requests[r])
         if self._running:
             self._run_step([], {r: self._requests[r].input_len - self._requests[r].prefilled for r in self._running})
 
