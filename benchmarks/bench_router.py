@@ -41,9 +41,11 @@ def main() -> None:
         b = plan.best
         sim = b.sim or {}
         label = router + (" + 16 prefix groups" if prefix else "")
-        print(f"{label:34s} {best_s:6.2f} s  x{best_s / base:4.2f}  {b.replicas} x tp {b.tp} {b.precision} on "
-              f"{b.instance} ${b.cost_per_hour_usd:,.2f}/h  TTFT p99 {sim.get('ttft_p99_s', float('nan')):.3f} s  "
-              f"ITL p99 {sim.get('itl_p99_s', float('nan')):.4f} s")
+        print(
+            f"{label:34s} {best_s:6.2f} s  x{best_s / base:4.2f}  {b.replicas} x tp {b.tp} {b.precision} on "
+            f"{b.instance} ${b.cost_per_hour_usd:,.2f}/h  TTFT p99 {sim.get('ttft_p99_s', float('nan')):.3f} s  "
+            f"ITL p99 {sim.get('itl_p99_s', float('nan')):.4f} s"
+        )
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from fmstack.cli.common import (
     number_text,
     print_json,
 )
+from fmstack.cli.serve_router import ROUTER_HELP, prefix_options, prefix_workload
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import (
     ServeConfig,
@@ -34,7 +35,6 @@ from fmstack.perfmodel.inference import (
 )
 from fmstack.perfmodel.inference_kv import KV_DTYPES, PRECISIONS
 from fmstack.perfmodel.inference_plan_candidate import layout_text
-from fmstack.cli.serve_router import ROUTER_HELP, prefix_options, prefix_workload
 from fmstack.perfmodel.inference_sim_io import ROUTERS
 
 SERVE_EXAMPLE = """Example:
