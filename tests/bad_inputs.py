@@ -1146,7 +1146,36 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 16, routers: least-loaded and cache-aware over a joint replica simulation (helper K)
-BAD_ARGV += []  # fmt: skip
+_PQ = [*_RR, "--qps", "8", "--replicas", "4"]
+_PLAN = ["plan", "serve", "--model", "llama3.1-70b", "--qps", "20", "--input-len", "2048", "--output-len", "256",
+         "--ttft-p99", "0.5", "--itl-p99", "0.05"]  # fmt: skip
+BAD_ARGV += [
+    # the scalar hit rate and the simulated one exclude each other
+    ([*_PQ, "--prefix-groups", "16", "--prefix-len", "1024", "--prefix-hit-rate", "0.5"],
+     "prefix-groups: --prefix-groups simulates the hit rate that --prefix-hit-rate gives"),
+    # a workload needs its prefix length, below the prompt's
+    ([*_PQ, "--prefix-groups", "16"], "prefix-len: --prefix-groups needs --prefix-len"),
+    ([*_PQ, "--prefix-groups", "16", "--prefix-len", "2048"], "prefix-len: must be below --input-len (2048)"),
+    ([*_PQ, "--prefix-groups", "16", "--prefix-len", "0"], "prefix-len: must be >= 1"),
+    ([*_PQ, "--prefix-groups", "0", "--prefix-len", "512"], "prefix-groups: must be >= 1, got 0"),
+    ([*_PQ, "--prefix-groups", "4", "--prefix-len", "512", "--prefix-zipf", "-1"], "prefix-zipf: must be a finite"),
+    ([*_PQ, "--prefix-groups", "4", "--prefix-len", "512", "--prefix-zipf", "nan"], "prefix-zipf: must be a finite"),
+    # the workload's own flags without it
+    ([*_PQ, "--prefix-len", "512"], "prefix-len: --prefix-len describes a --prefix-groups workload"),
+    ([*_PQ, "--prefix-zipf", "1.1"], "prefix-zipf: --prefix-zipf describes a --prefix-groups workload"),
+    # simulated at an open-loop rate, colocated, by simulation
+    ([*_RR, "--concurrency", "8", "--prefix-groups", "4", "--prefix-len", "512"], "prefix-groups: a shared-prefix "
+     "workload is simulated at an open-loop rate"),
+    ([*_PQ, "--prefix-groups", "4", "--prefix-len", "512", "--no-simulate"], "prefix-groups: a shared-prefix "
+     "workload is simulated for colocated replicas: drop --no-simulate"),
+    (["estimate", "serve", "--model", "deepseek-v3", "--instance", "p5en.48xlarge", "--tp", "8", "--ep", "8",
+      "--precision", "fp8", "--attention-dp", "--input-len", "2048", "--output-len", "256", "--qps", "4",
+      "--prefix-groups", "4", "--prefix-len", "512"], "prefix-groups: a shared-prefix workload is not simulated "
+     "under attention DP"),
+    # plan serve: the same checks
+    ([*_PLAN, "--prefix-groups", "8"], "prefix-len: --prefix-groups needs --prefix-len"),
+    ([*_PLAN, "--prefix-groups", "8", "--prefix-len", "4096"], "prefix-len: must be below --input-len (2048)"),
+]  # fmt: skip
 
 # session 16, known gaps: plan train rows, checkpoint RNG, trace time limits, estimate_cmd split (helper T)
 # a trace's time_limit_s of 0 is no limit (Slurm --time=0); a negative one is still bad input

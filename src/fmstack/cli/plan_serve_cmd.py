@@ -20,6 +20,7 @@ from fmstack.cli.common import (
     print_json,
 )
 from fmstack.cli.plan_serve_render import simulation_status
+from fmstack.cli.serve_router import ROUTER_HELP, prefix_options, prefix_workload
 from fmstack.errors import InputError
 from fmstack.fileio import check_output_path
 from fmstack.perfmodel.efficiency import EfficiencyFor
@@ -57,10 +58,9 @@ PLAN_SERVE_EXAMPLE = """Example:
 @click.option("--disagg/--no-disagg", "search_disagg", default=True, show_default=True,
               help="Search disaggregated prefill/decode splits (P prefill + D decode replicas, the same layout or a decode pool in another TP / PP / EP).")  # fmt: skip
 @click.option("--router", type=choice(ROUTERS), default="round-robin", show_default=True,
-              help="How requests reach colocated replicas, checked as one of their replicas at --qps in all. "
-              "round-robin: the default of NVIDIA Dynamo's frontend and vLLM production-stack's router (each "
-              "replica gets every R-th request); random: e.g. a Kubernetes Service via kube-proxy's iptables mode "
-              "(Poisson at each replica). A split's prefill pool is one shared queue either way.")  # fmt: skip
+              help="How requests reach colocated replicas in their p99 check at --qps in all: " + ROUTER_HELP
+              + " A split's prefill pool is one shared queue either way.")  # fmt: skip
+@prefix_options
 @click.option("--top", type=int, default=8, show_default=True, help="Candidates to show.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write an HTML report.")
 @calibration_options
@@ -69,7 +69,8 @@ PLAN_SERVE_EXAMPLE = """Example:
 def plan_serve_cmd(
     model: str, qps: float, input_len: int, output_len: int, ttft_p99: float, itl_p99: float,
     instances: tuple[str, ...], precisions: tuple[str, ...], seed: int, max_nodes_per_replica: int,
-    search_attention_dp: bool, search_disagg: bool, router: str, top: int, html_path: Path | None, calibration: Path | None,
+    search_attention_dp: bool, search_disagg: bool, router: str, prefix_groups: int | None, prefix_len: int | None,
+    prefix_zipf: float, top: int, html_path: Path | None, calibration: Path | None,
     calibration_force: bool, catalog_dir: Path | None, as_json: bool,
 ) -> None:  # fmt: skip
     """The cheapest deployment (instance, precision, TP / PP / EP, nodes per replica, replicas) serving a request rate
@@ -84,6 +85,8 @@ def plan_serve_cmd(
         check_rate(x, name)  # a rate, or a target in seconds: a finite number > 0
     if seed < 0:
         raise InputError("seed", f"must be >= 0, got {seed}")
+    prefix = prefix_workload(prefix_groups, prefix_len, prefix_zipf, input_len=input_len, hit_rate=0.0,
+                             open_loop=True)  # fmt: skip
     if html_path is not None:
         check_output_path(html_path, field="html", example="serve-plan.html")  # before the search, not after it
     cat = load_catalog(catalog_dir)
@@ -96,7 +99,7 @@ def plan_serve_cmd(
             instances=names, precisions=tuple(p.lower() for p in precisions) or None, seed=seed,
             max_nodes_per_replica=max_nodes_per_replica, search_attention_dp=search_attention_dp,
             search_disagg=search_disagg, on_simulate=on_simulate, efficiency_for=efficiency_for,
-            router=router.lower(),
+            router=router.lower(), prefix=prefix,
         )  # fmt: skip
     source = (
         None

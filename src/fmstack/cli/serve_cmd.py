@@ -23,6 +23,7 @@ from fmstack.cli.common import (
     number_text,
     print_json,
 )
+from fmstack.cli.serve_router import ROUTER_HELP, prefix_options, prefix_workload
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import (
     ServeConfig,
@@ -74,8 +75,8 @@ SERVE_EXAMPLE = """Example:
               help="With --qps: the deployment has this many colocated replicas behind --router and --qps is its "
               "total rate; the replica shown is one of them (plan serve's p99 check).")  # fmt: skip
 @click.option("--router", type=choice(ROUTERS), default="round-robin", show_default=True,
-              help="With --replicas > 1: round-robin (Dynamo's frontend and vLLM production-stack's default: "
-              "every R-th request) or random (e.g. a Kubernetes Service via kube-proxy's iptables mode).")  # fmt: skip
+              help="With --replicas > 1: " + ROUTER_HELP)  # fmt: skip
+@prefix_options
 @click.option("--max-batch", type=int, default=None, help="Engine limit on running sequences [memory].")
 @click.option("--prefix-hit-rate", type=float, default=0.0, show_default=True, help="Prompt share in the cache.")
 @click.option("--scheduler", type=choice(("continuous", "static")), default="continuous", show_default=True)
@@ -112,7 +113,8 @@ def serve_cmd(
     model: str, instance: str, nodes: int, catalog_dir: Path | None, simulate: bool, seed: int, length_spread: float,
     disagg: bool, ttft_slo: float, itl_slo: float, prefill_replicas: int | None, decode_replicas: int | None,
     decode_tp: int | None, decode_pp: int | None, decode_ep: int | None, decode_attention_dp: bool | None,
-    replicas: int, router: str, calibration: Path | None, calibration_force: bool, as_json: bool, **options: Any,
+    replicas: int, router: str, prefix_groups: int | None, prefix_len: int | None, prefix_zipf: float,
+    calibration: Path | None, calibration_force: bool, as_json: bool, **options: Any,
 ) -> None:  # fmt: skip
     """Predict TTFT, inter-token latency, throughput, KV cache and the bottleneck of one serving replica; with
     --prefill-replicas P --decode-replicas D --qps R, simulate a disaggregated split of the nodes at R req/s (the
@@ -147,6 +149,11 @@ def serve_cmd(
                     "would form its own batch); the analytic means only")  # fmt: skip
     router = router.lower()
     _check_replicas(replicas, cfg, split, disagg)
+    prefix = prefix_workload(prefix_groups, prefix_len, prefix_zipf, input_len=cfg.input_len,
+                             hit_rate=cfg.prefix_hit_rate, open_loop=cfg.request_rate_per_s is not None)  # fmt: skip
+    if prefix is not None and (split is not None or disagg or not simulate):
+        flag = "--no-simulate" if not simulate else "--disagg" if disagg else "--prefill-replicas / --decode-replicas"
+        raise InputError("prefix-groups", f"a shared-prefix workload is simulated for colocated replicas: drop {flag}")
     behind = replicas if split is None else sum(split)  # the colocated replica is one of these behind the router
     replica_cfg = (
         cfg if behind == 1 else replace(cfg, request_rate_per_s=cfg.request_rate_per_s / behind)  # type: ignore[operator]
@@ -163,10 +170,11 @@ def serve_cmd(
         replica_cfg = replace(cfg, request_rate_per_s=None)
         est, simulate = estimate_serve(arch, cluster, replica_cfg, efficiency=efficiency), False
         note = f"colocated: {exc.message}; shown at the most clients a replica holds, not simulated"
+    fleet: dict[str, Any] = {}
     if simulate:
-        est, sim_note = _with_percentiles(est, arch, cluster, replica_cfg, seed, length_spread, efficiency,
-                                          (behind, router))  # fmt: skip
-    data = est.to_json()
+        est, sim_note, fleet = _with_percentiles(est, arch, cluster, replica_cfg, seed, length_spread, efficiency,
+                                                 (behind, router), prefix)  # fmt: skip
+    data = est.to_json() | fleet
     if cfg.request_rate_per_s is not None:  # the open loop's arrivals: one of ``replicas`` behind ``router``
         data |= {"replicas": behind, "router": router, "deployment_rate_per_s": cfg.request_rate_per_s}
     if efficiency is not None:
@@ -290,26 +298,38 @@ def _check_replicas(replicas: int, cfg: ServeConfig, split: tuple[int, int] | No
 
 def _with_percentiles(
     est: ServeEstimate, arch: Any, cluster: Any, cfg: ServeConfig, seed: int, spread: float, efficiency: Any = None,
-    behind: tuple[int, str] = (1, "round-robin"),
-) -> tuple[ServeEstimate, str | None]:  # fmt: skip
+    behind: tuple[int, str] = (1, "round-robin"), prefix: Any = None,
+) -> tuple[ServeEstimate, str | None, dict[str, Any]]:  # fmt: skip
     """``est`` with the simulation's percentiles and means, or unchanged and why it was not simulated (an open-loop
     rate too near the replica's capacity for a run to reach the steady state). ``behind``: the replica is one of
     this many behind this router (:attr:`fmstack.perfmodel.inference_sim.SimConfig.router`; ``cfg``'s rate is the
-    replica's)."""
+    replica's); a router that chooses from the replicas' state, or a shared-prefix workload ``prefix``, simulates
+    them together, and the JSON keys of :meth:`fmstack.perfmodel.inference_sim_fleet.FleetResult.to_json` come
+    back (else an empty dict)."""
     from fmstack.perfmodel.inference_closed_loop import simulate_closed_loop
-    from fmstack.perfmodel.inference_open_loop import simulate_open_loop
+    from fmstack.perfmodel.inference_open_loop import needs_fleet, simulate_open_loop, simulate_open_loop_fleet
 
     d = deployment(arch, cluster, cfg, efficiency)
+    if cfg.request_rate_per_s is not None and needs_fleet(behind[1], prefix):
+        run, fleet = simulate_open_loop_fleet(d, cfg, cfg.request_rate_per_s, length_spread=spread, seed=seed,
+                                              replicas=behind[0], router=behind[1], prefix=prefix)  # fmt: skip
+        if fleet is None:
+            return est, f"not simulated: {run.near_capacity_reason()}; the analytic means only", {}
+        out = fleet.result
+        extra: dict[str, Any] = fleet.to_json()
+        if prefix is not None:
+            extra |= {"prefix_groups": prefix.groups, "prefix_len": prefix.prefix_len, "prefix_zipf": prefix.zipf}
+        return replace(est, percentiles=out.percentiles(), simulated=out.means()), None, extra
     if cfg.request_rate_per_s is not None:  # warm-up and measured requests by Little's law and the queue's relaxation
         run, open_result = simulate_open_loop(d, cfg, cfg.request_rate_per_s, length_spread=spread, seed=seed,
                                               replicas=behind[0], router=behind[1])  # fmt: skip
         if open_result is None:
-            return est, f"not simulated: {run.near_capacity_reason()}; the analytic means only"
+            return est, f"not simulated: {run.near_capacity_reason()}; the analytic means only", {}
         result = open_result
     else:  # closed loop: warm-up, measured window, cool-down and the clients simulated as closed_loop_config says
         result = simulate_closed_loop(d, cfg, max(1, round(est.concurrency)), est.latency_s, length_spread=spread,
                                       seed=seed)  # fmt: skip
-    return replace(est, percentiles=result.percentiles(), simulated=result.means()), None
+    return replace(est, percentiles=result.percentiles(), simulated=result.means()), None, {}
 
 
 def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
@@ -338,6 +358,8 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
     if sim:
         one = (f"one of {data['replicas']} replicas behind a {data['router']} router at "
                f"{data['deployment_rate_per_s']:g} req/s in all; " if data.get("replicas", 1) > 1 else "")  # fmt: skip
+        if "replica_request_share" in data:
+            one = _fleet_text(data)
         out.print(f"simulated: {one}{sim['requests_measured_sim']:.0f} requests measured; analytic throughput and "
                   "memory:")  # fmt: skip
     out.print(
@@ -373,6 +395,18 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
         if "colocated_note" in data:
             out.print(data["colocated_note"], markup=False)
         render_split(data["disaggregated_simulation"], one_token=est.config.output_len == 1)
+
+
+def _fleet_text(data: dict[str, Any]) -> str:
+    """The joint simulation's line: replicas, router, shares, utilisation and the prefix cache's hit rate."""
+    share = ", ".join(f"{x:.0%}" for x in data["replica_request_share"])
+    busy = ", ".join(f"{x:.0%}" for x in data["replica_utilization"])
+    hit = (f"; prefix cache hits {data['prefix_hit_rate_simulated']:.1%} of requests, "
+           f"{data['prefix_token_hit_rate_simulated']:.1%} of prompt tokens" if "prefix_hit_rate_simulated" in data
+           else "")  # fmt: skip
+    return (f"{data['replicas']} replica(s) behind a {data['router']} router simulated together at "
+            f"{data['deployment_rate_per_s']:g} req/s in all, percentiles over all of them (requests {share}; busy "
+            f"{busy}{hit}); ")  # fmt: skip
 
 
 def inference_validation(cat: Any) -> tuple[list[Any], dict[str, Any]]:

@@ -36,7 +36,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from fmstack.perfmodel.inference import ServeConfig, concurrency_for_rate, running_limit, serve_curve
+from fmstack.perfmodel.inference_prefix import PrefixWorkload
+from fmstack.perfmodel.inference_router import ROUTERS_JOINT
 from fmstack.perfmodel.inference_sim import SimConfig, SimResult, simulate
+from fmstack.perfmodel.inference_sim_fleet import FleetResult, simulate_fleet
 from fmstack.perfmodel.inference_step import Deployment
 
 WARMUP_MIN = 15
@@ -147,3 +150,24 @@ def simulate_open_loop(
     the sizing and the result (None near capacity: no steady state to measure)."""
     run = open_loop_run(d, cfg, rate_per_s, length_spread=length_spread, seed=seed, replicas=replicas, router=router)
     return run, None if run.sim is None else simulate(d, cfg, run.sim)
+
+
+def needs_fleet(router: str, prefix: PrefixWorkload | None) -> bool:
+    """Whether a run must simulate the replicas together: a router that chooses from their state, or a shared-prefix
+    workload (whose hits depend on where the router sent each group before)."""
+    return router in ROUTERS_JOINT or prefix is not None
+
+
+def simulate_open_loop_fleet(
+    d: Deployment, cfg: ServeConfig, rate_per_s: float, *, length_spread: float = 0.0, seed: int = 0,
+    replicas: int = 1, router: str = "round-robin", prefix: PrefixWorkload | None = None,
+) -> tuple[OpenLoopRun, FleetResult | None]:  # fmt: skip
+    """``replicas`` replicas behind ``router`` at ``rate_per_s`` each, simulated together
+    (:func:`fmstack.perfmodel.inference_sim_fleet.simulate_fleet`), each sized as one replica's run
+    (:func:`open_loop_run`): ``replicas`` times its warm-up and measured requests in all. None near capacity."""
+    run = open_loop_run(d, cfg, rate_per_s, length_spread=length_spread, seed=seed, replicas=replicas, router=router)
+    if run.sim is None:
+        return run, None
+    sim = replace(run.sim, num_requests=run.sim.num_requests * replicas,
+                  warmup_requests=run.sim.warmup_requests * replicas, prefix=prefix)  # fmt: skip
+    return replace(run, sim=sim), simulate_fleet(d, cfg, sim)

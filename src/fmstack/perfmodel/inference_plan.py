@@ -49,6 +49,7 @@ from fmstack.perfmodel.inference_plan_candidate import ClusterOf, config_of, dep
 from fmstack.perfmodel.inference_plan_disagg import DecodePools, disagg_analytic, split_note
 from fmstack.perfmodel.inference_plan_verify import verify_cheapest
 from fmstack.perfmodel.inference_plan_why import PRECISIONS, Tried, nothing_found
+from fmstack.perfmodel.inference_prefix import PrefixWorkload
 from fmstack.perfmodel.inference_sim_io import ROUTERS
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
 
@@ -84,6 +85,9 @@ class ServePlan:
     router: str = "round-robin"
     """How the colocated candidates' replicas were fed in their p99 check (:data:`ROUTERS`: each simulated as one
     of its ``replicas`` behind this router); a split's prefill pool is one shared queue whatever the router."""
+    prefix: PrefixWorkload | None = None
+    """The shared-prefix workload the colocated candidates' p99 checks simulated (their replicas together; the
+    analytic search prices every prompt in full)."""
 
 
 def searched_instances(catalog: Catalog, instances: tuple[str, ...] | None) -> list[str]:
@@ -155,6 +159,7 @@ def plan_serve(
     on_simulate: Callable[[Candidate], None] | None = None,
     efficiency_for: EfficiencyFor | None = None,
     router: str = "round-robin",
+    prefix: PrefixWorkload | None = None,
 ) -> ServePlan:
     """The cheapest deployment of ``model`` serving ``qps`` requests/s within ``slo`` (p99 checked by simulation).
     ``search_attention_dp=False`` leaves attention data parallelism out of the search (the search before it);
@@ -163,12 +168,15 @@ def plan_serve(
     ``on_simulate`` is called with each deployment before its simulation (progress for the CLI); ``efficiency_for``
     gives each cluster's efficiency (a calibration profile's; None: the default curves) to every deployment the
     search prices, analytic and simulated. ``router`` (:data:`ROUTERS`) spreads ``qps`` over a colocated
-    candidate's replicas in its p99 check (:func:`fmstack.perfmodel.inference_plan_verify.verify_cheapest`)."""
+    candidate's replicas in its p99 check (:func:`fmstack.perfmodel.inference_plan_verify.verify_cheapest`);
+    ``least-loaded`` / ``cache-aware``, or a shared-prefix workload ``prefix``, check them simulated together."""
     check_rate(qps)
     if router not in ROUTERS:
         raise InputError("router", f"must be one of {', '.join(ROUTERS)}, got {router!r}")
     if seed < 0:
         raise InputError("seed", f"must be >= 0, got {seed}")
+    if prefix is not None and prefix.prefix_len >= input_len:
+        raise InputError("prefix-len", f"must be below --input-len ({input_len}), got {prefix.prefix_len}")
     if max_nodes_per_replica < 1:
         raise InputError("max-nodes-per-replica", f"must be >= 1, got {max_nodes_per_replica}")
     names = searched_instances(catalog, instances)
@@ -223,7 +231,7 @@ def plan_serve(
         raise nothing_found(tried, cluster_of, model, layouts, precisions, max_nodes_per_replica, slo, input_len,
                             output_len, efficiency_for)  # fmt: skip
     ranked = verify_cheapest(cluster_of, model, found, qps, input_len, output_len, slo, seed, on_simulate,
-                             efficiency_for=efficiency_for, router=router)  # fmt: skip
+                             efficiency_for=efficiency_for, router=router, prefix=prefix)  # fmt: skip
     best = ranked[0]
     if not best.meets_slo:
         raise InputError(
@@ -249,7 +257,7 @@ def plan_serve(
         candidates=ranked,
         curve={"concurrency": conc.tolist(), "requests_per_s": curve.requests_per_s.tolist(),
                "ttft_s": curve.ttft_s.tolist(), "itl_s": curve.itl_s.tolist()},
-        disaggregation=dis, disaggregation_note=note, router=router,
+        disaggregation=dis, disaggregation_note=note, router=router, prefix=prefix,
     )  # fmt: skip
 
 

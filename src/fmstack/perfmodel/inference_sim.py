@@ -37,6 +37,7 @@ import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
+from fmstack.perfmodel.inference_prefix import PrefixCache
 from fmstack.perfmodel.inference_sim_io import (
     PERCENTILES,
     ROUTERS,
@@ -44,6 +45,7 @@ from fmstack.perfmodel.inference_sim_io import (
     SimRequest,
     SimResult,
     arrival_gaps_s,
+    draw_length,
     summarise,
 )
 from fmstack.perfmodel.inference_sim_stretch import Stretches
@@ -102,32 +104,48 @@ class BatchingSim(Stretches):
         if self._static and self.ranks > 1:
             raise InputError("scheduler", "static batching is not simulated under attention DP (each rank would "
                              "form its own batch); use --scheduler continuous or --no-simulate")  # fmt: skip
-
-    def _length(self, mean: int) -> int:
-        s = self.sim.length_spread
-        if s == 0:
-            return mean
-        return max(1, round(mean * self.rng.uniform(1 - s, 1 + s)))
+        self.horizon_s = math.inf
+        """Joint simulation (:mod:`fmstack.perfmodel.inference_sim_fleet`): the next arrival at any replica, which the
+        router may send here: a stretch of iterations stops there, as at an arrival of its own."""
+        self.prefix_cache: PrefixCache | None = None
+        """Joint simulation with a shared-prefix workload: this replica's prefix cache (looked up as a prompt gets its
+        first chunk, the prefix inserted as its prefill completes; :mod:`fmstack.perfmodel.inference_prefix`)."""
+        self.prefix_len = 0
+        self.finished = 0
+        """Requests completed."""
+        self.busy_s = 0.0
+        """Seconds with an iteration in progress."""
+        self._busy_since_s = 0.0
 
     def _new_request(self, at_s: float) -> None:
         rid = len(self._requests)
         if rid >= self.sim.num_requests:
             return
-        isl = self._length(self.cfg.input_len)
-        # a prefix-cache hit needs no prefill: those tokens start as already computed context (vLLM's automatic
-        # prefix caching; the same floor as the analytic model's ``prefill_ctx``)
-        cached = math.floor(self.cfg.prefix_hit_rate * isl)
-        given = self.sim.output_lengths
-        osl = self._length(self.cfg.output_len) if given is None else given[rid]
-        if given is not None and isl + osl > self._kv_pool_tokens:
+        self.accept(new_request(self.rng, self.cfg, self.sim, rid, at_s))
+
+    def accept(self, req: SimRequest) -> None:
+        """Take ``req`` (its arrival at ``req.arrival_s``, not before the clock), renumbered as this replica's."""
+        req.rid = len(self._requests)
+        if self.sim.output_lengths is not None and req.input_len + req.output_len > self._kv_pool_tokens:
             raise InputError(
-                "output-lengths", f"request {rid}: {isl} + {osl} tokens exceed the replica's KV pool of "
-                f"{self._kv_pool_tokens:.0f} tokens (an engine refuses it; cap the lengths)",
+                "output-lengths", f"request {req.rid}: {req.input_len} + {req.output_len} tokens exceed the "
+                f"replica's KV pool of {self._kv_pool_tokens:.0f} tokens (an engine refuses it; cap the lengths)",
             )  # fmt: skip
-        self._requests.append(SimRequest(rid, at_s, isl, osl, prefilled=cached))
-        self._push(at_s, "arrive", rid)
+        self._requests.append(req)
+        self._push(req.arrival_s, "arrive", req.rid)
+
+    @property
+    def outstanding(self) -> int:
+        """Requests sent here and not finished (as a router counts them)."""
+        return len(self._requests) - self.finished
 
     def run(self) -> SimResult:
+        self._load()
+        self.run_until(math.inf)
+        return self._result()
+
+    def _load(self) -> None:
+        """The open loop's arrivals, or the closed loop's first requests."""
         if self.sim.request_rate_per_s is not None:
             for t in np.cumsum(arrival_gaps_s(self.sim, self.rng)):
                 self._new_request(float(t))
@@ -142,19 +160,27 @@ class BatchingSim(Stretches):
             if self.sim.stationary_start and self.ranks == 1 and not self._static:
                 self._start_running()
                 self._start_iteration()
-        while self._events:
-            time_s, _, kind, rid = heapq.heappop(self._events)
-            self.clock_s = time_s
+
+    def run_until(self, time_s: float) -> None:
+        """Take the events before ``time_s`` (all of them: ``math.inf``) in time order."""
+        while self._events and self._events[0][0] < time_s:
+            now_s, _, kind, rid = heapq.heappop(self._events)
+            self.clock_s = now_s
+            was_busy = self._busy
             if kind == "arrive":
                 self._waiting.append(rid)
             else:
                 self._finish_iteration()
             # static: the batch forms once every event of this instant is in (a closed-loop client sends its next
             # request as its last one finishes: it joins the next batch, as the others that finished with it)
-            same_instant = self._static and self._events and self._events[0][0] <= time_s
+            same_instant = self._static and self._events and self._events[0][0] <= now_s
             if not self._busy and not same_instant:
                 self._start_iteration()
-        return self._result()
+            if self._busy != was_busy:  # a busy period starts or ends
+                if self._busy:
+                    self._busy_since_s = now_s
+                else:
+                    self.busy_s += now_s - self._busy_since_s
 
     def _start_running(self) -> None:
         """``stationary_start``: the first requests run from t = 0 at uniform phases of their outputs."""
@@ -182,10 +208,13 @@ class BatchingSim(Stretches):
         partial = [r for r in self._running if self._requests[r].prefilled < self._requests[r].input_len]
         partial += self._admit()
         chunks: dict[int, int] = {}
+        cache = self.prefix_cache
         for r in partial:
             if budget <= 0:
                 break
             req = self._requests[r]
+            if cache is not None:
+                self._lookup_prefix(req)
             left = req.input_len - req.prefilled
             take = min(left, budget) if self.sim.chunked_prefill else (left if left <= budget or not chunks else 0)
             if take > 0:
@@ -215,9 +244,19 @@ class BatchingSim(Stretches):
             if need > self._kv_tokens_free:
                 break
             self._kv_tokens_free -= need
+            if self.prefix_cache is not None:  # the cache lives in the pool's free part
+                self.prefix_cache.fit(self._kv_tokens_free)
             self._running.append(self._waiting.pop(0))
             admitted.append(req.rid)
         return admitted
+
+    def _lookup_prefix(self, req: SimRequest) -> None:
+        """A prompt about to get its first chunk looks its prefix up (vLLM's ``get_computed_blocks``, SGLang's
+        ``match_prefix``, as the scheduler picks it): a hit starts it past the prefix. The last prompt token is
+        computed again on a full hit (vLLM), so a prefix skips at most ``input_len - 1`` tokens."""
+        cache = self.prefix_cache
+        if cache is not None and req.group >= 0 and req.prefilled == 0 and cache.lookup(req.group):
+            req.prefix_hit, req.prefilled = True, min(self.prefix_len, req.input_len - 1)
 
     def _start_iteration_static(self) -> None:
         """Static batching: decode the running batch until its last request finishes; an idle engine forms the next
@@ -229,6 +268,9 @@ class BatchingSim(Stretches):
             self._run_step(list(self._running), {})
             return
         self._admit()
+        if self.prefix_cache is not None:
+            for r in self._running:
+                self._lookup_prefix(self._requests[r])
         if self._running:
             self._run_step([], {r: self._requests[r].input_len - self._requests[r].prefilled for r in self._running})
 
@@ -358,6 +400,8 @@ class BatchingSim(Stretches):
             req.prefilled += n
             if req.prefilled >= req.input_len:
                 req.generated, req.first_token_s, req.last_token_s = 1, now, now
+                if self.prefix_cache is not None and req.group >= 0 and not req.prefix_hit:
+                    self.prefix_cache.insert(req.group, self.prefix_len, self._kv_tokens_free)
                 self._maybe_done(req)
         for r in decode:
             req = self._requests[r]
@@ -371,6 +415,7 @@ class BatchingSim(Stretches):
         if req.generated < req.output_len:
             return
         self._running.remove(req.rid)
+        self.finished += 1
         self._kv_tokens_free += req.input_len + req.output_len
         if self.ranks > 1:
             k = self._rank_of.pop(req.rid)
@@ -381,6 +426,18 @@ class BatchingSim(Stretches):
 
     def _result(self) -> SimResult:
         return summarise(self._requests, self.sim, self.iterations)
+
+
+def new_request(rng: np.random.Generator, cfg: ServeConfig, sim: SimConfig, rid: int, at_s: float) -> SimRequest:
+    """Request ``rid`` arriving at ``at_s``: its input length, then (unless ``sim.output_lengths`` gives it) its
+    output length drawn from ``rng`` (:func:`draw_length`); ``cfg.prefix_hit_rate`` of its prompt already computed."""
+    isl = draw_length(rng, cfg.input_len, sim.length_spread)
+    # a prefix-cache hit needs no prefill: those tokens start as already computed context (vLLM's automatic
+    # prefix caching; the same floor as the analytic model's ``prefill_ctx``)
+    cached = math.floor(cfg.prefix_hit_rate * isl)
+    given = sim.output_lengths
+    osl = draw_length(rng, cfg.output_len, sim.length_spread) if given is None else given[rid]
+    return SimRequest(rid, at_s, isl, osl, prefilled=cached)
 
 
 def simulate(d: Deployment, cfg: ServeConfig, sim: SimConfig) -> SimResult:

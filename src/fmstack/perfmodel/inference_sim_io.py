@@ -12,13 +12,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fmstack.errors import InputError
+from fmstack.perfmodel.inference_prefix import PrefixWorkload
 
 PERCENTILES = (50, 90, 99)
-ROUTERS = ("round-robin", "random")
+ROUTERS = ("round-robin", "random", "least-loaded", "cache-aware")
 """How a router spreads a deployment's requests over its colocated replicas (:attr:`SimConfig.router`).
 ``round-robin``: the default of NVIDIA Dynamo's frontend (``--router-mode``, docs.nvidia.com/dynamo, Router Guide)
 and the vLLM production-stack router's RoundRobinRouter (docs.vllm.ai/projects/production-stack, Router Logic);
-``random``: each request to a uniformly random replica, e.g. a Kubernetes Service via kube-proxy's iptables mode."""
+``random``: each request to a uniformly random replica, e.g. a Kubernetes Service via kube-proxy's iptables mode;
+``least-loaded`` and ``cache-aware`` (SGLang router's policies) choose from the replicas' state, so the replicas are
+simulated together (:mod:`fmstack.perfmodel.inference_router`, :mod:`fmstack.perfmodel.inference_sim_fleet`)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -61,6 +64,10 @@ class SimConfig:
     forever: a ramp's clusters (a long iteration collects more starts, so the next one is longer too) or a burst's
     waves."""
     seed: int = 0
+    prefix: PrefixWorkload | None = None
+    """Requests share prefixes that each replica caches (:mod:`fmstack.perfmodel.inference_prefix`; simulated with
+    the replicas together, :func:`fmstack.perfmodel.inference_sim_fleet.simulate_fleet`); None: the configuration's
+    scalar ``prefix_hit_rate`` for every request."""
 
     def __post_init__(self) -> None:
         if (self.request_rate_per_s is None) == (self.concurrency is None):
@@ -71,6 +78,8 @@ class SimConfig:
             raise InputError("replicas", f"must be >= 1, got {self.replicas}")
         if self.router not in ROUTERS:
             raise InputError("router", f"must be one of {', '.join(ROUTERS)}, got {self.router!r}")
+        if self.prefix is not None and self.request_rate_per_s is None:
+            raise InputError("prefix-groups", "a shared-prefix workload is simulated at an open-loop rate: give --qps")
         if self.concurrency is not None and self.concurrency < 1:
             raise InputError("concurrency", f"must be >= 1, got {self.concurrency}")
         if self.ramp_s < 0:
@@ -103,6 +112,9 @@ def arrival_gaps_s(sim: SimConfig, rng: np.random.Generator) -> NDArray[np.float
     rate, r = sim.request_rate_per_s, sim.replicas
     if rate is None:
         raise InputError("qps", "arrival gaps need an open-loop rate (request_rate_per_s)")
+    if sim.router not in ("round-robin", "random") and r > 1:
+        raise InputError("router", f"{sim.router} chooses from the replicas' state: simulate the replicas together "
+                         "(fmstack.perfmodel.inference_sim_fleet.simulate_fleet)")  # fmt: skip
     if sim.router == "round-robin" and r > 1:
         return rng.gamma(r, 1.0 / (r * rate), sim.num_requests)
     return rng.exponential(1.0 / rate, sim.num_requests)
@@ -179,6 +191,10 @@ class SimRequest:
     first_token_s: float = math.nan
     last_token_s: float = math.nan
     gaps_s: list[float] = field(default_factory=list)
+    group: int = -1
+    """Its shared prefix's group (:class:`fmstack.perfmodel.inference_prefix.PrefixWorkload`); -1: none."""
+    prefix_hit: bool = False
+    """The group's prefix was in its replica's cache at admission (its prefill skipped it)."""
 
     def emit_token(self, now_s: float) -> bool:
         """One more output token at ``now_s`` (the first sets the TTFT, the others add a gap); True while more
@@ -190,6 +206,14 @@ class SimRequest:
         self.generated += 1
         self.last_token_s = now_s
         return self.generated < self.output_len
+
+
+def draw_length(rng: np.random.Generator, mean: int, spread: float) -> int:
+    """A request's input or output length: ``mean``, or uniform in ``mean x [1 - spread, 1 + spread]`` rounded (at
+    least 1; one draw from ``rng`` when ``spread`` > 0)."""
+    if spread == 0:
+        return mean
+    return max(1, round(mean * rng.uniform(1 - spread, 1 + spread)))
 
 
 def summarise(requests: list[SimRequest], sim: SimConfig, iterations: int) -> SimResult:

@@ -40,6 +40,8 @@ class Stretches:
     _busy: bool
     _step_s: float
     """The last iteration's seconds (sizes a stretch's first block)."""
+    horizon_s: float
+    """The next arrival that may yet be sent here (joint simulation; inf otherwise): a stretch stops there."""
 
     def _arrivals_until(self, time_s: float) -> float:
         raise NotImplementedError  # BatchingSim's: the arrivals join its queue
@@ -94,7 +96,9 @@ class Stretches:
             t = step_time(self.d, float(n), ctx, float(chunk), chunk * (start + ks * chunk) + causal, 0.0).total_s
             return np.broadcast_to(t, ks.shape)
 
-        self._advance(decode, times, chunk=(rid, chunk), k_limit=last, on_event=self._arrivals_until)
+        # in a joint simulation an arrival not yet routed may come here: stop at the next arrival (the same results)
+        on_event = self._arrivals_until if self.horizon_s == math.inf else None
+        self._advance(decode, times, chunk=(rid, chunk), k_limit=last, on_event=on_event)
 
     def _advance(
         self,
@@ -114,7 +118,7 @@ class Stretches:
         reqs = [self._requests[r] for r in decode]
         k_max = min([q.output_len - q.generated for q in reqs] + ([] if k_limit is None else [k_limit]))
         assert k_max > 0, "a running request has produced all its tokens but was not retired"
-        next_event_s = self._events[0][0] if self._events else math.inf
+        next_event_s = min(self._events[0][0] if self._events else math.inf, self.horizon_s)
         ends: list[float] = []
         # the first block: the iterations up to the next event at the last iteration's time (one call, mostly; a
         # stretch that goes past events: all of them), at least 64 (about the cost of one context up to 64); then

@@ -1,0 +1,64 @@
+"""The shared-prefix workload flags of `estimate serve` and `plan serve` (``--prefix-groups``, ``--prefix-len``,
+``--prefix-zipf``), checked into a :class:`~fmstack.perfmodel.inference_prefix.PrefixWorkload` (docs/inference.md,
+Routers)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from fmstack.errors import InputError
+from fmstack.perfmodel.inference_prefix import PrefixWorkload
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ROUTER_HELP = (
+    "round-robin (Dynamo's frontend and vLLM production-stack's default: every R-th request), random (e.g. a "
+    "Kubernetes Service via kube-proxy's iptables mode), least-loaded (fewest requests in flight: SGLang router's "
+    "shortest queue) or cache-aware (SGLang router's cache_aware policy); the last two, and any --prefix-groups "
+    "workload, simulate the replicas together."
+)
+
+
+def prefix_options(f: F) -> F:
+    """The three flags (``--prefix-groups``, ``--prefix-len``, ``--prefix-zipf``)."""
+    f = click.option("--prefix-zipf", type=float, default=0.0, show_default=True,
+                     help="With --prefix-groups: popularity skew, group g drawn ~ 1 / (g + 1)^s (0 = uniform).")(f)  # fmt: skip
+    f = click.option("--prefix-len", type=int, default=None,
+                     help="With --prefix-groups: shared tokens at the start of every prompt (< --input-len).")(f)  # fmt: skip
+    f = click.option("--prefix-groups", type=int, default=None,
+                     help="Simulate prefix caching: every prompt starts with one of this many shared prefixes, each "
+                     "replica caches them (LRU, in its free KV), the hit rate comes out (excludes --prefix-hit-rate).")(f)  # fmt: skip
+    return f
+
+
+def prefix_workload(
+    groups: int | None, prefix_len: int | None, zipf: float, *, input_len: int, hit_rate: float, open_loop: bool
+) -> PrefixWorkload | None:
+    """The workload the flags give (None without ``--prefix-groups``); one line, exit 2, where they do not fit."""
+    if groups is None:
+        if prefix_len is not None or zipf != 0.0:
+            flag = "prefix-len" if prefix_len is not None else "prefix-zipf"
+            raise InputError(flag, f"--{flag} describes a --prefix-groups workload: give --prefix-groups")
+        return None
+    if hit_rate > 0:
+        raise InputError("prefix-groups", "--prefix-groups simulates the hit rate that --prefix-hit-rate gives as a "
+                         "number: give one of them")  # fmt: skip
+    if prefix_len is None:
+        raise InputError("prefix-len", "--prefix-groups needs --prefix-len (shared tokens per prompt)")
+    if not open_loop:
+        raise InputError("prefix-groups", "a shared-prefix workload is simulated at an open-loop rate: give --qps")
+    workload = PrefixWorkload(groups=groups, prefix_len=prefix_len, zipf=zipf)
+    if prefix_len >= input_len:
+        raise InputError("prefix-len", f"must be below --input-len ({input_len}), got {prefix_len}")
+    return workload
+
+
+def prefix_argv(prefix: PrefixWorkload | None) -> list[str]:
+    """The flags that give ``prefix`` back (an `estimate serve` line's tail)."""
+    if prefix is None:
+        return []
+    argv = ["--prefix-groups", str(prefix.groups), "--prefix-len", str(prefix.prefix_len)]
+    return argv + (["--prefix-zipf", repr(prefix.zipf)] if prefix.zipf else [])

@@ -1,0 +1,98 @@
+"""Routers that pick a replica for each request from the replicas' state at its arrival
+(:mod:`fmstack.perfmodel.inference_sim_fleet` simulates the replicas together behind one).
+
+- ``round-robin``: replica ``i mod N`` for the ``i``-th request (Dynamo's frontend default ``--router-mode
+  round-robin``; vLLM production-stack's RoundRobinRouter; SGLang router ``round_robin``).
+- ``random``: a uniformly random replica (Dynamo ``--router-mode random``; a Kubernetes Service via kube-proxy's
+  iptables mode).
+- ``least-loaded``: the replica with the fewest requests in flight (sent and not finished, as the router counts
+  them: SGLang router's ``Worker::load``), the lowest index on ties (Rust's ``min_by_key`` keeps the first minimum):
+  the shortest-queue rule SGLang's router (sgl-router ``policies/cache_aware.rs``) and the vLLM Router forked from
+  it fall back to under imbalance; Envoy's LEAST_REQUEST without its two-choice sampling. Dynamo's KV router with
+  ``--kv-overlap-score-weight 0`` balances on active KV blocks instead of requests (not modelled apart).
+- ``cache-aware``: SGLang router's ``cache_aware`` policy (sgl-router ``src/policies/cache_aware.rs``). The load is
+  imbalanced when ``max - min > balance_abs_threshold`` and ``max > min x balance_rel_threshold``; then the
+  least-loaded replica. Otherwise the router's own approximate radix tree of every request it sent to each worker
+  gives the best prefix match: if the matched share of the prompt exceeds ``cache_threshold``, the replica that
+  matched; else the replica whose tree is smallest ("most available cache capacity"). The request is then inserted
+  into that replica's tree. Defaults of ``sglang_router`` (``router_args.py``): ``cache_threshold`` 0.3,
+  ``balance_abs_threshold`` 64, ``balance_rel_threshold`` 1.5. Simplified: the tree is kept per prefix group (a
+  request matches ``prefix_len`` of its ``input_len`` tokens where its group was sent before, nothing otherwise;
+  tokens stand for the router's characters); among several holders the one sent the group last (the newer tree
+  keeps a node's last tenant); the tree is never trimmed (``max_tree_size`` 2^26 characters, evicted every 120 s,
+  is millions of tokens per worker, more than a run inserts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+ROUTERS_JOINT = ("least-loaded", "cache-aware")
+"""Routers whose choice depends on the replicas' state: simulated with the replicas together."""
+
+CACHE_THRESHOLD = 0.3
+"""sglang_router ``--cache-threshold`` default (``RouterArgs.cache_threshold``)."""
+BALANCE_ABS_THRESHOLD = 64
+"""sglang_router ``--balance-abs-threshold`` default."""
+BALANCE_REL_THRESHOLD = 1.5
+"""sglang_router ``--balance-rel-threshold`` default."""
+
+
+@dataclass(slots=True)
+class Router:
+    """One router's state over ``replicas`` replicas (mutable, one per simulation)."""
+
+    name: str
+    replicas: int
+    rng: np.random.Generator
+    sent: int = 0
+    tree_tokens: list[int] = field(default_factory=list)
+    """cache-aware: tokens in each replica's approximate tree."""
+    holders: dict[int, list[int]] = field(default_factory=dict)
+    """cache-aware: prefix group -> the replicas whose tree holds it, the last sent it last."""
+    imbalanced: int = 0
+    """cache-aware: requests routed by the shortest-queue rule."""
+
+    def __post_init__(self) -> None:
+        self.tree_tokens = [0] * self.replicas
+
+    def pick(self, loads: list[int], group: int, prefix_len: int, input_len: int) -> int:
+        """The replica for the next request: ``loads`` (requests in flight per replica), its prefix ``group`` (-1:
+        none) of ``prefix_len`` tokens in a prompt of ``input_len``."""
+        n = self.replicas
+        self.sent += 1
+        if self.name == "round-robin":
+            return (self.sent - 1) % n
+        if self.name == "random":
+            return int(self.rng.integers(n))
+        low = min(loads)
+        least = loads.index(low)
+        if self.name == "least-loaded":
+            return least
+        high = max(loads)
+        if high - low > BALANCE_ABS_THRESHOLD and high > low * BALANCE_REL_THRESHOLD:
+            self.imbalanced += 1
+            k = least
+        else:
+            held = self.holders.get(group, []) if group >= 0 else []
+            if held and prefix_len / input_len > CACHE_THRESHOLD:
+                k = held[-1]
+            else:
+                k = self.tree_tokens.index(min(self.tree_tokens))
+        self._insert(k, group, prefix_len, input_len)
+        return k
+
+    def _insert(self, k: int, group: int, prefix_len: int, input_len: int) -> None:
+        """The request's prompt joins replica ``k``'s tree: its own tokens, and the prefix if new there."""
+        if group < 0:
+            self.tree_tokens[k] += input_len
+            return
+        held = self.holders.setdefault(group, [])
+        if k in held:
+            held.remove(k)
+            self.tree_tokens[k] += input_len - prefix_len
+        else:
+            self.tree_tokens[k] += input_len
+        held.append(k)

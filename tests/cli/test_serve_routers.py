@@ -1,0 +1,51 @@
+"""`estimate serve` and `plan serve` with the routers that simulate the replicas together and a shared-prefix
+workload (session 16): the JSON keys they add, and a plan row's ``p99_command`` reproducing its check exactly."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from click.testing import CliRunner
+
+from fmstack.cli.main import cli
+
+SERVE = ["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--tp", "2", "--precision",
+         "fp8", "--input-len", "2048", "--output-len", "256", "--json"]  # fmt: skip
+
+
+def _run(argv: list[str]) -> dict[str, Any]:
+    res = CliRunner().invoke(cli, argv)
+    assert res.exit_code == 0, res.output
+    out: dict[str, Any] = json.loads(res.output)
+    return out
+
+
+def test_estimate_serve_cache_aware_keys() -> None:
+    """The joint run's keys next to the existing ones: each replica's share (they add up to 1) and busy fraction,
+    the simulated hit rates (a request's 1536 of 2048 tokens at most: token hit rate <= 0.75 x request hit rate)."""
+    data = _run([*SERVE, "--qps", "8", "--replicas", "4", "--router", "cache-aware", "--prefix-groups", "16",
+                 "--prefix-len", "1536"])  # fmt: skip
+    for key in ("ttft_p99_s", "itl_p99_s", "replicas", "router", "deployment_rate_per_s", "ttft_mean_s_sim"):
+        assert key in data
+    assert (data["replicas"], data["router"], data["prefix_groups"], data["prefix_len"]) == (4, "cache-aware", 16, 1536)
+    assert abs(sum(data["replica_request_share"]) - 1) < 1e-12 and len(data["replica_utilization"]) == 4
+    assert 0 < data["prefix_hit_rate_simulated"] <= 1
+    assert data["prefix_token_hit_rate_simulated"] <= 0.75 * data["prefix_hit_rate_simulated"] + 1e-12
+
+
+def test_plan_p99_command_round_trip() -> None:
+    """The best row's ``p99_command`` (``--replicas N --router least-loaded --prefix-groups ...``) is the run the plan
+    checked: the same TTFT and ITL p99, exactly."""
+    plan = _run(["plan", "serve", "--model", "llama3.1-70b", "--qps", "20", "--input-len", "2048", "--output-len",
+                 "256", "--ttft-p99", "0.5", "--itl-p99", "0.05", "--instance", "p5.48xlarge", "--precision", "fp8",
+                 "--no-disagg", "--router", "least-loaded", "--prefix-groups", "16", "--prefix-len", "1536",
+                 "--prefix-zipf", "0.5", "--json"])  # fmt: skip
+    assert plan["router"] == "least-loaded" and plan["prefix"] == {"groups": 16, "prefix_len": 1536, "zipf": 0.5}
+    best = plan["best"]
+    argv = shlex.split(best["p99_command"])
+    assert "--prefix-groups" in argv and "--router" in argv and "--prefix-zipf" in argv
+    again = _run([*argv[1:], "--json"])
+    assert again["ttft_p99_s"] == best["sim"]["ttft_p99_s"]
+    assert again["itl_p99_s"] == best["sim"]["itl_p99_s"]
