@@ -1206,3 +1206,6 @@ BAD_ARGV += [
 
 # session 16, scale / catalog / validate fresh review (helper S)
 BAD_ARGV += []  # fmt: skip
+
+# session 16, prefix workload in the plan's screening, RL shared prompt blocks, serving file splits (helper N)
+BAD_ARGV += []  # fmt: skip
