@@ -10,7 +10,7 @@ from rich.table import Table
 
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import resolve_instance
-from fmstack.cli.common import SearchCommand, console, json_option, print_json
+from fmstack.cli.common import SearchCommand, console, json_option, print_json, whole_nodes_hint
 from fmstack.cli.plan_cmd import _space, parse_gpus, sweep_options
 from fmstack.cli.plan_render import SearchProgress, factor_configs
 from fmstack.errors import InputError
@@ -77,12 +77,15 @@ def scale(
     per_node = resolve_instance(cat, instance).num_gpus
     if len(counts) > 1 and axis == "nodes" and values is None:
         # --gpus 64,128,256 over nodes: those GPU counts are the sweep (the first is the reference)
+        _whole_nodes(counts, per_node, resolve_instance(cat, instance).name)
         values = ",".join(str(c // per_node) for c in counts)
         counts = counts[:1]
     if len(counts) != 1:
         raise InputError(
             "gpus", f"--axis {axis} takes one GPU count (the sweep's starting point); several counts sweep --axis nodes"
         )
+    if axis == "nodes":
+        _whole_nodes(counts, per_node, resolve_instance(cat, instance).name)
     space = _space(seq_len, global_batch, precisions, recompute, overlap_ep, arch, overlap_tp)
     defaults = {
         "nodes": ",".join(str(max(1, counts[0] // per_node * f)) for f in (1, 2, 4, 8)),
@@ -108,6 +111,16 @@ def scale(
                     "points": [asdict(p) for p in points], "skipped": result.skipped})  # fmt: skip
         return
     render_scale(arch.name, axis, weak, result)
+
+
+def _whole_nodes(counts: list[int], per_node: int, name: str) -> None:
+    """Every GPU count of a nodes sweep is whole nodes, as plan train requires: the node counts were floored (63
+    GPUs swept 7, 14, 28, 56 nodes; 4 GPUs one 8-GPU node; --gpus 63,128 started at 56). The gpu axis rounds per
+    kind instead and says so per point."""
+    for count in counts:
+        if count % per_node:
+            hint = whole_nodes_hint(count, per_node)
+            raise InputError("gpus", f"{count} is not a multiple of {per_node} GPUs per {name} node{hint}")
 
 
 EFFICIENCY_HEADER = {"strong": "strong-scaling eff.", "weak": "weak-scaling eff.", "relative": "vs first"}
