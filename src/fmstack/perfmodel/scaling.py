@@ -289,8 +289,11 @@ def run_sweep(
             else:
                 result, fell_back = _plan(model, cluster, tokens, objective, point_space, target)
         except InputError as e:
-            # a sequence length past the model's context is one point of a seq-len sweep, not a bad sweep
-            if e.field not in ("model", "objective") and not (axis == "seq-len" and e.field == "seq_len"):
+            # a sequence length past the model's context is one point of a seq-len sweep, not a bad sweep; so is a
+            # GPU kind with none of the precisions allowed (--precision fp8 over p4d's A100)
+            if e.field not in ("model", "objective") and not (
+                (axis == "seq-len" and e.field == "seq_len") or (axis == "gpu" and e.field == "precision")
+            ):
                 raise
             skipped.append(f"{value}: skipped: {e.message.split('; try ')[0]}")
             if progress:
