@@ -1167,4 +1167,8 @@ BAD_ARGV += [
     ([*_S8, "--gpus", "63"], "gpus: 63 is not a multiple of 8 GPUs per p5.48xlarge node; nearest: 56 (7 nodes) or 64"),
     ([*_S8, "--gpus", "4"], "gpus: 4 is not a multiple of 8 GPUs per p5.48xlarge node; nearest: 8 (1 node)"),
     ([*_S8, "--gpus", "64,100"], "gpus: 100 is not a multiple of 8 GPUs per p5.48xlarge node"),
+    # a sequence length of 0 said "no value of --axis seq-len could be planned; 0: skipped: must be > 0, got 0"
+    ([*_S8, "--gpus", "64", "--axis", "seq-len", "--values", "4096,0"],
+     "values: sequence length '0' must be a positive number of tokens"),
+    ([*_S8, "--gpus", "64", "--axis", "seq-len", "--values", "-8"], "values: sequence length '-8' must be a positive"),
 ]  # fmt: skip

@@ -162,9 +162,12 @@ def _point_cluster(
             raise InputError("values", f"{value!r} is not an NVLink domain size (GPUs)") from None
         return _with_domain(catalog, base, domain), "", None
     try:
-        return base, "", int(value)
+        seq_len = int(value)
     except ValueError:
         raise InputError("values", f"{value!r} is not a sequence length") from None
+    if seq_len <= 0:  # a malformed value, not a point the planner could not fit ("0: skipped: must be > 0, got 0")
+        raise InputError("values", f"sequence length {value!r} must be a positive number of tokens")
+    return base, "", seq_len
 
 
 def _with_domain(catalog: Catalog, cluster: Cluster, domain: int) -> Cluster:
