@@ -9,7 +9,7 @@ from rich.table import Table
 
 from fmstack.cli.common import console
 from fmstack.cli.plan_render import factor_configs
-from fmstack.perfmodel.scaling import SweepResult
+from fmstack.perfmodel.scaling import SweepResult, comm_line
 
 EFFICIENCY_HEADER = {"strong": "strong-scaling eff.", "weak": "weak-scaling eff.", "relative": "vs first"}
 """The efficiency column: tokens/s per GPU relative to the first point, named for what it measures."""
@@ -69,6 +69,8 @@ def scale_view(model: str, axis: str, weak: bool, result: SweepResult) -> ScaleV
         footer.append("* global batch changed at this point: its ratio is tokens/s per GPU against the first point at "
                       f"another batch, not a {eff_header.removesuffix(' eff.')} efficiency")  # fmt: skip
     footer += [f"{p.value}: {p.note}" for p in points if p.note]
+    # why a point scales as it does when the bottleneck column names compute: what communication takes
+    footer += [line for line in (comm_line(p) for p in points) if line]
     footer += result.skipped
     return ScaleView(title=title, headers=headers, rows=rows, caption=caption, footer=footer,
                      efficiency_header=eff_header)  # fmt: skip
