@@ -1205,7 +1205,18 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 16, scale / catalog / validate fresh review (helper S)
-BAD_ARGV += []  # fmt: skip
+_S8 = ["scale", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--tokens", "1e12"]
+BAD_ARGV += [
+    # a nodes sweep from a GPU count that is not whole nodes: the default node counts were floored silently
+    # (63 GPUs swept 7, 14, 28, 56 nodes; 4 GPUs one 8-GPU node), as plan train refuses the same count
+    ([*_S8, "--gpus", "63"], "gpus: 63 is not a multiple of 8 GPUs per p5.48xlarge node; nearest: 56 (7 nodes) or 64"),
+    ([*_S8, "--gpus", "4"], "gpus: 4 is not a multiple of 8 GPUs per p5.48xlarge node; nearest: 8 (1 node)"),
+    ([*_S8, "--gpus", "64,100"], "gpus: 100 is not a multiple of 8 GPUs per p5.48xlarge node"),
+    # a sequence length of 0 said "no value of --axis seq-len could be planned; 0: skipped: must be > 0, got 0"
+    ([*_S8, "--gpus", "64", "--axis", "seq-len", "--values", "4096,0"],
+     "values: sequence length '0' must be a positive number of tokens"),
+    ([*_S8, "--gpus", "64", "--axis", "seq-len", "--values", "-8"], "values: sequence length '-8' must be a positive"),
+]  # fmt: skip
 
 # session 16, prefix workload in the plan's screening, RL shared prompt blocks, serving file splits (helper N)
 BAD_ARGV += []  # fmt: skip

@@ -159,10 +159,15 @@ def test_collectives_table_prints_no_exponents_and_each_reason_once() -> None:
     assert code == 0
     table, _, after = out.partition("└")
     assert "e-0" not in table and "e+0" not in table
-    # an out-of-scope reason repeated on every p4d row (4 wrapped lines each); now numbered once under the table
-    refs = {ln.split("│")[9].strip() for ln in table.splitlines() if ln.startswith("│ COL")} - {"yes"}
+    # an out-of-scope reason repeated on every p4d row (4 wrapped lines each); now numbered once under the table,
+    # as are in-scope rows' notes (session 16: "no size stated: compared at 8 GiB" was --json only)
+    rows = [[c.strip() for c in ln.split("│")[1:-1]] for ln in table.splitlines() if ln.startswith("│ COL")]
+    refs = {r[10] for r in rows} - {""}
     notes = [ln for ln in after.splitlines() if ln.startswith("[")]
-    assert refs and {f"no [{n.split(']')[0][1:]}]" for n in notes} == refs
+    assert refs and {n.split(" ")[0] for n in notes} == refs
+    assert {r[8] for r in rows} == {"yes", "no"} and all(r[10] for r in rows if r[8] == "no")
+    by_id = {r[0]: r for r in rows}
+    assert (by_id["COL-030"][9], by_id["COL-031"][9]) == ("nvls", "ring")  # one node, one size: NVLS vs ring
 
 
 def test_side_check_says_each_note_once_under_the_table() -> None:

@@ -11,7 +11,7 @@ from rich.table import Table
 from fmstack.catalog import load_catalog
 from fmstack.catalog.loader import Catalog
 from fmstack.catalog.params import count_params
-from fmstack.catalog.schema import GPU, Entry, Instance, ModelArch
+from fmstack.catalog.schema import GPU, Entry, Fabric, Instance, ModelArch, StorageTier, UltraServer
 from fmstack.cli.common import catalog_option, console, json_option, print_json
 from fmstack.errors import InputError
 
@@ -61,7 +61,48 @@ def _summary(entry: Entry) -> list[str]:
         moe = f"{entry.moe.num_experts}x top-{entry.moe.top_k}" if entry.moe else "-"
         return [entry.family, f"{counts.total / 1e9:,.2f}", f"{counts.active / 1e9:,.2f}", str(entry.num_layers),
                 str(entry.hidden_size), f"{entry.num_heads}/{entry.num_kv_heads}", moe, f"{entry.max_seq_len:,}"]  # fmt: skip
+    if isinstance(entry, UltraServer):
+        price = f"{entry.price_per_hour_usd:.2f}" if entry.price_per_hour_usd else "-"
+        return [entry.instance, str(entry.num_instances), str(entry.num_gpus), f"{entry.hbm_aggregate_tb:g}",
+                entry.network, f"{entry.network_bw_gbps:,g}", price]  # fmt: skip
+    if isinstance(entry, Fabric):
+        return [entry.scope, entry.generation, _fabric_bandwidth(entry), f"{entry.latency_us:g}",
+                _opt(entry.ll_latency_us), f"{entry.bw_efficiency:g}", "yes" if entry.nvls else "no",
+                f"{entry.collective_speedup:g}"]  # fmt: skip
+    if isinstance(entry, StorageTier):
+        capacity = "-"
+        if entry.min_capacity_tib is not None:
+            capacity = f"{entry.min_capacity_tib:g}, then +{_opt(entry.capacity_step_tib)}"
+        return [entry.tier, _storage_throughput(entry), _opt(entry.latency_ms), capacity]
     return [entry.description or "", ", ".join(f"{k}={v}" for k, v in _numbers(entry).items())]
+
+
+def _opt(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _fabric_bandwidth(fabric: Fabric) -> str:
+    """Scale-up: per GPU, one direction; scale-out: per node of the generation's reference instance."""
+    if fabric.bw_per_gpu_gbps is not None:
+        return f"{fabric.bw_per_gpu_gbps:g} per GPU"
+    if fabric.node_bw_gbps is not None:
+        return f"{fabric.node_bw_gbps:g} per {fabric.node_gpus or '?'}-GPU node"
+    return "-"
+
+
+def _storage_throughput(tier: StorageTier) -> str:
+    if tier.throughput_mbps_per_tib is not None:  # FSx: the network baseline (and burst) and the disks behind it
+        burst = f" (burst {tier.burst_mbps_per_tib:g})" if tier.burst_mbps_per_tib else ""
+        disk = ""
+        if tier.disk_read_mbps_per_tib is not None:
+            disk = f", disk {tier.disk_read_mbps_per_tib:g} read / {_opt(tier.disk_write_mbps_per_tib)} write"
+        return f"MB/s per TiB: network {tier.throughput_mbps_per_tib:g}{burst}{disk}"
+    if tier.read_gbps_per_device is not None:
+        return f"{tier.read_gbps_per_device:g} / {_opt(tier.write_gbps_per_device)} GB/s read / write per device"
+    if tier.get_per_s_per_prefix is not None:
+        client = f", {tier.client_gbps_per_node:g} GB/s per node" if tier.client_gbps_per_node else ""
+        return f"{tier.get_per_s_per_prefix:g} GET / {_opt(tier.put_per_s_per_prefix)} PUT per s per prefix{client}"
+    return "-"
 
 
 def _numbers(entry: Entry) -> dict[str, Any]:
@@ -73,7 +114,21 @@ _HEADERS = {
     "gpu": ["BF16 TFLOP/s", "FP8 TFLOP/s", "FP4 TFLOP/s", "HBM GB", "HBM TB/s", "NVLink GB/s", "TDP W"],
     "instance": ["GPU", "GPUs", "GPU mem GB", "NVLink domain", "network", "net GB/s", "NVMe TB", "$/h"],
     "model": ["family", "params (B)", "active (B)", "layers", "hidden", "heads/kv", "MoE", "max context"],
+    "ultraserver": ["instance", "instances", "GPUs (NVLink domain)", "HBM TB", "network", "net GB/s", "$/h"],
+    "fabric": [
+        "scope",
+        "generation",
+        "bandwidth GB/s",
+        "latency us",
+        "LL latency us",
+        "bw efficiency",
+        "NVLS",
+        "collective speed-up",
+    ],
+    "storage": ["tier", "throughput", "latency ms", "capacity TiB (min, step)"],
 }
+"""Columns of ``catalog list`` per kind (UltraServers, fabrics and storage printed an empty description column and
+every value as one "k=v, ..." cell); ``catalog show`` and --json keep every value with its source."""
 
 
 @click.group(epilog="Example:\n\n  fmstack catalog list gpus\n\n  fmstack catalog show gpu H100 --json")

@@ -6,16 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.table import Table
 
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import resolve_instance
-from fmstack.cli.common import SearchCommand, console, json_option, print_json
+from fmstack.cli.common import SearchCommand, json_option, print_json, whole_nodes_hint
 from fmstack.cli.plan_cmd import _space, parse_gpus, sweep_options
-from fmstack.cli.plan_render import SearchProgress, factor_configs
+from fmstack.cli.plan_render import SearchProgress
+from fmstack.cli.scale_render import render_scale, scale_view
 from fmstack.errors import InputError
 from fmstack.fileio import check_output_path
-from fmstack.perfmodel.scaling import AXES, EFA_GENERATIONS, GPU_GENERATIONS, SweepResult, run_sweep
+from fmstack.perfmodel.scaling import AXES, EFA_GENERATIONS, GPU_GENERATIONS, run_sweep
 
 SCALE_EXAMPLE = """Examples:
 
@@ -77,12 +77,15 @@ def scale(
     per_node = resolve_instance(cat, instance).num_gpus
     if len(counts) > 1 and axis == "nodes" and values is None:
         # --gpus 64,128,256 over nodes: those GPU counts are the sweep (the first is the reference)
+        _whole_nodes(counts, per_node, resolve_instance(cat, instance).name)
         values = ",".join(str(c // per_node) for c in counts)
         counts = counts[:1]
     if len(counts) != 1:
         raise InputError(
             "gpus", f"--axis {axis} takes one GPU count (the sweep's starting point); several counts sweep --axis nodes"
         )
+    if axis == "nodes":
+        _whole_nodes(counts, per_node, resolve_instance(cat, instance).name)
     space = _space(seq_len, global_batch, precisions, recompute, overlap_ep, arch, overlap_tp)
     defaults = {
         "nodes": ",".join(str(max(1, counts[0] // per_node * f)) for f in (1, 2, 4, 8)),
@@ -98,8 +101,11 @@ def scale(
         from fmstack.reports.html import Section, html_page, write_html
         from fmstack.reports.plan_report import scaling_figure
 
-        write_html(html_path, html_page(f"fmstack scale: {arch.name} over {axis}",
-                                        [Section(title=axis, figures=[scaling_figure(points, axis)])]))  # fmt: skip
+        view = scale_view(arch.name, axis, weak, result)  # the terminal's table, notes and skipped values too
+        notes = [view.caption] if view.caption else []
+        section = Section(title=view.title, figures=[scaling_figure(points, axis)], notes=[*notes, *view.footer],
+                          table_header=[h.replace("\n", " ") for h in view.headers], table_rows=view.rows)  # fmt: skip
+        write_html(html_path, html_page(f"fmstack scale: {arch.name} over {axis}", [section]))
     if as_json:
         from dataclasses import asdict
 
@@ -110,56 +116,11 @@ def scale(
     render_scale(arch.name, axis, weak, result)
 
 
-EFFICIENCY_HEADER = {"strong": "strong-scaling eff.", "weak": "weak-scaling eff.", "relative": "vs first"}
-"""The efficiency column: tokens/s per GPU relative to the first point, named for what it measures."""
-
-
-def render_scale(model: str, axis: str, weak: bool, result: SweepResult) -> None:
-    points = result.points
-    eff_header = EFFICIENCY_HEADER["relative" if axis != "nodes" else "weak" if weak else "strong"]
-    title = f"{model}: scaling over {axis}"
-    if result.objective != "time":
-        title += f" by {result.objective}"
-    if result.reference_global_batch is not None:
-        held = "grown with the GPUs from" if weak else "held at"
-        title += f" (global batch {held} {result.reference_global_batch} sequences)"
-    # the configuration drops what other columns or the title say: its gb (the global batch column) and a
-    # sequence length every point shares; the bottleneck drops "of the step" (as plan train's table does)
-    words = [p.config.split() for p in points]
-    seqs = {w for ws in words for w in ws if w.startswith("seq")}
-    if len(seqs) == 1 and all(any(w.startswith("seq") for w in ws) for ws in words):
-        title += f", {seqs.pop()}"
-        words = [[w for w in ws if not w.startswith("seq")] for ws in words]
-    configs = [" ".join(w for w in ws if w != f"gb{p.global_batch}") for ws, p in zip(words, points, strict=True)]
-    shared, configs, caption = factor_configs(configs)  # what every point shares, once in the title
-    title += f", {shared}" if shared else ""
-    # the global batch column only where it varies: the title gives the one every point holds
-    # long headers on two lines, so that the table fits 140 columns with whole names and numbers
-    batch = ("global\nbatch",) if len({p.global_batch for p in points}) > 1 or not result.reference_global_batch else ()
-    extra = ("GB/s\nper node", "latency\nus") if axis == "efa" else ()
-    days = "days with\nfailures" if result.objective == "time-with-failures" else "days"
-    table = Table(axis, "GPUs", *batch, *extra, "step s", "MFU %", "tokens/s", "tokens/s\nper GPU",
-                  eff_header.replace(" ", "\n", 1), days, "cost $", "configuration", "bottleneck", title=title,
-                  title_justify="left", caption=caption, caption_justify="left")  # fmt: skip
-    for column in table.columns[:-2]:  # names and numbers whole ("p5en.48xlar…" names nothing); the text wraps
-        column.no_wrap = True
-    table.columns[-2].min_width, table.columns[-1].min_width = len("configuration"), len("bottleneck")
-    for p, config in zip(points, configs, strict=True):
-        mark = "*" if p.global_batch_changed else ""
-        net = (f"{p.network_bw_gbps_per_node:,g}", f"{p.network_latency_us:g}") if axis == "efa" else ()
-        gb = (f"{p.global_batch}{mark}",) if batch else ()
-        table.add_row(p.value, str(p.num_gpus), *gb, *net, f"{p.step_time_s:.2f}",
-                      f"{p.mfu * 100:.1f}", f"{p.tokens_per_s:,.0f}", f"{p.tokens_per_s_per_gpu:,.0f}",
-                      f"{p.scaling_efficiency:.2f}{mark}", f"{p.time_to_train_s / 86400:,.1f}",
-                      "-" if p.cost_usd is None else f"{p.cost_usd:,.0f}", config,
-                      p.bottleneck.removesuffix(" of the step"))  # fmt: skip
-    out = console()
-    out.print(table)
-    if any(p.global_batch_changed for p in points):
-        out.print("* global batch changed at this point: its ratio is tokens/s per GPU against the first point at "
-                  f"another batch, not a {eff_header.removesuffix(' eff.')} efficiency", highlight=False)  # fmt: skip
-    for p in points:
-        if p.note:
-            out.print(f"{p.value}: {p.note}", highlight=False)
-    for line in result.skipped:
-        out.print(line, highlight=False)
+def _whole_nodes(counts: list[int], per_node: int, name: str) -> None:
+    """Every GPU count of a nodes sweep is whole nodes, as plan train requires: the node counts were floored (63
+    GPUs swept 7, 14, 28, 56 nodes; 4 GPUs one 8-GPU node; --gpus 63,128 started at 56). The gpu axis rounds per
+    kind instead and says so per point."""
+    for count in counts:
+        if count % per_node:
+            hint = whole_nodes_hint(count, per_node)
+            raise InputError("gpus", f"{count} is not a multiple of {per_node} GPUs per {name} node{hint}")

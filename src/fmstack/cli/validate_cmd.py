@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import statistics
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -117,53 +118,9 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
     for line in disagg_lines:
         out.print(line, markup=False, highlight=False, soft_wrap=True)
     if training:
-        table = Table("id", "model", "GPUs", "metric", "measured", "predicted", "error", "config",
-                      title="training: predicted vs published", title_justify="left")  # fmt: skip
-        no_wrap(table, "id", "measured", "predicted", "error")
-        for c in training:
-            if c.predicted is None:
-                continue  # listed in the next table, with the reason
-            why = f"{c.config}\n[yellow]known miss: {c.miss_reason}" if c.miss_reason else c.config
-            table.add_row(c.id, c.model, str(c.num_gpus), c.metric, f"{c.measured:,g}", number_text(c.predicted),
-                          f"{c.error_pct:+.1f} %", why)  # fmt: skip
-        out.print(table)
-        apart = [c for c in training if c.predicted is None]
-        if apart:
-            why_not = Table("id", "model", "GPUs", "metric", "measured", "why not",
-                            title="training: not expressible", title_justify="left")  # fmt: skip
-            no_wrap(why_not, "id", "measured")
-            for c in apart:
-                why_not.add_row(c.id, c.model, str(c.num_gpus), c.metric, f"{c.measured:,g}",
-                                f"[yellow]{c.not_expressible}[/]")  # fmt: skip
-            out.print(why_not)
-        for scope in ("dense", "moe"):
-            med, worst, n = summary(training, scope)
-            out.print(f"training {scope}: {n} cases, median |error| {med:.1f} %, worst {worst:.1f} %")
-        med, worst, n = summary(training, without_misses=True)
-        misses = sum(1 for c in training if c.miss_reason)
-        out.print(
-            f"training without the {misses} known misses: {n} cases, median |error| {med:.1f} %, worst {worst:.1f} %"
-        )
+        _render_training(training)
     if collectives:
-        table = Table("id", "op", "system", "GPUs", "bytes", "measured busbw", "predicted", "error", "in scope",
-                      title="collectives: busbw GB/s, predicted vs nccl-tests", title_justify="left")  # fmt: skip
-        no_wrap(table, "id", "measured busbw", "predicted", "error", "in scope")
-        notes: dict[str, int] = {}  # an out-of-scope reason once, numbered, under the table (it repeats per row)
-        for c in collectives:
-            pred = "-" if c.predicted_busbw_gbps is None else number_text(c.predicted_busbw_gbps)
-            err = "-" if c.error_pct is None else f"{c.error_pct:+.1f} %"
-            scope = "yes" if c.in_scope else f"no [{notes.setdefault(c.note, len(notes) + 1)}]"
-            table.add_row(c.id, c.op, c.system, str(c.num_gpus), f"{c.size_bytes:,.0f}" if c.size_bytes else "-",
-                          published_text(c.measured_busbw_gbps), pred, err, scope)  # fmt: skip
-        out.print(table)
-        for note, n in notes.items():
-            out.print(f"[{n}] {note}", markup=False, highlight=False)
-        errors = sorted(abs(c.error_pct) for c in collectives if c.in_scope and c.error_pct is not None)
-        if errors:
-            out.print(
-                f"collectives in scope: {len(errors)} cases, median |error| {errors[len(errors) // 2]:.1f} %, "
-                f"worst {errors[-1]:.1f} %"
-            )
+        _render_collectives(collectives)
     if inference:
         from fmstack.cli.serve_cmd import render_inference_validation
 
@@ -173,6 +130,107 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
     if rl:
         _render_rl_check(rl)
         _render_rl_stages(result["rl_stage_check"])
+
+
+METRIC_LABELS = {"achieved_tflops_per_gpu": "TFLOP/s/GPU", "iteration_time": "s/step", "mfu": "MFU %",
+                 "tokens_per_sec_per_gpu": "tokens/s/GPU"}  # fmt: skip
+"""The published metric as docs/perfmodel.md's table names it, with its unit (the CSV's snake_case name said
+neither: "iteration_time" in what unit, "mfu" as a fraction or a percentage)."""
+
+
+def _metric_label(c: TrainingCheck) -> str:
+    return METRIC_LABELS.get(c.metric, f"{c.metric} ({c.unit})" if c.unit else c.metric)
+
+
+def _gpus_label(c: TrainingCheck) -> str:
+    """ "32 A100": how many GPUs of which kind (the table said "32" and the system only in --json)."""
+    kind = c.system.split()[0].split("-")[0] if c.system else ""
+    return f"{c.num_gpus} {kind}".strip()
+
+
+def _assumption_note(text: str) -> str:
+    """A row's assumption as a note; the memory verdict is the model's, not an assumption about the source."""
+    if text.startswith("does not fit: "):
+        return f"model memory: the configuration does not fit ({text.removeprefix('does not fit: ')} per GPU predicted)"
+    return f"assumed: {text}"
+
+
+def _render_training(training: list[TrainingCheck]) -> None:
+    """The compared rows (what was measured where, by whom, with what the source left out), the rows the model
+    cannot express with their reason, and the summary lines. A row's source, its assumptions and a known miss's
+    reason are numbered notes under the table, each text once (a miss's reason filled 40 wrapped lines of a cell;
+    sources and assumptions, "does not fit" among them, were in --json only)."""
+    out = console()
+    table = Table("id", "model", "GPUs", "metric", "measured", "predicted", "error", "config", "notes",
+                  title="training: predicted vs published (error = predicted / measured - 1)",
+                  title_justify="left")  # fmt: skip
+    no_wrap(table, "id", "GPUs", "measured", "predicted", "error")
+    table.columns[7].min_width = len("selective(layernorm,moe_act)")  # a recompute's modules cut to "selective(layern…"
+    table.columns[1].max_width = table.columns[8].max_width = 16  # wrapped, so that the table fits 140 columns
+    notes: dict[str, int] = {}
+    for c in training:
+        if c.predicted is None:
+            continue  # listed in the next table, with the reason
+        refs = [notes.setdefault(f"source: {c.source}", len(notes) + 1)]
+        refs += [notes.setdefault(_assumption_note(a), len(notes) + 1) for a in c.assumptions]
+        cell = " ".join(f"[{n}]" for n in refs)
+        error = f"{c.error_pct:+.1f} %"
+        if c.miss_reason:
+            n = notes.setdefault(f"{c.id} known miss, left out of the asserted set: {c.miss_reason}", len(notes) + 1)
+            cell += f" [yellow]miss [{n}][/]"
+            error = f"[yellow]{error}[/]"
+        table.add_row(c.id, c.model, _gpus_label(c), _metric_label(c), f"{c.measured:,g}", number_text(c.predicted),
+                      error, c.config, cell)  # fmt: skip
+    out.print(table)
+    for text, n in notes.items():
+        out.print(f"[{n}] {text}", markup=False, highlight=False)
+    apart = [c for c in training if c.predicted is None]
+    if apart:
+        why_not = Table("id", "model", "GPUs", "metric", "measured", "why not", "source",
+                        title="training: not expressible (not compared)", title_justify="left")  # fmt: skip
+        no_wrap(why_not, "id", "GPUs", "measured")
+        reasons: dict[str, int] = {}  # each reason once under the table (one repeated on ten rows, four lines each)
+        for c in apart:
+            n = reasons.setdefault(c.not_expressible, len(reasons) + 1)
+            why_not.add_row(c.id, c.model, _gpus_label(c), _metric_label(c), f"{c.measured:,g}", f"[yellow]({n})[/]",
+                            c.source)  # fmt: skip
+        out.print(why_not)
+        for text, n in reasons.items():
+            out.print(f"({n}) {text}", markup=False, highlight=False)
+    for scope in ("dense", "moe"):
+        med, worst, n = summary(training, scope)
+        out.print(f"training {scope}: {n} cases, median |error| {med:.1f} %, worst {worst:.1f} %")
+    med, worst, n = summary(training, without_misses=True)
+    misses = sum(1 for c in training if c.miss_reason)
+    out.print(f"training without the {misses} known misses: {n} cases, median |error| {med:.1f} %, worst {worst:.1f} %")
+
+
+def _render_collectives(collectives: list[Any]) -> None:
+    """nccl-tests rows: the algorithm modelled (NVLS / ring / tree) and every row's note, in scope or not (an in-scope
+    row's "no size stated: compared at 8 GiB (stated peak)" or "modelled as p5.48xlarge" was --json only, so COL-030
+    and COL-031 read as one case at 480 and 370 GB/s: the model's NVLS vs ring)."""
+    out = console()
+    table = Table("id", "op", "system", "GPUs", "bytes", "measured busbw", "predicted", "error", "in scope",
+                  "algorithm", "notes", title="collectives: busbw GB/s, predicted vs nccl-tests",
+                  title_justify="left")  # fmt: skip
+    no_wrap(table, "id", "measured busbw", "predicted", "error", "in scope", "notes")
+    notes: dict[str, int] = {}  # a note once, numbered, under the table (it repeats per row)
+    for c in collectives:
+        pred = "-" if c.predicted_busbw_gbps is None else number_text(c.predicted_busbw_gbps)
+        err = "-" if c.error_pct is None else f"{c.error_pct:+.1f} %"
+        ref = f"[{notes.setdefault(c.note, len(notes) + 1)}]" if c.note else ""
+        table.add_row(c.id, c.op, c.system, str(c.num_gpus), f"{c.size_bytes:,.0f}" if c.size_bytes else "-",
+                      published_text(c.measured_busbw_gbps), pred, err, "yes" if c.in_scope else "no",
+                      c.algorithm or "-", ref)  # fmt: skip
+    out.print(table)
+    for note, n in notes.items():
+        out.print(f"[{n}] {note}", markup=False, highlight=False)
+    errors = sorted(abs(c.error_pct) for c in collectives if c.in_scope and c.error_pct is not None)
+    if errors:
+        out.print(
+            f"collectives in scope: {len(errors)} cases, median |error| {statistics.median(errors):.1f} %, "
+            f"worst {errors[-1]:.1f} %"
+        )
 
 
 def _render_side_check(side: list[SideCheck]) -> None:

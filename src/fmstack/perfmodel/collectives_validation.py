@@ -80,6 +80,8 @@ def _map_row(row: dict[str, str]) -> _Mapping:
     algorithm = "ring" if ("NCCL_ALGO=RING" in coll or "NVLS disabled" in coll or rid == "COL-031") else "auto"
     size = float(row["message_bytes"]) if row["message_bytes"] else float("nan")
     notes = []
+    if algorithm == "ring":  # the op column says all_reduce; the row's own words say why ring (COL-031, COL-032)
+        notes.append(f"source's collective {coll!r}: compared as a ring all-reduce")
     if size != size:
         size = float(PEAK_SIZE_BYTES)
         largest = re.search(r"largest size (\d+) B", row["notes"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -290,9 +290,7 @@ def plan_training(
     if space.seq_len <= 0:
         raise InputError("seq_len", f"must be > 0, got {space.seq_len}")
     check_seq_len(space.seq_len, model)
-    for p in space.precisions:
-        for c in clusters:
-            c.gpu.peak_tflops(p)
+    spaces = [_supported(space, c) for c in clusters]
     considered = rejected_shape = rejected_memory = 0
     candidates: list[tuple[float, int, int, Cluster, Columns[FloatArray], StepArrays[FloatArray], int]] = []
     all_scores: list[NDArray[np.float64]] = []
@@ -301,7 +299,7 @@ def plan_training(
     for ci, cluster in enumerate(clusters):
         if objective == "cost" and cluster.instance.price_per_hour_usd is None:
             raise InputError("objective", f"cost needs a price for {priced_name(cluster)} in a --catalog file")
-        cols, n_considered = enumerate_space(model, cluster, space)
+        cols, n_considered = enumerate_space(model, cluster, spaces[ci])
         considered += n_considered
         rejected_shape += n_considered - len(cols)
         if len(cols) == 0:
@@ -369,6 +367,24 @@ def plan_training(
         cost_per_hour_usd=hourly,
         vpp_variants=[c[6] for c in candidates[:top]],
     )
+
+
+def _supported(space: SearchSpace, cluster: Cluster) -> SearchSpace:
+    """``space`` with the precisions ``cluster``'s GPU has a peak for: ``--precision bf16,fp8`` over A100 and H100
+    searches bf16 on the A100 and both on the H100 (the precisions are allowed, not required; the planner refused
+    the whole search, and ``scale --axis gpu`` could not compare p4d with p5 at the precision each supports). A
+    GPU with none of them raises the first one's InputError (field precision), naming the ones it has."""
+    known: list[str] = []
+    first_error: InputError | None = None
+    for precision in space.precisions:
+        try:
+            cluster.gpu.peak_tflops(precision)
+            known.append(precision)
+        except InputError as e:
+            first_error = first_error or e
+    if first_error is not None and not known:
+        raise first_error
+    return space if len(known) == len(space.precisions) else replace(space, precisions=tuple(known))
 
 
 def _included_score(

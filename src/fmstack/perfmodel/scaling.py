@@ -71,6 +71,13 @@ class ScalePoint:
     """Per-step scale-out latency (NCCL Simple protocol) this point was modelled with."""
     note: str = ""
     """What was adjusted at this point (node count rounded, batch changed, bandwidth kept), or ""."""
+    exposed_comm_s: dict[str, float] = field(default_factory=dict)
+    """Communication left after overlap per parallelism (tp, cp, ep, pp, dp), seconds per step: where strong scaling
+    goes while the bottleneck (the largest single part) is still "GEMM compute: 38 %" (Llama 3.1 8B, 512 nodes)."""
+    bubble_s: float = 0.0
+    """The pipeline bubble per step (it grows as a fixed batch spreads over more replicas)."""
+    overlap_slowdown_s: float = 0.0
+    """Compute slowed by the communication overlapped with it, per step (``parts_s["overlap"]``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -82,6 +89,34 @@ class SweepResult:
     reference_global_batch: int | None = None
     """The global batch (sequences) every point was asked to run at (weak scaling: at the first point)."""
     objective: str = "time"
+
+
+COMM_NOTE_FRACTION = 0.10
+"""A point whose exposed communication, bubble and overlap slowdown reach this share of its step gets a line saying
+how they split (``comm_line``): a display threshold, not a model parameter."""
+
+
+def comm_line(p: ScalePoint) -> str:
+    """Where the step goes besides compute at ``p``, or "" below :data:`COMM_NOTE_FRACTION`: "512: communication
+    exposed after overlap 35 % of the step (dp 17 %, pp 9 %, tp 7 %, cp 2 %), pipeline bubble 6 %, compute slowed by
+    overlapped communication 7 %"."""
+    exposed = sum(p.exposed_comm_s.values())
+    if exposed + p.bubble_s + p.overlap_slowdown_s < COMM_NOTE_FRACTION * p.step_time_s:
+        return ""
+
+    def share(t: float) -> str:
+        return f"{100 * t / p.step_time_s:.0f} %"
+
+    links = ", ".join(f"{k} {share(t)}" for k, t in sorted(p.exposed_comm_s.items(), key=lambda kv: -kv[1]))
+    if exposed >= 0.005 * p.step_time_s:
+        parts = [f"communication exposed after overlap {share(exposed)} of the step ({links})"]
+    else:
+        parts = ["communication hidden behind compute"]
+    if p.bubble_s > 0:
+        parts.append(f"pipeline bubble {share(p.bubble_s)}")
+    if p.overlap_slowdown_s > 0:
+        parts.append(f"compute slowed by overlapped communication {share(p.overlap_slowdown_s)}")
+    return f"{p.value}: " + ", ".join(parts)
 
 
 def round_to_valid_nodes(inst: Instance, num_gpus: int, *, whole_domains: bool = True) -> tuple[int, str]:
@@ -162,9 +197,12 @@ def _point_cluster(
             raise InputError("values", f"{value!r} is not an NVLink domain size (GPUs)") from None
         return _with_domain(catalog, base, domain), "", None
     try:
-        return base, "", int(value)
+        seq_len = int(value)
     except ValueError:
         raise InputError("values", f"{value!r} is not a sequence length") from None
+    if seq_len <= 0:  # a malformed value, not a point the planner could not fit ("0: skipped: must be > 0, got 0")
+        raise InputError("values", f"sequence length {value!r} must be a positive number of tokens")
+    return base, "", seq_len
 
 
 def _with_domain(catalog: Catalog, cluster: Cluster, domain: int) -> Cluster:
@@ -289,8 +327,11 @@ def run_sweep(
             else:
                 result, fell_back = _plan(model, cluster, tokens, objective, point_space, target)
         except InputError as e:
-            # a sequence length past the model's context is one point of a seq-len sweep, not a bad sweep
-            if e.field not in ("model", "objective") and not (axis == "seq-len" and e.field == "seq_len"):
+            # a sequence length past the model's context is one point of a seq-len sweep, not a bad sweep; so is a
+            # GPU kind with none of the precisions allowed (--precision fp8 over p4d's A100)
+            if e.field not in ("model", "objective") and not (
+                (axis == "seq-len" and e.field == "seq_len") or (axis == "gpu" and e.field == "precision")
+            ):
                 raise
             skipped.append(f"{value}: skipped: {e.message.split('; try ')[0]}")
             if progress:
@@ -330,6 +371,8 @@ def run_sweep(
                 global_batch_changed=changed, scale_out_fabric=cluster.scale_out.name,
                 network_bw_gbps_per_node=cluster.instance.network_bw_gbps,
                 network_latency_us=cluster.scale_out.latency_us, note=note,
+                exposed_comm_s={k: t.exposed_s for k, t in best.comm.items() if t.exposed_s > 0},
+                bubble_s=best.bubble_s, overlap_slowdown_s=best.parts_s.get("overlap", 0.0),
             )
         )  # fmt: skip
         if progress:

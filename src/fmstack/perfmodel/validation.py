@@ -300,7 +300,8 @@ def not_expressible_reason(row: dict[str, str]) -> str:
     if "500W" in row["gpu"] or "lower-TDP" in row["gpu"]:
         return (
             "GPUs power-capped (500 W): the catalog peaks and efficiency defaults assume rated power and the "
-            "model has no clock/power model; also torchtitan's eager stack (see next reason)"
+            "model has no clock/power model; also torchtitan's eager PyTorch stack, where the efficiency defaults "
+            "describe fused-kernel Megatron-Core/NeMo stacks"
         )
     if "torchtitan" in row["source"]:
         return (

@@ -63,6 +63,12 @@ def memory_figure(result: PlanResult) -> object:
     return fig
 
 
+EFFICIENCY_NAMES = {"strong": "strong-scaling efficiency", "weak": "weak-scaling efficiency",
+                    "relative": "tokens/s per GPU vs the first point", "batch-changed": "tokens/s per GPU vs the first point"}  # fmt: skip
+"""The chart's name for ``ScalePoint.scaling_efficiency`` by ``efficiency_kind``: over GPU kinds it is a speed-up
+(2.45 for GB200 against H100), which "scaling efficiency" misnamed."""
+
+
 def scaling_figure(points: Sequence[ScalePoint], axis: str) -> object:
     """tokens/s, MFU and scaling efficiency at each point, with its bottleneck marked.
 
@@ -75,11 +81,14 @@ def scaling_figure(points: Sequence[ScalePoint], axis: str) -> object:
     from plotly.subplots import make_subplots
 
     x = [p.value for p in points]
+    kinds = {p.efficiency_kind for p in points}  # a sweep with a batch-changed point is a per-GPU ratio throughout
+    kind = kinds.pop() if len(kinds) == 1 else "relative"
+    efficiency = EFFICIENCY_NAMES.get(kind, EFFICIENCY_NAMES["relative"])
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.add_scatter(name="tokens/s", x=x, y=[p.tokens_per_s for p in points], mode="lines+markers",
                     text=[p.bottleneck for p in points], hovertemplate="%{x}: %{y:,.0f} tokens/s<br>%{text}")  # fmt: skip
     fig.add_scatter(name="MFU", x=x, y=[p.mfu for p in points], mode="lines+markers", secondary_y=True)
-    fig.add_scatter(name="scaling efficiency", x=x, y=[p.scaling_efficiency for p in points], mode="lines",
+    fig.add_scatter(name=efficiency, x=x, y=[p.scaling_efficiency for p in points], mode="lines",
                     line={"dash": "dot"}, secondary_y=True)  # fmt: skip
     for i, p in enumerate(points):
         fig.add_annotation(x=i, y=p.tokens_per_s, text=p.bottleneck.split(":")[0], showarrow=True,
@@ -88,7 +97,9 @@ def scaling_figure(points: Sequence[ScalePoint], axis: str) -> object:
     fig.update_xaxes(type="category", title_text=axis)
     fig.update_yaxes(title_text="tokens/s", secondary_y=False)
     top = max([1.0, *(p.scaling_efficiency for p in points), *(p.mfu for p in points)])
-    fig.update_yaxes(title_text="MFU / efficiency", secondary_y=True, range=[0, top * 1.05])
+    # ticks of its own (plotly synced them to the left axis's grid: 0.001, 0.436, 0.87, ...), no second grid
+    fig.update_yaxes(title_text=f"MFU (0-1) / {efficiency}", secondary_y=True, range=[0, top * 1.05],
+                     tickmode="auto", showgrid=False)  # fmt: skip
     return fig
 
 
