@@ -1220,3 +1220,6 @@ BAD_ARGV += [
 
 # session 16, prefix workload in the plan's screening, RL shared prompt blocks, serving file splits (helper N)
 BAD_ARGV += []  # fmt: skip
+
+# session 16, optimizer-state and parameter storage layouts (helper O)
+BAD_ARGV += []  # fmt: skip
