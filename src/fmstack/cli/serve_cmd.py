@@ -23,7 +23,7 @@ from fmstack.cli.common import (
     number_text,
     print_json,
 )
-from fmstack.cli.serve_router import ROUTER_HELP, prefix_options, prefix_workload
+from fmstack.cli.serve_router import ROUTER_HELP, cached_estimate, prefix_options, prefix_workload
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import (
     ServeConfig,
@@ -158,18 +158,21 @@ def serve_cmd(
     replica_cfg = (
         cfg if behind == 1 else replace(cfg, request_rate_per_s=cfg.request_rate_per_s / behind)  # type: ignore[operator]
     )
-    note = None
+    note = analytic_note = None
     try:
         est = estimate_serve(arch, cluster, replica_cfg, efficiency=efficiency)
     except InputError as exc:  # a split can serve what one colocated replica at qps / (P + D) cannot
-        if split is None or exc.field != "qps":
+        if prefix is not None and exc.field == "qps":  # prefix hits may take what full prompts cannot
+            est, analytic_note = cached_estimate(arch, cluster, replica_cfg, prefix, behind, router, efficiency)
+        elif split is None or exc.field != "qps":
             if exc.field == "qps" and replicas > 1:
                 raise InputError("qps", f"{exc.message} (one of --replicas {replicas}: --qps {cfg.request_rate_per_s:g} "
                                  "is the deployment's total rate)") from None  # fmt: skip
             raise
-        replica_cfg = replace(cfg, request_rate_per_s=None)
-        est, simulate = estimate_serve(arch, cluster, replica_cfg, efficiency=efficiency), False
-        note = f"colocated: {exc.message}; shown at the most clients a replica holds, not simulated"
+        else:
+            replica_cfg = replace(cfg, request_rate_per_s=None)
+            est, simulate = estimate_serve(arch, cluster, replica_cfg, efficiency=efficiency), False
+            note = f"colocated: {exc.message}; shown at the most clients a replica holds, not simulated"
     fleet: dict[str, Any] = {}
     if simulate:
         est, sim_note, fleet = _with_percentiles(est, arch, cluster, replica_cfg, seed, length_spread, efficiency,
@@ -181,6 +184,8 @@ def serve_cmd(
         data["efficiency_source"] = efficiency.source
     if note is not None:
         data["colocated_note"] = note
+    if analytic_note is not None:
+        data["analytic_note"] = analytic_note
     if sim_note is not None:
         data["simulation_note"] = sim_note
     if split is not None:
@@ -376,8 +381,9 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
             parts.add_row(name, f"{value * 1e3:.2f}", f"{100 * value / total:5.1f} %")
     out.print(parts)
     out.print(f"bottleneck: [bold]{est.bottleneck}[/]")
-    if "simulation_note" in data:
-        out.print(data["simulation_note"], markup=False)
+    for key in ("analytic_note", "simulation_note"):
+        if key in data:
+            out.print(data[key], markup=False)
     if "efficiency_source" in data:
         out.print(f"efficiency: {data['efficiency_source']}", markup=False)
     if "disaggregation" in data:
