@@ -32,8 +32,8 @@ def estimate_argv(
     ``slo``): ``--disagg`` on the split's nodes, whose ``disaggregation`` prints the pools' mean-field figures
     (``decode_concurrency``, ``decode_itl_s``, ``prefill_s``, ``kv_transfer_s``; tested), and with ``qps``
     ``--qps R --prefill-replicas P --decode-replicas D --seed S``, whose ``disaggregated_simulation`` is the row's
-    simulation: the same p50/p90/p99 (tested). ``extra``: arguments appended as they are (the plan's
-    ``--calibration``)."""
+    simulation: the same p50/p90/p99 (tested). A row screened with a shared-prefix workload carries its screened
+    ``--prefix-hit-rate``. ``extra``: arguments appended as they are (the plan's ``--calibration``)."""
     argv = ["fmstack", "estimate", "serve", "--model", model, "--instance", c.instance]
     split = c.mode == "disaggregated" and slo is not None
     if split or c.nodes_per_replica > 1:
@@ -47,6 +47,9 @@ def estimate_argv(
         argv.append("--attention-dp")
     argv += ["--precision", c.precision, "--input-len", str(input_len), "--output-len", str(output_len),
              "--concurrency", str(c.concurrency), "--max-num-tokens", str(c.max_num_tokens), "--no-simulate"]  # fmt: skip
+    if c.prefix_hit_rate > 0:  # the share of prompt tokens the screening took from the prefix cache
+        argv[argv.index("--max-num-tokens") : argv.index("--max-num-tokens")] = [
+            "--prefix-hit-rate", repr(c.prefix_hit_rate)]  # fmt: skip
     if split and slo is not None:
         at = argv.index("--concurrency")
         argv[at : at + 2] = [] if qps is None else ["--qps", repr(float(qps))]
@@ -87,6 +90,9 @@ def p99_argv(
     argv[at : at + 2] = ["--qps", repr(float(qps))]
     if c.replicas > 1:
         argv[at + 2 : at + 2] = ["--replicas", str(c.replicas), "--router", router]
+    if "--prefix-hit-rate" in argv:  # the analytic point's scalar; the simulation draws the hits itself
+        at = argv.index("--prefix-hit-rate")
+        del argv[at : at + 2]
     if prefix is not None:
         at = argv.index("--max-num-tokens")
         argv[at:at] = prefix_argv(prefix)
@@ -143,6 +149,8 @@ def render_plan_serve(
         f"{f' ({b.nodes_per_replica} nodes per replica)' if b.nodes_per_replica > 1 else ''} on "
         f"{b.nodes} x {b.instance}, ${b.cost_per_hour_usd:,.2f}/h"
     )
+    if plan.prefix is not None:
+        out.print(prefix_text(plan), markup=False, soft_wrap=True)
     shown = plan.candidates[:top]
     adp_col = any(c.ep > 1 for c in plan.candidates)  # an MoE model: attention DP was searched
     cols = ["instance", "prec", "mode", "tp", "pp", "ep", *(["attn\nDP"] if adp_col else []), "chunk",
@@ -192,6 +200,21 @@ def render_plan_serve(
                        router=plan.router, prefix=plan.prefix)  # fmt: skip
         out.print(shlex.join(p99), markup=False, soft_wrap=True)
     out.print(f"disaggregated prefill/decode: {plan.disaggregation_note}", markup=False, soft_wrap=True)
+
+
+def prefix_text(plan: ServePlan) -> str:
+    """The shared-prefix workload the plan was made for, and the best row's screened hit rate."""
+    p, b = plan.prefix, plan.best
+    assert p is not None
+    skew = f", Zipf {p.zipf:g} popularity" if p.zipf else ", equally popular"
+    screened = (
+        f"the best row was screened at {b.prefix_request_hit_rate:.0%} of requests hitting its replicas' caches "
+        f"({b.prefix_hit_rate:.1%} of prompt tokens; Che's approximation, optimistic on purpose: the simulation decides)"
+        if b.mode != "disaggregated" and not b.attention_dp
+        else "the best row runs no prefix cache (a split or attention DP: priced and simulated in full)"
+    )
+    return (f"planned for a shared-prefix workload: {p.groups} prefix group(s) of {p.prefix_len} tokens{skew}; "
+            f"{screened}")  # fmt: skip
 
 
 @contextmanager

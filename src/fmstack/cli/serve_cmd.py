@@ -23,7 +23,8 @@ from fmstack.cli.common import (
     number_text,
     print_json,
 )
-from fmstack.cli.serve_router import ROUTER_HELP, prefix_options, prefix_workload
+from fmstack.cli.serve_checks import check_colocated_flags, check_replicas, check_split, decode_layout
+from fmstack.cli.serve_router import ROUTER_HELP, cached_estimate, prefix_options, prefix_workload
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import (
     ServeConfig,
@@ -31,7 +32,6 @@ from fmstack.perfmodel.inference import (
     check_rate,
     deployment,
     estimate_serve,
-    validate_serve,
 )
 from fmstack.perfmodel.inference_kv import KV_DTYPES, PRECISIONS
 from fmstack.perfmodel.inference_plan_candidate import layout_text
@@ -133,11 +133,11 @@ def serve_cmd(
     efficiency = None if efficiency_for is None else efficiency_for(cluster)
     values: dict[str, Any] = {k: (v.lower() if isinstance(v, str) else v) for k, v in options.items()}
     cfg = ServeConfig(**values)
-    decode_cfg = _decode_layout(cfg, arch, cluster, (decode_tp, decode_pp, decode_ep, decode_attention_dp),
+    decode_cfg = decode_layout(cfg, arch, cluster, (decode_tp, decode_pp, decode_ep, decode_attention_dp),
                                 prefill_replicas)  # fmt: skip
-    split = _check_split(prefill_replicas, decode_replicas, cfg, cluster, nodes, decode_cfg)
+    split = check_split(prefill_replicas, decode_replicas, cfg, cluster, nodes, decode_cfg)
     if split is None:
-        _check_colocated_flags(cfg, arch, cluster, nodes, disagg)
+        check_colocated_flags(cfg, arch, cluster, nodes, disagg)
     if cfg.scheduler == "static" and (split is not None or disagg):
         raise InputError("scheduler", "static batching is modelled for one colocated replica only: the "
                          "disaggregated pools (--disagg, --prefill-replicas / --decode-replicas) batch continuously; "
@@ -148,7 +148,7 @@ def serve_cmd(
         sim_note = ("not simulated: static batching under attention DP is not modelled by the simulation (each rank "
                     "would form its own batch); the analytic means only")  # fmt: skip
     router = router.lower()
-    _check_replicas(replicas, cfg, split, disagg)
+    check_replicas(replicas, cfg, split, disagg)
     prefix = prefix_workload(prefix_groups, prefix_len, prefix_zipf, input_len=cfg.input_len,
                              hit_rate=cfg.prefix_hit_rate, open_loop=cfg.request_rate_per_s is not None)  # fmt: skip
     if prefix is not None and (split is not None or disagg or not simulate):
@@ -158,18 +158,21 @@ def serve_cmd(
     replica_cfg = (
         cfg if behind == 1 else replace(cfg, request_rate_per_s=cfg.request_rate_per_s / behind)  # type: ignore[operator]
     )
-    note = None
+    note = analytic_note = None
     try:
         est = estimate_serve(arch, cluster, replica_cfg, efficiency=efficiency)
     except InputError as exc:  # a split can serve what one colocated replica at qps / (P + D) cannot
-        if split is None or exc.field != "qps":
+        if prefix is not None and exc.field == "qps":  # prefix hits may take what full prompts cannot
+            est, analytic_note = cached_estimate(arch, cluster, replica_cfg, prefix, behind, router, efficiency)
+        elif split is None or exc.field != "qps":
             if exc.field == "qps" and replicas > 1:
                 raise InputError("qps", f"{exc.message} (one of --replicas {replicas}: --qps {cfg.request_rate_per_s:g} "
                                  "is the deployment's total rate)") from None  # fmt: skip
             raise
-        replica_cfg = replace(cfg, request_rate_per_s=None)
-        est, simulate = estimate_serve(arch, cluster, replica_cfg, efficiency=efficiency), False
-        note = f"colocated: {exc.message}; shown at the most clients a replica holds, not simulated"
+        else:
+            replica_cfg = replace(cfg, request_rate_per_s=None)
+            est, simulate = estimate_serve(arch, cluster, replica_cfg, efficiency=efficiency), False
+            note = f"colocated: {exc.message}; shown at the most clients a replica holds, not simulated"
     fleet: dict[str, Any] = {}
     if simulate:
         est, sim_note, fleet = _with_percentiles(est, arch, cluster, replica_cfg, seed, length_spread, efficiency,
@@ -181,6 +184,8 @@ def serve_cmd(
         data["efficiency_source"] = efficiency.source
     if note is not None:
         data["colocated_note"] = note
+    if analytic_note is not None:
+        data["analytic_note"] = analytic_note
     if sim_note is not None:
         data["simulation_note"] = sim_note
     if split is not None:
@@ -198,102 +203,6 @@ def serve_cmd(
         print_json(data)
         return
     _render_serve(est, data)
-
-
-def _decode_layout(
-    cfg: ServeConfig, arch: Any, cluster: Any, layout: tuple[int | None, int | None, int | None, bool | None],
-    prefill: int | None,
-) -> ServeConfig | None:  # fmt: skip
-    """The decode pool's configuration when --decode-tp / --decode-pp / --decode-ep / --[no-]decode-attention-dp
-    (``layout``) give another layout than the prefill pool's (None: the same), checked as a replica's (heads
-    divisible, the stages, the experts, attention DP on an MoE model with ep = tp)."""
-    tp, pp, ep, adp = layout
-    if tp is None and pp is None and ep is None and adp is None:
-        return None
-    if prefill is None:
-        raise InputError("decode-tp", "--decode-tp / --decode-pp / --decode-ep set a split's decode pool (as "
-                         "--[no-]decode-attention-dp does): give --prefill-replicas and --decode-replicas")  # fmt: skip
-    dc = replace(cfg, tp=cfg.tp if tp is None else tp, pp=cfg.pp if pp is None else pp,
-                 ep=cfg.ep if ep is None else ep, attention_dp=cfg.attention_dp if adp is None else adp)  # fmt: skip
-    try:
-        validate_serve(dc, arch, cluster)
-        deployment(arch, cluster, dc)
-    except InputError as exc:
-        field = {"tp": "decode-tp", "pp": "decode-pp", "ep": "decode-ep", "attention-dp": "decode-attention-dp"}.get(
-            exc.field, exc.field)  # fmt: skip
-        raise InputError(field, f"decode pool: {exc.message}") from None
-    same = (dc.tp, dc.pp, dc.ep, dc.attention_dp) == (cfg.tp, cfg.pp, cfg.ep, cfg.attention_dp)
-    return None if same else dc
-
-
-def _check_colocated_flags(cfg: ServeConfig, arch: Any, cluster: Any, nodes: int, disagg: bool) -> None:
-    """One colocated replica is estimated: nodes beyond the replica's, or SLO targets, only serve ``--disagg`` (or a
-    split); refuse them rather than ignore them."""
-    validate_serve(cfg, arch, cluster)  # the layout's own errors first
-    if disagg:
-        return
-    need = -(-cfg.tp * cfg.pp // cluster.instance.num_gpus)
-    if nodes > need:
-        raise InputError(
-            "nodes", f"--nodes {nodes}: estimate serve predicts one replica, and tp {cfg.tp} x pp {cfg.pp} uses {need} "
-            f"node(s); more nodes serve --disagg or a --prefill-replicas / --decode-replicas split (several colocated "
-            "replicas: fmstack plan serve)",
-        )  # fmt: skip
-    ctx = click.get_current_context()
-    for name in ("ttft_slo", "itl_slo"):
-        if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
-            flag = name.replace("_", "-")
-            raise InputError(flag, f"--{flag} is the target of --disagg's comparison; add --disagg (fmstack plan "
-                             "serve takes --ttft-p99 / --itl-p99)")  # fmt: skip
-
-
-def _check_split(
-    prefill: int | None, decode: int | None, cfg: ServeConfig, cluster: Any, nodes: int,
-    decode_cfg: ServeConfig | None = None,
-) -> tuple[int, int] | None:  # fmt: skip
-    """(P, D) when a split is asked for, after checking it fits ``--nodes`` (``P x tp x pp + D x decode tp x
-    decode pp`` GPUs); None otherwise."""
-    if prefill is None and decode is None:
-        return None
-    if prefill is None or decode is None:
-        raise InputError("prefill-replicas", "give both --prefill-replicas and --decode-replicas")
-    if prefill < 1 or decode < 1:
-        raise InputError(
-            "prefill-replicas", f"need at least one prefill and one decode replica, got {prefill}:{decode}"
-        )
-    if cfg.request_rate_per_s is None:
-        raise InputError("qps", "a split is simulated at an open-loop rate: give --qps (the whole deployment's)")
-    check_rate(cfg.request_rate_per_s)
-    if cfg.concurrency is not None:
-        raise InputError(
-            "concurrency", "a split is simulated at --qps (the whole deployment's rate); drop --concurrency"
-        )
-    per = cfg.tp * cfg.pp
-    dc = cfg if decode_cfg is None else decode_cfg
-    need = prefill * per + decode * dc.tp * dc.pp
-    if need > cluster.num_gpus:
-        layout = (f"tp {cfg.tp} x pp {cfg.pp}" if decode_cfg is None else
-                  f"tp {cfg.tp} x pp {cfg.pp} (prefill) and tp {dc.tp} x pp {dc.pp} (decode)")  # fmt: skip
-        raise InputError(
-            "nodes", f"{prefill} prefill + {decode} decode replicas of {layout} need "
-            f"{need} GPUs; {nodes} x {cluster.instance.name} has {cluster.num_gpus}",
-        )  # fmt: skip
-    return prefill, decode
-
-
-def _check_replicas(replicas: int, cfg: ServeConfig, split: tuple[int, int] | None, disagg: bool) -> None:
-    """``--replicas N``: at least 1; above 1 only with ``--qps`` (the deployment's rate, spread over N replicas) and
-    without a split (whose colocated rows are one of its P + D) or ``--disagg`` (the nodes' own comparison)."""
-    if replicas < 1:
-        raise InputError("replicas", f"must be >= 1, got {replicas}")
-    if replicas == 1:
-        return
-    if cfg.request_rate_per_s is None:
-        raise InputError("replicas", "--replicas N spreads an open-loop rate over N replicas: give --qps (the "
-                         "deployment's total rate), not --concurrency")  # fmt: skip
-    if split is not None or disagg:
-        raise InputError("replicas", "--replicas is for colocated replicas; a --prefill-replicas / "
-                         "--decode-replicas split compares with P + D of them, --disagg with the nodes': drop it")  # fmt: skip
 
 
 def _with_percentiles(
@@ -376,8 +285,9 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
             parts.add_row(name, f"{value * 1e3:.2f}", f"{100 * value / total:5.1f} %")
     out.print(parts)
     out.print(f"bottleneck: [bold]{est.bottleneck}[/]")
-    if "simulation_note" in data:
-        out.print(data["simulation_note"], markup=False)
+    for key in ("analytic_note", "simulation_note"):
+        if key in data:
+            out.print(data[key], markup=False)
     if "efficiency_source" in data:
         out.print(f"efficiency: {data['efficiency_source']}", markup=False)
     if "disaggregation" in data:

@@ -5,11 +5,14 @@ Routers)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import click
 
 from fmstack.errors import InputError
+from fmstack.perfmodel.efficiency import Efficiency
+from fmstack.perfmodel.inference import ServeConfig, ServeEstimate, deployment, estimate_serve
 from fmstack.perfmodel.inference_prefix import PrefixWorkload
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -62,3 +65,22 @@ def prefix_argv(prefix: PrefixWorkload | None) -> list[str]:
         return []
     argv = ["--prefix-groups", str(prefix.groups), "--prefix-len", str(prefix.prefix_len)]
     return argv + (["--prefix-zipf", repr(prefix.zipf)] if prefix.zipf else [])
+
+
+def cached_estimate(
+    arch: Any, cluster: Any, cfg: ServeConfig, prefix: PrefixWorkload, replicas: int, router: str,
+    efficiency: Efficiency | None,
+) -> tuple[ServeEstimate, str]:  # fmt: skip
+    """The analytic means at the prompt share the prefix cache could serve at most
+    (:func:`fmstack.perfmodel.inference_open_loop.sizing_hit_rate`), for a rate that full prompts cannot take
+    (``cfg``'s rate above one replica's capacity priced without the cache), and a note saying so; the simulation,
+    sized the same way, gives the hits."""
+    from fmstack.perfmodel.inference_open_loop import sizing_hit_rate
+
+    hit = sizing_hit_rate(deployment(arch, cluster, cfg, efficiency), cfg, prefix, replicas, router)
+    est = estimate_serve(arch, cluster, replace(cfg, prefix_hit_rate=hit), efficiency=efficiency)
+    return est, (
+        f"analytic means at {hit:.1%} of prompt tokens from the prefix cache (Che's approximation with all the KV "
+        f"pool but one sequence free: the most it could serve); every prompt priced in full exceeds the replica's "
+        f"capacity at {cfg.request_rate_per_s:g} req/s"
+    )

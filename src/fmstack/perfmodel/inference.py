@@ -82,6 +82,10 @@ class ServeConfig:
     (None = ``precision``); NVIDIA's NVFP4 DeepSeek-R1 checkpoints keep attention in bf16."""
     gqa_kv_sharing: bool = True
     """False: decode attention reads each KV head once per query head (TensorRT-LLM before v0.7)."""
+    samples_per_prompt: int = 1
+    """Sequences generated from one prompt together (vLLM ``SamplingParams.n``, SGLang ``n``; an RL rollout's
+    samples): they share the prompt's full KV blocks (:meth:`fmstack.perfmodel.inference_kv.ServeMemory.
+    max_concurrency`). 1: independent requests, each holding its own prompt (``estimate serve``)."""
 
     @property
     def kv(self) -> str:
@@ -103,6 +107,8 @@ def validate_serve(cfg: ServeConfig, model: ModelArch, cluster: Cluster) -> None
     for name in ("input_len", "output_len", "pp", "ep", "max_num_tokens"):
         if getattr(cfg, name) < 1:
             raise InputError(name.replace("_", "-"), f"must be >= 1, got {getattr(cfg, name)}")
+    if cfg.samples_per_prompt < 1:
+        raise InputError("samples", f"must be >= 1, got {cfg.samples_per_prompt}")
     for name in ("concurrency", "max_batch"):
         value = getattr(cfg, name)
         if value is not None and value < 1:
@@ -160,8 +166,11 @@ def memory_of(d: Deployment, kv_memory_fraction: float = DEFAULT_KV_MEMORY_FRACT
 
 
 def max_concurrency(d: Deployment, cfg: ServeConfig) -> int:
-    """Sequences of ``input_len + output_len`` tokens that fit at once (memory, then the engine limit)."""
-    n = memory_of(d, cfg.kv_memory_fraction).max_concurrency(cfg.input_len + cfg.output_len)
+    """Sequences of ``input_len + output_len`` tokens that fit at once (memory, then the engine limit); the
+    ``samples_per_prompt`` samples of a prompt hold its full blocks once."""
+    n = memory_of(d, cfg.kv_memory_fraction).max_concurrency(
+        cfg.input_len + cfg.output_len, shared_tokens=cfg.input_len, sharers=cfg.samples_per_prompt
+    )
     return min(n, cfg.max_batch) if cfg.max_batch is not None else n
 
 
@@ -380,8 +389,16 @@ def estimate_serve(
         concurrency=clients, running=running, ttft_s=float(curve.ttft_s[0]), itl_s=float(curve.itl_s[0]),
         latency_s=float(curve.latency_s[0]), requests_per_s=rps,
         output_tokens_per_s=out, output_tokens_per_s_per_gpu=out / d.num_gpus, max_concurrency=limit,
-        kv_cache_gib=running * (isl + osl) * mem.kv_bytes_per_token_gpu * holders / 2**30,
+        kv_cache_gib=running * _kv_tokens_per_seq(cfg, mem.block_tokens) * mem.kv_bytes_per_token_gpu * holders / 2**30,
         kv_pool_gib=mem.kv_pool_gib * d.num_gpus,
         weights_gib_per_gpu=mem.weights_gib, kv_bytes_per_token=kv_tok, bottleneck=bottleneck(parts, link),
         iteration_parts_s=parts,
     )  # fmt: skip
+
+
+def _kv_tokens_per_seq(cfg: ServeConfig, block_tokens: int) -> float:
+    """KV tokens one running sequence holds at full length: its prompt and output, less its share of the prompt's
+    full blocks held once by the ``samples_per_prompt`` samples."""
+    n = cfg.samples_per_prompt
+    shared = cfg.input_len // block_tokens * block_tokens
+    return cfg.input_len + cfg.output_len - shared * (n - 1) / n

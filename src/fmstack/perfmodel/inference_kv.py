@@ -88,10 +88,20 @@ class ServeMemory:
     def fits(self) -> bool:
         return self.kv_tokens > 0
 
-    def max_concurrency(self, tokens_per_seq: int) -> int:
-        """Sequences of ``tokens_per_seq`` tokens whose paged KV blocks fit in the pool at once."""
+    def max_concurrency(self, tokens_per_seq: int, *, shared_tokens: int = 0, sharers: int = 1) -> int:
+        """Sequences of ``tokens_per_seq`` tokens whose paged KV blocks fit in the pool at once. ``sharers``
+        sequences that begin with the same ``shared_tokens`` (the ``n`` samples of one prompt: vLLM
+        ``SamplingParams.n``, SGLang ``n``) hold that prefix's full blocks once, forked copy-on-write (vLLM's block
+        manager, Kwon et al. 2023, sec. 4.4 "Parallel sampling"); each keeps its own partial block and the rest, so
+        ``sharers`` of them take ``sharers x own + shared`` blocks."""
         blocks = math.ceil(tokens_per_seq / self.block_tokens)
-        return int(self.kv_tokens // (blocks * self.block_tokens))
+        if sharers <= 1 or shared_tokens <= 0:
+            return int(self.kv_tokens // (blocks * self.block_tokens))
+        shared = min(shared_tokens, tokens_per_seq) // self.block_tokens  # full blocks only
+        pool_blocks = self.kv_tokens // self.block_tokens
+        if pool_blocks < blocks:  # not one sequence whole
+            return 0
+        return int(pool_blocks * sharers // (sharers * (blocks - shared) + shared))
 
 
 def weight_bytes_per_gpu(

@@ -32,11 +32,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
-from fmstack.perfmodel.inference import ServeConfig, concurrency_for_rate, running_limit, serve_curve
-from fmstack.perfmodel.inference_prefix import PrefixWorkload
+from fmstack.errors import InputError
+from fmstack.perfmodel.inference import (
+    ServeConfig,
+    concurrency_for_rate,
+    max_concurrency,
+    running_limit,
+    serve_curve,
+)
+from fmstack.perfmodel.inference_prefix import PrefixWorkload, screen_hit_rates, token_share
 from fmstack.perfmodel.inference_router import ROUTERS_JOINT
 from fmstack.perfmodel.inference_sim import SimConfig, SimResult, simulate
 from fmstack.perfmodel.inference_sim_fleet import FleetResult, simulate_fleet
@@ -164,10 +172,34 @@ def simulate_open_loop_fleet(
 ) -> tuple[OpenLoopRun, FleetResult | None]:  # fmt: skip
     """``replicas`` replicas behind ``router`` at ``rate_per_s`` each, simulated together
     (:func:`fmstack.perfmodel.inference_sim_fleet.simulate_fleet`), each sized as one replica's run
-    (:func:`open_loop_run`): ``replicas`` times its warm-up and measured requests in all. None near capacity."""
-    run = open_loop_run(d, cfg, rate_per_s, length_spread=length_spread, seed=seed, replicas=replicas, router=router)
+    (:func:`open_loop_run`): ``replicas`` times its warm-up and measured requests in all. None near capacity.
+    With a shared-prefix workload a run sized with every prompt priced in full comes first (the longer, safer one);
+    where there is none (the rate above that capacity, or too near it) the run is sized at :func:`sizing_hit_rate`
+    instead, so a deployment that serves ``qps`` only because of its cache hits is simulated, not refused."""
+    kw: dict[str, Any] = {"length_spread": length_spread, "seed": seed, "replicas": replicas, "router": router}
+    try:
+        run: OpenLoopRun | None = open_loop_run(d, cfg, rate_per_s, **kw)
+    except InputError as exc:
+        if exc.field != "qps" or prefix is None:
+            raise
+        run = None
+    if prefix is not None and (run is None or run.sim is None):  # the cache may take what full prompts cannot
+        run = open_loop_run(d, replace(cfg, prefix_hit_rate=sizing_hit_rate(d, cfg, prefix, replicas, router)),
+                            rate_per_s, **kw)  # fmt: skip
+    assert run is not None
     if run.sim is None:
         return run, None
     sim = replace(run.sim, num_requests=run.sim.num_requests * replicas,
                   warmup_requests=run.sim.warmup_requests * replicas, prefix=prefix)  # fmt: skip
     return replace(run, sim=sim), simulate_fleet(d, cfg, sim)
+
+
+def sizing_hit_rate(d: Deployment, cfg: ServeConfig, prefix: PrefixWorkload, replicas: int, router: str) -> float:
+    """The prompt-token share a replica's prefix cache could serve at most under ``router``: the screened request
+    hit rate (:func:`fmstack.perfmodel.inference_prefix.screen_hit_rates`) with one sequence running and the rest of
+    the KV pool free for prefixes. Sizes the open-loop run (its capacity and relaxation) where full prompts leave
+    none; the simulation decides the hits."""
+    seq = cfg.input_len + cfg.output_len
+    room = (max_concurrency(d, replace(cfg, max_batch=None)) - 1) * seq / prefix.prefix_len
+    hit = float(screen_hit_rates(prefix, np.array([room]), replicas=replicas, router=router)[0])
+    return token_share(prefix, cfg.input_len, hit)

@@ -21,7 +21,6 @@ simulated p99 misses the SLO gets more replicas until it meets it (or is dropped
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -38,20 +37,18 @@ from fmstack.perfmodel.inference import (
     check_rate,
     deployment_for,
     max_concurrency,
-    running_limit,
     serve_curve,
-    validate_serve,
 )
 from fmstack.perfmodel.inference_disagg import SLO, DisaggComparison, compare_disaggregation
 from fmstack.perfmodel.inference_kv import check_tp
+from fmstack.perfmodel.inference_plan_analytic import analytic as _analytic
 from fmstack.perfmodel.inference_plan_candidate import Candidate as Candidate  # re-exported
-from fmstack.perfmodel.inference_plan_candidate import ClusterOf, config_of, deployment_nodes, layout_text
+from fmstack.perfmodel.inference_plan_candidate import ClusterOf, config_of, layout_text
 from fmstack.perfmodel.inference_plan_disagg import DecodePools, disagg_analytic, split_note
 from fmstack.perfmodel.inference_plan_verify import verify_cheapest
 from fmstack.perfmodel.inference_plan_why import PRECISIONS, Tried, nothing_found
 from fmstack.perfmodel.inference_prefix import PrefixWorkload
 from fmstack.perfmodel.inference_sim_io import ROUTERS
-from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
 
 F = NDArray[np.float64]
 
@@ -213,7 +210,9 @@ def plan_serve(
                         continue  # no chunk and no split of this layout holds one sequence
                     for chunk in CHUNK_CHOICES:
                         cfg = replace(cfg, max_num_tokens=chunk)
-                        option = _analytic(cfg, c, model, qps, slo, name, nodes, efficiency_for)
+                        # the simulation runs no prefix cache under attention DP: neither does the screening
+                        option = _analytic(cfg, c, model, qps, slo, name, nodes, efficiency_for, router=router,
+                                           prefix=None if adp else prefix)  # fmt: skip
                         if option is not None:
                             found.append(option)
                             first = nodes if first is None else first
@@ -332,56 +331,3 @@ def _one_node_holds(cluster_of: Callable[[str, int], Cluster], names: list[str],
         if inst.num_gpus >= nodes * own.num_gpus and inst.price_per_hour_usd / inst.num_gpus <= per_gpu:
             return True
     return False
-
-
-def _analytic(
-    cfg: ServeConfig, cluster: Cluster, model: ModelArch, qps: float, slo: SLO, name: str, nodes_per_replica: int,
-    efficiency_for: EfficiencyFor | None = None,
-) -> Candidate | None:  # fmt: skip
-    """The highest per-replica rate within the SLO on the analytic curve, and the replicas and nodes it needs.
-    The configuration passes `estimate serve`'s checks (:func:`validate_serve`: a prompt longer than the model's
-    context is refused here as there)."""
-    validate_serve(cfg, model, cluster)
-    d = deployment_for(model, cluster, cfg, efficiency_for)
-    limit = max_concurrency(d, cfg)
-    if limit < 1:
-        return None
-    # beyond the sequences the token budget keeps running the rate is flat and the TTFT only grows (clients wait
-    # for a slot): the first point at or past that limit is the one the argmax below would pick among them
-    limit = min(limit, math.ceil(running_limit(d, cfg)))
-    conc = np.arange(1, limit + 1, dtype=np.float64)
-    curve = serve_curve(d, cfg, conc)
-    spike = _chunk_iteration_s(d, cfg, conc)
-    # one output token: no inter-token gap, the ITL target binds nothing (the prompt iteration is TTFT's)
-    gaps_ok = (np.maximum(curve.itl_s, spike) <= slo.itl_s) | (cfg.output_len == 1)
-    ok = (curve.ttft_s + spike <= slo.ttft_s) & gaps_ok
-    if not ok.any():
-        return None
-    i = int(np.argmax(np.where(ok, curve.requests_per_s, -1.0)))
-    rate = float(curve.requests_per_s[i])
-    gpn = cluster.instance.num_gpus
-    replicas = math.ceil(qps / rate)
-    nodes = deployment_nodes(replicas, cfg, gpn)
-    return Candidate(
-        instance=name, gpu=cluster.gpu.name, precision=cfg.precision, tp=cfg.tp, ep=cfg.ep,
-        attention_dp=cfg.attention_dp, pp=cfg.pp,
-        nodes_per_replica=nodes_per_replica, replicas=replicas, nodes=nodes, num_gpus=nodes * gpn,
-        cost_per_hour_usd=nodes * (cluster.instance.price_per_hour_usd or 0.0), max_num_tokens=cfg.max_num_tokens,
-        rate_per_replica_rps=rate, concurrency=i + 1, mean_ttft_s=float(curve.ttft_s[i]),
-        mean_itl_s=float(curve.itl_s[i]),
-    )  # fmt: skip
-
-
-def _chunk_iteration_s(d: Deployment, cfg: ServeConfig, conc: F) -> F:
-    """An iteration that carries a whole prompt chunk next to ``conc - 1`` decodes: the gap a p99 ITL sees once
-    more than 1 % of iterations carry a prompt, and the extra wait of a prompt queued behind another's chunk.
-    Attention DP: the chunk lives on one rank, which also runs its ``(conc - 1) / tp`` decodes, and the iteration
-    takes that busiest rank's time (:func:`step_time` with ``busiest``; the experts see every rank's tokens)."""
-    chunk = float(min(cfg.input_len, cfg.max_num_tokens))
-    ctx = cfg.input_len + cfg.output_len / 2.0
-    chunk_ctx = chunk * (chunk + 1.0) / 2.0
-    busy = None
-    if d.attention_dp:
-        busy = RankLoad(decode_seqs=(conc - 1.0) / d.tp, decode_ctx=ctx, prefill_tokens=chunk,
-                        prefill_token_ctx=chunk_ctx, prefill_seqs=1.0)  # fmt: skip
-    return step_time(d, conc - 1.0, ctx, chunk, chunk_ctx, 1.0, busiest=busy).total_s

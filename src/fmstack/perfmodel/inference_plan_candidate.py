@@ -72,6 +72,12 @@ class Candidate:
     decode_attention_dp: bool = False
     """Disaggregated: the decode pool runs attention DP (False when colocated; ``attention_dp`` is the prefill
     pool's)."""
+    prefix_hit_rate: float = 0.0
+    """With a shared-prefix workload: the share of prompt tokens the analytic screening took from the prefix cache
+    at ``concurrency`` (``estimate serve --prefix-hit-rate``; :mod:`fmstack.perfmodel.inference_plan_analytic`);
+    0 without one, and for splits and attention DP, which are priced and simulated without the cache."""
+    prefix_request_hit_rate: float = 0.0
+    """The requests' screened hit rate behind ``prefix_hit_rate`` (Che's approximation, rounded up to 0.01)."""
 
     @property
     def heterogeneous(self) -> bool:

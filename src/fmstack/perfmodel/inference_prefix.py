@@ -16,7 +16,8 @@ its whole prompt as before (a hit's shared prefix is counted again, as if copied
 prefix is cached at its prompt's end, not block by block as chunks complete; no radix sharing between groups.
 
 :func:`che_hit_rate` is Che's approximation of an LRU cache's hit rate under independent requests (Che, Tung, Wang
-2002; Fricker, Robert, Roberts 2012), which tests the cache.
+2002; Fricker, Robert, Roberts 2012), which tests the cache; :func:`screen_hit_rates` applies it to `plan serve`'s
+analytic screening (:mod:`fmstack.perfmodel.inference_plan_analytic`).
 """
 
 from __future__ import annotations
@@ -121,3 +122,61 @@ def che_hit_rate(probabilities: NDArray[np.float64], capacity_items: float) -> f
             hi = mid
     t = (lo + hi) / 2
     return float(np.sum(p * (1 - np.exp(-p * t))))
+
+
+HIT_GRID = 100
+"""Screening rounds a request hit rate up to a multiple of ``1 / HIT_GRID`` (optimistic by less than 0.01; at most
+``HIT_GRID + 1`` distinct rates, so as many analytic curves per candidate)."""
+
+
+def che_hit_rates(probabilities: NDArray[np.float64], capacities: NDArray[np.float64]) -> NDArray[np.float64]:
+    """:func:`che_hit_rate` at each of ``capacities`` (items), the bisections run together (equal to it within
+    1e-12, tested)."""
+    p = np.asarray(probabilities, dtype=np.float64)[:, None]
+    cap = np.asarray(capacities, dtype=np.float64)
+    out = np.ones(cap.shape, dtype=np.float64)
+    todo = np.flatnonzero(cap < p.shape[0])
+    step = max(1, 1_000_000 // p.shape[0])  # columns at a time: a (groups x columns) matrix of at most 1e6 numbers
+    for at in range(0, todo.size, step):
+        idx = todo[at : at + step]
+        want = cap[idx]
+        lo, hi = np.zeros(idx.size), np.ones(idx.size)
+        while True:
+            short = np.sum(1 - np.exp(-p * hi), axis=0) < want
+            if not short.any():
+                break
+            hi = np.where(short, hi * 2, hi)
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            below = np.sum(1 - np.exp(-p * mid), axis=0) < want
+            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+        t = (lo + hi) / 2
+        out[idx] = np.sum(p * (1 - np.exp(-p * t)), axis=0)
+    return out
+
+
+def screen_hit_rates(
+    workload: PrefixWorkload, capacity_prefixes: NDArray[np.float64], *, replicas: int, router: str
+) -> NDArray[np.float64]:
+    """The request hit rate a replica can expect with room for ``capacity_prefixes`` prefixes in its cache (each
+    entry: the KV pool's free part at one operating point, over ``prefix_len``), for `plan serve`'s screening.
+    round-robin, random, least-loaded: each replica sees all ``groups`` at their popularity and caches them in its
+    own room (Che's approximation, :func:`che_hit_rate`); cache-aware sends a group where it went before, so each
+    replica sees about ``groups / replicas`` of them: the replicas' caches together hold ``replicas x`` the room, as
+    one cache of the whole popularity would (the same figure for uniform groups: ``groups / replicas`` groups in
+    one replica's room). Optimistic on purpose, the simulation decides: Che's figure is the steady state (no cold
+    misses), the room is taken at the mean running sequences (the fluctuations above it evict; Che's hit rate is
+    about concave in the room), and each rate is rounded up to a multiple of ``1 / HIT_GRID``."""
+    pool = replicas if router == "cache-aware" else 1
+    room = np.floor(np.maximum(np.asarray(capacity_prefixes, dtype=np.float64), 0.0)) * pool
+    room = np.minimum(room, float(workload.groups))  # at or above the groups: all cached
+    levels, where = np.unique(room, return_inverse=True)
+    hits = che_hit_rates(workload.probabilities(), levels)
+    rounded: NDArray[np.float64] = np.minimum(np.ceil(hits * HIT_GRID - 1e-9) / HIT_GRID, 1.0)[where]
+    return rounded
+
+
+def token_share(workload: PrefixWorkload, input_len: int, request_hit: float) -> float:
+    """The share of prompt tokens served from the cache when ``request_hit`` of the requests hit: a hit skips
+    ``min(prefix_len, input_len - 1)`` tokens (the simulation recomputes a full hit's last token, as vLLM does)."""
+    return request_hit * min(workload.prefix_len, input_len - 1) / input_len

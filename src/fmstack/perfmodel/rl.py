@@ -3,8 +3,10 @@
 One step (PPO: Ouyang et al. 2022, sec. 3.5 and Schulman et al. 2017; GRPO: Shao et al. 2024, DeepSeekMath,
 sec. 4.1; the phases as veRL's HybridFlow runs them, Sheng et al. 2025, EuroSys, sec. 2.1 and 5):
 1. rollout: ``prompts x samples`` responses from the inference model (:func:`fmstack.perfmodel.inference.
-   estimate_serve`), the replicas running at the concurrency their KV pool allows; the ``samples - 1`` extra
-   copies of each prompt hit the prefix cache (vLLM / SGLang prefix caching). The phase lasts until each
+   estimate_serve`), the replicas running at the concurrency their KV pool allows; the ``samples`` sequences of
+   a prompt share its full KV blocks (vLLM ``SamplingParams.n`` forks them copy-on-write; ServeConfig
+   ``samples_per_prompt``) and its prefill runs once: the ``samples - 1`` extra copies hit the prefix cache, so
+   the ``samples`` sequences together compute the prompt's tokens once (vLLM / SGLang). The phase lasts until each
    replica's last response ends: same-length waves, or the simulated long tail with ``length_spread``
    (:mod:`fmstack.perfmodel.rl_rollout`);
 2. forward passes over prompt + response: reference policy (KL term), reward model (unless the reward is a rule),
@@ -311,7 +313,7 @@ def estimate_rl(
     hit = (cfg.samples_per_prompt - 1) / cfg.samples_per_prompt
     serve = ServeConfig(
         tp=cfg.rollout_tp, precision=cfg.rollout_precision, input_len=cfg.prompt_len, output_len=cfg.response_len,
-        prefix_hit_rate=hit, kv_memory_fraction=SPLIT_KV_FRACTION,
+        prefix_hit_rate=hit, kv_memory_fraction=SPLIT_KV_FRACTION, samples_per_prompt=cfg.samples_per_prompt,
     )  # fmt: skip
     with _as_rollout(cfg.rollout_tp):
         util = cfg.rollout_memory_fraction
