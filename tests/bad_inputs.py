@@ -1223,3 +1223,6 @@ BAD_ARGV += []  # fmt: skip
 
 # session 16, optimizer-state and parameter storage layouts (helper O)
 BAD_ARGV += []  # fmt: skip
+
+# session 16, routers and prefix workload fresh review (helper V)
+BAD_ARGV += []  # fmt: skip
