@@ -220,15 +220,11 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
         "all_reduce", expert * c.reduce_bytes, expert_dp, exp_pd, cluster
     )
     gather = layout_bytes_per_param(c).gather  # bytes per gathered parameter: 2, 1 with FP8 parameters
-    # ZeRO-1/2 reduce-scatter the gradients and all-gather the parameters: a ring all-reduce of reduce_bytes when both
-    # move as many bytes, the two collectives apart when not (FP8 parameters; Apex's fp32 grad sync, bf16 param sync)
-    split = (c.sharding >= SHARDING_CODE["zero1"]) & (c.sharding < SHARDING_CODE["zero3"]) & (gather != c.reduce_bytes)
-    if any_true(split):
-        rs_ag = comm("reduce_scatter", nonexpert * c.reduce_bytes, dp_group, dp_pd, cluster) + comm(
-            "all_gather", nonexpert * gather, dp_group, dp_pd, cluster
-        )
-        rs_ag = rs_ag + comm("reduce_scatter", expert * c.reduce_bytes, expert_dp, exp_pd, cluster)
-        grad_ar = where(split, rs_ag + comm("all_gather", expert * gather, expert_dp, exp_pd, cluster), grad_ar)
+    # ZeRO-1/2: the all-reduce's halves are the gradient reduce-scatter (reduce_bytes) and the parameter all-gather
+    # (gather bytes: 1 with FP8 parameters; Apex's bf16 param sync beside its fp32 grad sync); priced as the
+    # all-reduce scaled by the bytes both move, so that the algorithm stays the all-reduce's
+    halves = where(c.sharding >= SHARDING_CODE["zero1"], (c.reduce_bytes + gather) / (2.0 * c.reduce_bytes), 1.0)
+    grad_ar = grad_ar * where(c.sharding >= SHARDING_CODE["zero3"], 1.0, halves)
     ag = comm("all_gather", nonexpert * gather if any_full else none_bytes, dp_group, dp_pd, cluster) + comm(
         "all_gather", expert * gather if any_full else none_bytes, expert_dp, exp_pd, cluster
     )
