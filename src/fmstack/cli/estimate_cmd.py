@@ -27,8 +27,8 @@ from fmstack.cli.common import (
 )
 from fmstack.cli.estimate_options import (
     cluster_options,
-    layout_options,
     gpus_per_node,
+    layout_options,
     refuse_resilience_without_tokens,
     resilience_options,
     resolve_nodes,

@@ -41,6 +41,8 @@ from fmstack.perfmodel.config import (
     DEFAULT_SEQ_LEN,
     PRECISION_CHOICES,
     RECOMPUTE_CHOICES,
+    MasterWeights,
+    OptimizerStateDtype,
     default_seq_len,
 )
 from fmstack.perfmodel.plan_failures import CANDIDATES_PER_RESULT, TRAIN_OBJECTIVES
@@ -291,7 +293,8 @@ def plan_train(
     model: str, instance: str, gpus: str, tokens: float, objective: str, seq_len: int | None, global_batch: int | None,
     precisions: str, recompute: str | None, overlap_tp: bool, overlap_ep: bool, calibration: Path | None,
     calibration_force: bool, catalog_dir: Path | None, top: int, html_path: Path | None, as_json: bool,
-    optimizer_state_dtype: str | None = None, master_weights: str | None = None, fp8_param_gather: bool | None = None,
+    optimizer_state_dtype: OptimizerStateDtype | None = None, master_weights: MasterWeights | None = None,
+    fp8_param_gather: bool | None = None,
 ) -> None:  # fmt: skip
     """Find the best way to train MODEL on these instances: parallelism, time, cost and bottleneck."""
     if html_path is not None:

@@ -231,7 +231,8 @@ def validate_layout(cfg: TrainConfig) -> None:
     if cfg.master_weights == "remainder" and cfg.precision == "fp16":
         # the remainder completes a bf16 weight: fp16 has 5 exponent bits, not fp32's 8
         raise InputError(
-            "master-weights", "remainder stores the low 16 bits of an fp32 weight whose high half is the bf16 weight; "
+            "master-weights",
+            "remainder stores the low 16 bits of an fp32 weight whose high half is the bf16 weight; "
             "precision fp16 has no such half: use fp32 or none",
         )
     if cfg.fp8_param_gather and cfg.precision != "fp8":
@@ -260,8 +261,8 @@ def check_search_layout(
     which must exist)."""
     if fp8_param_gather and "fp8" not in precisions:
         raise InputError(
-            "fp8-param-gather", f"keeps the weights as FP8 parameters: it needs fp8 among --precision, got "
-            f"{','.join(precisions)}",
+            "fp8-param-gather",
+            f"keeps the weights as FP8 parameters: it needs fp8 among --precision, got {','.join(precisions)}",
         )
     for precision in precisions:
         validate_layout(

@@ -31,7 +31,14 @@ from fmstack.perfmodel.columns import (
     Columns,
     columns_from_configs,
 )
-from fmstack.perfmodel.config import TrainConfig, check_search_layout, check_seq_len, describe_config
+from fmstack.perfmodel.config import (
+    MasterWeights,
+    OptimizerStateDtype,
+    TrainConfig,
+    check_search_layout,
+    check_seq_len,
+    describe_config,
+)
 from fmstack.perfmodel.efficiency import Efficiency, default_efficiency
 from fmstack.perfmodel.memory import (
     ADAM_STATE_BYTES,
@@ -76,9 +83,9 @@ class SearchSpace:
     overlap_ep: bool = True
     """MoE: overlap the expert all-to-all with another micro-batch's compute where ep > 1 and there are several
     micro-batches (Megatron-Core >= 0.14 ``--overlap-moe-expert-parallel-comm --delay-wgrad-compute``)."""
-    optimizer_state_dtype: str = "fp32"
+    optimizer_state_dtype: OptimizerStateDtype = "fp32"
     """Adam's m and v on every row (fixed, not searched; TrainConfig.optimizer_state_dtype)."""
-    master_weights: str = "fp32"
+    master_weights: MasterWeights = "fp32"
     """The master copy on every row (fixed, not searched; TrainConfig.master_weights)."""
     fp8_param_gather: bool = False
     """FP8 parameters on the fp8 rows (fixed, not searched; TrainConfig.fp8_param_gather)."""
