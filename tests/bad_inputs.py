@@ -1222,7 +1222,23 @@ BAD_ARGV += [
 BAD_ARGV += []  # fmt: skip
 
 # session 16, optimizer-state and parameter storage layouts (helper O)
-BAD_ARGV += []  # fmt: skip
+_O8 = ["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "1"]
+_OP = ["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "1e12"]
+BAD_ARGV += [
+    ([*_O8, "--optimizer-state", "fp16"], "Invalid value for '--optimizer-state': 'fp16' is not one of 'fp32', 'bf16'"),
+    ([*_O8, "--master-weights", "half"], "'half' is not one of 'fp32', 'remainder', 'none'"),
+    # FP8 parameters without FP8 compute: there is no FP8 weight to keep
+    ([*_O8, "--fp8-param-gather"], "fp8-param-gather: keeps the weights as FP8 parameters: it needs --precision fp8, got bf16"),
+    # the 16-bit remainder completes a bf16 weight; an fp16 weight is not the high half of an fp32 one
+    ([*_O8, "--precision", "fp16", "--master-weights", "remainder"], "master-weights: remainder stores the low 16 bits"),
+    # FP8 weights cannot carry the update themselves (NeMo forces store_params=True with fp8_params)
+    ([*_O8, "--precision", "fp8", "--fp8-param-gather", "--master-weights", "none"],
+     "master-weights: FP8 parameters (--fp8-param-gather) need fp32 master weights to update; got none"),
+    ([*_O8, "--grad-shard-buffer", "--sharding", "fsdp"], "grad-shard-buffer: adds a reduce-scattered gradient shard next"),
+    ([*_OP, "--fp8-param-gather"], "fp8-param-gather: keeps the weights as FP8 parameters: it needs fp8 among --precision"),
+    ([*_OP, "--precision", "bf16,fp16", "--master-weights", "remainder"], "master-weights: remainder stores the low 16"),
+    ([*_OP, "--optimizer-state", "int8"], "Invalid value for '--optimizer-state': 'int8' is not one of 'fp32', 'bf16'"),
+]  # fmt: skip
 
 # session 16, routers and prefix workload fresh review (helper V)
 BAD_ARGV += []  # fmt: skip

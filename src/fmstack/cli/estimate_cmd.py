@@ -28,6 +28,7 @@ from fmstack.cli.common import (
 from fmstack.cli.estimate_options import (
     cluster_options,
     gpus_per_node,
+    layout_options,
     refuse_resilience_without_tokens,
     resilience_options,
     resolve_nodes,
@@ -106,6 +107,14 @@ def estimate() -> None:
     "--overlap-ep/--no-overlap-ep", default=None, help="Overlap the MoE all-to-all with another micro-batch [off]."
 )
 @click.option("--flash/--no-flash", "flash_attention", default=None, help="Fused attention [on].")
+@layout_options
+@click.option(
+    "--grad-shard-buffer",
+    is_flag=True,
+    default=None,
+    help="With zero1: the reduce-scattered gradient shard in its own buffer next to the full one, as Apex "
+    "DistributedFusedAdam with contiguous_grad_buffer (NeMo 24.07) [off].",
+)
 @click.option(
     "--tokens", type=float, default=None, help="Token budget: time to train it with checkpoints and failures."
 )
@@ -195,7 +204,7 @@ def estimate_argv(
     the time to train, checkpoints and goodput).
 
     Degrees, batch, sequence length, precision, recomputation and sharding are always written (so the line does not
-    depend on estimate's defaults); on/off switches only where they differ from estimate's default; the HSDP shard
+    depend on estimate's defaults); on/off switches and the storage layout only where they differ from the default; the HSDP shard
     group with hsdp where it is not the default. ``cfg``'s grad_bytes and reduce_bytes have no flag: they must be
     TrainConfig's defaults (the planner's are).
     """
@@ -222,6 +231,12 @@ def estimate_argv(
     for flag, value, default in switches:
         if value != default:
             argv.append(f"--{flag}" if value else f"--no-{flag}")
+    if cfg.optimizer_state_dtype != "fp32":
+        argv += ["--optimizer-state", cfg.optimizer_state_dtype]
+    if cfg.master_weights != "fp32":
+        argv += ["--master-weights", cfg.master_weights]
+    argv += ["--fp8-param-gather"] if cfg.fp8_param_gather else []
+    argv += ["--grad-shard-buffer"] if cfg.grad_shard_buffer else []
     if catalog_dir is not None:
         argv += ["--catalog", str(catalog_dir)]
     argv += calibration_argv(calibration, calibration_force)

@@ -8,8 +8,9 @@ from typing import Any
 import click
 
 from fmstack.catalog.topology import resolve_instance
-from fmstack.cli.common import catalog_option, whole_nodes_hint
+from fmstack.cli.common import catalog_option, choice, whole_nodes_hint
 from fmstack.errors import InputError
+from fmstack.perfmodel.config import MASTER_WEIGHTS_CHOICES, OPTIMIZER_STATE_CHOICES
 
 
 def cluster_options(func: Any) -> Any:
@@ -85,3 +86,35 @@ def resolve_nodes(nodes: int | None, gpus: int | None, gpus_per_node: int) -> in
 
 def gpus_per_node(cat: Any, instance: str) -> int:
     return int(resolve_instance(cat, instance).num_gpus)
+
+
+def layout_options(func: Any) -> Any:
+    """The optimizer-state and parameter storage layout (``estimate train`` and ``plan train``; TrainConfig's
+    ``optimizer_state_dtype``, ``master_weights``, ``fp8_param_gather``). Defaults (None) leave the config's."""
+    options = [
+        click.option(
+            "--optimizer-state",
+            "optimizer_state_dtype",
+            type=choice(OPTIMIZER_STATE_CHOICES),
+            default=None,
+            help="Adam's m and v: fp32 (8 B per parameter) or bf16 (4 B: Megatron-Core exp_avg_dtype / "
+            "exp_avg_sq_dtype, Apex DistributedFusedAdam dtype) [fp32].",
+        ),
+        click.option(
+            "--master-weights",
+            type=choice(MASTER_WEIGHTS_CHOICES),
+            default=None,
+            help="The optimizer's copy of the weights: fp32 (4 B), remainder (2 B: the low 16 bits under the bf16 "
+            "weight, store_param_remainders), none (bf16 weights updated in place) [fp32].",
+        ),
+        click.option(
+            "--fp8-param-gather",
+            is_flag=True,
+            default=None,
+            help="With --precision fp8: FP8 weights (1 B) without the bf16 copy, gathered in FP8 (Megatron-Core "
+            "fp8_param_gather) [off].",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func

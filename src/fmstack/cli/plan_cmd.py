@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from fmstack.cli.common import (
     print_json,
 )
 from fmstack.cli.estimate_cmd import estimate_argv
+from fmstack.cli.estimate_options import layout_options
 from fmstack.cli.plan_gpus import MAX_GPU_COUNTS as MAX_GPU_COUNTS  # re-exported: plan_gpus is their home
 from fmstack.cli.plan_gpus import SWEEP_POINTS as SWEEP_POINTS
 from fmstack.cli.plan_gpus import _priced_only, build_clusters, sweep_nodes
@@ -40,6 +42,8 @@ from fmstack.perfmodel.config import (
     DEFAULT_SEQ_LEN,
     PRECISION_CHOICES,
     RECOMPUTE_CHOICES,
+    MasterWeights,
+    OptimizerStateDtype,
     default_seq_len,
 )
 from fmstack.perfmodel.plan_failures import CANDIDATES_PER_RESULT, TRAIN_OBJECTIVES
@@ -164,6 +168,7 @@ def plan() -> None:
 
 @plan.command("train", cls=SearchCommand, epilog=PLAN_EXAMPLE)
 @search_options
+@layout_options
 @click.option("--top", type=int, default=10, show_default=True, help="How many configurations to show.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write an HTML report.")
 @json_option
@@ -171,6 +176,8 @@ def plan_train(
     model: str, instance: str, gpus: str, tokens: float, objective: str, seq_len: int | None, global_batch: int | None,
     precisions: str, recompute: str | None, overlap_tp: bool, overlap_ep: bool, calibration: Path | None,
     calibration_force: bool, catalog_dir: Path | None, top: int, html_path: Path | None, as_json: bool,
+    optimizer_state_dtype: OptimizerStateDtype | None = None, master_weights: MasterWeights | None = None,
+    fp8_param_gather: bool | None = None,
 ) -> None:  # fmt: skip
     """Find the best way to train MODEL on these instances: parallelism, time, cost and bottleneck."""
     if html_path is not None:
@@ -180,7 +187,11 @@ def plan_train(
     clusters, skipped = build_clusters(cat, instance, gpus)
     if objective == "cost":
         clusters, skipped = _priced_only(clusters, skipped)
-    space = _space(seq_len, global_batch, precisions, recompute, overlap_ep, arch, overlap_tp)
+    space = replace(
+        _space(seq_len, global_batch, precisions, recompute, overlap_ep, arch, overlap_tp),
+        optimizer_state_dtype=optimizer_state_dtype or "fp32", master_weights=master_weights or "fp32",
+        fp8_param_gather=bool(fp8_param_gather),
+    )  # fmt: skip
     efficiency_for = calibration_for(calibration, clusters, calibration_force)
     with_failures = objective == "time-with-failures"
     if with_failures:

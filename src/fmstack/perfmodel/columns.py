@@ -16,6 +16,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fmstack.perfmodel.config import (
+    MASTER_WEIGHTS_CHOICES,
+    OPTIMIZER_STATE_CHOICES,
     PRECISION_CHOICES,
     RECOMPUTE_CHOICES,
     RECOMPUTE_MODULES,
@@ -31,14 +33,18 @@ V = TypeVar("V", bound=Num)
 RECOMPUTE_CODE = {name: i for i, name in enumerate(RECOMPUTE_CHOICES)}
 PRECISION_CODE = {name: i for i, name in enumerate(PRECISION_CHOICES)}
 SHARDING_CODE = {name: i for i, name in enumerate(SHARDING_CHOICES)}
+OPT_STATE_CODE = {name: i for i, name in enumerate(OPTIMIZER_STATE_CHOICES)}
+MASTER_CODE = {name: i for i, name in enumerate(MASTER_WEIGHTS_CHOICES)}
 _CODES: dict[str, dict[Any, int]] = {
     "precision": PRECISION_CODE,
     "recompute": RECOMPUTE_CODE,
     "sharding": SHARDING_CODE,
+    "opt_state": OPT_STATE_CODE,
+    "master": MASTER_CODE,
 }
 RECOMPUTE_MODULE_BIT = {name: float(2**i) for i, name in enumerate(RECOMPUTE_MODULES)}
 """Bit of each recompute module in the ``rc_modules`` column (a sum of bits)."""
-_FLAGS = frozenset({"sp", "overlap_dp", "overlap_tp", "flash", "overlap_ep"})
+_FLAGS = frozenset({"sp", "overlap_dp", "overlap_tp", "flash", "overlap_ep", "fp8_params", "grad_shard"})
 
 CONFIG_FIELDS = {
     "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "etp": "etp", "sp": "sequence_parallel",
@@ -46,7 +52,8 @@ CONFIG_FIELDS = {
     "recompute": "recompute", "sharding": "sharding", "hsdp": "hsdp_shard_size", "overlap_dp": "overlap_dp",
     "overlap_tp": "overlap_tp", "flash": "flash_attention", "grad_bytes": "grad_bytes",
     "reduce_bytes": "reduce_bytes", "rc_modules": "recompute_modules", "rc_layers": "recompute_layers",
-    "overlap_ep": "overlap_ep",
+    "overlap_ep": "overlap_ep", "opt_state": "optimizer_state_dtype", "master": "master_weights",
+    "fp8_params": "fp8_param_gather", "grad_shard": "grad_shard_buffer",
 }  # fmt: skip
 """Column name -> TrainConfig field (categorical ones as codes, flags as 0 / 1)."""
 
@@ -81,6 +88,14 @@ class Columns(Generic[V]):
     """recompute_layers: fully recomputed layers at the start of every pipeline chunk."""
     overlap_ep: V | None = field(default=None)
     """1 where the EP all-to-all overlaps another micro-batch's compute; None (the planner's columns) = all 0."""
+    opt_state: V | None = field(default=None)
+    """OPT_STATE_CODE of Adam's m and v dtype; None = fp32 (code 0) everywhere."""
+    master: V | None = field(default=None)
+    """MASTER_CODE of the master weights; None = fp32 (code 0) everywhere."""
+    fp8_params: V | None = field(default=None)
+    """1 where the weights are FP8 parameters (``fp8_param_gather``); None = all 0."""
+    grad_shard: V | None = field(default=None)
+    """1 where the reduce-scattered gradient shard has its own buffer (Apex DistributedFusedAdam); None = all 0."""
 
     def __len__(self) -> int:
         return 1 if isinstance(self.tp, float) else int(self.tp.shape[0])
@@ -90,7 +105,7 @@ class Columns(Generic[V]):
         values: dict[str, object] = {}
         for col, name in CONFIG_FIELDS.items():
             column: F | None = getattr(self, col)
-            if column is None:  # overlap_ep of the planner's columns: the default
+            if column is None:  # an optional column left out (the planner's overlap_ep, the layout): the default
                 continue
             x = column[i]
             if col == "rc_modules":

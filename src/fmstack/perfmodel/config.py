@@ -16,10 +16,20 @@ Recompute = Literal["none", "selective", "full"]
 Precision = Literal["bf16", "fp16", "fp8"]
 Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp", "hsdp"]
 Schedule = Literal["1f1b", "interleaved"]
+OptimizerStateDtype = Literal["fp32", "bf16"]
+MasterWeights = Literal["fp32", "remainder", "none"]
 
 RECOMPUTE_CHOICES: tuple[Recompute, ...] = ("none", "selective", "full")
 PRECISION_CHOICES: tuple[Precision, ...] = ("bf16", "fp16", "fp8")
 SHARDING_CHOICES: tuple[Sharding, ...] = ("none", "zero1", "zero2", "zero3", "fsdp", "hsdp")
+OPTIMIZER_STATE_CHOICES: tuple[OptimizerStateDtype, ...] = ("fp32", "bf16")
+"""Adam's m and v: fp32 (4 B each, the default of Megatron-Core and Apex) or bf16 (2 B each: Megatron-Core
+``exp_avg_dtype`` / ``exp_avg_sq_dtype`` with ``use_precision_aware_optimizer``; Apex DistributedFusedAdam ``dtype``)."""
+MASTER_WEIGHTS_CHOICES: tuple[MasterWeights, ...] = ("fp32", "remainder", "none")
+"""The optimizer's copy of the weights: fp32 (4 B); remainder (2 B: the low 16 bits of the fp32 value, the bf16
+weight being its high half: Apex DistributedFusedAdam ``store_param_remainders``, Transformer Engine FusedAdam
+``store_param_remainders`` under Megatron-Core's precision-aware optimizer); none (0 B: the bf16 weights are updated
+in place, DistributedFusedAdam with ``store_params=False`` and a bf16 state ``dtype``)."""
 RECOMPUTE_MODULES: tuple[str, ...] = (
     "core_attn",
     "layernorm",
@@ -87,6 +97,19 @@ class TrainConfig:
     """Bytes per gradient element kept for the optimizer (4: fp32 main grads, as Megatron-Core)."""
     reduce_bytes: int = 2
     """Bytes per gradient element on the wire for the data-parallel reduction (bf16)."""
+    optimizer_state_dtype: OptimizerStateDtype = "fp32"
+    """Adam's first and second moments (:data:`OPTIMIZER_STATE_CHOICES`): fp32, 8 B per parameter; bf16, 4 B."""
+    master_weights: MasterWeights = "fp32"
+    """The optimizer's copy of the weights (:data:`MASTER_WEIGHTS_CHOICES`): fp32 4 B, remainder 2 B, none 0 B."""
+    fp8_param_gather: bool = False
+    """With precision fp8: the weights are FP8 parameters, 1 B, with no bf16 copy, and the data-parallel parameter
+    all-gathers (ZeRO-1 after the step, FSDP / ZeRO-3 per layer) move 1 B per parameter (Megatron-Core
+    ``DistributedDataParallelConfig.fp8_param_gather``: "keep the compute param in fp8 ... and perform the param
+    all-gather in fp8")."""
+    grad_shard_buffer: bool = False
+    """With zero1: the reduce-scattered gradient shard lives in its own buffer next to the full gradient buffer
+    (``grad_bytes`` / shard group more), as Apex DistributedFusedAdam with ``contiguous_grad_buffer`` keeps it
+    (``sync_grads_shard``, then ``grads_shard``); Megatron-Core's distributed optimizer reads its shard in place."""
 
     @property
     def model_parallel(self) -> int:
@@ -120,6 +143,7 @@ def validate_config(cfg: TrainConfig, model: ModelArch, num_gpus: int) -> None:
     if cfg.sharding not in SHARDING_CHOICES:
         raise InputError("sharding", f"{cfg.sharding!r} unknown; allowed: {', '.join(SHARDING_CHOICES)}")
     _validate_recompute(cfg, model)
+    validate_layout(cfg)
     product = cfg.num_gpus
     if product != num_gpus:
         raise InputError(
@@ -190,6 +214,65 @@ def validate_config(cfg: TrainConfig, model: ModelArch, num_gpus: int) -> None:
             )
     _validate_hsdp(cfg)
     check_seq_len(cfg.seq_len, model)
+
+
+def validate_layout(cfg: TrainConfig) -> None:
+    """The optimizer-state and parameter storage layout: known names, and FP8 parameters only under fp8 compute,
+    a separate gradient shard only with zero1's unsharded gradient buffer."""
+    if cfg.optimizer_state_dtype not in OPTIMIZER_STATE_CHOICES:
+        raise InputError(
+            "optimizer-state",
+            f"{cfg.optimizer_state_dtype!r} unknown; allowed: {', '.join(OPTIMIZER_STATE_CHOICES)} (Adam's m and v)",
+        )
+    if cfg.master_weights not in MASTER_WEIGHTS_CHOICES:
+        raise InputError(
+            "master-weights", f"{cfg.master_weights!r} unknown; allowed: {', '.join(MASTER_WEIGHTS_CHOICES)}"
+        )
+    if cfg.master_weights == "remainder" and cfg.precision == "fp16":
+        # the remainder completes a bf16 weight: fp16 has 5 exponent bits, not fp32's 8
+        raise InputError(
+            "master-weights",
+            "remainder stores the low 16 bits of an fp32 weight whose high half is the bf16 weight; "
+            "precision fp16 has no such half: use fp32 or none",
+        )
+    if cfg.fp8_param_gather and cfg.precision != "fp8":
+        raise InputError(
+            "fp8-param-gather", f"keeps the weights as FP8 parameters: it needs --precision fp8, got {cfg.precision}"
+        )
+    if cfg.fp8_param_gather and cfg.master_weights != "fp32":
+        # FP8 weights cannot carry the update: NeMo sets store_params=True with fp8_params (megatron_base_model.py),
+        # Megatron-Core keeps fp32 main params for FP8 parameters (optimizer_config.py,
+        # use_precision_aware_optimizer_no_fp8_or_ds_fp8)
+        raise InputError(
+            "master-weights",
+            f"FP8 parameters (--fp8-param-gather) need fp32 master weights to update; got {cfg.master_weights}",
+        )
+    if cfg.grad_shard_buffer and cfg.sharding != "zero1":
+        raise InputError(
+            "grad-shard-buffer",
+            f"adds a reduce-scattered gradient shard next to zero1's full gradient buffer; got --sharding {cfg.sharding}",
+        )
+
+
+def check_search_layout(
+    precisions: tuple[str, ...], optimizer_state_dtype: str, master_weights: str, fp8_param_gather: bool
+) -> None:
+    """The planner's fixed storage layout must hold on every precision it searches (FP8 parameters on its fp8 rows,
+    which must exist)."""
+    if fp8_param_gather and "fp8" not in precisions:
+        raise InputError(
+            "fp8-param-gather",
+            f"keeps the weights as FP8 parameters: it needs fp8 among --precision, got {','.join(precisions)}",
+        )
+    for precision in precisions:
+        validate_layout(
+            TrainConfig(
+                precision=precision,  # type: ignore[arg-type]
+                optimizer_state_dtype=optimizer_state_dtype,  # type: ignore[arg-type]
+                master_weights=master_weights,  # type: ignore[arg-type]
+                fp8_param_gather=fp8_param_gather and precision == "fp8",
+            )
+        )
 
 
 def _validate_hsdp(cfg: TrainConfig) -> None:
@@ -315,4 +398,20 @@ def describe_config(c: TrainConfig) -> str:
         parts.append("tp-overlap")
     if c.overlap_ep:
         parts.append("ep-overlap")
+    parts += layout_tags(c)
     return " ".join(parts)
+
+
+def layout_tags(c: TrainConfig) -> list[str]:
+    """Short tags for the storage layout where it differs from the default: ``opt-bf16``, ``master-remainder``,
+    ``master-none``, ``fp8-params``, ``grad-shard``."""
+    tags = []
+    if c.optimizer_state_dtype != "fp32":
+        tags.append(f"opt-{c.optimizer_state_dtype}")
+    if c.master_weights != "fp32":
+        tags.append(f"master-{c.master_weights}")
+    if c.fp8_param_gather:
+        tags.append("fp8-params")
+    if c.grad_shard_buffer:
+        tags.append("grad-shard")
+    return tags

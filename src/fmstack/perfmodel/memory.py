@@ -13,7 +13,8 @@ and :mod:`fmstack.perfmodel.recompute`. The first pipeline stage holds min(p, m)
 micro-batches in flight (1F1B), times (1 + (p-1)/(p v)) with v interleaved chunks (Korthikanti sec. 4.2.3).
 Mixed-precision Adam keeps 2 B weights, ``grad_bytes`` gradients and 12 B of fp32 master weights and
 moments per parameter (Rajbhandari et al. 2020, ZeRO, sec. 3.1), sharded by ZeRO stage over the data-
-parallel group.
+parallel group. Other storage layouts (:func:`layout_bytes_per_param`): bf16 moments, 16-bit master remainders or no
+master copy, FP8 parameters, and Apex DistributedFusedAdam's separate gradient shard.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any, Generic, cast
 import numpy as np
 from numpy.typing import NDArray
 
-from fmstack.perfmodel.columns import PRECISION_CODE, SHARDING_CODE, Columns, V
+from fmstack.perfmodel.columns import MASTER_CODE, OPT_STATE_CODE, PRECISION_CODE, SHARDING_CODE, Columns, V
 from fmstack.perfmodel.modelconsts import ModelConsts
 from fmstack.perfmodel.num import Cond, Num, ceil, minimum, where
 from fmstack.perfmodel.recompute import recompute_of
@@ -37,6 +38,14 @@ OPTIMIZER_BYTES_PER_PARAM = 12.0
 WEIGHT_BYTES = 2.0
 FP8_WEIGHT_EXTRA_BYTES = 1.0
 """Transformer Engine keeps an fp8 copy of each weight next to the bf16 one."""
+FP8_PARAM_BYTES = 1.0
+"""FP8 parameters (Megatron-Core ``fp8_param_gather``): the weight is the FP8 tensor, no bf16 copy."""
+ADAM_STATE_BYTES = {"fp32": 8.0, "bf16": 4.0}
+"""Adam's m and v per parameter by dtype (Megatron-Core ``exp_avg_dtype`` / ``exp_avg_sq_dtype``; Apex
+DistributedFusedAdam ``dtype``: ``exp_avg_shard`` and ``exp_avg_sq_shard`` are allocated in it)."""
+MASTER_BYTES = {"fp32": 4.0, "remainder": 2.0, "none": 0.0}
+"""The optimizer's copy of a weight: fp32; the int16 remainder (Apex ``param_remainders_shard``, ``torch.int16``;
+Megatron-Core's ``master_param`` as ``torch.int16`` with ``store_param_remainders`` and bf16); none."""
 LOGIT_BYTES = 4.0
 """fp32 logits for the cross-entropy on the last stage (Korthikanti et al. 2022, sec. 4.3: 4sbv/t)."""
 DEFAULT_RESERVE_GIB = 3.0
@@ -130,6 +139,45 @@ def activation_bytes_per_token_layer(mc: ModelConsts, c: Columns[Any]) -> tuple[
     return dense, moe
 
 
+def _code(column: Any, default: float = 0.0) -> Any:
+    """An optional layout column, or its default where it was left out (the planner's default layout)."""
+    return default if column is None else column
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutBytes(Generic[V]):
+    """Bytes per parameter of one storage layout, before any sharding."""
+
+    weights: V
+    """Model weights: bf16 2 B (+1 B FP8 copy under fp8), or the FP8 parameter's 1 B."""
+    optimizer: V
+    """Adam m + v and the master copy (sharded from zero1 on)."""
+    gather: V
+    """Bytes per parameter of a data-parallel parameter all-gather: 2 (bf16), 1 with FP8 parameters."""
+    grad_shard: V
+    """0 or 1: the gradient shard is a separate buffer (Apex DistributedFusedAdam)."""
+
+
+def layout_bytes_per_param(c: Columns[Any]) -> LayoutBytes[Any]:
+    """The storage layout of every row: weights, optimizer state and gathered bytes per parameter.
+
+    Default (all columns at their defaults): weights 2 B (+1 B under fp8), optimizer 4 + 4 + 4 = 12 B, gathers 2 B.
+    """
+    state = where(_code(c.opt_state) == OPT_STATE_CODE["bf16"], ADAM_STATE_BYTES["bf16"], ADAM_STATE_BYTES["fp32"])
+    master_code = _code(c.master)
+    master = where(
+        master_code == MASTER_CODE["none"],
+        MASTER_BYTES["none"],
+        where(master_code == MASTER_CODE["remainder"], MASTER_BYTES["remainder"], MASTER_BYTES["fp32"]),
+    )
+    fp8 = c.precision == PRECISION_CODE["fp8"]
+    fp8_params = fp8 & (_code(c.fp8_params) > 0)
+    weights = where(fp8_params, FP8_PARAM_BYTES, WEIGHT_BYTES + where(fp8, FP8_WEIGHT_EXTRA_BYTES, 0.0))
+    gather = where(fp8_params, FP8_PARAM_BYTES, WEIGHT_BYTES)
+    grad_shard = where(_code(c.grad_shard) > 0, 1.0, 0.0)
+    return LayoutBytes(weights=weights, optimizer=state + master, gather=gather, grad_shard=grad_shard)
+
+
 def memory_per_gpu(mc: ModelConsts, c: Columns[Any]) -> MemoryArrays[Any]:
     """Memory of the most loaded GPU for every configuration row."""
     nonexpert, expert = local_params(mc, c)
@@ -148,10 +196,12 @@ def memory_per_gpu(mc: ModelConsts, c: Columns[Any]) -> MemoryArrays[Any]:
         ex = expert * bytes_per_param / where(on, expert_shard, 1.0)
         return ne + ex
 
-    weight_bytes = WEIGHT_BYTES + where(c.precision == PRECISION_CODE["fp8"], FP8_WEIGHT_EXTRA_BYTES, 0.0)
-    weights = sharded(weight_bytes, shard_weights)
-    grads = sharded(c.grad_bytes, shard_grads)
-    optimizer = sharded(OPTIMIZER_BYTES_PER_PARAM, shard_opt)
+    layout = layout_bytes_per_param(c)
+    weights = sharded(layout.weights, shard_weights)
+    # Apex DistributedFusedAdam with contiguous_grad_buffer: the full buffer stays, the reduce-scattered shard is a
+    # second buffer (distributed_fused_adam.py: sync_grads_shard = torch.empty([shard_size]), kept as grads_shard)
+    grads = sharded(c.grad_bytes, shard_grads) + layout.grad_shard * sharded(c.grad_bytes, shard_opt)
+    optimizer = sharded(layout.optimizer, shard_opt)
 
     dense_tok, moe_tok = activation_bytes_per_token_layer(mc, c)
     tokens_mb = c.mb * c.seq / c.cp
@@ -169,7 +219,7 @@ def memory_per_gpu(mc: ModelConsts, c: Columns[Any]) -> MemoryArrays[Any]:
     layer_params = (mc.params_layers_nonexpert / mc.layers) / c.tp + (mc.params_expert / max(mc.layers, 1.0)) / (
         c.ep * c.etp
     )
-    gather_buffers = where(shard_weights, 2.0 * layer_params * WEIGHT_BYTES, 0.0)  # current + prefetched layer
+    gather_buffers = where(shard_weights, 2.0 * layer_params * layout.gather, 0.0)  # current + prefetched layer
     temporary = (
         gather_buffers
         if isinstance(params, float)

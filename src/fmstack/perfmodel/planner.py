@@ -22,6 +22,8 @@ from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.columns import (
+    MASTER_CODE,
+    OPT_STATE_CODE,
     PRECISION_CODE,
     RECOMPUTE_CODE,
     RECOMPUTE_MODULE_BIT,
@@ -29,9 +31,23 @@ from fmstack.perfmodel.columns import (
     Columns,
     columns_from_configs,
 )
-from fmstack.perfmodel.config import TrainConfig, check_seq_len, describe_config
+from fmstack.perfmodel.config import (
+    MasterWeights,
+    OptimizerStateDtype,
+    TrainConfig,
+    check_search_layout,
+    check_seq_len,
+    describe_config,
+)
 from fmstack.perfmodel.efficiency import Efficiency, default_efficiency
-from fmstack.perfmodel.memory import DEFAULT_RESERVE_GIB, GIB, OPTIMIZER_BYTES_PER_PARAM, WEIGHT_BYTES
+from fmstack.perfmodel.memory import (
+    ADAM_STATE_BYTES,
+    DEFAULT_RESERVE_GIB,
+    GIB,
+    MASTER_BYTES,
+    OPTIMIZER_BYTES_PER_PARAM,
+    WEIGHT_BYTES,
+)
 from fmstack.perfmodel.modelconsts import model_consts
 from fmstack.perfmodel.num import FloatArray
 from fmstack.perfmodel.plan_fold import best_per_layout
@@ -67,6 +83,12 @@ class SearchSpace:
     overlap_ep: bool = True
     """MoE: overlap the expert all-to-all with another micro-batch's compute where ep > 1 and there are several
     micro-batches (Megatron-Core >= 0.14 ``--overlap-moe-expert-parallel-comm --delay-wgrad-compute``)."""
+    optimizer_state_dtype: OptimizerStateDtype = "fp32"
+    """Adam's m and v on every row (fixed, not searched; TrainConfig.optimizer_state_dtype)."""
+    master_weights: MasterWeights = "fp32"
+    """The master copy on every row (fixed, not searched; TrainConfig.master_weights)."""
+    fp8_param_gather: bool = False
+    """FP8 parameters on the fp8 rows (fixed, not searched; TrainConfig.fp8_param_gather)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -184,11 +206,14 @@ def enumerate_space(model: ModelArch, cluster: Cluster, space: SearchSpace) -> t
     # Megatron-LM allows only with sequence parallelism, on for every tp > 1 row here
     overlap_tp = ((tp[idx] > 1) & space.overlap_tp).astype(np.float64)
     ones = np.ones(idx.shape[0])
+    fp8_params = (pr[idx] == PRECISION_CODE["fp8"]) & space.fp8_param_gather
     cols = Columns(
         tp=tp[idx], pp=pp[idx], dp=dp[idx], cp=cp[idx], ep=ep[idx], etp=ones.copy(), sp=(tp[idx] > 1).astype(np.float64),
         vpp=vpp[idx], mb=mb[idx], gb=gb[idx], seq=ones * space.seq_len, precision=pr[idx], recompute=rc[idx],
         sharding=sh[idx], hsdp=ones * 8, overlap_dp=ones.copy(), overlap_tp=overlap_tp, flash=ones * float(space.flash_attention),
         grad_bytes=ones * 4, reduce_bytes=ones * 2, rc_modules=rcm[idx], rc_layers=ones * 0.0, overlap_ep=overlap,
+        opt_state=ones * OPT_STATE_CODE[space.optimizer_state_dtype], master=ones * MASTER_CODE[space.master_weights],
+        fp8_params=fp8_params.astype(np.float64),
     )  # fmt: skip
     return cols, considered
 
@@ -245,16 +270,18 @@ STATE_BYTES_PER_PARAM = WEIGHT_BYTES + 4.0 + OPTIMIZER_BYTES_PER_PARAM
 held once across all GPUs when every copy is sharded (ZeRO-3 / FSDP with tp x pp x ep)."""
 
 
-def _state_floor(model: ModelArch, clusters: Sequence[Cluster], reserve_gib: float) -> str:
+def _state_floor(model: ModelArch, clusters: Sequence[Cluster], reserve_gib: float, space: SearchSpace) -> str:
     """When even perfectly sharded weights, gradients and optimizer state overflow every cluster tried: the GPU
     count they need at the least (activations need more), so that "try more GPUs" says how many."""
-    state_bytes = model_consts(model).params_total * STATE_BYTES_PER_PARAM
+    per_param = STATE_BYTES_PER_PARAM - OPTIMIZER_BYTES_PER_PARAM + ADAM_STATE_BYTES[space.optimizer_state_dtype]
+    per_param += MASTER_BYTES[space.master_weights]
+    state_bytes = model_consts(model).params_total * per_param
     floors = {c.gpu.name: math.ceil(state_bytes / ((c.gpu.hbm_gib - reserve_gib) * GIB)) for c in clusters}
     if all(c.num_gpus >= floors[c.gpu.name] for c in clusters):
         return ""
     need = " or ".join(f"{n:,} {gpu}" for gpu, n in floors.items())
     return (
-        f"; its weights, gradients and Adam state alone ({state_bytes / 1e9:,.0f} GB: {STATE_BYTES_PER_PARAM:.0f} B "
+        f"; its weights, gradients and Adam state alone ({state_bytes / 1e9:,.0f} GB: {per_param:.0f} B "
         f"per parameter) need at least {need} GPUs before activations"
     )
 
@@ -290,6 +317,7 @@ def plan_training(
     if space.seq_len <= 0:
         raise InputError("seq_len", f"must be > 0, got {space.seq_len}")
     check_seq_len(space.seq_len, model)
+    check_search_layout(space.precisions, space.optimizer_state_dtype, space.master_weights, space.fp8_param_gather)
     spaces = [_supported(space, c) for c in clusters]
     considered = rejected_shape = rejected_memory = 0
     candidates: list[tuple[float, int, int, Cluster, Columns[FloatArray], StepArrays[FloatArray], int]] = []
@@ -330,7 +358,7 @@ def plan_training(
         hint = best_misfit[1] if best_misfit else "no configuration has a valid shape"
         raise InputError(
             "model",
-            f"no configuration of {model.name} fits: {hint}{_state_floor(model, clusters, reserve_gib)}; try more "
+            f"no configuration of {model.name} fits: {hint}{_state_floor(model, clusters, reserve_gib, space)}; try more "
             f"GPUs or an instance with more HBM per GPU (e.g. p5en.48xlarge, p6-b200.48xlarge){_unsearched_levers(space)}",
         )
     candidates.sort(key=lambda c: (c[0], c[1], c[2]))

@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 from fmstack.catalog.topology import Cluster
 from fmstack.perfmodel.columns import PRECISION_CODE, RECOMPUTE_CODE, SHARDING_CODE, Columns, V
 from fmstack.perfmodel.efficiency import Efficiency
-from fmstack.perfmodel.memory import MemoryArrays, local_params, memory_per_gpu
+from fmstack.perfmodel.memory import MemoryArrays, layout_bytes_per_param, local_params, memory_per_gpu
 from fmstack.perfmodel.modelconsts import ModelConsts, expert_gemm_flops
 from fmstack.perfmodel.num import Num, any_true, ceil, full_like, gcd, logical_not, maximum, minimum, where
 from fmstack.perfmodel.recompute import modules_bytes_per_token, modules_flops_per_token, modules_gemm_s, recompute_of
@@ -219,15 +219,21 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
     grad_ar = comm("all_reduce", nonexpert * c.reduce_bytes, dp_group, dp_pd, cluster) + comm(
         "all_reduce", expert * c.reduce_bytes, expert_dp, exp_pd, cluster
     )
-    ag = comm("all_gather", nonexpert * 2.0 if any_full else none_bytes, dp_group, dp_pd, cluster) + comm(
-        "all_gather", expert * 2.0 if any_full else none_bytes, expert_dp, exp_pd, cluster
+    gather = layout_bytes_per_param(c).gather  # bytes per gathered parameter: 2, 1 with FP8 parameters
+    # ZeRO-1/2: the all-reduce's halves are the gradient reduce-scatter (reduce_bytes) and the parameter all-gather
+    # (gather bytes: 1 with FP8 parameters; Apex's bf16 param sync beside its fp32 grad sync); priced as the
+    # all-reduce scaled by the bytes both move, so that the algorithm stays the all-reduce's
+    halves = where(c.sharding >= SHARDING_CODE["zero1"], (c.reduce_bytes + gather) / (2.0 * c.reduce_bytes), 1.0)
+    grad_ar = grad_ar * where(c.sharding >= SHARDING_CODE["zero3"], 1.0, halves)
+    ag = comm("all_gather", nonexpert * gather if any_full else none_bytes, dp_group, dp_pd, cluster) + comm(
+        "all_gather", expert * gather if any_full else none_bytes, expert_dp, exp_pd, cluster
     )
     rs = comm("reduce_scatter", nonexpert * c.reduce_bytes if any_full else none_bytes, dp_group, dp_pd, cluster)
     rs = rs + comm("reduce_scatter", expert * c.reduce_bytes if any_full else none_bytes, expert_dp, exp_pd, cluster)
     shard = where(hsdp, gcd(c.hsdp, dp_group), 1.0)
     replicas = dp_group / shard
     if any_true(hsdp):
-        hsdp_ag = comm("all_gather", nonexpert * 2.0, shard, placement_per_domain(shard, t, gpd), cluster)
+        hsdp_ag = comm("all_gather", nonexpert * gather, shard, placement_per_domain(shard, t, gpd), cluster)
         hsdp_ar = comm(
             "all_reduce",
             nonexpert * c.reduce_bytes / shard,

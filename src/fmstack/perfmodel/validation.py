@@ -22,6 +22,7 @@ from fmstack.catalog.topology import build_cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.config import TrainConfig, describe_config
 from fmstack.perfmodel.training import TrainingEstimate, estimate_training
+from fmstack.perfmodel.validation_optim import release_layout
 
 # published model names -> zoo names
 MODEL_NAMES = {
@@ -176,13 +177,15 @@ def case_config(row: dict[str, str], model: ModelArch, assumptions: list[str]) -
     if bf16_grads and "grad_reduce_in_fp32=False" not in notes:
         assumptions.append(BF16_GRADS_25_11)
     sharding = "fsdp" if fsdp else ("none" if year <= 2022 else "zero1")
+    layout: dict[str, Any] = {"grad_bytes": 2 if bf16_grads else 4}
+    layout.update(release_layout(row["source"], model, precision, assumptions))  # validation_optim.py
     return TrainConfig(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sequence_parallel=sp, virtual_stages=vp if pp > 1 else 1,
         micro_batch=mb, global_batch=gb, seq_len=seq, precision=precision,  # type: ignore[arg-type]
         recompute=recompute,  # type: ignore[arg-type]
         recompute_modules=modules,
         sharding=sharding,  # type: ignore[arg-type]
-        grad_bytes=2 if bf16_grads else 4,
+        **layout,
         overlap_dp=year >= 2023, overlap_tp="AsyncTP" in notes or "tp_comm_overlap=True" in notes, overlap_ep="moe_a2a_overlap=True" in notes,
         flash_attention=year >= 2023,
     )  # fmt: skip
