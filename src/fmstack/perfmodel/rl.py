@@ -17,7 +17,7 @@ sec. 4.1; the phases as veRL's HybridFlow runs them, Sheng et al. 2025, EuroSys,
 4. weight sync: colocated (HybridFlow's 3D-HybridEngine, Sheng et al. 2025, sec. 5.4), each generation GPU
    all-gathers its TP shard of the bf16 weights from the training layout's ``pp x tp_train / tp_rollout`` ranks;
    split placement adds the broadcast of those shards from the trainer nodes to every rollout replica over the
-   scale-out fabric;
+   scale-out fabric (phases 2 to 4: :mod:`fmstack.perfmodel.rl_train`);
 5. colocated switch (colocated only): the host <-> device copies when the GPUs change from training to generation
    and back, vLLM sleep / wake_up of the rollout engine's weights and, with host offload (``offload``: off by
    default as in veRL, always on in NeMo RL), the trained models' weights and optimizer state
@@ -38,12 +38,9 @@ from typing import Any
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
-from fmstack.perfmodel.collectives import GroupPlacement, collective_time_s
-from fmstack.perfmodel.config import TrainConfig, fill_defaults
 from fmstack.perfmodel.efficiency import Efficiency
 from fmstack.perfmodel.inference import ServeConfig, deployment, estimate_serve, memory_of, validate_serve
 from fmstack.perfmodel.inference_kv import DEFAULT_RESERVE_GIB as SERVE_RESERVE_GIB
-from fmstack.perfmodel.modelconsts import model_consts
 from fmstack.perfmodel.rl_config import COLOCATED_GPU_MEMORY_UTILIZATION as COLOCATED_GPU_MEMORY_UTILIZATION
 from fmstack.perfmodel.rl_config import SPLIT_KV_FRACTION as SPLIT_KV_FRACTION
 from fmstack.perfmodel.rl_config import Algorithm as Algorithm
@@ -53,8 +50,9 @@ from fmstack.perfmodel.rl_config import check_context, check_critic, check_rl_co
 from fmstack.perfmodel.rl_memory import rl_memory
 from fmstack.perfmodel.rl_rollout import RolloutTime, rollout_time
 from fmstack.perfmodel.rl_switch import colocated_switch
-from fmstack.perfmodel.step_comm import comm, placement_per_domain
-from fmstack.perfmodel.training import TrainingEstimate, estimate_training
+from fmstack.perfmodel.rl_train import forward_gathers_s, sync_s
+from fmstack.perfmodel.rl_train import forward_s as forward_s
+from fmstack.perfmodel.rl_train import train_step as _train
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -104,9 +102,6 @@ NOT_TRAINING = ("rollout", "weight_sync", "colocated_switch")
 _SERVE_FLAGS = {"tp": "rollout-tp", "precision": "rollout-precision", "input-len": "prompt-len",
                 "output-len": "response-len"}  # fmt: skip
 """estimate_serve's field names -> this command's flags, so a rollout engine's error names what the user set."""
-_TRAIN_FLAGS = {"tp": "train-tp", "pp": "train-pp", "cp": "train-cp", "ep": "train-ep", "sharding": "train-sharding",
-                "hsdp-shard-size": "train-sharding", "seq_len": "response-len"}  # fmt: skip
-"""estimate_training's field names -> this command's flags, for the trained models' errors."""
 
 
 @contextmanager
@@ -117,156 +112,6 @@ def _as_rollout(tp: int) -> Iterator[None]:
     except InputError as err:
         flag = _SERVE_FLAGS.get(err.field, err.field)
         raise InputError(flag, re.sub(rf"\btp\({tp}\)", f"rollout_tp({tp})", err.message)) from err
-
-
-@contextmanager
-def _as_trainer() -> Iterator[None]:
-    """Re-raise the training model's InputError under this command's flag names (``ep(3)`` -> ``train_ep(3)``)."""
-    try:
-        yield
-    except InputError as err:
-        message = re.sub(r"(?<![\w.])(tp|pp|cp|ep)\(", r"train_\1(", err.message)
-        raise InputError(_TRAIN_FLAGS.get(err.field, err.field), message) from err
-
-
-def _train(
-    model: ModelArch, cluster: Cluster, cfg: RLConfig, seqs: int, efficiency: Efficiency | None
-) -> TrainingEstimate:
-    # sequences padded to what the layout needs: a multiple of 2 cp for load-balanced ring attention (Megatron-Core)
-    # and of tp for sequence parallelism (NeMo RL's make_sequence_length_divisible_by)
-    multiple = (2 * cfg.train_cp if cfg.train_cp > 1 else 1) * cfg.train_tp
-    seq_len = math.ceil((cfg.prompt_len + cfg.response_len) / multiple) * multiple
-    mp = cfg.train_tp * cfg.train_pp * cfg.train_cp
-    if cluster.num_gpus % mp:
-        # name the degree the user raised (cp, then pp, then tp), not always tp
-        field = next((f for f, d in (("train-cp", cfg.train_cp), ("train-pp", cfg.train_pp)) if d > 1), "train-tp")
-        raise InputError(
-            field, f"train_tp({cfg.train_tp}) * train_pp({cfg.train_pp}) * train_cp({cfg.train_cp}) = {mp} "
-            f"does not divide {cluster.num_gpus} GPUs",
-        )  # fmt: skip
-    dp = cluster.num_gpus // mp
-    _check_batch_split(cfg, seqs, dp, cluster.num_gpus)
-    per_mb = seqs // cfg.minibatches
-    sharding = _train_sharding(cfg)
-    with _as_trainer():
-        tc: TrainConfig = fill_defaults(
-            cluster.num_gpus,
-            {"tp": cfg.train_tp, "pp": cfg.train_pp, "cp": cfg.train_cp, "ep": cfg.train_ep, "global_batch": per_mb,
-             "seq_len": seq_len, "recompute": "full", "sharding": sharding},
-        )  # fmt: skip
-        return estimate_training(model, cluster, tc, efficiency=efficiency)
-
-
-def _check_batch_split(cfg: RLConfig, seqs: int, dp: int, gpus: int) -> None:
-    """Every data-parallel rank of the trainer gets the same whole number of sequences per optimizer step: veRL
-    refuses a step's batch that does not split (``real_train_batch_size % minimal_bsz`` in ``ray_trainer.py``, with
-    ``minimal_bsz`` the GPUs under FSDP, the Megatron data-parallel ranks x micro-batch otherwise) and divides each
-    minibatch by the data-parallel size (``ppo_mini_batch_size //= dp`` in ``fsdp_workers.py``)."""
-    layout = f"{gpus} training GPUs / (train_tp({cfg.train_tp}) * train_pp({cfg.train_pp}) * train_cp({cfg.train_cp}))"
-    if seqs % dp:
-        raise InputError(
-            "prompts", f"the step's {cfg.prompts_per_step} prompts x {cfg.samples_per_prompt} samples = {seqs} sequences "
-            f"do not split over the trainer's {dp} data-parallel ranks ({layout}); give a batch that is a multiple of "
-            f"{dp} sequences, or raise --train-tp / --train-pp",
-        )  # fmt: skip
-    if (seqs // cfg.minibatches) % dp:
-        raise InputError(
-            "minibatches", f"{seqs} sequences / {cfg.minibatches} minibatches = {seqs // cfg.minibatches} per optimizer "
-            f"step do not split over the trainer's {dp} data-parallel ranks ({layout}); lower --minibatches",
-        )  # fmt: skip
-
-
-def forward_s(est: TrainingEstimate, gather_s: float = 0.0) -> float:
-    """A forward-only pass over the training step's batch (see the module docstring). ``gather_s``: the pass's
-    all-gathers of the model's data-parallel-sharded weights (FSDP / ZeRO-3: one per micro-batch, as
-    ``estimate_training`` prices the training step's forward, :func:`_forward_gathers_s`), which the pass cannot do
-    without; FSDP prefetches the next layer's gather behind this layer's compute, so the pass takes the longer of
-    the two."""
-    third = (est.gemm_s + est.attention_s + est.memory_bound_s + est.overhead_s + est.bubble_s) / 3.0
-    half = (est.comm["tp"].exposed_s + est.comm["ep"].exposed_s + est.comm["pp"].exposed_s) / 2.0
-    return max(third + half, gather_s)
-
-
-def _train_sharding(cfg: RLConfig) -> str:
-    """The ZeRO / FSDP stage the trained models use (see ``RLConfig.train_sharding``)."""
-    return cfg.train_sharding or ("fsdp" if cfg.train_tp * cfg.train_pp == 1 else "zero1")
-
-
-def _shard_gather_s(model: ModelArch, train: Cluster, cfg: RLConfig) -> float:
-    """All-gather of ``model``'s bf16 weights over its data-parallel sharding group (ZeRO-3, FSDP, HSDP; 0 for
-    ZeRO-1/2, which keep a replica on every data-parallel rank): each rank ends with its model-parallel shard whole."""
-    sharding = _train_sharding(cfg)
-    mp = cfg.train_tp * cfg.train_pp
-    if sharding not in ("zero3", "fsdp", "hsdp"):
-        return 0.0
-    dp = train.num_gpus // mp
-    group = min(dp, TrainConfig().hsdp_shard_size) if sharding == "hsdp" else dp
-    if group < 2:
-        return 0.0
-    # data-parallel ranks sit next to each other after the tensor-parallel ones (Megatron's rank order)
-    per_domain = math.gcd(group, max(1, train.gpus_per_domain // cfg.train_tp))
-    weights = 2.0 * model_consts(model).params_total  # bf16
-    return float(
-        collective_time_s(
-            "all_gather", weights / mp, GroupPlacement(num_ranks=group, ranks_per_domain=per_domain), train
-        )
-    )
-
-
-def _forward_gathers_s(model: ModelArch, train: Cluster, cfg: RLConfig, est: TrainingEstimate) -> float:
-    """The weight all-gathers of one forward-only pass of a sharded model (ZeRO-3 / FSDP / HSDP; 0 otherwise): FSDP
-    re-gathers each layer for every micro-batch (``reshard_after_forward``; veRL's ``compute_log_prob`` runs the batch
-    micro-batch by micro-batch), each gather the one ``estimate_training`` prices for a training micro-batch's
-    forward (:mod:`fmstack.perfmodel.step`: the rank's non-expert weights over the data-parallel group, its local
-    experts over the expert-data-parallel group; HSDP: the non-expert weights over the shard group)."""
-    sharding = _train_sharding(cfg)
-    if sharding not in ("zero3", "fsdp", "hsdp"):
-        return 0.0
-    mc = model_consts(model)
-    tp, pp, ep = cfg.train_tp, cfg.train_pp, cfg.train_ep
-    share = math.ceil(mc.layers / pp) / mc.layers  # the most loaded stage's layers
-    nonexpert = (mc.params_layers_nonexpert * share + mc.params_embedding / min(pp, 2)) / tp
-    expert = mc.params_expert * share / ep
-    group = float(train.num_gpus // (tp * pp))  # dp x cp
-    gpd = float(train.gpus_per_domain)
-    if sharding == "hsdp":
-        shard = float(math.gcd(TrainConfig().hsdp_shard_size, int(group)))
-        one = float(comm("all_gather", 2.0 * nonexpert, shard, placement_per_domain(shard, float(tp), gpd), train))
-    else:
-        one = float(comm("all_gather", 2.0 * nonexpert, group, placement_per_domain(group, float(tp), gpd), train))
-        if expert > 0:
-            expert_dp = group * tp / ep
-            one += float(
-                comm("all_gather", 2.0 * expert, expert_dp, placement_per_domain(expert_dp, float(ep), gpd), train)
-            )
-    return est.config.num_micro_batches * one
-
-
-def _sync_s(model: ModelArch, train: Cluster, whole: Cluster | None, cfg: RLConfig, replicas: int) -> float:
-    """Gathering data-parallel-sharded weights, resharding inside the training layout, plus (split) the broadcast
-    to the rollout replicas across ``whole``.
-
-    Sharded weights (ZeRO-3, FSDP, HSDP): each rank first gathers its model-parallel shard whole over the sharding
-    group, as veRL's FSDP sharding manager does (``model.load_weights(... param.full_tensor() ...)`` in
-    ``verl/workers/sharding_manager/fsdp_vllm.py``: every DTensor parameter all-gathered in full, vLLM's loader then
-    keeps its TP slice); ZeRO-1/2 keep a full replica of the weights on every data-parallel rank.
-    """
-    weights = 2.0 * model_consts(model).params_total  # bf16
-    t = _shard_gather_s(model, train, cfg)
-    shard = weights / cfg.rollout_tp
-    group = cfg.train_pp * max(1, cfg.train_tp // cfg.rollout_tp)
-    if group > 1:
-        span = group * min(cfg.rollout_tp, cfg.train_tp)
-        per_domain = group if span <= train.gpus_per_domain else max(1, train.gpus_per_domain // cfg.rollout_tp)
-        per_domain = math.gcd(group, per_domain)
-        t += float(
-            collective_time_s("all_gather", shard, GroupPlacement(num_ranks=group, ranks_per_domain=per_domain), train)
-        )
-    if whole is not None:
-        t += float(
-            collective_time_s("broadcast", shard, GroupPlacement(num_ranks=replicas + 1, ranks_per_domain=1), whole)
-        )
-    return t
 
 
 def _spread_lengths(cfg: RLConfig) -> bool:
@@ -375,8 +220,8 @@ def estimate_rl(
     mb = cfg.minibatches
     # forward passes of sharded models gather their weights (the reference in the actor's layout, the reward model in
     # the critic's)
-    actor_fwd = forward_s(actor_step, _forward_gathers_s(actor, train_cl, cfg, actor_step))
-    value_fwd = forward_s(value_step, _forward_gathers_s(critic_arch, train_cl, cfg, value_step)) if value_step else 0.0
+    actor_fwd = forward_s(actor_step, forward_gathers_s(actor, train_cl, cfg, actor_step))
+    value_fwd = forward_s(value_step, forward_gathers_s(critic_arch, train_cl, cfg, value_step)) if value_step else 0.0
     parts = {
         "rollout": rollout,
         "old_logprob_forward": actor_fwd * mb if cfg.old_logprob else 0.0,
@@ -385,7 +230,7 @@ def estimate_rl(
         "critic_forward": value_fwd * mb if critic_step else 0.0,
         "actor_train": cfg.epochs * mb * actor_step.step_time_s,
         "critic_train": cfg.epochs * mb * critic_step.step_time_s if critic_step else 0.0,
-        "weight_sync": _sync_s(actor, train_cl, cluster if cfg.placement == "split" else None, cfg, replicas),
+        "weight_sync": sync_s(actor, train_cl, cluster if cfg.placement == "split" else None, cfg, replicas),
         "colocated_switch": 0.0,
     }
     colocated = cfg.placement == "colocated"
