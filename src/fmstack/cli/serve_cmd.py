@@ -308,15 +308,19 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
 
 
 def _fleet_text(data: dict[str, Any]) -> str:
-    """The joint simulation's line: replicas, router, shares, utilisation and the prefix cache's hit rate."""
+    """The joint simulation's line: replicas, router, shares, each replica's mean running sequences over its most
+    (``replica_utilization``, the share of time an iteration runs, reads ~100 % whenever a decode is in flight: in the
+    JSON only) and the prefix cache's hit rate."""
     share = ", ".join(f"{x:.0%}" for x in data["replica_request_share"])
-    busy = ", ".join(f"{x:.0%}" for x in data["replica_utilization"])
+    running = ", ".join(f"{x:.1f}" for x in data["replica_mean_running_seqs"])
+    most = data["replica_max_running_seqs"]
+    fill = ", ".join(f"{x:.0%}" for x in data["replica_batch_occupancy"])
     hit = (f"; prefix cache hits {data['prefix_hit_rate_simulated']:.1%} of requests, "
            f"{data['prefix_token_hit_rate_simulated']:.1%} of prompt tokens" if "prefix_hit_rate_simulated" in data
            else "")  # fmt: skip
     return (f"{data['replicas']} replica(s) behind a {data['router']} router simulated together at "
-            f"{data['deployment_rate_per_s']:g} req/s in all, percentiles over all of them (requests {share}; busy "
-            f"{busy}{hit}); ")  # fmt: skip
+            f"{data['deployment_rate_per_s']:g} req/s in all, percentiles over all of them (requests {share}; running "
+            f"{running} of {most:g} sequences on average: {fill}{hit}); ")  # fmt: skip
 
 
 def inference_validation(cat: Any) -> tuple[list[Any], dict[str, Any]]:

@@ -107,6 +107,9 @@ class BatchingSim(AttentionDP):
         self.horizon_s = math.inf
         """Joint simulation (:mod:`fmstack.perfmodel.inference_sim_fleet`): the next arrival at any replica, which the
         router may send here: a stretch of iterations stops there, as at an arrival of its own."""
+        self.routed = False
+        self._open = None
+        self._memo = None
         self.prefix_cache: PrefixCache | None = None
         """Joint simulation with a shared-prefix workload: this replica's prefix cache (looked up as a prompt gets its
         first chunk, the prefix inserted as its prefill completes; :mod:`fmstack.perfmodel.inference_prefix`)."""
@@ -133,6 +136,11 @@ class BatchingSim(AttentionDP):
             )  # fmt: skip
         self._requests.append(req)
         self._push(req.arrival_s, "arrive", req.rid)
+
+    @property
+    def requests(self) -> list[SimRequest]:
+        """The requests taken, in the order they came (renumbered as this replica's)."""
+        return self._requests
 
     @property
     def outstanding(self) -> int:
@@ -193,7 +201,7 @@ class BatchingSim(AttentionDP):
             self._kv_tokens_free -= need
             req.prefilled = req.input_len
             req.generated = int(self.rng.integers(1, req.output_len))  # 1 .. output_len - 1 tokens out
-            req.first_token_s = req.last_token_s = 0.0
+            req.first_token_s = req.last_token_s = req.admitted_s = 0.0
             self._running.append(req.rid)
 
     def _start_iteration(self) -> None:
@@ -206,7 +214,7 @@ class BatchingSim(AttentionDP):
         decode = [r for r in self._running if self._requests[r].prefilled >= self._requests[r].input_len]
         budget = self.cfg.max_num_tokens - (len(decode) if self.sim.chunked_prefill else 0)
         partial = [r for r in self._running if self._requests[r].prefilled < self._requests[r].input_len]
-        partial += self._admit()
+        partial += self._admit(self.clock_s)
         chunks: dict[int, int] = {}
         cache = self.prefix_cache
         for r in partial:
@@ -234,9 +242,9 @@ class BatchingSim(AttentionDP):
                 return
         self._run_step(decode, chunks)
 
-    def _admit(self) -> list[int]:
+    def _admit(self, now_s: float) -> list[int]:
         """Move waiting requests to running in FCFS order while the sequence limit and the KV pool (prompt + output
-        tokens reserved at admission) allow; the ids admitted."""
+        tokens reserved at admission) allow, at ``now_s``; the ids admitted."""
         admitted: list[int] = []
         while self._waiting and len(self._running) < self._max_seqs:
             req = self._requests[self._waiting[0]]
@@ -247,6 +255,7 @@ class BatchingSim(AttentionDP):
             if self.prefix_cache is not None:  # the cache lives in the pool's free part
                 self.prefix_cache.fit(self._kv_tokens_free)
             self._running.append(self._waiting.pop(0))
+            req.admitted_s = now_s
             admitted.append(req.rid)
         return admitted
 
@@ -267,7 +276,7 @@ class BatchingSim(AttentionDP):
                 return
             self._run_step(list(self._running), {})
             return
-        self._admit()
+        self._admit(self.clock_s)
         if self.prefix_cache is not None:
             for r in self._running:
                 self._lookup_prefix(self._requests[r])
@@ -303,10 +312,11 @@ class BatchingSim(AttentionDP):
             _, _, kind, rid = heapq.heappop(self._events)
             assert kind == "arrive", "a stretch runs while the engine is busy: no other event is pending"
             self._waiting.append(rid)
-        self._admit()
+        self._admit(time_s)
         return self._events[0][0] if self._events else math.inf
 
     def _finish_iteration(self) -> None:
+        self._open = None
         decode, chunks = self._batch
         now = self.clock_s
         for r, n in chunks.items():

@@ -76,7 +76,7 @@ class AttentionDP(Stretches):
                         break  # whole prompts in arrival order
                     self._rank_kv_free[k] -= need
                     self._running.append(r)
-                    req.admitted = True
+                    req.admitted, req.admitted_s = True, self.clock_s
                 left = req.input_len - req.prefilled
                 take = min(left, budget) if self.sim.chunked_prefill else (left if left <= budget else 0)
                 if take > 0:

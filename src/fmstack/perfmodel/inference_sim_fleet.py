@@ -22,11 +22,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from fmstack.errors import InputError
-from fmstack.perfmodel.inference import ServeConfig
+from fmstack.perfmodel.inference import ServeConfig, max_concurrency
 from fmstack.perfmodel.inference_prefix import PrefixCache
 from fmstack.perfmodel.inference_router import Router
 from fmstack.perfmodel.inference_sim import BatchingSim, new_request
-from fmstack.perfmodel.inference_sim_io import SimConfig, SimResult, summarise
+from fmstack.perfmodel.inference_sim_io import SimConfig, SimRequest, SimResult, summarise
 from fmstack.perfmodel.inference_step import Deployment
 
 GROUP_STREAM = 1
@@ -53,13 +53,24 @@ class FleetResult:
     rate"; nan without a prefix workload)."""
     imbalanced_share: float = 0.0
     """cache-aware: requests routed by the shortest-queue rule (the load was imbalanced)."""
+    mean_running_seqs: tuple[float, ...] = ()
+    """Each replica's sequences running (admitted: KV reserved, not finished), averaged over the run (0 to the last
+    token, :func:`mean_running`): how loaded it is, where :attr:`utilization` reads near 1 whenever any decode is
+    in flight."""
+    max_running_seqs: float = math.inf
+    """The most sequences a replica runs at the configured lengths: ``max_batch`` or what its KV pool holds
+    (:func:`fmstack.perfmodel.inference.max_concurrency`), whichever is fewer."""
 
     def to_json(self) -> dict[str, object]:
         """The keys ``estimate serve --json`` adds (``replica_request_share``, ``replica_utilization``,
-        ``prefix_hit_rate_simulated``, ``prefix_token_hit_rate_simulated``, ``router_imbalanced_share``)."""
+        ``replica_mean_running_seqs``, ``replica_max_running_seqs``, ``replica_batch_occupancy`` (the mean over the
+        most), ``prefix_hit_rate_simulated``, ``prefix_token_hit_rate_simulated``, ``router_imbalanced_share``)."""
         out: dict[str, object] = {
             "replica_request_share": list(self.request_share),
             "replica_utilization": list(self.utilization),
+            "replica_mean_running_seqs": list(self.mean_running_seqs),
+            "replica_max_running_seqs": self.max_running_seqs,
+            "replica_batch_occupancy": [x / self.max_running_seqs for x in self.mean_running_seqs],
             "router_imbalanced_share": self.imbalanced_share,
         }
         if not math.isnan(self.prefix_hit_rate):
@@ -68,9 +79,52 @@ class FleetResult:
         return out
 
 
-def simulate_fleet(d: Deployment, cfg: ServeConfig, sim: SimConfig) -> FleetResult:
+def simulate_fleet(d: Deployment, cfg: ServeConfig, sim: SimConfig, *, lazy: bool = True) -> FleetResult:
     """``sim.replicas`` replicas behind ``sim.router`` under one Poisson stream of ``replicas x request_rate_per_s``
-    requests/s; ``sim.num_requests`` (and the warm-up, cool-down) count the whole deployment's requests."""
+    requests/s; ``sim.num_requests`` (and the warm-up, cool-down) count the whole deployment's requests.
+
+    ``lazy``: a replica's stretch of iterations runs on past the arrivals sent elsewhere, and only the replica a
+    request is sent to is cut back to that instant (:meth:`BatchingSim.cut_at`); False: every stretch stops at every
+    arrival (``horizon_s``; the same results, slower; the reference for tests and benchmarks)."""
+    run = run_fleet(d, cfg, sim, lazy=lazy)
+    requests, reps, n = run.requests, run.replicas, len(run.replicas)
+    result = summarise(requests, sim, sum(r.iterations for r in reps))
+    end_s = max(result.makespan_s, 1e-12)
+    measured = requests[sim.warmup_requests : sim.num_requests - sim.cooldown_requests]
+    hit, token_hit = math.nan, math.nan
+    prefix_len = 0 if sim.prefix is None else sim.prefix.prefix_len
+    if sim.prefix is not None and measured:
+        hit = sum(q.prefix_hit for q in measured) / len(measured)
+        token_hit = sum(min(prefix_len, q.input_len - 1) for q in measured if q.prefix_hit) / sum(
+            q.input_len for q in measured
+        )
+    running = tuple(mean_running(r.requests, end_s) for r in reps)
+    return FleetResult(
+        result=result, replicas=n, router=sim.router,
+        request_share=tuple(len(r.requests) / len(requests) for r in reps),
+        utilization=tuple(r.busy_s / end_s for r in reps), prefix_hit_rate=hit, prefix_token_hit_rate=token_hit,
+        imbalanced_share=run.router.imbalanced / len(requests), mean_running_seqs=running,
+        max_running_seqs=float(min(cfg.max_batch or math.inf, max_concurrency(d, replace(cfg, max_batch=None)))),
+    )  # fmt: skip
+
+
+def mean_running(requests: list[SimRequest], end_s: float) -> float:
+    """Sequences running (admitted, holding their KV reservation, not finished), averaged over ``[0, end_s]``: each
+    request's time from its admission to its last token, summed, over ``end_s`` (Little's law over the batch)."""
+    return sum(q.last_token_s - q.admitted_s for q in requests) / end_s
+
+
+@dataclass(frozen=True, slots=True)
+class FleetRun:
+    """A joint run's requests (in arrival order) and the replicas and router as the run left them."""
+
+    requests: list[SimRequest]
+    replicas: list[BatchingSim]
+    router: Router
+
+
+def run_fleet(d: Deployment, cfg: ServeConfig, sim: SimConfig, *, lazy: bool = True) -> FleetRun:
+    """The joint run of :func:`simulate_fleet` (its ``lazy`` switch), unsummarised."""
     rate, n = sim.request_rate_per_s, sim.replicas
     if rate is None:
         raise InputError("qps", "the replicas are simulated together at an open-loop rate (request_rate_per_s)")
@@ -86,6 +140,7 @@ def simulate_fleet(d: Deployment, cfg: ServeConfig, sim: SimConfig) -> FleetResu
     for r in reps:
         if sim.prefix is not None:
             r.prefix_cache, r.prefix_len = PrefixCache(), sim.prefix.prefix_len
+        r.routed = lazy
     rng = np.random.default_rng(sim.seed)
     times = np.cumsum(rng.exponential(1.0 / (rate * n), sim.num_requests))
     groups = (
@@ -96,32 +151,24 @@ def simulate_fleet(d: Deployment, cfg: ServeConfig, sim: SimConfig) -> FleetResu
     router = Router(name=sim.router, replicas=n, rng=np.random.default_rng([sim.seed, ROUTER_STREAM]))
     prefix_len = 0 if sim.prefix is None else sim.prefix.prefix_len
     requests = []
-    counts = [0] * n
     for i, t in enumerate(times.tolist()):
         req = new_request(rng, cfg, sim, i, t)
         if groups is not None:
             req.group = int(groups[i])
+        # the router reads the requests in flight, which change only as a request completes: at an event, never
+        # inside a stretch (it stops at its first completion), so a lazy replica's count before t is exact
         for r in reps:
-            r.horizon_s = t
+            if not lazy:
+                r.horizon_s = t
             r.run_until(t)
         k = router.pick([r.outstanding for r in reps], req.group, prefix_len, req.input_len)
-        counts[k] += 1
         requests.append(req)
+        reps[k].cut_at(t)
         reps[k].accept(req)
-    for r in reps:
+    for r in reps:  # every replica as the last arrival left it, then on to the end (a stretch past its own arrivals)
+        if requests:
+            r.cut_at(requests[-1].arrival_s)
+        r.routed = False
         r.horizon_s = math.inf
         r.run_until(math.inf)
-    result = summarise(requests, sim, sum(r.iterations for r in reps))
-    end_s = max(result.makespan_s, 1e-12)
-    measured = requests[sim.warmup_requests : sim.num_requests - sim.cooldown_requests]
-    hit, token_hit = math.nan, math.nan
-    if sim.prefix is not None and measured:
-        hit = sum(q.prefix_hit for q in measured) / len(measured)
-        token_hit = sum(min(prefix_len, q.input_len - 1) for q in measured if q.prefix_hit) / sum(
-            q.input_len for q in measured
-        )
-    return FleetResult(
-        result=result, replicas=n, router=sim.router, request_share=tuple(c / len(requests) for c in counts),
-        utilization=tuple(r.busy_s / end_s for r in reps), prefix_hit_rate=hit, prefix_token_hit_rate=token_hit,
-        imbalanced_share=router.imbalanced / len(requests),
-    )  # fmt: skip
+    return FleetRun(requests, reps, router)

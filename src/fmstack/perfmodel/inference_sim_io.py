@@ -187,6 +187,8 @@ class SimRequest:
     prefilled: int = 0
     admitted: bool = False
     """Attention DP: running on its rank (holds its KV reservation)."""
+    admitted_s: float = math.nan
+    """When it started running (took its KV reservation; :func:`mean_running`)."""
     generated: int = 0
     first_token_s: float = math.nan
     last_token_s: float = math.nan

@@ -17,12 +17,36 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from fmstack.perfmodel.inference_sim_io import SimRequest
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
+
+
+@dataclass(slots=True)
+class OpenStretch:
+    """A stretch run past instants at which the router may yet send a request here (joint simulation,
+    :attr:`Stretches.routed`): what :meth:`Stretches.cut_at` needs to take back the iterations past such an instant."""
+
+    ends_s: list[float]
+    """Each iteration's end; the last one's is the ``done`` event on the heap."""
+    reqs: list[SimRequest]
+    """The decodes, each one token more per iteration."""
+    last_token_s: list[float]
+    """Their last token's time before the stretch."""
+    chunk: tuple[int, int] | None
+    clock_s: float
+    """The clock before the stretch."""
+    counter: int
+    """The tie-break counter before the stretch."""
+
+
+Ks = np.ndarray[tuple[int], np.dtype[np.int64]]
+Times = np.ndarray[tuple[int], np.dtype[np.float64]]
 
 
 class Stretches:
@@ -42,6 +66,12 @@ class Stretches:
     """The last iteration's seconds (sizes a stretch's first block)."""
     horizon_s: float
     """The next arrival that may yet be sent here (joint simulation; inf otherwise): a stretch stops there."""
+    routed: bool
+    """Joint simulation, lazily: stretches run past the arrivals a router has not yet sent (:meth:`cut_at` takes
+    back what a request sent here would have cut), and stop at those sent here as at a horizon."""
+    _open: OpenStretch | None
+    _memo: tuple[tuple[int | str, ...], int, Times] | None
+    """The last line of iterations priced: its key, its first index and the times from there (:meth:`_priced`)."""
 
     def _arrivals_until(self, time_s: float) -> float:
         raise NotImplementedError  # BatchingSim's: the arrivals join its queue
@@ -65,11 +95,13 @@ class Stretches:
         n = len(reqs)
         ctx_sum = sum(q.input_len + q.generated for q in reqs)
 
-        def times(ks: np.ndarray[tuple[int], np.dtype[np.int64]]) -> np.ndarray[tuple[int], np.dtype[np.float64]]:
+        def price(ks: Ks) -> Times:
             t = step_time(self.d, float(n), (ctx_sum + ks * n) / n, 0.0, 0.0, 0.0).total_s
             return np.broadcast_to(t, ks.shape)
 
-        self._advance(decode, times)
+        # iteration k's context sum is (a + k) n + r: the same line of iterations for any start on it
+        a, r = divmod(ctx_sum, n)
+        self._advance(decode, self._priced(("decode", n, r), a, price))
 
     def _chunk_stretch(self, decode: list[int], rid: int, chunk: int) -> None:
         """Run the iterations that carry ``chunk`` prompt tokens of request ``rid`` next to ``decode``'s sequences
@@ -91,14 +123,40 @@ class Stretches:
         last = (self._requests[rid].input_len - start - 1) // chunk  # iterations before the prompt's last chunk
         causal = chunk * (chunk + 1) / 2
 
-        def times(ks: np.ndarray[tuple[int], np.dtype[np.int64]]) -> np.ndarray[tuple[int], np.dtype[np.float64]]:
+        def price(ks: Ks) -> Times:
             ctx = (ctx_sum + ks * n) / n if n else 0.0
             t = step_time(self.d, float(n), ctx, float(chunk), chunk * (start + ks * chunk) + causal, 0.0).total_s
             return np.broadcast_to(t, ks.shape)
 
+        a, r = divmod(start, chunk)  # iteration k's prompt start is (a + k) chunk + r, its context sum c + (a + k) n
+        times = self._priced(("chunk", n, chunk, r, ctx_sum - a * n), a, price)
+
         # in a joint simulation an arrival not yet routed may come here: stop at the next arrival (the same results)
-        on_event = self._arrivals_until if self.horizon_s == math.inf else None
+        on_event = self._arrivals_until if self.horizon_s == math.inf and not self.routed else None
         self._advance(decode, times, chunk=(rid, chunk), k_limit=last, on_event=on_event)
+
+    def _priced(self, line: tuple[int | str, ...], at: int, price: Callable[[Ks], Times]) -> Callable[[Ks], Times]:
+        """The times of a stretch's iterations ``ks`` (:meth:`_advance`'s ``times``) that start at index ``at`` of a
+        ``line`` of iterations (all the arguments of ``step_time`` a function of the index, ``price`` that of this
+        stretch's iteration ``k``, index ``at + k``). A stretch cut short (an arrival, or the joint simulation's
+        horizon) and started again on the same line takes the times already priced instead of pricing them again:
+        the same values, as ``price`` is elementwise (each time depends on its own iteration's arguments alone)."""
+        memo = self._memo
+        if memo is None or memo[0] != line or not memo[1] <= at <= memo[1] + len(memo[2]):
+            memo = self._memo = (line, at, np.empty(0))
+
+        def times(ks: Ks) -> Times:
+            now = self._memo
+            assert now is not None and now[0] == line, "a stretch prices its own line"
+            _, first, values = now
+            i0 = at - first
+            have = len(values) - i0  # this stretch's first iteration not priced yet (<= ks[0]: blocks run in order)
+            if have <= int(ks[-1]):
+                values = np.concatenate([values, price(np.arange(have, int(ks[-1]) + 1, dtype=np.int64))])
+                self._memo = (line, first, values)
+            return values[i0 + int(ks[0]) : i0 + int(ks[-1]) + 1]
+
+        return times
 
     def _advance(
         self,
@@ -141,6 +199,8 @@ class Stretches:
                 break
             k0, block = k0 + len(ks), block * 2
         done = len(ends) - 1  # iterations finished here; the last one goes through the event loop
+        if done > 0 and self.routed:
+            self._open = OpenStretch(ends, reqs, [q.last_token_s for q in reqs], chunk, self.clock_s, self._counter)
         if done > 0:
             steps = [ends[j] - ends[j - 1] for j in range(1, done)]
             first_s = ends[0]
@@ -159,6 +219,36 @@ class Stretches:
         self.iterations += 1
         self._push(ends[-1], "done")
         return len(ends)
+
+    def cut_at(self, time_s: float) -> None:
+        """A request is sent here at ``time_s``: end the stretch in progress with the iteration that ends at or after
+        ``time_s``, as a stretch run with ``horizon_s = time_s`` would have (and every earlier horizon, which does not
+        change its iterations: the same floats, :mod:`fmstack.perfmodel.inference_sim_stretch`); its later iterations
+        are taken back. Called after :meth:`BatchingSim.run_until` (time_s), so the stretch's last iteration ends at or
+        after ``time_s`` and no completion came between."""
+        s = self._open
+        if s is None:
+            return
+        self._open = None
+        ends, done = s.ends_s, len(s.ends_s) - 1
+        m = bisect_left(ends, time_s)  # the first iteration ending at or after time_s
+        if m >= done:
+            return
+        undo = done - m
+        for q, last_s in zip(s.reqs, s.last_token_s, strict=True):
+            del q.gaps_s[-undo:]
+            q.generated -= undo
+            q.last_token_s = ends[m - 1] if m else last_s
+        if s.chunk is not None:
+            self._requests[s.chunk[0]].prefilled -= s.chunk[1] * undo
+        if self.ranks > 1:
+            del self.prompt_ranks[-undo:]
+        self.iterations -= undo
+        self.clock_s = ends[m - 1] if m else s.clock_s
+        self._events.remove((ends[done], s.counter + done, "done", -1))
+        heapq.heapify(self._events)
+        self._counter = s.counter + m
+        self._push(ends[m], "done")
 
     def _adp_stretch(self, decodes: list[list[int]], decode_all: list[int]) -> None:
         """Attention DP: :meth:`_decode_stretch` over the ranks. No rank has a prompt chunk: each rank's queued
