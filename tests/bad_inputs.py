@@ -1240,5 +1240,13 @@ BAD_ARGV += [
     ([*_OP, "--optimizer-state", "int8"], "Invalid value for '--optimizer-state': 'int8' is not one of 'fp32', 'bf16'"),
 ]  # fmt: skip
 
-# session 16, routers and prefix workload fresh review (helper V)
+# session 17, Dynamo KV router (helper A)
+BAD_ARGV += []  # fmt: skip
+
+
+# session 17, optimizer layouts in scale, RL and the optimizer step (helper B)
+BAD_ARGV += []  # fmt: skip
+
+
+# session 17, fleet twin / simulate fresh review (helper C)
 BAD_ARGV += []  # fmt: skip
