@@ -60,7 +60,7 @@ class Router:
     """cache-aware: prefix group -> the replicas whose tree holds it, the last sent it last."""
     imbalanced: int = 0
     """cache-aware: requests routed by the shortest-queue rule."""
-    kv_config: KvRouterConfig = KvRouterConfig()
+    kv_config: KvRouterConfig = field(default_factory=KvRouterConfig)
     kv: KvRouter | None = None
     """kv: the KV router's state (its own ``pick``, :meth:`KvRouter.pick`)."""
 

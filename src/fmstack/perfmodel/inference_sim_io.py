@@ -40,7 +40,7 @@ class SimConfig:
     deployment's Poisson stream at rate Q, so its gaps are Erlang(R), ``gamma(shape R, scale 1 / Q)`` (mean R / Q,
     squared coefficient of variation 1 / R); ``random`` (or R = 1): a random split of a Poisson stream is Poisson,
     exponential gaps of mean R / Q (the draws of a single replica, bit for bit)."""
-    kv_router: KvRouterConfig = KvRouterConfig()
+    kv_router: KvRouterConfig = field(default_factory=KvRouterConfig)
     """``router="kv"``: the KV router's overlap weight, temperature and block size (Dynamo's defaults)."""
     concurrency: int | None = None
     ramp_s: float = 0.0
