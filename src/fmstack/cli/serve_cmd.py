@@ -58,6 +58,10 @@ SERVE_EXAMPLE = """Example:
 \b
   fmstack estimate serve --model llama3.1-70b --instance p5.48xlarge --nodes 2 --tp 2 --precision fp8 \\
       --input-len 8192 --output-len 256 --max-num-tokens 2048 --qps 5 --prefill-replicas 6 --decode-replicas 1
+
+\b
+  fmstack estimate serve --model llama3.1-8b --instance p5.48xlarge --precision fp8 --input-len 4096 \\
+      --output-len 256 --qps 16 --replicas 4 --router kv --prefix-groups 16 --prefix-len 3072
 """
 
 
