@@ -1241,7 +1241,23 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 17, Dynamo KV router (helper A)
-BAD_ARGV += []  # fmt: skip
+_KV = [*_PQ, "--router", "kv"]
+BAD_ARGV += [
+    ([*_KV, "--kv-overlap-weight", "-1"], "kv-overlap-weight: must be a finite number >= 0, got -1.0"),
+    ([*_KV, "--kv-overlap-weight", "inf"], "kv-overlap-weight: must be a finite number >= 0, got inf"),
+    ([*_KV, "--router-temperature", "-0.5"], "router-temperature: must be a finite number >= 0, got -0.5"),
+    ([*_KV, "--router-temperature", "nan"], "router-temperature: must be a finite number >= 0, got nan"),
+    ([*_KV, "--kv-block-size", "1"], "kv-block-size: must be >= 2 tokens (Dynamo asserts block_size > 1), got 1"),
+    # the KV router's settings with another router (round-robin by default)
+    ([*_PQ, "--kv-overlap-weight", "2"], "kv-overlap-weight: --kv-overlap-weight sets the KV router: give --router kv "
+     "(got --router round-robin)"),
+    ([*_PQ, "--router", "cache-aware", "--router-temperature", "0.5"], "router-temperature: --router-temperature sets "
+     "the KV router: give --router kv (got --router cache-aware)"),
+    ([*_PQ, "--kv-block-size", "64"], "kv-block-size: --kv-block-size sets the KV router: give --router kv"),
+    ([*_PLAN, "--kv-overlap-weight", "0.5"], "kv-overlap-weight: --kv-overlap-weight sets the KV router: give --router "
+     "kv (got --router round-robin)"),
+    ([*_PLAN, "--router", "kv", "--router-temperature", "-1"], "router-temperature: must be a finite number >= 0"),
+]  # fmt: skip
 
 
 # session 17, optimizer layouts in scale, RL and the optimizer step (helper B)

@@ -49,3 +49,34 @@ def test_plan_p99_command_round_trip() -> None:
     again = _run([*argv[1:], "--json"])
     assert again["ttft_p99_s"] == best["sim"]["ttft_p99_s"]
     assert again["itl_p99_s"] == best["sim"]["itl_p99_s"]
+
+
+def test_estimate_serve_kv_router_keys() -> None:
+    """``--router kv``: the JSON says so and carries the router's settings (Dynamo's defaults where not given)."""
+    data = _run([*SERVE, "--qps", "8", "--replicas", "4", "--router", "kv", "--prefix-groups", "16", "--prefix-len",
+                 "1536", "--router-temperature", "0.1"])  # fmt: skip
+    assert (data["router"], data["kv_overlap_weight"], data["router_temperature"], data["kv_block_size"]) == (
+        "kv", 1.0, 0.1, 16,
+    )  # fmt: skip
+    assert abs(sum(data["replica_request_share"]) - 1) < 1e-12 and 0 < data["prefix_hit_rate_simulated"] <= 1
+    plain = _run([*SERVE, "--qps", "8", "--replicas", "4"])
+    assert "kv_overlap_weight" not in plain and plain["router"] == "round-robin"
+
+
+def test_plan_p99_command_round_trip_kv() -> None:
+    """A plan checked behind the KV router: its settings in the JSON and in the best row's ``p99_command``, which
+    gives the same TTFT and ITL p99 again."""
+    plan = _run(["plan", "serve", "--model", "llama3.1-70b", "--qps", "20", "--input-len", "2048", "--output-len",
+                 "256", "--ttft-p99", "0.5", "--itl-p99", "0.05", "--instance", "p5.48xlarge", "--precision", "fp8",
+                 "--no-disagg", "--router", "kv", "--kv-overlap-weight", "2", "--kv-block-size", "64",
+                 "--prefix-groups", "16", "--prefix-len", "1536", "--json"])  # fmt: skip
+    assert (plan["router"], plan["kv_overlap_weight"], plan["router_temperature"], plan["kv_block_size"]) == (
+        "kv", 2.0, 0.0, 64,
+    )  # fmt: skip
+    best = plan["best"]
+    argv = shlex.split(best["p99_command"])
+    assert best["replicas"] > 1 and argv[argv.index("--router") + 1] == "kv"
+    assert argv[argv.index("--kv-overlap-weight") + 1] == "2.0" and argv[argv.index("--kv-block-size") + 1] == "64"
+    again = _run([*argv[1:], "--json"])
+    assert again["ttft_p99_s"] == best["sim"]["ttft_p99_s"]
+    assert again["itl_p99_s"] == best["sim"]["itl_p99_s"]

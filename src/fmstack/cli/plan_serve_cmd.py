@@ -20,7 +20,13 @@ from fmstack.cli.common import (
     print_json,
 )
 from fmstack.cli.plan_serve_render import simulation_status
-from fmstack.cli.serve_router import ROUTER_HELP, prefix_options, prefix_workload
+from fmstack.cli.serve_router import (
+    ROUTER_HELP,
+    kv_router_config,
+    kv_router_options,
+    prefix_options,
+    prefix_workload,
+)
 from fmstack.errors import InputError
 from fmstack.fileio import check_output_path
 from fmstack.perfmodel.efficiency import EfficiencyFor
@@ -60,6 +66,7 @@ PLAN_SERVE_EXAMPLE = """Example:
 @click.option("--router", type=choice(ROUTERS), default="round-robin", show_default=True,
               help="How requests reach colocated replicas in their p99 check at --qps in all: " + ROUTER_HELP
               + " A split's prefill pool is one shared queue either way.")  # fmt: skip
+@kv_router_options
 @prefix_options
 @click.option("--top", type=int, default=8, show_default=True, help="Candidates to show.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write an HTML report.")
@@ -70,8 +77,9 @@ def plan_serve_cmd(
     model: str, qps: float, input_len: int, output_len: int, ttft_p99: float, itl_p99: float,
     instances: tuple[str, ...], precisions: tuple[str, ...], seed: int, max_nodes_per_replica: int,
     search_attention_dp: bool, search_disagg: bool, router: str, prefix_groups: int | None, prefix_len: int | None,
-    prefix_zipf: float, top: int, html_path: Path | None, calibration: Path | None,
-    calibration_force: bool, catalog_dir: Path | None, as_json: bool,
+    prefix_zipf: float, kv_overlap_weight: float | None, router_temperature: float | None, kv_block_size: int | None,
+    top: int, html_path: Path | None, calibration: Path | None, calibration_force: bool, catalog_dir: Path | None,
+    as_json: bool,
 ) -> None:  # fmt: skip
     """The cheapest deployment (instance, precision, TP / PP / EP, nodes per replica, replicas) serving a request rate
     within p99 targets; with --calibration, priced with a profile measured on the instances' GPU."""
@@ -87,6 +95,7 @@ def plan_serve_cmd(
         raise InputError("seed", f"must be >= 0, got {seed}")
     prefix = prefix_workload(prefix_groups, prefix_len, prefix_zipf, input_len=input_len, hit_rate=0.0,
                              open_loop=True)  # fmt: skip
+    kv = kv_router_config(router.lower(), kv_overlap_weight, router_temperature, kv_block_size)
     if html_path is not None:
         check_output_path(html_path, field="html", example="serve-plan.html")  # before the search, not after it
     cat = load_catalog(catalog_dir)
@@ -99,7 +108,7 @@ def plan_serve_cmd(
             instances=names, precisions=tuple(p.lower() for p in precisions) or None, seed=seed,
             max_nodes_per_replica=max_nodes_per_replica, search_attention_dp=search_attention_dp,
             search_disagg=search_disagg, on_simulate=on_simulate, efficiency_for=efficiency_for,
-            router=router.lower(), prefix=prefix,
+            router=router.lower(), prefix=prefix, kv_router=kv,
         )  # fmt: skip
     source = (
         None

@@ -15,12 +15,13 @@ from rich.console import Console
 from rich.table import Table
 
 from fmstack.cli.common import console, no_wrap
-from fmstack.cli.serve_router import prefix_argv
+from fmstack.cli.serve_router import kv_router_argv, kv_router_json, prefix_argv
 from fmstack.perfmodel.inference_disagg import SLO
 from fmstack.perfmodel.inference_plan import Candidate, ServePlan
 from fmstack.perfmodel.inference_plan_candidate import split_label
 from fmstack.perfmodel.inference_prefix import PrefixWorkload
 from fmstack.perfmodel.inference_router import ROUTERS_JOINT
+from fmstack.perfmodel.inference_router_kv import KvRouterConfig
 
 
 def estimate_argv(
@@ -76,20 +77,21 @@ def estimate_argv(
 def p99_argv(
     model: str, c: Candidate, input_len: int, output_len: int, catalog_dir: Path | None, slo: SLO, qps: float,
     *, seed: int = 0, extra: Sequence[str] = (), router: str = "round-robin", prefix: PrefixWorkload | None = None,
+    kv_router: KvRouterConfig | None = None,
 ) -> list[str]:  # fmt: skip
     """The `estimate serve` command line whose simulation is ``c``'s p99 check: a split's is its
     :func:`estimate_argv` (``--qps R --prefill-replicas P --decode-replicas D --seed S``); a colocated row's is one
     of its replicas behind ``router`` at ``qps`` requests/s in all (``--qps qps --replicas N --router R``; one
     replica: ``--qps qps``), with the same seed and token budget and the shared-prefix workload ``prefix``
-    (``--prefix-groups G --prefix-len L [--prefix-zipf S]``): the run `plan serve` simulated, the same
-    p50/p90/p99."""
+    (``--prefix-groups G --prefix-len L [--prefix-zipf S]``) and the KV router's settings ``kv_router``: the run
+    `plan serve` simulated, the same p50/p90/p99."""
     argv = estimate_argv(model, c, input_len, output_len, catalog_dir, slo, qps=qps, seed=seed, extra=extra)
     if c.mode == "disaggregated":
         return argv
     at = argv.index("--concurrency")
     argv[at : at + 2] = ["--qps", repr(float(qps))]
     if c.replicas > 1:
-        argv[at + 2 : at + 2] = ["--replicas", str(c.replicas), "--router", router]
+        argv[at + 2 : at + 2] = ["--replicas", str(c.replicas), "--router", router, *kv_router_argv(kv_router)]
     if "--prefix-hit-rate" in argv:  # the analytic point's scalar; the simulation draws the hits itself
         at = argv.index("--prefix-hit-rate")
         del argv[at : at + 2]
@@ -119,13 +121,13 @@ def plan_serve_json(
                              extra=extra)  # fmt: skip
         cmd = shlex.join(argv)
         p99 = p99_argv(model, c, plan.input_len, plan.output_len, catalog_dir, plan.slo, plan.qps, seed=seed,
-                       extra=extra, router=plan.router, prefix=plan.prefix)  # fmt: skip
+                       extra=extra, router=plan.router, prefix=plan.prefix, kv_router=plan.kv_router)  # fmt: skip
         return asdict(c) | {"estimate_command": cmd, "p99_command": shlex.join(p99)}
 
     best = row(plan.best)
     return {
         "best": best, "candidates": [row(c) for c in plan.candidates[:top]], "slo": asdict(plan.slo), "qps": plan.qps,
-        "router": plan.router,
+        "router": plan.router, **kv_router_json(plan.kv_router),
         "prefix": None if plan.prefix is None else asdict(plan.prefix),
         "estimate_command": best["estimate_command"],
         "disaggregation": asdict(plan.disaggregation) if plan.disaggregation is not None else None,
@@ -197,7 +199,7 @@ def render_plan_serve(
             one = f"its {b.replicas} replicas together behind a {plan.router} router at {plan.qps:.4g} req/s"
         out.print(f"and its simulated p99 ({one}) with:", markup=False)
         p99 = p99_argv(model, b, plan.input_len, plan.output_len, catalog_dir, slo, plan.qps, seed=seed, extra=extra,
-                       router=plan.router, prefix=plan.prefix)  # fmt: skip
+                       router=plan.router, prefix=plan.prefix, kv_router=plan.kv_router)  # fmt: skip
         out.print(shlex.join(p99), markup=False, soft_wrap=True)
     out.print(f"disaggregated prefill/decode: {plan.disaggregation_note}", markup=False, soft_wrap=True)
 

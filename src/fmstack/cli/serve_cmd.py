@@ -24,7 +24,15 @@ from fmstack.cli.common import (
     print_json,
 )
 from fmstack.cli.serve_checks import check_colocated_flags, check_replicas, check_split, decode_layout
-from fmstack.cli.serve_router import ROUTER_HELP, cached_estimate, prefix_options, prefix_workload
+from fmstack.cli.serve_router import (
+    ROUTER_HELP,
+    cached_estimate,
+    kv_router_config,
+    kv_router_json,
+    kv_router_options,
+    prefix_options,
+    prefix_workload,
+)
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import (
     ServeConfig,
@@ -50,6 +58,10 @@ SERVE_EXAMPLE = """Example:
 \b
   fmstack estimate serve --model llama3.1-70b --instance p5.48xlarge --nodes 2 --tp 2 --precision fp8 \\
       --input-len 8192 --output-len 256 --max-num-tokens 2048 --qps 5 --prefill-replicas 6 --decode-replicas 1
+
+\b
+  fmstack estimate serve --model llama3.1-8b --instance p5.48xlarge --precision fp8 --input-len 4096 \\
+      --output-len 256 --qps 16 --replicas 4 --router kv --prefix-groups 16 --prefix-len 3072
 """
 
 
@@ -76,6 +88,7 @@ SERVE_EXAMPLE = """Example:
               "total rate; the replica shown is one of them (plan serve's p99 check).")  # fmt: skip
 @click.option("--router", type=choice(ROUTERS), default="round-robin", show_default=True,
               help="With --replicas > 1: " + ROUTER_HELP)  # fmt: skip
+@kv_router_options
 @prefix_options
 @click.option("--max-batch", type=int, default=None, help="Engine limit on running sequences [memory].")
 @click.option("--prefix-hit-rate", type=float, default=0.0, show_default=True, help="Prompt share in the cache.")
@@ -114,6 +127,7 @@ def serve_cmd(
     disagg: bool, ttft_slo: float, itl_slo: float, prefill_replicas: int | None, decode_replicas: int | None,
     decode_tp: int | None, decode_pp: int | None, decode_ep: int | None, decode_attention_dp: bool | None,
     replicas: int, router: str, prefix_groups: int | None, prefix_len: int | None, prefix_zipf: float,
+    kv_overlap_weight: float | None, router_temperature: float | None, kv_block_size: int | None,
     calibration: Path | None, calibration_force: bool, as_json: bool, **options: Any,
 ) -> None:  # fmt: skip
     """Predict TTFT, inter-token latency, throughput, KV cache and the bottleneck of one serving replica; with
@@ -148,6 +162,7 @@ def serve_cmd(
         sim_note = ("not simulated: static batching under attention DP is not modelled by the simulation (each rank "
                     "would form its own batch); the analytic means only")  # fmt: skip
     router = router.lower()
+    kv = kv_router_config(router, kv_overlap_weight, router_temperature, kv_block_size)
     check_replicas(replicas, cfg, split, disagg)
     prefix = prefix_workload(prefix_groups, prefix_len, prefix_zipf, input_len=cfg.input_len,
                              hit_rate=cfg.prefix_hit_rate, open_loop=cfg.request_rate_per_s is not None)  # fmt: skip
@@ -176,10 +191,11 @@ def serve_cmd(
     fleet: dict[str, Any] = {}
     if simulate:
         est, sim_note, fleet = _with_percentiles(est, arch, cluster, replica_cfg, seed, length_spread, efficiency,
-                                                 (behind, router), prefix)  # fmt: skip
+                                                 (behind, router), prefix, kv)  # fmt: skip
     data = est.to_json() | fleet
     if cfg.request_rate_per_s is not None:  # the open loop's arrivals: one of ``replicas`` behind ``router``
         data |= {"replicas": behind, "router": router, "deployment_rate_per_s": cfg.request_rate_per_s}
+        data |= kv_router_json(kv)
     if efficiency is not None:
         data["efficiency_source"] = efficiency.source
     if note is not None:
@@ -207,21 +223,22 @@ def serve_cmd(
 
 def _with_percentiles(
     est: ServeEstimate, arch: Any, cluster: Any, cfg: ServeConfig, seed: int, spread: float, efficiency: Any = None,
-    behind: tuple[int, str] = (1, "round-robin"), prefix: Any = None,
+    behind: tuple[int, str] = (1, "round-robin"), prefix: Any = None, kv: Any = None,
 ) -> tuple[ServeEstimate, str | None, dict[str, Any]]:  # fmt: skip
     """``est`` with the simulation's percentiles and means, or unchanged and why it was not simulated (an open-loop
     rate too near the replica's capacity for a run to reach the steady state). ``behind``: the replica is one of
     this many behind this router (:attr:`fmstack.perfmodel.inference_sim.SimConfig.router`; ``cfg``'s rate is the
     replica's); a router that chooses from the replicas' state, or a shared-prefix workload ``prefix``, simulates
     them together, and the JSON keys of :meth:`fmstack.perfmodel.inference_sim_fleet.FleetResult.to_json` come
-    back (else an empty dict)."""
+    back (else an empty dict); ``kv``: the ``kv`` router's settings."""
     from fmstack.perfmodel.inference_closed_loop import simulate_closed_loop
     from fmstack.perfmodel.inference_open_loop import needs_fleet, simulate_open_loop, simulate_open_loop_fleet
 
     d = deployment(arch, cluster, cfg, efficiency)
     if cfg.request_rate_per_s is not None and needs_fleet(behind[1], prefix):
         run, fleet = simulate_open_loop_fleet(d, cfg, cfg.request_rate_per_s, length_spread=spread, seed=seed,
-                                              replicas=behind[0], router=behind[1], prefix=prefix)  # fmt: skip
+                                              replicas=behind[0], router=behind[1], prefix=prefix,
+                                              kv_router=kv)  # fmt: skip
         if fleet is None:
             return est, f"not simulated: {run.near_capacity_reason()}; the analytic means only", {}
         out = fleet.result

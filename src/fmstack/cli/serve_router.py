@@ -1,6 +1,7 @@
 """The shared-prefix workload flags of `estimate serve` and `plan serve` (``--prefix-groups``, ``--prefix-len``,
-``--prefix-zipf``), checked into a :class:`~fmstack.perfmodel.inference_prefix.PrefixWorkload` (docs/inference.md,
-Routers)."""
+``--prefix-zipf``), checked into a :class:`~fmstack.perfmodel.inference_prefix.PrefixWorkload`, and the KV router's
+(``--kv-overlap-weight``, ``--router-temperature``, ``--kv-block-size``), checked into a
+:class:`~fmstack.perfmodel.inference_router_kv.KvRouterConfig` (docs/inference.md, Routers)."""
 
 from __future__ import annotations
 
@@ -13,15 +14,18 @@ import click
 from fmstack.errors import InputError
 from fmstack.perfmodel.efficiency import Efficiency
 from fmstack.perfmodel.inference import ServeConfig, ServeEstimate, deployment, estimate_serve
+from fmstack.perfmodel.inference_kv import DEFAULT_BLOCK_TOKENS
 from fmstack.perfmodel.inference_prefix import PrefixWorkload
+from fmstack.perfmodel.inference_router_kv import OVERLAP_WEIGHT, TEMPERATURE, KvRouterConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 ROUTER_HELP = (
     "round-robin (Dynamo's frontend and vLLM production-stack's default: every R-th request), random (e.g. a "
     "Kubernetes Service via kube-proxy's iptables mode), least-loaded (fewest requests in flight: SGLang router's "
-    "shortest queue) or cache-aware (SGLang router's cache_aware policy); the last two, and any --prefix-groups "
-    "workload, simulate the replicas together."
+    "shortest queue), cache-aware (SGLang router's cache_aware policy) or kv (NVIDIA Dynamo's KV router: the lowest "
+    "--kv-overlap-weight x prefill blocks + active blocks); the last three, and any --prefix-groups workload, "
+    "simulate the replicas together."
 )
 
 
@@ -35,6 +39,54 @@ def prefix_options(f: F) -> F:
                      help="Simulate prefix caching: every prompt starts with one of this many shared prefixes, each "
                      "replica caches them (LRU, in its free KV), the hit rate comes out (excludes --prefix-hit-rate).")(f)  # fmt: skip
     return f
+
+
+def kv_router_options(f: F) -> F:
+    """The KV router's flags (``--kv-overlap-weight``, ``--router-temperature``, ``--kv-block-size``)."""
+    f = click.option("--kv-block-size", type=int, default=None,
+                     help=f"With --router kv: tokens per KV block as the router hashes them (Dynamo "
+                     f"--kv-cache-block-size; the engine's) [{DEFAULT_BLOCK_TOKENS}].")(f)  # fmt: skip
+    f = click.option("--router-temperature", type=float, default=None,
+                     help=f"With --router kv: 0 picks the lowest cost, > 0 samples a softmax of the normalised costs "
+                     f"(Dynamo --router-temperature) [{TEMPERATURE:g}].")(f)  # fmt: skip
+    f = click.option("--kv-overlap-weight", type=float, default=None,
+                     help=f"With --router kv: weight of the prefill blocks against the active blocks (Dynamo "
+                     f"--kv-overlap-score-weight; 0: balance active blocks alone) [{OVERLAP_WEIGHT:g}].")(f)  # fmt: skip
+    return f
+
+
+def kv_router_config(
+    router: str, weight: float | None, temperature: float | None, block_size: int | None
+) -> KvRouterConfig | None:
+    """The KV router's settings (Dynamo's defaults for those not given) with ``--router kv``, else None; one line, exit
+    2, for a flag given with another router or a value out of range."""
+    given = {"kv-overlap-weight": weight, "router-temperature": temperature, "kv-block-size": block_size}
+    if router != "kv":
+        for flag, value in given.items():
+            if value is not None:
+                raise InputError(flag, f"--{flag} sets the KV router: give --router kv (got --router {router})")
+        return None
+    return KvRouterConfig(
+        overlap_weight=OVERLAP_WEIGHT if weight is None else weight,
+        temperature=TEMPERATURE if temperature is None else temperature,
+        block_size=DEFAULT_BLOCK_TOKENS if block_size is None else block_size,
+    )
+
+
+def kv_router_argv(kv: KvRouterConfig | None) -> list[str]:
+    """The flags that give ``kv`` back (after ``--router kv``)."""
+    if kv is None:
+        return []
+    return ["--kv-overlap-weight", repr(kv.overlap_weight), "--router-temperature", repr(kv.temperature),
+            "--kv-block-size", str(kv.block_size)]  # fmt: skip
+
+
+def kv_router_json(kv: KvRouterConfig | None) -> dict[str, float | int]:
+    """The JSON keys of ``kv`` (``kv_overlap_weight``, ``router_temperature``, ``kv_block_size``; none without)."""
+    if kv is None:
+        return {}
+    return {"kv_overlap_weight": kv.overlap_weight, "router_temperature": kv.temperature,
+            "kv_block_size": kv.block_size}  # fmt: skip
 
 
 def prefix_workload(

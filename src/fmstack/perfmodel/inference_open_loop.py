@@ -46,6 +46,7 @@ from fmstack.perfmodel.inference import (
 )
 from fmstack.perfmodel.inference_prefix import PrefixWorkload, screen_hit_rates, token_share
 from fmstack.perfmodel.inference_router import ROUTERS_JOINT
+from fmstack.perfmodel.inference_router_kv import KvRouterConfig
 from fmstack.perfmodel.inference_sim import SimConfig, SimResult, simulate
 from fmstack.perfmodel.inference_sim_fleet import FleetResult, simulate_fleet
 from fmstack.perfmodel.inference_step import Deployment
@@ -169,13 +170,15 @@ def needs_fleet(router: str, prefix: PrefixWorkload | None) -> bool:
 def simulate_open_loop_fleet(
     d: Deployment, cfg: ServeConfig, rate_per_s: float, *, length_spread: float = 0.0, seed: int = 0,
     replicas: int = 1, router: str = "round-robin", prefix: PrefixWorkload | None = None,
+    kv_router: KvRouterConfig | None = None,
 ) -> tuple[OpenLoopRun, FleetResult | None]:  # fmt: skip
     """``replicas`` replicas behind ``router`` at ``rate_per_s`` each, simulated together
     (:func:`fmstack.perfmodel.inference_sim_fleet.simulate_fleet`), each sized as one replica's run
     (:func:`open_loop_run`): ``replicas`` times its warm-up and measured requests in all. None near capacity.
     With a shared-prefix workload a run sized with every prompt priced in full comes first (the longer, safer one);
     where there is none (the rate above that capacity, or too near it) the run is sized at :func:`sizing_hit_rate`
-    instead, so a deployment that serves ``qps`` only because of its cache hits is simulated, not refused."""
+    instead, so a deployment that serves ``qps`` only because of its cache hits is simulated, not refused.
+    ``kv_router``: the KV router's settings (None: Dynamo's defaults)."""
     kw: dict[str, Any] = {"length_spread": length_spread, "seed": seed, "replicas": replicas, "router": router}
     try:
         run: OpenLoopRun | None = open_loop_run(d, cfg, rate_per_s, **kw)
@@ -190,7 +193,8 @@ def simulate_open_loop_fleet(
     if run.sim is None:
         return run, None
     sim = replace(run.sim, num_requests=run.sim.num_requests * replicas,
-                  warmup_requests=run.sim.warmup_requests * replicas, prefix=prefix)  # fmt: skip
+                  warmup_requests=run.sim.warmup_requests * replicas, prefix=prefix,
+                  kv_router=kv_router or KvRouterConfig())  # fmt: skip
     return replace(run, sim=sim), simulate_fleet(d, cfg, sim)
 
 

@@ -48,6 +48,7 @@ from fmstack.perfmodel.inference_plan_disagg import DecodePools, disagg_analytic
 from fmstack.perfmodel.inference_plan_verify import verify_cheapest
 from fmstack.perfmodel.inference_plan_why import PRECISIONS, Tried, nothing_found
 from fmstack.perfmodel.inference_prefix import PrefixWorkload
+from fmstack.perfmodel.inference_router_kv import KvRouterConfig
 from fmstack.perfmodel.inference_sim_io import ROUTERS
 
 F = NDArray[np.float64]
@@ -85,6 +86,8 @@ class ServePlan:
     prefix: PrefixWorkload | None = None
     """The shared-prefix workload the colocated candidates' p99 checks simulated (their replicas together; the
     analytic search prices every prompt in full)."""
+    kv_router: KvRouterConfig | None = None
+    """``router="kv"``: the KV router's settings the p99 checks used (None otherwise)."""
 
 
 def searched_instances(catalog: Catalog, instances: tuple[str, ...] | None) -> list[str]:
@@ -157,6 +160,7 @@ def plan_serve(
     efficiency_for: EfficiencyFor | None = None,
     router: str = "round-robin",
     prefix: PrefixWorkload | None = None,
+    kv_router: KvRouterConfig | None = None,
 ) -> ServePlan:
     """The cheapest deployment of ``model`` serving ``qps`` requests/s within ``slo`` (p99 checked by simulation).
     ``search_attention_dp=False`` leaves attention data parallelism out of the search (the search before it);
@@ -166,12 +170,17 @@ def plan_serve(
     gives each cluster's efficiency (a calibration profile's; None: the default curves) to every deployment the
     search prices, analytic and simulated. ``router`` (:data:`ROUTERS`) spreads ``qps`` over a colocated
     candidate's replicas in its p99 check (:func:`fmstack.perfmodel.inference_plan_verify.verify_cheapest`);
-    ``least-loaded`` / ``cache-aware``, or a shared-prefix workload ``prefix``, check them simulated together."""
+    ``least-loaded`` / ``cache-aware`` / ``kv`` (``kv_router``: its settings, None: Dynamo's defaults), or a
+    shared-prefix workload ``prefix``, check them simulated together."""
     check_rate(qps)
     if router not in ROUTERS:
         raise InputError("router", f"must be one of {', '.join(ROUTERS)}, got {router!r}")
     if seed < 0:
         raise InputError("seed", f"must be >= 0, got {seed}")
+    if router == "kv":
+        kv_router = kv_router or KvRouterConfig()
+    elif kv_router is not None:
+        raise InputError("router", f"KV router settings are given but the router is {router!r}: use router 'kv'")
     if prefix is not None and prefix.prefix_len >= input_len:
         raise InputError("prefix-len", f"must be below --input-len ({input_len}), got {prefix.prefix_len}")
     if max_nodes_per_replica < 1:
@@ -230,7 +239,8 @@ def plan_serve(
         raise nothing_found(tried, cluster_of, model, layouts, precisions, max_nodes_per_replica, slo, input_len,
                             output_len, efficiency_for)  # fmt: skip
     ranked = verify_cheapest(cluster_of, model, found, qps, input_len, output_len, slo, seed, on_simulate,
-                             efficiency_for=efficiency_for, router=router, prefix=prefix)  # fmt: skip
+                             efficiency_for=efficiency_for, router=router, prefix=prefix,
+                             kv_router=kv_router)  # fmt: skip
     best = ranked[0]
     if not best.meets_slo:
         raise InputError(
@@ -256,7 +266,7 @@ def plan_serve(
         candidates=ranked,
         curve={"concurrency": conc.tolist(), "requests_per_s": curve.requests_per_s.tolist(),
                "ttft_s": curve.ttft_s.tolist(), "itl_s": curve.itl_s.tolist()},
-        disaggregation=dis, disaggregation_note=note, router=router, prefix=prefix,
+        disaggregation=dis, disaggregation_note=note, router=router, prefix=prefix, kv_router=kv_router,
     )  # fmt: skip
 
 

@@ -6,7 +6,7 @@ is priced at the prefix hit rate a replica can expect there (:func:`~fmstack.per
 screen_hit_rates`: Che's approximation, the cache's room being the KV pool the running sequences leave, the groups a
 replica sees depending on the router), as ``estimate serve --prefix-hit-rate`` prices a scalar one: those prompt
 tokens skip their prefill. The estimate errs optimistic, so that screening keeps every deployment the simulation
-could accept; the simulation (:mod:`fmstack.perfmodel.inference_plan_verify`) decides. Under the cache-aware router
+could accept; the simulation (:mod:`fmstack.perfmodel.inference_plan_verify`) decides. Under the cache-aware (or kv) router
 the hit rate grows with the replicas (their caches together hold more groups), so the replica count is the smallest
 ``N`` whose own rate serves ``qps`` (``ceil(qps / rate(N)) <= N``, found by bisection: ``rate(N)`` rises with ``N``).
 """
@@ -34,6 +34,7 @@ from fmstack.perfmodel.inference import (
 from fmstack.perfmodel.inference_disagg import SLO
 from fmstack.perfmodel.inference_plan_candidate import Candidate, deployment_nodes
 from fmstack.perfmodel.inference_prefix import PrefixWorkload, screen_hit_rates, token_share
+from fmstack.perfmodel.inference_router import ROUTERS_AFFINITY
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
 
 F = NDArray[np.float64]
@@ -55,7 +56,7 @@ def analytic(
     limit = max_concurrency(d, cfg)
     if limit < 1:
         return None
-    if prefix is None or router != "cache-aware":  # the hit rate does not depend on the replicas
+    if prefix is None or router not in ROUTERS_AFFINITY:  # the hit rate does not depend on the replicas
         point = _best_point(d, cfg, slo, limit, prefix, 1, router)
         replicas = 0 if point is None else math.ceil(qps / point[0])
     else:  # the smallest N with ceil(qps / rate(N)) <= N; rate(N) rises with N (more room in all)

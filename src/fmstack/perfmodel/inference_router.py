@@ -21,6 +21,8 @@
   tokens stand for the router's characters); among several holders the one sent the group last (the newer tree
   keeps a node's last tenant); the tree is never trimmed (``max_tree_size`` 2^26 characters, evicted every 120 s,
   is millions of tokens per worker, more than a run inserts).
+- ``kv``: NVIDIA Dynamo's KV router (:mod:`fmstack.perfmodel.inference_router_kv`): the lowest ``overlap_weight x
+  prefill blocks + active blocks`` from the replicas' prefix caches and the requests it sent them.
 """
 
 from __future__ import annotations
@@ -29,8 +31,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-ROUTERS_JOINT = ("least-loaded", "cache-aware")
+from fmstack.perfmodel.inference_router_kv import KvRouter, KvRouterConfig
+
+ROUTERS_JOINT = ("least-loaded", "cache-aware", "kv")
 """Routers whose choice depends on the replicas' state: simulated with the replicas together."""
+ROUTERS_AFFINITY = ("cache-aware", "kv")
+"""Routers that send a prefix where it is cached (`plan serve`'s screening pools the replicas' caches for them)."""
 
 CACHE_THRESHOLD = 0.3
 """sglang_router ``--cache-threshold`` default (``RouterArgs.cache_threshold``)."""
@@ -54,9 +60,14 @@ class Router:
     """cache-aware: prefix group -> the replicas whose tree holds it, the last sent it last."""
     imbalanced: int = 0
     """cache-aware: requests routed by the shortest-queue rule."""
+    kv_config: KvRouterConfig = field(default_factory=KvRouterConfig)
+    kv: KvRouter | None = None
+    """kv: the KV router's state (its own ``pick``, :meth:`KvRouter.pick`)."""
 
     def __post_init__(self) -> None:
         self.tree_tokens = [0] * self.replicas
+        if self.name == "kv":
+            self.kv = KvRouter(self.kv_config, self.replicas, self.rng)
 
     def pick(self, loads: list[int], group: int, prefix_len: int, input_len: int) -> int:
         """The replica for the next request: ``loads`` (requests in flight per replica), its prefix ``group`` (-1:

@@ -148,7 +148,8 @@ def run_fleet(d: Deployment, cfg: ServeConfig, sim: SimConfig, *, lazy: bool = T
         if sim.prefix is not None
         else None
     )
-    router = Router(name=sim.router, replicas=n, rng=np.random.default_rng([sim.seed, ROUTER_STREAM]))
+    router = Router(name=sim.router, replicas=n, rng=np.random.default_rng([sim.seed, ROUTER_STREAM]),
+                    kv_config=sim.kv_router)  # fmt: skip
     prefix_len = 0 if sim.prefix is None else sim.prefix.prefix_len
     requests = []
     for i, t in enumerate(times.tolist()):
@@ -156,12 +157,16 @@ def run_fleet(d: Deployment, cfg: ServeConfig, sim: SimConfig, *, lazy: bool = T
         if groups is not None:
             req.group = int(groups[i])
         # the router reads the requests in flight, which change only as a request completes: at an event, never
-        # inside a stretch (it stops at its first completion), so a lazy replica's count before t is exact
+        # inside a stretch (it stops at its first completion), so a lazy replica's count before t is exact; the same
+        # for the KV router's first tokens (a chunk's stretch stops before a prompt's last chunk) and prefix caches
         for r in reps:
             if not lazy:
                 r.horizon_s = t
             r.run_until(t)
-        k = router.pick([r.outstanding for r in reps], req.group, prefix_len, req.input_len)
+        if router.kv is not None:
+            k = router.kv.pick(req, [r.prefix_cache for r in reps], prefix_len)
+        else:
+            k = router.pick([r.outstanding for r in reps], req.group, prefix_len, req.input_len)
         requests.append(req)
         reps[k].cut_at(t)
         reps[k].accept(req)

@@ -13,15 +13,17 @@ from numpy.typing import NDArray
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference_prefix import PrefixWorkload
+from fmstack.perfmodel.inference_router_kv import KvRouterConfig
 
 PERCENTILES = (50, 90, 99)
-ROUTERS = ("round-robin", "random", "least-loaded", "cache-aware")
+ROUTERS = ("round-robin", "random", "least-loaded", "cache-aware", "kv")
 """How a router spreads a deployment's requests over its colocated replicas (:attr:`SimConfig.router`).
 ``round-robin``: the default of NVIDIA Dynamo's frontend (``--router-mode``, docs.nvidia.com/dynamo, Router Guide)
 and the vLLM production-stack router's RoundRobinRouter (docs.vllm.ai/projects/production-stack, Router Logic);
 ``random``: each request to a uniformly random replica, e.g. a Kubernetes Service via kube-proxy's iptables mode;
-``least-loaded`` and ``cache-aware`` (SGLang router's policies) choose from the replicas' state, so the replicas are
-simulated together (:mod:`fmstack.perfmodel.inference_router`, :mod:`fmstack.perfmodel.inference_sim_fleet`)."""
+``least-loaded`` and ``cache-aware`` (SGLang router's policies) and ``kv`` (NVIDIA Dynamo's KV router,
+:mod:`fmstack.perfmodel.inference_router_kv`) choose from the replicas' state, so the replicas are simulated together
+(:mod:`fmstack.perfmodel.inference_router`, :mod:`fmstack.perfmodel.inference_sim_fleet`)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -38,6 +40,8 @@ class SimConfig:
     deployment's Poisson stream at rate Q, so its gaps are Erlang(R), ``gamma(shape R, scale 1 / Q)`` (mean R / Q,
     squared coefficient of variation 1 / R); ``random`` (or R = 1): a random split of a Poisson stream is Poisson,
     exponential gaps of mean R / Q (the draws of a single replica, bit for bit)."""
+    kv_router: KvRouterConfig = field(default_factory=KvRouterConfig)
+    """``router="kv"``: the KV router's overlap weight, temperature and block size (Dynamo's defaults)."""
     concurrency: int | None = None
     ramp_s: float = 0.0
     """Closed loop: clients start uniformly over [0, ramp_s] (about one request latency gives the steady state;

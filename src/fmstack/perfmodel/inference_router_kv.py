@@ -1,0 +1,159 @@
+"""NVIDIA Dynamo's KV router (``--router-mode kv``) as a router of the joint replica simulation
+(:mod:`fmstack.perfmodel.inference_sim_fleet`, ``--router kv``).
+
+Source: Dynamo v0.9.0, "Router Design" (docs.nvidia.com/dynamo/v-0-9-0/design-docs/router-design.md) and the Router
+Guide; the code of that design (ai-dynamo/dynamo ``lib/llm/src/kv_router/scheduler.rs``: ``DefaultWorkerSelector``,
+``softmax_sample``; ``sequence.rs``: ``ActiveSequences``). For each worker ``w`` and a request of ``isl`` prompt tokens:
+
+- ``overlap_w``: the request's leading blocks the worker holds, from the KV indexer's prefix tree, which the workers'
+  KV events (blocks stored, blocks removed) keep equal to their caches;
+- potential prefill blocks ``(active_prefill_tokens_w + isl - overlap_w x block_size) / block_size``: the prompt
+  tokens it would compute, plus those of the requests routed there whose first token has not come yet (the router adds
+  each request's ``isl - overlap x block_size`` as it routes it and drops it at the first token,
+  ``mark_prefill_completed``);
+- potential active (decode) blocks ``active_blocks_w + new_blocks_w``: the distinct prompt blocks of the requests
+  routed there and not finished (a block shared by several counts once: ``ActiveSequences`` keys blocks by their
+  sequence hash), plus the request's blocks not among them;
+- ``cost_w = overlap_score_weight x prefill_blocks_w + active_blocks_w`` (lower is better; ``--kv-overlap-score-weight``
+  default 1.0). ``--router-temperature`` 0 (default): the lowest cost, a uniformly random one among equal costs;
+  ``T > 0``: softmax sampling over ``-cost / (max - min) / T`` (uniform where all costs are equal).
+
+Modelled at the simulation's granularity: a prompt is ``floor(isl / block_size)`` full blocks (only full blocks are
+hashed); a request of a prefix group shares the ``floor(min(prefix_len, isl) / block_size)`` blocks inside the group's
+prefix with the other requests of its group and nothing else; the worker holds a group's blocks for the router exactly
+when the group is in its simulated prefix cache (:class:`fmstack.perfmodel.inference_prefix.PrefixCache`; events
+without delay). Not modelled: output blocks (this version counts prompt blocks only; later versions can add them),
+the approximate mode without KV events (``--no-kv-events``: the router assumes what it sent stays cached for 120 s),
+several router replicas and their sync, the busy-worker threshold, the later credit and load-scale terms of Dynamo
+1.x's cost.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from fmstack.errors import InputError
+from fmstack.perfmodel.inference_kv import DEFAULT_BLOCK_TOKENS
+
+if TYPE_CHECKING:  # inference_sim_io imports this module (SimConfig.kv_router)
+    from fmstack.perfmodel.inference_prefix import PrefixCache
+    from fmstack.perfmodel.inference_sim_io import SimRequest
+
+OVERLAP_WEIGHT = 1.0
+"""Dynamo ``--kv-overlap-score-weight`` default (``KvRouterConfig::overlap_score_weight``)."""
+TEMPERATURE = 0.0
+"""Dynamo ``--router-temperature`` default."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KvRouterConfig:
+    """The KV router's settings (``--kv-overlap-weight``, ``--router-temperature``, ``--kv-block-size``)."""
+
+    overlap_weight: float = OVERLAP_WEIGHT
+    """Weight of the prefill blocks against the active blocks (0: balance on active blocks alone)."""
+    temperature: float = TEMPERATURE
+    """0: the lowest cost; > 0: softmax sampling over the normalised costs."""
+    block_size: int = DEFAULT_BLOCK_TOKENS
+    """Tokens per KV block as the router hashes them (Dynamo ``--kv-cache-block-size``: the engine's, vLLM 16)."""
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.overlap_weight) and self.overlap_weight >= 0):
+            raise InputError("kv-overlap-weight", f"must be a finite number >= 0, got {self.overlap_weight}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise InputError("router-temperature", f"must be a finite number >= 0, got {self.temperature}")
+        if self.block_size < 2:
+            raise InputError("kv-block-size", f"must be >= 2 tokens (Dynamo asserts block_size > 1), got "
+                             f"{self.block_size}")  # fmt: skip
+
+
+def kv_costs(
+    isl: int, overlap_blocks: list[int], active_prefill_tokens: list[int], active_blocks: list[int],
+    new_blocks: list[int], *, weight: float, block_size: int,
+) -> list[float]:  # fmt: skip
+    """Each worker's cost: ``weight x (active_prefill_tokens + isl - overlap x block_size) / block_size +
+    active_blocks + new_blocks`` (Dynamo v0.9 ``DefaultWorkerSelector::select_worker``; module docstring)."""
+    return [
+        weight * ((p + isl - o * block_size) / block_size) + (a + n)
+        for o, p, a, n in zip(overlap_blocks, active_prefill_tokens, active_blocks, new_blocks, strict=True)
+    ]
+
+
+def sample(costs: list[float], temperature: float, rng: np.random.Generator) -> int:
+    """The worker Dynamo's ``softmax_sample`` picks: temperature 0, the lowest cost (a uniform draw among equal ones);
+    else worker ``i`` with probability ``softmax(-cost_i / (max - min) / T)`` (uniform where all are equal), taken as
+    the first whose cumulative probability reaches a uniform draw."""
+    if temperature == 0:
+        low = min(costs)
+        ties = [i for i, c in enumerate(costs) if c == low]
+        return ties[0] if len(ties) == 1 else ties[int(rng.integers(len(ties)))]
+    lo, hi = min(costs), max(costs)
+    if lo == hi:
+        probs = np.full(len(costs), 1.0 / len(costs))
+    else:
+        scaled = np.array([-c / (hi - lo) / temperature for c in costs])
+        e = np.exp(scaled - scaled.max())
+        probs = e / e.sum()
+    u = float(rng.random())
+    cumulative = 0.0
+    for i, p in enumerate(probs.tolist()):
+        cumulative += p
+        if u <= cumulative:
+            return i
+    return len(costs) - 1
+
+
+@dataclass(slots=True)
+class Routed:
+    """A request routed to a worker and not finished, as the router tracks it."""
+
+    req: SimRequest
+    prefill_tokens: int
+    """``isl - overlap x block_size`` when routed (counted until its first token)."""
+    shared_blocks: int
+    """Its blocks inside its group's prefix (0 without a group)."""
+    own_blocks: int
+    """Its other blocks (its alone)."""
+
+
+@dataclass(slots=True)
+class KvRouter:
+    """The router's view of ``replicas`` workers over one simulation (mutable)."""
+
+    config: KvRouterConfig
+    replicas: int
+    rng: np.random.Generator
+    active: list[list[Routed]] = field(default_factory=list)
+    """Each worker's requests routed and not yet seen finished (pruned as it routes)."""
+    last_costs: list[float] = field(default_factory=list)
+    """The costs of the last request routed (for tests)."""
+
+    def __post_init__(self) -> None:
+        self.active = [[] for _ in range(self.replicas)]
+
+    def pick(self, req: SimRequest, caches: list[PrefixCache | None], prefix_len: int) -> int:
+        """Route ``req`` (arriving now; each worker's state as of that instant: its requests' first tokens and
+        completions, its prefix cache ``caches``): the worker Dynamo would pick, which then tracks it."""
+        bs = self.config.block_size
+        full = req.input_len // bs
+        shared = min(prefix_len, req.input_len) // bs if req.group >= 0 else 0
+        overlaps, prefill, active, new = [], [], [], []
+        for k, cache in enumerate(caches):
+            live = [a for a in self.active[k] if a.req.generated < a.req.output_len]
+            self.active[k] = live
+            held: dict[int, int] = {}  # group -> its prefix blocks among the active requests (the longest holds all)
+            for a in live:
+                if a.shared_blocks:
+                    held[a.req.group] = max(held.get(a.req.group, 0), a.shared_blocks)
+            overlaps.append(shared if cache is not None and req.group >= 0 and req.group in cache else 0)
+            prefill.append(sum(a.prefill_tokens for a in live if a.req.generated == 0))
+            active.append(sum(a.own_blocks for a in live) + sum(held.values()))
+            new.append(full - shared + max(0, shared - held.get(req.group, 0)))
+        self.last_costs = kv_costs(req.input_len, overlaps, prefill, active, new, weight=self.config.overlap_weight,
+                                   block_size=bs)  # fmt: skip
+        k = sample(self.last_costs, self.config.temperature, self.rng)
+        self.active[k].append(Routed(req, req.input_len - overlaps[k] * bs, shared, full - shared))
+        return k
