@@ -1266,3 +1266,7 @@ BAD_ARGV += []  # fmt: skip
 
 # session 17, fleet twin / simulate fresh review (helper C)
 BAD_ARGV += []  # fmt: skip
+
+
+# session 17, prefix cache: shared running blocks, attention DP, disaggregated prefill (helper D)
+BAD_ARGV += []  # fmt: skip
