@@ -166,3 +166,9 @@ def test_a_rate_only_failure_model_says_spares_play_no_part() -> None:
     assert any("no causes" in w for w in s["warnings"]) and "spares and repair times play no part" in err
     llama, _ = _json("--nodes", "16", "--days", "2", "--jobs", "50", "--spares", "2")
     assert not any("no causes" in w for w in llama["warnings"])
+
+
+def test_the_text_title_gives_the_generators_load() -> None:
+    r = CliRunner().invoke(simulate, ["--nodes", "16", "--days", "1", "--jobs", "50", "--load", "0.5"])
+    assert r.exit_code == 0, r.output
+    assert ", 50 jobs at load 0.5, " in r.output.splitlines()[0]
