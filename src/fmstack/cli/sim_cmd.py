@@ -187,10 +187,15 @@ def _options(func: Any) -> Any:
             "--ckpt-interval",
             default="young",
             show_default=True,
-            help="Checkpoint interval: young or daly (optimum for the job's MTBF) or minutes.",
+            help="Checkpoint interval: young or daly (optimum for the job's MTBF, at least one training step) or "
+            "minutes.",
         ),
         click.option(
-            "--ckpt-cost", type=float, default=60.0, show_default=True, help="Seconds one checkpoint stalls training."
+            "--ckpt-cost",
+            type=float,
+            default=60.0,
+            show_default=True,
+            help="Seconds one checkpoint stalls training (0: young/daly checkpoint every step).",
         ),
         click.option(
             "--bf-window",
