@@ -37,7 +37,7 @@ def test_single_run_puts_the_shared_settings_in_the_title() -> None:
     assert r.exit_code == 0, r.output
     first = r.output.splitlines()[0]
     assert first == ("fleet twin: slurm-backfill, auto-resume, 16 x p5.48xlarge (128 GPUs) + 2 spare nodes, 2 days, "
-                     "300 jobs, faults llama3, seed 1")  # fmt: skip
+                     "300 jobs at load 0.85, faults llama3, seed 1")  # fmt: skip
 
 
 def test_wait_cell_of_a_class_with_pending_jobs_is_a_lower_bound_not_zero() -> None:

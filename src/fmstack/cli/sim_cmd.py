@@ -79,7 +79,11 @@ def _config(opts: dict[str, Any], policy: str, recovery: str) -> Any:
     )  # fmt: skip
 
 
-def _run(opts: dict[str, Any], policy: str, recovery: str, bar: _DaysBar | None = None) -> tuple[Any, dict[str, Any]]:
+def _run(
+    opts: dict[str, Any], policy: str, recovery: str, bar: _DaysBar | None = None, *, label: bool = False
+) -> tuple[Any, dict[str, Any]]:
+    """One run; ``label``: prefix its warnings with the run's policy and recovery mode (``compare``, where the same
+    warning of two recovery modes read alike)."""
     from fmstack.catalog import load_catalog
     from fmstack.sim.metrics import summarise
     from fmstack.sim.simulator import Simulator
@@ -88,7 +92,7 @@ def _run(opts: dict[str, Any], policy: str, recovery: str, bar: _DaysBar | None 
     sim = Simulator(cfg, load_catalog(opts["catalog_dir"])).run(bar.run(f"{policy}, {recovery}") if bar else None)
     summary = summarise(sim)
     for w in summary["warnings"]:
-        click.echo(f"fmstack: warning: {w}", err=True)
+        click.echo(f"fmstack: warning: {f'[{policy}, {recovery}] ' if label else ''}{w}", err=True)
     return sim, summary
 
 
@@ -183,10 +187,15 @@ def _options(func: Any) -> Any:
             "--ckpt-interval",
             default="young",
             show_default=True,
-            help="Checkpoint interval: young or daly (optimum for the job's MTBF) or minutes.",
+            help="Checkpoint interval: young or daly (optimum for the job's MTBF, at least one training step) or "
+            "minutes.",
         ),
         click.option(
-            "--ckpt-cost", type=float, default=60.0, show_default=True, help="Seconds one checkpoint stalls training."
+            "--ckpt-cost",
+            type=float,
+            default=60.0,
+            show_default=True,
+            help="Seconds one checkpoint stalls training (0: young/daly checkpoint every step).",
         ),
         click.option(
             "--bf-window",
@@ -268,7 +277,7 @@ def compare(policies: str, recoveries: str, **opts: Any) -> None:
     for p, r in combos:  # every name checked before the first (possibly long) run
         _config(opts, p, r)
     with _DaysBar(len(combos), opts["days"]) as bar:
-        rows = [_run(opts, p, r, bar)[1] for p, r in combos]
+        rows = [_run(opts, p, r, bar, label=True)[1] for p, r in combos]
     if opts["as_json"]:
         print_json(rows)
         return

@@ -27,7 +27,9 @@ def title(rows: list[dict[str, Any]]) -> str:
     words = [f"{c['nodes']:,} x {c['instance']} ({c['gpus']:,} GPUs)"]
     if c["spares"]:
         words[0] += f" + {c['spares']:,} spare nodes"
-    words += [f"{c['days']:g} days", f"{c['jobs']:,} jobs", f"faults {c['faults'] or 'none'}", f"seed {c['seed']}"]
+    # the generator's offered load (session 17: runs at different --load had the same title)
+    jobs = f"{c['jobs']:,} jobs" + (f" at load {c['load']:g}" if c.get("load") is not None else "")
+    words += [f"{c['days']:g} days", jobs, f"faults {c['faults'] or 'none'}", f"seed {c['seed']}"]
     shared = [str(c["policy"])] if len({r["config"]["policy"] for r in rows}) == 1 else []
     if len({_recovery(r) for r in rows}) == 1:
         shared.append(_recovery(rows[0]))

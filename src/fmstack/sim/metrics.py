@@ -101,6 +101,9 @@ def summarise(sim: SimState) -> dict[str, Any]:
             "jobs": len(jobs), "policy": cfg.policy, "priority": cfg.priority, "faults": cfg.faults, "recovery": cfg.recovery.mode.value,
             "checkpoint_interval": cfg.recovery.interval, "checkpoint_cost_s": cfg.recovery.ckpt_cost_s,
             "spares": cfg.spares, "seed": cfg.seed, "bf_window_min": cfg.bf_window_min,
+            "load": cfg.load if cfg.trace is None else None, "trace": None if cfg.trace is None else str(cfg.trace),
+            "recovery_times_s": {"detection": sim.times.detection_s, "restart": sim.times.restart_s,
+                                 "replacement": sim.times.replacement_s},
         },
         "utilization": round(alloc / (sim.fleet.total_gpus * horizon), r),
         "gpu_hours": {"capacity": round(sim.fleet.total_gpus * horizon / h, 3), "allocated": round(alloc / h, 3),
@@ -128,6 +131,7 @@ def summarise(sim: SimState) -> dict[str, Any]:
             "events": len(sim.fault_log), "job_interruptions": sim.interruptions,
             "by_category": dict(sorted(cats.items())), "by_action": dict(sorted(actions.items())),
             "lost_gpu_hours": round((parts["lost_work"] - sim.preempted_lost_gpu_s - sim.timeout_lost_gpu_s) / h, 3),
+            "model": failure_model(sim),
         },
         "events_processed": sim.env.events_processed,
         "warnings": warnings(sim),
@@ -135,6 +139,30 @@ def summarise(sim: SimState) -> dict[str, Any]:
 
 
 BACKFILL_POLICIES = ("slurm-backfill", "easy-backfill")
+
+
+def failure_model(sim: SimState) -> dict[str, Any] | None:
+    """The failure model as this run applied it (None without faults): the rate of one node of this instance
+    (:meth:`FailureModel.node_failures_per_hour`) and of planned maintenance, per 1,000 node-days as Kokolis et al.
+    report them; the events to expect over the run (rate x pool nodes x days; the drawn count is Poisson around it,
+    a little lower since out-of-service nodes do not fail again); the job MTBF and the checkpoint interval a job of
+    one node and a job of the whole pool get (Young's or Daly's rule, or the fixed interval). Added in session 17:
+    until then neither JSON nor HTML said what rate a run assumed."""
+    m, cfg = sim.failures, sim.cfg
+    if m is None:
+        return None
+    per_node_day = m.node_failures_per_hour(sim.gpn) * 24.0
+    planned_day = m.planned_per_node_hour * 24.0 if cfg.planned else 0.0
+    mtbf = {k: m.mtbf_s(g, sim.gpn) for k, g in (("node", sim.gpn), ("pool", sim.fleet.total_gpus))}
+    return {
+        "name": m.name, "source": m.source,
+        "failures_per_1000_node_days": round(per_node_day * 1000.0, 4),
+        "planned_per_1000_node_days": round(planned_day * 1000.0, 4),
+        "expected_events": round((per_node_day + planned_day) * cfg.nodes * cfg.days, 2),
+        "node_loss_share": round(sum(v for c, v in sim.fault_shares.items() if c in m.node_loss_categories), 6),
+        "job_mtbf_h": {k: round(v / 3600.0, 3) for k, v in mtbf.items()},
+        "checkpoint_interval_min": {k: round(cfg.recovery.interval_s(v) / 60.0, 3) for k, v in mtbf.items()},
+    }  # fmt: skip
 
 
 def _jobs(n: int) -> str:
@@ -201,6 +229,12 @@ def warnings(sim: SimState) -> list[str]:
             f"{cfg.policy}: {n:,} preemption{'' if n == 1 else 's'} not made: each would have repeated the running "
             "and pending jobs of an earlier preemption at the same instant (a cycle that never ends); the "
             "preemptor waited instead (jobs.preemption_cycles_broken)"
+        )
+    if sim.failures is not None and not sim.failures.node_loss_categories:
+        out.append(
+            f"faults {cfg.faults}: the model gives a failure rate and no causes, so every failure is taken as a "
+            "job-level fault (the job restarts, the node is back at once): no node is rebooted or replaced, and "
+            "spares and repair times play no part; use llama3 for a cause mix"
         )
     if cfg.policy not in BACKFILL_POLICIES:
         return out

@@ -50,6 +50,35 @@ def _wait_cells(cls: dict[str, Any]) -> str:
     )
 
 
+def _settings(summary: dict[str, Any]) -> str:
+    """One paragraph with what shaped the run: workload, policy, recovery and checkpoints, failure model, spares
+    (added in session 17: the report named the policy and recovery mode only, not the failure model or the load)."""
+    c = summary["config"]
+    work = (f"{c['jobs']:,} jobs generated at offered load {c['load']:g}" if c.get("trace") is None
+            else f"{c['jobs']:,} jobs from trace {c['trace']}")  # fmt: skip
+    policy = f"policy {c['policy']} (pending order {c['priority']}"
+    policy += f", bf_window {c['bf_window_min']:,} min)" if "backfill" in c["policy"] else ")"
+    t = c.get("recovery_times_s", {})
+    rec = (f"recovery {str(c['recovery']).replace('_', '-')} (detection {t.get('detection', 0):g} s, restart "
+           f"{t.get('restart', 0):g} s, node replacement {t.get('replacement', 0):g} s)")  # fmt: skip
+    fm = summary["failures"].get("model")
+    ckpt = f"checkpoint interval {c['checkpoint_interval']}" + (
+        "" if c["checkpoint_interval"] in ("young", "daly") else " min"
+    )
+    ckpt += f", {c['checkpoint_cost_s']:g} s per checkpoint"
+    if fm is None:
+        faults = "no failures"
+    else:
+        iv = fm["checkpoint_interval_min"]
+        ckpt += f" (one-node job: {iv['node']:,.1f} min, whole pool: {iv['pool']:,.1f} min)"
+        faults = (f"failure model {fm['name']}: {fm['failures_per_1000_node_days']:g} failures and "
+                  f"{fm['planned_per_1000_node_days']:g} planned maintenances per 1,000 node-days, "
+                  f"{fm['expected_events']:,.1f} events expected, {summary['failures']['events']:,} drawn "
+                  f"(source: {fm['source']})")  # fmt: skip
+    spares = f"{c['spares']:,} spare nodes"
+    return "<p>" + html.escape("; ".join((work, policy, rec, ckpt, faults, spares))) + ".</p>"
+
+
 def render_html(sim: SimState, summary: dict[str, Any]) -> str:
     """The report as one HTML string."""
     c = summary["config"]
@@ -81,8 +110,11 @@ def render_html(sim: SimState, summary: dict[str, Any]) -> str:
 <p>utilization {summary["utilization"]:.3f} &middot; goodput {summary["goodput"]:.3f} &middot; ETTR {summary["ettr"]:.3f}
 &middot; jobs completed {summary["jobs"]["completed"]} of {summary["jobs"]["submitted"]}{timed_out}
 &middot; pending at end {summary["jobs"]["pending_at_end"]}
-&middot; job interruptions {summary["failures"]["job_interruptions"]} &middot; seed {c["seed"]}</p>{notes}
-<h2>GPU-hours</h2><table><tr><th>kind</th><th>GPU-h</th></tr>{parts}</table>
+&middot; job interruptions {summary["failures"]["job_interruptions"]} &middot; seed {c["seed"]}</p>
+{_settings(summary)}{notes}
+<h2>GPU-hours</h2>
+<p>capacity = allocated + idle + down; allocated = productive + checkpoint + lost_work + restart +
+hang_until_detected (with spares, spare_standby is on top of capacity: spare_capacity).</p><table><tr><th>kind</th><th>GPU-h</th></tr>{parts}</table>
 <h2>Queue wait and job completion time by size class (GPUs), seconds</h2>
 <p>Waits include the jobs still pending at the end, their wait counted to the end; &ge;: a lower bound.</p>
 <table><tr><th>class</th><th>started</th><th>pending at end</th><th>wait p50</th><th>wait p90</th><th>wait p99</th><th>JCT p50</th>

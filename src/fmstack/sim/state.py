@@ -270,7 +270,8 @@ class SimState:
         job.speed = self.speed.tokens_per_s(job.model, job.cur_gpus, packed) / ref
         job.startup_s = startup_s
         if self.failures is not None:
-            job.ckpt_interval_s = self.rec.interval_s(self.failures.mtbf_s(job.cur_gpus, self.gpn))
+            optimum = self.rec.interval_s(self.failures.mtbf_s(job.cur_gpus, self.gpn))
+            job.ckpt_interval_s = self.rec.optimum_floor_s(optimum, self._step_s(job))
         elif self.rec.interval not in ("young", "daly"):
             # a fixed interval applies without faults too (preemptions roll back to the last checkpoint); Young's
             # and Daly's optimum for an infinite MTBF is never to checkpoint
