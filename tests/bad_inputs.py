@@ -1270,3 +1270,7 @@ BAD_ARGV += []  # fmt: skip
 
 # session 17, prefix cache: shared running blocks, attention DP, disaggregated prefill (helper D)
 BAD_ARGV += []  # fmt: skip
+
+
+# session 17, fleet twin: GPU faults by Xid class, preemption-aware checkpoint interval (helper E)
+BAD_ARGV += []  # fmt: skip
