@@ -12,15 +12,16 @@ Two implementations lie behind the layouts, as the releases that use them do it:
   fp32 main grad itself; a bf16 gradient is copied to fp32 first: read ``grad_bytes``, write 4); under fp16 the
   loss scale is taken out in place (``_unscale_main_grads_and_check_for_nan``,
   ``torch._amp_foreach_non_finite_check_and_unscale_``: read and write 4); the gradient norm reads every fp32
-  gradient once (``get_main_grads_for_grad_norm``); the fused Adam kernel reads the fp32 gradient, master, m
-  and v and writes master, m and v; then ``_copy_main_params_to_model_params`` reads the master again and writes
+  gradient once (``optimizer.py`` ``get_grads_for_grad_norm``: ``param.grad``); the fused Adam kernel reads the fp32
+  gradient, master, m and v and writes master, m and v; then ``_copy_main_params_to_model_params`` reads the master
+  again and writes
   the model weight (``shard_model_param.data.copy_(shard_main_param)``, bf16; ``quantize_param_shard`` into the
   FP8 parameter with ``fp8_param_gather``).
 - a 16-bit master remainder or no master: one fused kernel updates the bf16 weight in place (Apex
   ``distributed_fused_adam.py`` with ``store_params=False``, with or without ``store_param_remainders``; Megatron-
   Core's precision-aware optimizer hands Transformer Engine's ``FusedAdam`` the gradient in its own dtype as
   ``decoupled_grad``): it reads the gradient, m, v, the bf16 weight and the remainder, writes all but the
-  gradient; the gradient norm reads the gradient in its own dtype.
+  gradient; the gradient norm reads the gradient in its own dtype (``get_grads_for_grad_norm``: ``decoupled_grad``).
 
 Not counted: the gradient scaling of a clipped step (Megatron scales in place only when the norm exceeds the clip),
 the amax pass of FP8 current scaling before ``quantize_param_shard``, and zeroing the gradient buffer.
