@@ -1261,7 +1261,27 @@ BAD_ARGV += [
 
 
 # session 17, optimizer layouts in scale, RL and the optimizer step (helper B)
-BAD_ARGV += []  # fmt: skip
+_BS = ["scale", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "1e12",
+       "--values", "1,2"]  # fmt: skip
+_BR = ["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--prompts", "64", "--samples", "8"]
+_BP = ["plan", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "1", "--prompts", "64"]
+BAD_ARGV += [
+    # scale re-plans every point with plan train's layout checks, before the sweep
+    ([*_BS, "--fp8-param-gather"], "fp8-param-gather: keeps the weights as FP8 parameters: it needs fp8 among --precision"),
+    ([*_BS, "--precision", "fp8", "--fp8-param-gather", "--master-weights", "none"],
+     "master-weights: FP8 parameters (--fp8-param-gather) need fp32 master weights to update; got none"),
+    ([*_BS, "--precision", "bf16,fp16", "--master-weights", "remainder"], "master-weights: remainder stores the low 16"),
+    ([*_BS, "--optimizer-state", "int8"], "Invalid value for '--optimizer-state': 'int8' is not one of 'fp32', 'bf16'"),
+    # the RL trainer computes in bf16: no FP8 parameters to keep
+    ([*_BR, "--fp8-param-gather"], "fp8-param-gather: keeps the weights as FP8 parameters, which needs FP8 training"),
+    ([*_BP, "--fp8-param-gather"], "fp8-param-gather: keeps the weights as FP8 parameters, which needs FP8 training"),
+    # the Apex gradient shard sits beside zero1's full buffer; FSDP (the default at train tp = pp = 1) shards it
+    ([*_BR, "--train-tp", "1", "--grad-shard-buffer"],
+     "grad-shard-buffer: adds a gradient shard next to zero1's full gradient buffer; the trained models use fsdp (the "
+     "default at train tp = pp = 1): give --train-sharding zero1"),
+    ([*_BR, "--train-sharding", "zero3", "--grad-shard-buffer"], "the trained models use zero3 (--train-sharding zero3)"),
+    ([*_BR, "--master-weights", "half"], "'half' is not one of 'fp32', 'remainder', 'none'"),
+]  # fmt: skip
 
 
 # session 17, fleet twin / simulate fresh review (helper C)

@@ -176,11 +176,18 @@ def test_each_release_gets_only_its_own_layout(catalog: Catalog) -> None:
             assert layout == default, row["id"]
 
 
-@pytest.mark.parametrize(("row_id", "ratio"), [("T069", (2 + 4 + 4) / 12), ("T078", (2 + 2 + 2) / 12)])
-def test_precision_aware_optimizer_rows(catalog: Catalog, row_id: str, ratio: float) -> None:
+@pytest.mark.parametrize(
+    ("row_id", "ratio", "step_ratio"),
+    [("T069", (2 + 4 + 4) / 12, (2 + 2 + 16 + 4 + 4) / 44), ("T078", (2 + 2 + 2) / 12, (2 + 2 + 8 + 4 + 4) / 44)],
+)
+def test_precision_aware_optimizer_rows(catalog: Catalog, row_id: str, ratio: float, step_ratio: float) -> None:
     """Megatron-Core 0.15's precision-aware optimizer with bf16 weights: an int16 master remainder (2 B) beside m and v
-    (fp32 for GPT-OSS, bf16 in the DeepSeek-V3 recipe): 10 / 12 and 6 / 12 of the fp32 layout's optimizer bytes."""
+    (fp32 for GPT-OSS, bf16 in the DeepSeek-V3 recipe): 10 / 12 and 6 / 12 of the fp32 layout's optimizer bytes. The
+    step's traffic with bf16 gradients (test_optimizer_step_bytes.py): norm 2 + Adam 2, m and v, remainder 2 + 2, the
+    bf16 weight 2 + 2, against 44 B for an fp32 master (the bf16 gradient copied to fp32 first)."""
     est = _row_estimate(catalog, row_id)
     fp32 = _row_estimate(catalog, row_id, master_weights="fp32", optimizer_state_dtype="fp32")
     assert est.memory.optimizer_gib == pytest.approx(ratio * fp32.memory.optimizer_gib, rel=1e-9)
-    assert est.memory.weights_gib == fp32.memory.weights_gib and est.step_time_s == fp32.step_time_s
+    assert est.memory.weights_gib == fp32.memory.weights_gib
+    assert est.optimizer_s == pytest.approx(step_ratio * fp32.optimizer_s, rel=1e-12)
+    assert est.step_time_s - est.optimizer_s == pytest.approx(fp32.step_time_s - fp32.optimizer_s, rel=1e-12)

@@ -199,7 +199,7 @@ def test_validation_against_published_runs(catalog: Catalog) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 4 acceptance over every compared case, misses included, is not met: 39 cases, median 4.7 %, worst "
+    reason="issue 4 acceptance over every compared case, misses included, is not met: 39 cases, median 4.6 %, worst "
     "152 % (T070 Qwen3-30B-A3B +152 %, T069 GPT-OSS +41 %); see KNOWN_MISSES and docs/perfmodel.md",
 )
 def test_validation_over_every_compared_case(catalog: Catalog) -> None:

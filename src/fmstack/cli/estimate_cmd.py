@@ -28,6 +28,7 @@ from fmstack.cli.common import (
 from fmstack.cli.estimate_options import (
     cluster_options,
     gpus_per_node,
+    layout_argv,
     layout_options,
     refuse_resilience_without_tokens,
     resilience_options,
@@ -108,13 +109,6 @@ def estimate() -> None:
 )
 @click.option("--flash/--no-flash", "flash_attention", default=None, help="Fused attention [on].")
 @layout_options
-@click.option(
-    "--grad-shard-buffer",
-    is_flag=True,
-    default=None,
-    help="With zero1: the reduce-scattered gradient shard in its own buffer next to the full one, as Apex "
-    "DistributedFusedAdam with contiguous_grad_buffer (NeMo 24.07) [off].",
-)
 @click.option(
     "--tokens", type=float, default=None, help="Token budget: time to train it with checkpoints and failures."
 )
@@ -231,12 +225,7 @@ def estimate_argv(
     for flag, value, default in switches:
         if value != default:
             argv.append(f"--{flag}" if value else f"--no-{flag}")
-    if cfg.optimizer_state_dtype != "fp32":
-        argv += ["--optimizer-state", cfg.optimizer_state_dtype]
-    if cfg.master_weights != "fp32":
-        argv += ["--master-weights", cfg.master_weights]
-    argv += ["--fp8-param-gather"] if cfg.fp8_param_gather else []
-    argv += ["--grad-shard-buffer"] if cfg.grad_shard_buffer else []
+    argv += layout_argv(cfg)
     if catalog_dir is not None:
         argv += ["--catalog", str(catalog_dir)]
     argv += calibration_argv(calibration, calibration_force)

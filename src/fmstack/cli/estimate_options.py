@@ -88,9 +88,28 @@ def gpus_per_node(cat: Any, instance: str) -> int:
     return int(resolve_instance(cat, instance).num_gpus)
 
 
+LAYOUT_KEYS = ("optimizer_state_dtype", "master_weights", "fp8_param_gather", "grad_shard_buffer")
+"""The option names (and TrainConfig / SearchSpace / RLConfig fields) of :func:`layout_options`."""
+
+
+def layout_values(options: dict[str, Any]) -> dict[str, Any]:
+    """The storage layout the user gave, popped from a command's ``options`` (None = the flag left out)."""
+    return {k: v for k in LAYOUT_KEYS if (v := options.pop(k, None)) is not None}
+
+
+def layout_argv(cfg: Any) -> list[str]:
+    """The :func:`layout_options` flags that give ``cfg``'s storage layout (a TrainConfig or an RLConfig), only where
+    it differs from the default."""
+    argv = ["--optimizer-state", cfg.optimizer_state_dtype] if cfg.optimizer_state_dtype != "fp32" else []
+    argv += ["--master-weights", cfg.master_weights] if cfg.master_weights != "fp32" else []
+    argv += ["--fp8-param-gather"] if cfg.fp8_param_gather else []
+    return argv + (["--grad-shard-buffer"] if cfg.grad_shard_buffer else [])
+
+
 def layout_options(func: Any) -> Any:
-    """The optimizer-state and parameter storage layout (``estimate train`` and ``plan train``; TrainConfig's
-    ``optimizer_state_dtype``, ``master_weights``, ``fp8_param_gather``). Defaults (None) leave the config's."""
+    """The optimizer-state and parameter storage layout (``estimate train``, ``plan train``, ``scale``, ``estimate rl``
+    and ``plan rl``; TrainConfig's ``optimizer_state_dtype``, ``master_weights``, ``fp8_param_gather``,
+    ``grad_shard_buffer``). Defaults (None) leave the config's."""
     options = [
         click.option(
             "--optimizer-state",
@@ -113,6 +132,14 @@ def layout_options(func: Any) -> Any:
             default=None,
             help="With --precision fp8: FP8 weights (1 B) without the bf16 copy, gathered in FP8 (Megatron-Core "
             "fp8_param_gather) [off].",
+        ),
+        click.option(
+            "--grad-shard-buffer",
+            is_flag=True,
+            default=None,
+            help="With zero1: the reduce-scattered gradient shard in its own buffer next to the full one, as Apex "
+            "DistributedFusedAdam with contiguous_grad_buffer (NeMo 24.07); a search applies it to its zero1 rows "
+            "[off].",
         ),
     ]
     for option in reversed(options):

@@ -44,6 +44,7 @@ from fmstack.perfmodel.config import (
     RECOMPUTE_CHOICES,
     MasterWeights,
     OptimizerStateDtype,
+    check_search_layout,
     default_seq_len,
 )
 from fmstack.perfmodel.plan_failures import CANDIDATES_PER_RESULT, TRAIN_OBJECTIVES
@@ -60,6 +61,24 @@ PLAN_EXAMPLE = """Examples:
   fmstack plan train --model llama3.1-70b --instance p5.48xlarge,p5en.48xlarge,p6-b200.48xlarge \\
       --gpus 512,1024 --tokens 2e12 --objective cost --html plan.html
 """
+
+
+def with_layout(
+    space: SearchSpace,
+    optimizer_state_dtype: OptimizerStateDtype | None,
+    master_weights: MasterWeights | None,
+    fp8_param_gather: bool | None,
+    grad_shard_buffer: bool | None,
+) -> SearchSpace:
+    """``space`` with the storage layout of :func:`layout_options` (None: the default) on every row it searches
+    (``plan train`` and ``scale``), checked as the planner checks it before anything is searched."""
+    space = replace(
+        space, optimizer_state_dtype=optimizer_state_dtype or "fp32", master_weights=master_weights or "fp32",
+        fp8_param_gather=bool(fp8_param_gather), grad_shard_buffer=bool(grad_shard_buffer),
+    )  # fmt: skip
+    check_search_layout(space.precisions, space.optimizer_state_dtype, space.master_weights, space.fp8_param_gather,
+                        grad_shard_buffer=space.grad_shard_buffer, shardings=space.sharding)  # fmt: skip
+    return space
 
 
 def _space(
@@ -177,7 +196,7 @@ def plan_train(
     precisions: str, recompute: str | None, overlap_tp: bool, overlap_ep: bool, calibration: Path | None,
     calibration_force: bool, catalog_dir: Path | None, top: int, html_path: Path | None, as_json: bool,
     optimizer_state_dtype: OptimizerStateDtype | None = None, master_weights: MasterWeights | None = None,
-    fp8_param_gather: bool | None = None,
+    fp8_param_gather: bool | None = None, grad_shard_buffer: bool | None = None,
 ) -> None:  # fmt: skip
     """Find the best way to train MODEL on these instances: parallelism, time, cost and bottleneck."""
     if html_path is not None:
@@ -187,11 +206,8 @@ def plan_train(
     clusters, skipped = build_clusters(cat, instance, gpus)
     if objective == "cost":
         clusters, skipped = _priced_only(clusters, skipped)
-    space = replace(
-        _space(seq_len, global_batch, precisions, recompute, overlap_ep, arch, overlap_tp),
-        optimizer_state_dtype=optimizer_state_dtype or "fp32", master_weights=master_weights or "fp32",
-        fp8_param_gather=bool(fp8_param_gather),
-    )  # fmt: skip
+    space = with_layout(_space(seq_len, global_batch, precisions, recompute, overlap_ep, arch, overlap_tp),
+                        optimizer_state_dtype, master_weights, fp8_param_gather, grad_shard_buffer)  # fmt: skip
     efficiency_for = calibration_for(calibration, clusters, calibration_force)
     with_failures = objective == "time-with-failures"
     if with_failures:

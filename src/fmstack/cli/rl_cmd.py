@@ -22,6 +22,7 @@ from fmstack.cli.common import (
     parts_table,
     print_json,
 )
+from fmstack.cli.estimate_options import layout_options, layout_values
 from fmstack.perfmodel.config import SHARDING_CHOICES
 from fmstack.perfmodel.inference_kv import PRECISIONS
 
@@ -113,6 +114,7 @@ def step_options(func: Any) -> Any:
               help="Expert parallel degree of training (MoE; inside data parallelism).")  # fmt: skip
 @click.option("--train-sharding", type=choice(SHARDING_CHOICES), default=None,
               help="ZeRO / FSDP stage of the trained models [fsdp at train tp = pp = 1, else zero1].")  # fmt: skip
+@layout_options
 @step_options
 @click.option("--offload/--no-offload", default=None,
               help="Colocated: park the trained models' weights and optimizer state in host memory during "
@@ -134,7 +136,9 @@ def rl_cmd(
     critic_arch = cat.model(critic) if critic else None
     cluster = build_cluster(cat, instance, nodes)
     efficiency = calibrated(calibration, cluster, calibration_force)
+    layout = layout_values(options)  # the trained models' storage layout; left out: RLConfig's defaults
     values: dict[str, Any] = {k: (v.lower() if isinstance(v, str) else v) for k, v in options.items()}
+    values.update(layout)
     for key in ("rollout_tp", "train_tp"):  # TP stays inside a node: 4 on a GB200 node, 1 on a p5.4xlarge
         if values[key] is None:
             values[key] = min(8, cluster.gpus_per_node)

@@ -26,6 +26,7 @@ from fmstack.cli.common import (
     no_wrap,
     print_json,
 )
+from fmstack.cli.estimate_options import layout_argv, layout_options, layout_values
 from fmstack.cli.rl_cmd import TRAIN_SYNC_CAPTION, batch_options, step_options
 from fmstack.errors import InputError
 from fmstack.fileio import check_output_path
@@ -94,6 +95,7 @@ def rl_argv(
              "--train-tp", str(cfg.train_tp), "--train-pp", str(cfg.train_pp)]  # fmt: skip
     argv += ["--train-cp", str(cfg.train_cp)] if cfg.train_cp > 1 else []
     argv += ["--train-ep", str(cfg.train_ep)] if cfg.train_ep > 1 else []
+    argv += layout_argv(cfg)
     argv += ["--epochs", str(cfg.epochs)] if cfg.epochs != 1 else []
     argv += ["--minibatches", str(cfg.minibatches)] if cfg.minibatches != 1 else []
     argv += ["--reward-model"] if cfg.reward_model else []
@@ -139,6 +141,7 @@ def _status(quiet: bool) -> Iterator[Callable[[str], None] | None]:
               help="Async rows may also let trajectories lag up to this many steps (estimate rl "
               "--max-trajectory-age); 1 = one step apart only.")  # fmt: skip
 @click.option("--rollout-precision", type=choice(PRECISIONS), default="bf16", show_default=True)
+@layout_options
 @step_options
 @click.option("--objective", type=click.Choice(("time", "throughput", "cost")), default="time", show_default=True,
               help="Rank by step time, samples/s per GPU, or USD per step (needs the instance's price).")  # fmt: skip
@@ -171,8 +174,9 @@ def plan_rl_cmd(
     where: list[tuple[str, int]] = [(n, k) for n in names for k in parse_nodes(nodes_text)]
     clusters: list[Cluster] = [build_cluster(cat, n, k) for n, k in where]
     efficiency_for = calibration_for(calibration, clusters, calibration_force)
+    layout = layout_values(options)  # the trained models' storage layout; left out: RLConfig's defaults
     values: dict[str, Any] = {k: (v.lower() if isinstance(v, str) else v) for k, v in options.items()}
-    base = RLConfig(**values)
+    base = RLConfig(**values, **layout)
     check_rl_config(base, clusters[0])  # batch, lengths and flags before searching
     plan_kinds = tuple(k.strip().lower() for k in kinds.split(",") if k.strip())
     with _status(as_json) as progress:

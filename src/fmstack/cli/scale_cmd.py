@@ -10,11 +10,13 @@ import click
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import resolve_instance
 from fmstack.cli.common import SearchCommand, json_option, print_json, whole_nodes_hint
-from fmstack.cli.plan_cmd import _space, parse_gpus, sweep_options
+from fmstack.cli.estimate_options import layout_options
+from fmstack.cli.plan_cmd import _space, parse_gpus, sweep_options, with_layout
 from fmstack.cli.plan_render import SearchProgress
 from fmstack.cli.scale_render import render_scale, scale_view
 from fmstack.errors import InputError
 from fmstack.fileio import check_output_path
+from fmstack.perfmodel.config import MasterWeights, OptimizerStateDtype
 from fmstack.perfmodel.scaling import AXES, EFA_GENERATIONS, GPU_GENERATIONS, run_sweep
 
 SCALE_EXAMPLE = """Examples:
@@ -42,6 +44,7 @@ VALUES_HELP = (
 
 @click.command(cls=SearchCommand, epilog=SCALE_EXAMPLE)
 @sweep_options
+@layout_options
 @click.option("--axis", type=click.Choice(AXES), default="nodes", show_default=True, help="What to sweep.")
 @click.option("--values", default=None, help=VALUES_HELP)
 @click.option("--weak", is_flag=True, help="With --axis nodes: grow the global batch with the GPUs (weak scaling).")
@@ -51,6 +54,8 @@ def scale(
     model: str, instance: str, gpus: str, tokens: float, objective: str, seq_len: int | None, global_batch: int | None,
     precisions: str, recompute: str | None, overlap_tp: bool, overlap_ep: bool, calibration: Path | None,
     calibration_force: bool, catalog_dir: Path | None, axis: str, values: str | None, weak: bool, html_path: Path | None, as_json: bool,
+    optimizer_state_dtype: OptimizerStateDtype | None = None, master_weights: MasterWeights | None = None,
+    fp8_param_gather: bool | None = None, grad_shard_buffer: bool | None = None,
 ) -> None:  # fmt: skip
     """Sweep one axis (nodes, GPU generation, EFA generation, NVLink domain, sequence length) and re-plan.
 
@@ -86,7 +91,9 @@ def scale(
         )
     if axis == "nodes":
         _whole_nodes(counts, per_node, resolve_instance(cat, instance).name)
-    space = _space(seq_len, global_batch, precisions, recompute, overlap_ep, arch, overlap_tp)
+    # every point re-plans with this storage layout
+    space = with_layout(_space(seq_len, global_batch, precisions, recompute, overlap_ep, arch, overlap_tp),
+                        optimizer_state_dtype, master_weights, fp8_param_gather, grad_shard_buffer)  # fmt: skip
     defaults = {
         "nodes": ",".join(str(max(1, counts[0] // per_node * f)) for f in (1, 2, 4, 8)),
         "gpu": ",".join(GPU_GENERATIONS), "efa": ",".join(EFA_GENERATIONS), "nvlink": "8,16,32,72",

@@ -255,14 +255,26 @@ def validate_layout(cfg: TrainConfig) -> None:
 
 
 def check_search_layout(
-    precisions: tuple[str, ...], optimizer_state_dtype: str, master_weights: str, fp8_param_gather: bool
+    precisions: tuple[str, ...],
+    optimizer_state_dtype: str,
+    master_weights: str,
+    fp8_param_gather: bool,
+    *,
+    grad_shard_buffer: bool = False,
+    shardings: tuple[str, ...] = ("zero1",),
 ) -> None:
     """The planner's fixed storage layout must hold on every precision it searches (FP8 parameters on its fp8 rows,
-    which must exist)."""
+    which must exist; the separate gradient shard on its zero1 rows, likewise)."""
     if fp8_param_gather and "fp8" not in precisions:
         raise InputError(
             "fp8-param-gather",
             f"keeps the weights as FP8 parameters: it needs fp8 among --precision, got {','.join(precisions)}",
+        )
+    if grad_shard_buffer and "zero1" not in shardings:
+        raise InputError(
+            "grad-shard-buffer",
+            f"adds a gradient shard next to zero1's full gradient buffer: it needs zero1 among the shardings searched, "
+            f"got {','.join(shardings)}",
         )
     for precision in precisions:
         validate_layout(

@@ -89,6 +89,9 @@ class SearchSpace:
     """The master copy on every row (fixed, not searched; TrainConfig.master_weights)."""
     fp8_param_gather: bool = False
     """FP8 parameters on the fp8 rows (fixed, not searched; TrainConfig.fp8_param_gather)."""
+    grad_shard_buffer: bool = False
+    """The separate reduce-scattered gradient shard (Apex DistributedFusedAdam) on the zero1 rows (fixed, not searched;
+    TrainConfig.grad_shard_buffer, which only zero1 has)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -207,13 +210,15 @@ def enumerate_space(model: ModelArch, cluster: Cluster, space: SearchSpace) -> t
     overlap_tp = ((tp[idx] > 1) & space.overlap_tp).astype(np.float64)
     ones = np.ones(idx.shape[0])
     fp8_params = (pr[idx] == PRECISION_CODE["fp8"]) & space.fp8_param_gather
+    # the Apex gradient shard on the zero1 rows; left out (None: off everywhere) by default
+    grad_shard = (sh[idx] == SHARDING_CODE["zero1"]).astype(np.float64) if space.grad_shard_buffer else None
     cols = Columns(
         tp=tp[idx], pp=pp[idx], dp=dp[idx], cp=cp[idx], ep=ep[idx], etp=ones.copy(), sp=(tp[idx] > 1).astype(np.float64),
         vpp=vpp[idx], mb=mb[idx], gb=gb[idx], seq=ones * space.seq_len, precision=pr[idx], recompute=rc[idx],
         sharding=sh[idx], hsdp=ones * 8, overlap_dp=ones.copy(), overlap_tp=overlap_tp, flash=ones * float(space.flash_attention),
         grad_bytes=ones * 4, reduce_bytes=ones * 2, rc_modules=rcm[idx], rc_layers=ones * 0.0, overlap_ep=overlap,
         opt_state=ones * OPT_STATE_CODE[space.optimizer_state_dtype], master=ones * MASTER_CODE[space.master_weights],
-        fp8_params=fp8_params.astype(np.float64),
+        fp8_params=fp8_params.astype(np.float64), grad_shard=grad_shard,
     )  # fmt: skip
     return cols, considered
 
@@ -317,7 +322,8 @@ def plan_training(
     if space.seq_len <= 0:
         raise InputError("seq_len", f"must be > 0, got {space.seq_len}")
     check_seq_len(space.seq_len, model)
-    check_search_layout(space.precisions, space.optimizer_state_dtype, space.master_weights, space.fp8_param_gather)
+    check_search_layout(space.precisions, space.optimizer_state_dtype, space.master_weights, space.fp8_param_gather,
+                        grad_shard_buffer=space.grad_shard_buffer, shardings=space.sharding)  # fmt: skip
     spaces = [_supported(space, c) for c in clusters]
     considered = rejected_shape = rejected_memory = 0
     candidates: list[tuple[float, int, int, Cluster, Columns[FloatArray], StepArrays[FloatArray], int]] = []

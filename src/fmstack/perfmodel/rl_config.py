@@ -11,7 +11,7 @@ from typing import Literal
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
-from fmstack.perfmodel.config import SHARDING_CHOICES
+from fmstack.perfmodel.config import SHARDING_CHOICES, MasterWeights, OptimizerStateDtype, TrainConfig, validate_layout
 from fmstack.perfmodel.rl_lengths import LogNormalLengths, from_clip_ratio, from_cv
 
 Algorithm = Literal["ppo", "grpo"]
@@ -56,6 +56,16 @@ class RLConfig:
     train_sharding: str | None = None
     """ZeRO / FSDP stage of the trained models; None = ``fsdp`` when train_tp * train_pp = 1 (veRL's FSDP
     backend, ZeRO-3), else ``zero1`` (veRL's Megatron backend, distributed optimizer)."""
+    optimizer_state_dtype: OptimizerStateDtype = "fp32"
+    """Adam's m and v of the trained models (actor, critic): TrainConfig.optimizer_state_dtype."""
+    master_weights: MasterWeights = "fp32"
+    """The trained models' master copy (TrainConfig.master_weights). fp32 with fp32 moments is veRL's Megatron backend
+    (``verl/utils/megatron/optimizer.py``: bf16 without the precision-aware optimizer); see docs/rl-planning.md for
+    veRL's FSDP and NeMo RL's Megatron defaults."""
+    fp8_param_gather: bool = False
+    """FP8 parameters (TrainConfig.fp8_param_gather): refused, the trained models compute in bf16."""
+    grad_shard_buffer: bool = False
+    """The separate reduce-scattered gradient shard (TrainConfig.grad_shard_buffer): zero1 only."""
     epochs: int = 1
     minibatches: int = 1
     reward_model: bool = False
@@ -146,12 +156,39 @@ def check_rl_config(cfg: RLConfig, cluster: Cluster) -> None:
         raise InputError("algorithm", f"{cfg.algorithm!r} unknown; allowed: ppo, grpo")
     if cfg.train_sharding is not None and cfg.train_sharding not in SHARDING_CHOICES:
         raise InputError("train-sharding", f"{cfg.train_sharding!r} unknown; allowed: {', '.join(SHARDING_CHOICES)}")
+    check_train_layout(cfg)
     if cfg.placement == "split":
         if cluster.num_nodes < 2:
             raise InputError("placement", f"split placement needs >= 2 nodes, got {cluster.num_nodes}")
         r = cfg.rollout_nodes if cfg.rollout_nodes is not None else cluster.num_nodes // 2
         if not 1 <= r < cluster.num_nodes:
             raise InputError("rollout-nodes", f"must be between 1 and {cluster.num_nodes - 1}, got {r}")
+
+
+def train_sharding(cfg: RLConfig) -> str:
+    """The ZeRO / FSDP stage the trained models use (see ``RLConfig.train_sharding``)."""
+    return cfg.train_sharding or ("fsdp" if cfg.train_tp * cfg.train_pp == 1 else "zero1")
+
+
+def check_train_layout(cfg: RLConfig) -> None:
+    """The trained models' storage layout, as ``estimate train`` checks it (:func:`validate_layout`), with the RL flags
+    named: the trainer computes in bf16 (no FP8 parameters) at ``train_sharding``."""
+    if cfg.fp8_param_gather:
+        raise InputError(
+            "fp8-param-gather", "keeps the weights as FP8 parameters, which needs FP8 training; the RL trainer "
+            "computes in bf16 (estimate train --precision fp8 prices FP8 training)",
+        )  # fmt: skip
+    sharding = train_sharding(cfg)
+    if cfg.grad_shard_buffer and sharding != "zero1":
+        given = f"--train-sharding {sharding}" if cfg.train_sharding else "the default at train tp = pp = 1"
+        raise InputError(
+            "grad-shard-buffer", f"adds a gradient shard next to zero1's full gradient buffer; the trained models use "
+            f"{sharding} ({given}): give --train-sharding zero1",
+        )  # fmt: skip
+    validate_layout(
+        TrainConfig(optimizer_state_dtype=cfg.optimizer_state_dtype, master_weights=cfg.master_weights,
+                    sharding=sharding, grad_shard_buffer=cfg.grad_shard_buffer)  # type: ignore[arg-type]
+    )  # fmt: skip
 
 
 def check_critic(cfg: RLConfig, critic_given: bool) -> None:

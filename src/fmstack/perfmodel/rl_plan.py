@@ -24,7 +24,7 @@ from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.efficiency import EfficiencyFor
 from fmstack.perfmodel.rl import RLConfig, RLEstimate, estimate_rl
-from fmstack.perfmodel.rl_config import check_context, check_critic
+from fmstack.perfmodel.rl_config import check_context, check_critic, train_sharding
 from fmstack.perfmodel.rl_plan_space import (
     PLACEMENT_KINDS,
     Layout,
@@ -87,14 +87,18 @@ class RLPlan:
 
 
 def config_of(base: RLConfig, point: RLPoint) -> RLConfig:
-    """``base`` with the point's placement, rollout TP and training layout (sharding by estimate_rl's rules)."""
+    """``base`` with the point's placement, rollout TP and training layout (sharding by estimate_rl's rules; the
+    storage layout's separate gradient shard only where that sharding is zero1, as ``plan train`` applies it)."""
     pl = point.placement
     colocated = pl.placement == "colocated"
-    return replace(
+    cfg = replace(
         base, placement=pl.placement, offload=pl.offload if colocated else None, rollout_nodes=pl.rollout_nodes,
         async_split=pl.async_split, max_trajectory_age=pl.max_trajectory_age, rollout_tp=point.rollout_tp,
         train_tp=point.layout.tp, train_pp=point.layout.pp, train_cp=point.layout.cp, train_ep=point.layout.ep,
     )  # fmt: skip
+    if cfg.grad_shard_buffer and train_sharding(cfg) != "zero1":
+        cfg = replace(cfg, grad_shard_buffer=False)
+    return cfg
 
 
 def _factor(cluster: Cluster, objective: str) -> float:

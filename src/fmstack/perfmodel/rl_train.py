@@ -24,6 +24,7 @@ from fmstack.perfmodel.config import TrainConfig, fill_defaults
 from fmstack.perfmodel.efficiency import Efficiency
 from fmstack.perfmodel.modelconsts import model_consts
 from fmstack.perfmodel.rl_config import RLConfig
+from fmstack.perfmodel.rl_config import train_sharding as train_sharding  # its home is rl_config; imported from here
 from fmstack.perfmodel.step_comm import comm, placement_per_domain
 from fmstack.perfmodel.training import TrainingEstimate, estimate_training
 
@@ -65,7 +66,10 @@ def train_step(
         tc: TrainConfig = fill_defaults(
             cluster.num_gpus,
             {"tp": cfg.train_tp, "pp": cfg.train_pp, "cp": cfg.train_cp, "ep": cfg.train_ep, "global_batch": per_mb,
-             "seq_len": seq_len, "recompute": "full", "sharding": sharding},
+             "seq_len": seq_len, "recompute": "full", "sharding": sharding,
+             # the trained models' storage layout (check_train_layout has checked it against the sharding)
+             "optimizer_state_dtype": cfg.optimizer_state_dtype, "master_weights": cfg.master_weights,
+             "fp8_param_gather": cfg.fp8_param_gather, "grad_shard_buffer": cfg.grad_shard_buffer},
         )  # fmt: skip
         return estimate_training(model, cluster, tc, efficiency=efficiency)
 
@@ -99,11 +103,6 @@ def forward_s(est: TrainingEstimate, gather_s: float = 0.0) -> float:
     third = (est.gemm_s + est.attention_s + est.memory_bound_s + est.overhead_s + est.bubble_s) / 3.0
     half = (est.comm["tp"].exposed_s + est.comm["ep"].exposed_s + est.comm["pp"].exposed_s) / 2.0
     return max(third + half, gather_s)
-
-
-def train_sharding(cfg: RLConfig) -> str:
-    """The ZeRO / FSDP stage the trained models use (see ``RLConfig.train_sharding``)."""
-    return cfg.train_sharding or ("fsdp" if cfg.train_tp * cfg.train_pp == 1 else "zero1")
 
 
 def shard_gather_s(model: ModelArch, train: Cluster, cfg: RLConfig) -> float:

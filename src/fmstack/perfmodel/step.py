@@ -25,14 +25,12 @@ from fmstack.perfmodel.efficiency import Efficiency
 from fmstack.perfmodel.memory import MemoryArrays, layout_bytes_per_param, local_params, memory_per_gpu
 from fmstack.perfmodel.modelconsts import ModelConsts, expert_gemm_flops
 from fmstack.perfmodel.num import Num, any_true, ceil, full_like, gcd, logical_not, maximum, minimum, where
+from fmstack.perfmodel.optimizer_step import optimizer_step_bytes_per_param
 from fmstack.perfmodel.recompute import modules_bytes_per_token, modules_flops_per_token, modules_gemm_s, recompute_of
 from fmstack.perfmodel.step_comm import comm, placement_per_domain
 
 F = NDArray[np.float64]
 
-OPTIMIZER_BYTES_PER_PARAM_STEP = 34.0
-"""Adam step traffic per sharded parameter: read fp32 master, m, v, grad (16 B), write master, m, v (12 B),
-write bf16 weights (2 B), plus the gradient-norm pass (4 B)."""
 TP_OVERLAP_HIDDEN = 0.7
 """Fraction of TP communication hidden by GEMM overlap (Transformer Engine userbuffers) when enabled
 (fmstack default; Wang et al. 2023, 'Overlap communication with dependent computation', report most of it
@@ -269,7 +267,7 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
     opt_shard = where(c.sharding >= SHARDING_CODE["zero1"], where(hsdp, shard, dp_group), 1.0)
     exp_shard = where(c.sharding >= SHARDING_CODE["zero1"], where(hsdp, minimum([shard, expert_dp]), expert_dp), 1.0)
     opt_params = nonexpert / opt_shard + expert / exp_shard
-    optimizer = opt_params * OPTIMIZER_BYTES_PER_PARAM_STEP / hbm_bps
+    optimizer = opt_params * optimizer_step_bytes_per_param(c).total / hbm_bps  # optimizer_step.py: 38 B by default
 
     # hidden communication (on the link, not exposed) runs beside compute and slows it
     hidden = m * ((tp_link - tp_exposed) + (cp_link - cp_exposed) + (ep_link - ep_exposed)) + (dp_link - dp_exposed)
