@@ -1294,3 +1294,7 @@ BAD_ARGV += []  # fmt: skip
 
 # session 17, fleet twin: GPU faults by Xid class, preemption-aware checkpoint interval (helper E)
 BAD_ARGV += []  # fmt: skip
+
+
+# session 17, memory model against published peak memory (helper F)
+BAD_ARGV += []  # fmt: skip
