@@ -3,7 +3,7 @@ check, same process.
 
 Runs the README's plan (Llama 3.1 70B, 20 req/s of 2048/256 tokens, TTFT p99 0.5 s, ITL p99 0.05 s, ``--no-disagg``)
 with ``--router round-robin`` (each candidate checked as one of its replicas, the path before session 16), then with
-``least-loaded`` and ``cache-aware`` (every replica of a candidate simulated together,
+``least-loaded``, ``cache-aware`` and ``kv`` (every replica of a candidate simulated together,
 :mod:`fmstack.perfmodel.inference_sim_fleet`), and with a 16-group shared-prefix workload; prints each wall time and
 CPU time (the process's: steadier on a shared machine), the CPU time's ratio to round-robin's and the plan.
 ``--reference``: the joint cases again with every replica's stretch stopped at every arrival
@@ -42,8 +42,8 @@ def main() -> None:
     ap.add_argument("--reference", action="store_true", help="also the joint cases without the lazy replicas")
     args = ap.parse_args()
     groups = PrefixWorkload(groups=16, prefix_len=1536)
-    cases = [("round-robin", None), ("least-loaded", None), ("cache-aware", None), ("round-robin", groups),
-             ("cache-aware", groups)]  # fmt: skip
+    cases = [("round-robin", None), ("least-loaded", None), ("cache-aware", None), ("kv", None),
+             ("round-robin", groups), ("cache-aware", groups), ("kv", groups)]  # fmt: skip
     base = 0.0
     for router, prefix in cases:
         wall_s, cpu_s, plan = min((_plan(router, prefix) for _ in range(args.repeat)), key=lambda x: x[1])
