@@ -1297,4 +1297,6 @@ BAD_ARGV += []  # fmt: skip
 
 
 # session 17, memory model against published peak memory (helper F)
-BAD_ARGV += []  # fmt: skip
+BAD_ARGV += [
+    (["validate", "--only", "memory"], "Invalid value for '--only': 'memory' is not one of"),
+]  # fmt: skip

@@ -33,14 +33,16 @@ def _collective_checks(cat: Any) -> list[Any]:
 
 @click.command(
     epilog="Example:\n\n  fmstack validate\n\n  fmstack validate --only training --json\n\n"
-    "  fmstack validate --only sidecheck\n\n  fmstack validate --only rlcheck\n\n  fmstack validate --only disaggcheck"
+    "  fmstack validate --only sidecheck\n\n  fmstack validate --only rlcheck\n\n  fmstack validate --only disaggcheck\n\n"
+    "  fmstack validate --only memcheck"
 )
 @click.option(
     "--only",
-    type=click.Choice(["training", "collectives", "inference", "sidecheck", "rlcheck", "disaggcheck"]),
+    type=click.Choice(["training", "collectives", "inference", "sidecheck", "rlcheck", "disaggcheck", "memcheck"]),
     default=None,
     help="One set only (sidecheck: PyTorch FSDP BF16 runs of llm-foundry; rlcheck: NeMo RL GRPO step times; "
-    "disaggcheck: NVIDIA Dynamo's disaggregation claims; none is calibration data).",
+    "disaggcheck: NVIDIA Dynamo's disaggregation claims; memcheck: the memory model against torchtitan's published "
+    "peak memory; none is calibration data).",
 )
 @catalog_option
 @json_option
@@ -111,11 +113,16 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
             "nodes": [c.to_json() for c in checks],
         }
         disagg_lines = validation_disagg.report_lines(checks)
+    mem_lines: list[str] = []
+    if only == "memcheck":
+        from fmstack.cli.validate_memory import memory_check
+
+        result["memory_check_peak"], mem_lines = memory_check(cat)
     if as_json:
         print_json(result)
         return
     out = console()
-    for line in disagg_lines:
+    for line in disagg_lines + mem_lines:
         out.print(line, markup=False, highlight=False, soft_wrap=True)
     if training:
         _render_training(training)
