@@ -1300,3 +1300,7 @@ BAD_ARGV += []  # fmt: skip
 BAD_ARGV += [
     (["validate", "--only", "memory"], "Invalid value for '--only': 'memory' is not one of"),
 ]  # fmt: skip
+
+
+# session 17, FSDP2 fp32-parameter layout and gradient dtype (helper G)
+BAD_ARGV += []  # fmt: skip
