@@ -99,3 +99,54 @@ def test_referenced_prefixes_are_not_evicted() -> None:
     assert 0 in cache and 5 in cache
     with pytest.raises(KeyError):
         cache.release(7)
+
+
+def _adp(catalog_model: str = "qwen3-235b-a22b"):  # type: ignore[no-untyped-def]
+    cfg = ServeConfig(tp=8, ep=8, precision="fp8", attention_dp=True, input_len=1024, output_len=200)
+    cat = load_catalog()
+    return cat, cfg, deployment(cat.model(catalog_model), build_cluster(cat, "p5.48xlarge", 1), cfg)
+
+
+def test_attention_dp_ranks_cache_on_their_own() -> None:
+    """Qwen3 235B on 8 H100s, attention DP over 8 ranks: each rank its own prefix cache (SGLang's DP-attention ranks
+    each run a scheduler with its own radix cache). 8 groups of a 768-token prefix, 400 requests at 1 req/s, ample
+    KV: a rank misses each group it is given exactly once (no eviction, no two prompts of a group at once), so the
+    requests that hit are ``1 - (sum over ranks of the groups it saw) / 400``; TensorRT-LLM's assignment (fewest active
+    prompt tokens, lowest rank on ties) gives rank 0 the most requests at this load, so the low ranks see all 8
+    groups and the high ones fewer. One cache for the replica would miss 8."""
+    from fmstack.perfmodel.inference_prefix import PrefixWorkload
+    from fmstack.perfmodel.inference_sim_fleet import run_fleet
+
+    _, cfg, d = _adp()
+    sim = SimConfig(request_rate_per_s=1.0, num_requests=400, warmup_requests=0, seed=0,
+                    prefix=PrefixWorkload(groups=8, prefix_len=768))  # fmt: skip
+    run = run_fleet(d, cfg, sim)
+    caches = run.replicas[0].prefix_caches
+    assert len(caches) == 8
+    seen = [sum(g in c for g in range(8)) for c in caches]
+    assert [c.lookups - c.hits for c in caches] == seen  # each rank: one miss per group it saw
+    assert sum(c.lookups for c in caches) == 400
+    hit = sum(q.prefix_hit for q in run.requests) / 400
+    assert hit == pytest.approx(1 - sum(seen) / 400)
+    assert seen[0] == 8 and 8 < sum(seen) < 64 and hit < 1 - 8 / 400
+
+
+def test_attention_dp_screening_by_hand() -> None:
+    """Screening an attention-DP candidate (no prefix cache before session 17): each rank's room is its share of the
+    replica's, ``((max - C) x 1224 / 768 + C) / 8`` prefixes of 2,000 equally popular (Che exact: room / groups,
+    rounded up to a hundredth)."""
+    import math
+
+    from fmstack.perfmodel.inference import max_concurrency
+    from fmstack.perfmodel.inference_disagg import SLO
+    from fmstack.perfmodel.inference_plan_analytic import analytic
+    from fmstack.perfmodel.inference_prefix import PrefixWorkload
+
+    cat, cfg, d = _adp()
+    w = PrefixWorkload(groups=2000, prefix_len=768)
+    c = analytic(cfg, build_cluster(cat, "p5.48xlarge", 1), cat.model("qwen3-235b-a22b"), 20.0, SLO(ttft_s=2.0,
+                 itl_s=0.2), "p5.48xlarge", 1, prefix=w)  # fmt: skip
+    assert c is not None and c.attention_dp
+    room = math.floor(((max_concurrency(d, cfg) - c.concurrency) * 1224 / 768 + c.concurrency) / 8)
+    assert 0 < room < 2000
+    assert c.prefix_request_hit_rate == pytest.approx(math.ceil(100 * room / 2000 - 1e-9) / 100)

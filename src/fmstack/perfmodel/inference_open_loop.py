@@ -205,5 +205,6 @@ def sizing_hit_rate(d: Deployment, cfg: ServeConfig, prefix: PrefixWorkload, rep
     none; the simulation decides the hits."""
     seq = cfg.input_len + cfg.output_len
     room = (max_concurrency(d, replace(cfg, max_batch=None)) - 1) * seq / prefix.prefix_len + 1  # + its own prefix
+    room /= d.tp if d.attention_dp else 1  # attention DP: one rank's cache
     hit = float(screen_hit_rates(prefix, np.array([room]), replicas=replicas, router=router)[0])
     return token_share(prefix, cfg.input_len, hit)

@@ -133,9 +133,6 @@ def run_fleet(d: Deployment, cfg: ServeConfig, sim: SimConfig, *, lazy: bool = T
         raise InputError("prefix-hit-rate", "give either a scalar --prefix-hit-rate or a --prefix-groups workload")
     one = replace(sim, replicas=1, router="round-robin", prefix=None)
     reps = [BatchingSim(d, cfg, one) for _ in range(n)]
-    if reps[0].ranks > 1 and sim.prefix is not None:
-        raise InputError("prefix-groups", "a shared-prefix workload is not simulated under attention DP (each rank "
-                         "would hold its own cache); drop --attention-dp or --prefix-groups")  # fmt: skip
     for r in reps:
         if sim.prefix is not None:
             r.use_prefix_cache(sim.prefix.prefix_len)
