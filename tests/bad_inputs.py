@@ -1267,6 +1267,12 @@ BAD_ARGV += []  # fmt: skip
 # session 17, prefix cache: shared running blocks, attention DP, disaggregated prefill (helper D)
 # (session 16's row "a shared-prefix workload is not simulated under attention DP" went: each rank now caches)
 BAD_ARGV += [
+    # a split's prefill pool runs no prefix cache yet (docs/inference.md, Prefix caching in a split)
+    ([*_RR, "--nodes", "2", "--qps", "4", "--prefill-replicas", "2", "--decode-replicas", "1", "--prefix-groups", "8",
+      "--prefix-len", "512"], "prefix-groups: a shared-prefix workload is simulated for colocated replicas"),
+    (["plan", "serve", "--model", "qwen3-235b-a22b", "--qps", "4", "--input-len", "1024", "--output-len", "200",
+      "--ttft-p99", "1", "--itl-p99", "0.1", "--prefix-groups", "8", "--prefix-len", "1024"],
+     "prefix-len: must be below --input-len (1024), got 1024"),
 ]  # fmt: skip
 
 
