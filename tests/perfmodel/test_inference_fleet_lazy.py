@@ -80,6 +80,11 @@ def test_lazy_attention_dp_and_static(catalog: Catalog) -> None:
                         seed=2)  # fmt: skip
         _, lazy = _same_runs(d, adp, sim)
         assert 0 in lazy.replicas[0].prompt_ranks  # decode-only stretches ran
+    for router in ("round-robin", "kv"):  # each rank its own prefix cache (session 17)
+        sim = SimConfig(request_rate_per_s=10.0, replicas=2, router=router, num_requests=200, length_spread=0.5,
+                        seed=2, prefix=PrefixWorkload(groups=6, prefix_len=512))  # fmt: skip
+        _, lazy = _same_runs(d, adp, sim)
+        assert any(q.prefix_hit for q in lazy.requests)
     static = ServeConfig(precision="fp8", input_len=512, output_len=128, scheduler="static", max_batch=32)
     sim = SimConfig(request_rate_per_s=12.0, replicas=3, router="least-loaded", num_requests=240, length_spread=0.3)
     _same_runs(_d8(catalog, static), static, sim)

@@ -77,14 +77,15 @@ def test_screening_is_optimistic(groups: int, zipf: float, tp: int, rate: float,
     for _ in range(5):
         at = replace(cfg, request_rate_per_s=rate, prefix_hit_rate=token_share(w, 2048, h))
         c = concurrency_for_rate(d, at, rate)
-        room = np.array([(full - c) * 2304 / 1536])
+        room = np.array([(full - c) * 2304 / 1536 + c])
         h = float(screen_hit_rates(w, room, replicas=replicas, router=router)[0])
     assert h >= fleet.prefix_hit_rate
 
 
 def test_analytic_with_prefix_by_hand() -> None:
     """The candidate's screened hit rate is the one at its concurrency, by hand (room for ``(max - C) x 2304 / 1536``
-    prefixes of 2,000 equally popular), and it serves more per replica than priced in full."""
+    prefixes in the free part and the ``C`` running sequences' own, shared: ``+ C``; of 2,000 equally popular), and
+    it serves more per replica than priced in full."""
     cfg = ServeConfig(tp=4, precision="fp8", input_len=2048, output_len=256, max_num_tokens=512)
     cat, d = _d70(4, cfg)
     cl, model = build_cluster(cat, "p5.48xlarge", 1), cat.model("llama3.1-70b")
@@ -92,7 +93,7 @@ def test_analytic_with_prefix_by_hand() -> None:
     w = PrefixWorkload(groups=2000, prefix_len=1536)
     c = analytic(cfg, cl, model, 20.0, SLO_README, "p5.48xlarge", 1, prefix=w, router="round-robin")
     assert plain is not None and c is not None
-    room = (max_concurrency(d, cfg) - c.concurrency) * 2304 // 1536
+    room = (max_concurrency(d, cfg) - c.concurrency) * 2304 // 1536 + c.concurrency
     assert c.prefix_request_hit_rate == pytest.approx(math.ceil(100 * room / 2000) / 100)
     assert c.prefix_hit_rate == pytest.approx(c.prefix_request_hit_rate * 0.75)
     assert c.rate_per_replica_rps > plain.rate_per_replica_rps and c.replicas <= plain.replicas

@@ -200,10 +200,11 @@ def simulate_open_loop_fleet(
 
 def sizing_hit_rate(d: Deployment, cfg: ServeConfig, prefix: PrefixWorkload, replicas: int, router: str) -> float:
     """The prompt-token share a replica's prefix cache could serve at most under ``router``: the screened request
-    hit rate (:func:`fmstack.perfmodel.inference_prefix.screen_hit_rates`) with one sequence running and the rest of
-    the KV pool free for prefixes. Sizes the open-loop run (its capacity and relaxation) where full prompts leave
+    hit rate (:func:`fmstack.perfmodel.inference_prefix.screen_hit_rates`) with one sequence running (holding one
+    prefix) and the rest of the KV pool free for prefixes. Sizes the open-loop run (its capacity and relaxation) where full prompts leave
     none; the simulation decides the hits."""
     seq = cfg.input_len + cfg.output_len
-    room = (max_concurrency(d, replace(cfg, max_batch=None)) - 1) * seq / prefix.prefix_len
+    room = (max_concurrency(d, replace(cfg, max_batch=None)) - 1) * seq / prefix.prefix_len + 1  # + its own prefix
+    room /= d.tp if d.attention_dp else 1  # attention DP: one rank's cache
     hit = float(screen_hit_rates(prefix, np.array([room]), replicas=replicas, router=router)[0])
     return token_share(prefix, cfg.input_len, hit)

@@ -219,9 +219,9 @@ def plan_serve(
                         continue  # no chunk and no split of this layout holds one sequence
                     for chunk in CHUNK_CHOICES:
                         cfg = replace(cfg, max_num_tokens=chunk)
-                        # the simulation runs no prefix cache under attention DP: neither does the screening
+                        # attention DP: each rank its own prefix cache (inference_plan_analytic._best_point)
                         option = _analytic(cfg, c, model, qps, slo, name, nodes, efficiency_for, router=router,
-                                           prefix=None if adp else prefix)  # fmt: skip
+                                           prefix=prefix)  # fmt: skip
                         if option is not None:
                             found.append(option)
                             first = nodes if first is None else first

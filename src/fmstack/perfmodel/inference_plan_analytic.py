@@ -3,8 +3,9 @@ the SLO on the analytic curve, and the replicas and nodes it needs (:mod:`fmstac
 
 With a shared-prefix workload (:class:`~fmstack.perfmodel.inference_prefix.PrefixWorkload`) each point of the curve
 is priced at the prefix hit rate a replica can expect there (:func:`~fmstack.perfmodel.inference_prefix.
-screen_hit_rates`: Che's approximation, the cache's room being the KV pool the running sequences leave, the groups a
-replica sees depending on the router), as ``estimate serve --prefix-hit-rate`` prices a scalar one: those prompt
+screen_hit_rates`: Che's approximation, the cache's room being the KV pool the running sequences leave plus the
+prefixes they hold (at most one each, shared since session 17), the groups a replica sees depending on the router;
+under attention DP each rank's share of both, as each rank caches on its own), as ``estimate serve --prefix-hit-rate`` prices a scalar one: those prompt
 tokens skip their prefill. The estimate errs optimistic, so that screening keeps every deployment the simulation
 could accept; the simulation (:mod:`fmstack.perfmodel.inference_plan_verify`) decides. Under the cache-aware (or kv) router
 the hit rate grows with the replicas (their caches together hold more groups), so the replica count is the smallest
@@ -102,8 +103,12 @@ def _best_point(
         # beyond the sequences the token budget keeps running (at most, with every prefix cached) the rate is flat
         limit = min(limit, math.ceil(running_limit(d, most)))
         conc = np.arange(1, limit + 1, dtype=np.float64)
+        # the free part of the pool, plus one prefix per running sequence (each may hold its own prefix, shared);
+        # attention DP: each rank caches in its share of the pool and sees every group the replica gets
         room = (max_concurrency(d, replace(cfg, max_batch=None)) - conc) * (cfg.input_len + cfg.output_len)
-        request_hit = screen_hit_rates(prefix, room / prefix.prefix_len, replicas=replicas, router=router)
+        ranks = d.tp if d.attention_dp else 1
+        request_hit = screen_hit_rates(prefix, (room / prefix.prefix_len + conc) / ranks, replicas=replicas,
+                                       router=router)  # fmt: skip
         curve, spike = _stitched(d, cfg, conc, prefix, request_hit)
     else:
         # beyond the sequences the token budget keeps running the rate is flat and the TTFT only grows (clients

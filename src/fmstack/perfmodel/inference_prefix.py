@@ -7,13 +7,15 @@ tokens (system prompts, few-shot preambles, documents), drawn independently with
 benchmark dataset (``bench_serving.py``: ``--gen-num-groups 64 --gen-prompts-per-group 16
 --gen-system-prompt-len 2048 --gen-question-len 128``, shuffled) is the uniform case.
 
-Cache (:class:`PrefixCache`): a replica's LRU set of prefixes, counted in tokens, whose capacity is the part of its
-KV pool no running sequence holds (engines keep finished requests' blocks until the pool needs them: vLLM's
-automatic prefix caching, SGLang's radix cache, both LRU). A request looks its prefix up when the scheduler gives
-its prompt the first chunk (vLLM ``get_computed_blocks``, SGLang ``match_prefix`` at scheduling): a hit skips the
-prefix's prefill; a miss computes it and inserts the prefix once the prompt's prefill completes. Simplifications: a running request reserves
-its whole prompt as before (a hit's shared prefix is counted again, as if copied: conservative on memory); the
-prefix is cached at its prompt's end, not block by block as chunks complete; no radix sharing between groups.
+Cache (:class:`PrefixCache`): a replica's (an attention-DP rank's) prefixes, counted in tokens, each held by a
+reference count, as vLLM's automatic prefix caching holds blocks (``ref_cnt``; a block at 0 sits in the free queue,
+evicted least recently used first; ``vllm/v1/core/block_pool.py``, ``kv_cache_manager.py``) and SGLang's radix cache
+its nodes (``lock_ref``; ``evictable_size`` against ``protected_size``, ``radix_cache.py``). A prefix referenced by a
+running request is shared and stays resident; one no running request references lives in the free part of the KV pool
+and is evicted LRU as admissions take that part. The simulation's side (:mod:`fmstack.perfmodel.inference_sim_prefix`)
+looks a prompt's prefix up at admission and reserves only its own tokens on a hit. Simplifications: a prefix is one
+entry of ``prefix_len`` tokens (not block by block; cached as its prompt's prefill completes, not chunk by chunk); no
+radix sharing between groups.
 
 :func:`che_hit_rate` is Che's approximation of an LRU cache's hit rate under independent requests (Che, Tung, Wang
 2002; Fricker, Robert, Roberts 2012), which tests the cache; :func:`screen_hit_rates` applies it to `plan serve`'s
@@ -65,21 +67,38 @@ class PrefixWorkload:
 
 
 class PrefixCache:
-    """An LRU set of prefixes, each ``tokens`` long, within a capacity in tokens that may change."""
+    """Prefixes, each ``tokens`` long: those referenced by running requests (pinned: not evictable) and an LRU set
+    of unreferenced ones within a capacity in tokens that may change (the free part of the KV pool)."""
 
     def __init__(self) -> None:
         self._entries: OrderedDict[int, int] = OrderedDict()
+        """Unreferenced prefixes, least recently used first (vLLM's free block queue)."""
+        self._pinned: dict[int, tuple[int, int]] = {}
+        """Referenced prefixes: key -> (tokens, reference count >= 1)."""
         self.tokens = 0
-        """Tokens held."""
+        """Tokens held by unreferenced prefixes (evictable; inside the pool's free part)."""
+        self.pinned_tokens = 0
+        """Tokens held by referenced prefixes (outside the pool's free part)."""
         self.hits = 0
         self.lookups = 0
 
-    def __contains__(self, key: int) -> bool:
-        return key in self._entries
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries or key in self._pinned
+
+    def referenced(self, key: int) -> bool:
+        """Whether a running request references ``key`` (sharing it costs no free tokens)."""
+        return key in self._pinned
+
+    def size(self, key: int) -> int:
+        """The tokens of cached ``key``."""
+        return self._pinned[key][0] if key in self._pinned else self._entries[key]
 
     def lookup(self, key: int) -> bool:
-        """Whether ``key`` is cached (a hit moves it to the most recently used end)."""
+        """Whether ``key`` is cached (a hit moves an unreferenced prefix to the most recently used end)."""
         self.lookups += 1
+        if key in self._pinned:
+            self.hits += 1
+            return True
         if key in self._entries:
             self._entries.move_to_end(key)
             self.hits += 1
@@ -87,14 +106,16 @@ class PrefixCache:
         return False
 
     def fit(self, capacity_tokens: float) -> None:
-        """Evict the least recently used prefixes until at most ``capacity_tokens`` are held."""
+        """Evict the least recently used unreferenced prefixes until at most ``capacity_tokens`` are held by them."""
         while self._entries and self.tokens > capacity_tokens:
             _, n = self._entries.popitem(last=False)
             self.tokens -= n
 
     def insert(self, key: int, tokens: int, capacity_tokens: float) -> None:
-        """Cache ``key`` (``tokens`` long) as the most recently used, evicting LRU prefixes to make room; a prefix
-        longer than the capacity is not cached."""
+        """Cache ``key`` (``tokens`` long, unreferenced) as the most recently used, evicting LRU prefixes to make
+        room; a prefix longer than the capacity is not cached; a cached one is only refreshed."""
+        if key in self._pinned:
+            return
         if key in self._entries:
             self._entries.move_to_end(key)
             return
@@ -103,6 +124,56 @@ class PrefixCache:
         self.fit(capacity_tokens - tokens)
         self._entries[key] = tokens
         self.tokens += tokens
+
+    def acquire(self, key: int) -> int:
+        """A running request references cached ``key``: the tokens it takes out of the free part (its size if no
+        one referenced it, as vLLM's ``allocate_slots`` counts a computed block at ``ref_cnt`` 0 as allocated; else
+        0)."""
+        if key in self._pinned:
+            n, refs = self._pinned[key]
+            self._pinned[key] = (n, refs + 1)
+            return 0
+        n = self._entries.pop(key)
+        self.tokens -= n
+        self._pinned[key] = (n, 1)
+        self.pinned_tokens += n
+        return n
+
+    def publish(self, key: int, tokens: int) -> bool:
+        """A request that computed ``key``'s ``tokens`` (a miss, its prefill done) shares them as the prefix,
+        referenced once (by it): True; False where ``key`` is already cached (its copy stays its own, as two
+        vLLM blocks of one hash do; an unreferenced entry is refreshed)."""
+        if key in self._pinned:
+            return False
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return False
+        self._pinned[key] = (tokens, 1)
+        self.pinned_tokens += tokens
+        return True
+
+    def release(self, key: int) -> int:
+        """A request that referenced ``key`` finishes: the tokens back in the free part (its size when it was the
+        last reference: the prefix turns evictable as the most recently used; else 0)."""
+        n, refs = self._pinned[key]
+        if refs > 1:
+            self._pinned[key] = (n, refs - 1)
+            return 0
+        del self._pinned[key]
+        self.pinned_tokens -= n
+        self._entries[key] = n
+        self.tokens += n
+        return n
+
+
+class AnyRank:
+    """The prefixes an attention-DP replica caches, as a router sees them: in any of its ranks' caches."""
+
+    def __init__(self, caches: list[PrefixCache]) -> None:
+        self._caches = caches
+
+    def __contains__(self, key: object) -> bool:
+        return any(key in c for c in self._caches)
 
 
 def che_hit_rate(probabilities: NDArray[np.float64], capacity_items: float) -> float:

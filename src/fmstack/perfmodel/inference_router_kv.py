@@ -31,6 +31,7 @@ several router replicas and their sync, the busy-worker threshold, the later cre
 from __future__ import annotations
 
 import math
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -40,7 +41,6 @@ from fmstack.errors import InputError
 from fmstack.perfmodel.inference_kv import DEFAULT_BLOCK_TOKENS
 
 if TYPE_CHECKING:  # inference_sim_io imports this module (SimConfig.kv_router)
-    from fmstack.perfmodel.inference_prefix import PrefixCache
     from fmstack.perfmodel.inference_sim_io import SimRequest
 
 OVERLAP_WEIGHT = 1.0
@@ -134,7 +134,7 @@ class KvRouter:
     def __post_init__(self) -> None:
         self.active = [[] for _ in range(self.replicas)]
 
-    def pick(self, req: SimRequest, caches: list[PrefixCache | None], prefix_len: int) -> int:
+    def pick(self, req: SimRequest, caches: Sequence[Container[int] | None], prefix_len: int) -> int:
         """Route ``req`` (arriving now; each worker's state as of that instant: its requests' first tokens and
         completions, its prefix cache ``caches``): the worker Dynamo would pick, which then tracks it."""
         bs = self.config.block_size

@@ -37,7 +37,7 @@ import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
-from fmstack.perfmodel.inference_prefix import PrefixCache
+from fmstack.perfmodel.inference_prefix import AnyRank, PrefixCache
 from fmstack.perfmodel.inference_sim_adp import AttentionDP
 from fmstack.perfmodel.inference_sim_io import (
     PERCENTILES,
@@ -48,6 +48,13 @@ from fmstack.perfmodel.inference_sim_io import (
     arrival_gaps_s,
     draw_length,
     summarise,
+)
+from fmstack.perfmodel.inference_sim_prefix import (
+    admission_need,
+    admit_prefix,
+    late_hit,
+    publish_prefix,
+    release_tokens,
 )
 from fmstack.perfmodel.inference_step import Deployment, step_time
 
@@ -110,15 +117,27 @@ class BatchingSim(AttentionDP):
         self.routed = False
         self._open = None
         self._memo = None
-        self.prefix_cache: PrefixCache | None = None
-        """Joint simulation with a shared-prefix workload: this replica's prefix cache (looked up as a prompt gets its
-        first chunk, the prefix inserted as its prefill completes; :mod:`fmstack.perfmodel.inference_prefix`)."""
+        self.prefix_caches: list[PrefixCache] = []
+        """Joint simulation with a shared-prefix workload (:meth:`use_prefix_cache`): each rank's prefix cache (one;
+        attention DP: one per rank, as each SGLang DP-attention rank runs its own scheduler and radix cache), looked
+        up at admission (:mod:`fmstack.perfmodel.inference_sim_prefix`); empty: none."""
         self.prefix_len = 0
         self.finished = 0
         """Requests completed."""
         self.busy_s = 0.0
         """Seconds with an iteration in progress."""
         self._busy_since_s = 0.0
+
+    def use_prefix_cache(self, prefix_len: int) -> None:
+        """Serve a shared-prefix workload of ``prefix_len``-token prefixes: an empty cache per rank."""
+        self.prefix_caches, self.prefix_len = [PrefixCache() for _ in range(self.ranks)], prefix_len
+
+    @property
+    def prefix_cache(self) -> PrefixCache | AnyRank | None:
+        """The prefixes cached here as a router sees them (attention DP: in any rank's cache); None: no cache."""
+        if not self.prefix_caches:
+            return None
+        return self.prefix_caches[0] if self.ranks == 1 else AnyRank(self.prefix_caches)
 
     def _new_request(self, at_s: float) -> None:
         rid = len(self._requests)
@@ -216,13 +235,14 @@ class BatchingSim(AttentionDP):
         partial = [r for r in self._running if self._requests[r].prefilled < self._requests[r].input_len]
         partial += self._admit(self.clock_s)
         chunks: dict[int, int] = {}
-        cache = self.prefix_cache
+        cache = self.prefix_caches[0] if self.prefix_caches else None
         for r in partial:
             if budget <= 0:
                 break
             req = self._requests[r]
-            if cache is not None:
-                self._lookup_prefix(req)
+            if cache is not None and req.prefilled == 0:
+                self._kv_tokens_free += late_hit(cache, req, self.prefix_len, self._kv_tokens_free)
+                cache.fit(self._kv_tokens_free)
             left = req.input_len - req.prefilled
             take = min(left, budget) if self.sim.chunked_prefill else (left if left <= budget or not chunks else 0)
             if take > 0:
@@ -246,26 +266,20 @@ class BatchingSim(AttentionDP):
         """Move waiting requests to running in FCFS order while the sequence limit and the KV pool (prompt + output
         tokens reserved at admission) allow, at ``now_s``; the ids admitted."""
         admitted: list[int] = []
+        cache = self.prefix_caches[0] if self.prefix_caches else None
         while self._waiting and len(self._running) < self._max_seqs:
             req = self._requests[self._waiting[0]]
-            need = req.input_len + req.output_len
+            need = req.input_len + req.output_len if cache is None else admission_need(cache, req, self.prefix_len)[0]
             if need > self._kv_tokens_free:
                 break
             self._kv_tokens_free -= need
-            if self.prefix_cache is not None:  # the cache lives in the pool's free part
-                self.prefix_cache.fit(self._kv_tokens_free)
+            if cache is not None:  # a hit references its prefix; unreferenced prefixes live in the pool's free part
+                admit_prefix(cache, req, self.prefix_len)
+                cache.fit(self._kv_tokens_free)
             self._running.append(self._waiting.pop(0))
             req.admitted_s = now_s
             admitted.append(req.rid)
         return admitted
-
-    def _lookup_prefix(self, req: SimRequest) -> None:
-        """A prompt about to get its first chunk looks its prefix up (vLLM's ``get_computed_blocks``, SGLang's
-        ``match_prefix``, as the scheduler picks it): a hit starts it past the prefix. The last prompt token is
-        computed again on a full hit (vLLM), so a prefix skips at most ``input_len - 1`` tokens."""
-        cache = self.prefix_cache
-        if cache is not None and req.group >= 0 and req.prefilled == 0 and cache.lookup(req.group):
-            req.prefix_hit, req.prefilled = True, min(self.prefix_len, req.input_len - 1)
 
     def _start_iteration_static(self) -> None:
         """Static batching: decode the running batch until its last request finishes; an idle engine forms the next
@@ -277,9 +291,6 @@ class BatchingSim(AttentionDP):
             self._run_step(list(self._running), {})
             return
         self._admit(self.clock_s)
-        if self.prefix_cache is not None:
-            for r in self._running:
-                self._lookup_prefix(self._requests[r])
         if self._running:
             self._run_step([], {r: self._requests[r].input_len - self._requests[r].prefilled for r in self._running})
 
@@ -324,8 +335,10 @@ class BatchingSim(AttentionDP):
             req.prefilled += n
             if req.prefilled >= req.input_len:
                 req.generated, req.first_token_s, req.last_token_s = 1, now, now
-                if self.prefix_cache is not None and req.group >= 0 and not req.prefix_hit:
-                    self.prefix_cache.insert(req.group, self.prefix_len, self._kv_tokens_free)
+                if self.prefix_caches:
+                    k = self._rank_of[r] if self.ranks > 1 else 0
+                    free = self._rank_kv_free[k] if self.ranks > 1 else self._kv_tokens_free
+                    publish_prefix(self.prefix_caches[k], req, self.prefix_len, free)
                 self._maybe_done(req)
         for r in decode:
             req = self._requests[r]
@@ -340,11 +353,14 @@ class BatchingSim(AttentionDP):
             return
         self._running.remove(req.rid)
         self.finished += 1
-        self._kv_tokens_free += req.input_len + req.output_len
         if self.ranks > 1:
             k = self._rank_of.pop(req.rid)
             self._rank_reqs[k].remove(req.rid)
-            self._rank_kv_free[k] += req.input_len + req.output_len
+            back = release_tokens(self.prefix_caches[k] if self.prefix_caches else None, req)
+            self._kv_tokens_free += back
+            self._rank_kv_free[k] += back
+        else:
+            self._kv_tokens_free += release_tokens(self.prefix_caches[0] if self.prefix_caches else None, req)
         if self.sim.concurrency is not None:
             self._new_request(self.clock_s)
 

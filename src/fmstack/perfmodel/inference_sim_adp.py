@@ -11,7 +11,9 @@ import heapq
 import numpy as np
 
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
+from fmstack.perfmodel.inference_prefix import PrefixCache
 from fmstack.perfmodel.inference_sim_io import SimConfig
+from fmstack.perfmodel.inference_sim_prefix import admission_need, admit_prefix
 from fmstack.perfmodel.inference_sim_stretch import Stretches
 from fmstack.perfmodel.inference_step import RankLoad, step_time
 
@@ -27,6 +29,9 @@ class AttentionDP(Stretches):
     _rank_of: dict[int, int]
     _rank_reqs: list[list[int]]
     _rank_kv_free: list[float]
+    prefix_caches: list[PrefixCache]
+    """Each rank's prefix cache (empty: none)."""
+    prefix_len: int
 
     def _assign_ranks(self) -> None:
         """TensorRT-LLM's attention-DP assignment of the queued requests (``_schedule_attention_dp_requests``)."""
@@ -55,6 +60,7 @@ class AttentionDP(Stretches):
         loads: list[tuple[float, float, float, float, float]] = []
         decodes: list[list[int]] = []
         chunks: dict[int, int] = {}
+        cache = self.prefix_caches
         for k, reqs in enumerate(self._rank_reqs):
             decode = [
                 r
@@ -68,13 +74,16 @@ class AttentionDP(Stretches):
                 if req.prefilled >= req.input_len or budget <= 0:
                     continue
                 if not req.admitted:
-                    need = req.input_len + req.output_len
+                    need, skip = admission_need(cache[k] if cache else None, req, self.prefix_len)
                     if need > self._rank_kv_free[k]:
                         break
-                    left = req.input_len
+                    left = req.input_len - skip
                     if not self.sim.chunked_prefill and left > budget:
                         break  # whole prompts in arrival order
                     self._rank_kv_free[k] -= need
+                    if cache:  # the rank's own prefix cache (SGLang: each DP-attention rank's scheduler has one)
+                        admit_prefix(cache[k], req, self.prefix_len, first_chunk=True)
+                        cache[k].fit(self._rank_kv_free[k])
                     self._running.append(r)
                     req.admitted, req.admitted_s = True, self.clock_s
                 left = req.input_len - req.prefilled

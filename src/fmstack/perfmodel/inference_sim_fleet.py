@@ -9,8 +9,8 @@ iterations stops at the next arrival, :attr:`BatchingSim.horizon_s`), then the r
 sent where) and the request joins that replica's queue. Each replica runs the one scheduler and step pricing of
 :class:`~fmstack.perfmodel.inference_sim.BatchingSim`. With a shared-prefix workload
 (:class:`~fmstack.perfmodel.inference_prefix.PrefixWorkload`) each request carries a group (drawn from its own
-generator, so the lengths stay those of the run without it) and each replica an LRU prefix cache in the part of its KV
-pool no running sequence holds. Percentiles are over every replica's measured requests (the warm-up and cool-down
+generator, so the lengths stay those of the run without it) and each replica (each attention-DP rank) a
+reference-counted prefix cache in its KV pool (:mod:`fmstack.perfmodel.inference_sim_prefix`). Percentiles are over every replica's measured requests (the warm-up and cool-down
 are the first and last in arrival order, as in one replica's run).
 """
 
@@ -23,7 +23,6 @@ import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
-from fmstack.perfmodel.inference_prefix import PrefixCache
 from fmstack.perfmodel.inference_router import Router
 from fmstack.perfmodel.inference_sim import BatchingSim, new_request
 from fmstack.perfmodel.inference_sim_io import SimConfig, SimRequest, SimResult, summarise
@@ -134,12 +133,9 @@ def run_fleet(d: Deployment, cfg: ServeConfig, sim: SimConfig, *, lazy: bool = T
         raise InputError("prefix-hit-rate", "give either a scalar --prefix-hit-rate or a --prefix-groups workload")
     one = replace(sim, replicas=1, router="round-robin", prefix=None)
     reps = [BatchingSim(d, cfg, one) for _ in range(n)]
-    if reps[0].ranks > 1 and sim.prefix is not None:
-        raise InputError("prefix-groups", "a shared-prefix workload is not simulated under attention DP (each rank "
-                         "would hold its own cache); drop --attention-dp or --prefix-groups")  # fmt: skip
     for r in reps:
         if sim.prefix is not None:
-            r.prefix_cache, r.prefix_len = PrefixCache(), sim.prefix.prefix_len
+            r.use_prefix_cache(sim.prefix.prefix_len)
         r.routed = lazy
     rng = np.random.default_rng(sim.seed)
     times = np.cumsum(rng.exponential(1.0 / (rate * n), sim.num_requests))

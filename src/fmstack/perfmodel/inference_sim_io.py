@@ -201,6 +201,10 @@ class SimRequest:
     """Its shared prefix's group (:class:`fmstack.perfmodel.inference_prefix.PrefixWorkload`); -1: none."""
     prefix_hit: bool = False
     """The group's prefix was in its replica's cache at admission (its prefill skipped it)."""
+    prefix_held: bool = False
+    """It references its group's shared prefix (a hit from admission, a miss once its prefill completed)."""
+    kv_shared: int = 0
+    """Its prompt tokens held in the shared prefix rather than in its own KV reservation."""
 
     def emit_token(self, now_s: float) -> bool:
         """One more output token at ``now_s`` (the first sets the TTFT, the others add a gap); True while more
