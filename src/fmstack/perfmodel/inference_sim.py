@@ -297,17 +297,7 @@ class BatchingSim(AttentionDP):
     def _run_step(self, decode: list[int], chunks: dict[int, int]) -> None:
         """One iteration of ``decode``'s sequences and the prompt ``chunks`` (request -> tokens), timed by
         ``step_time`` at the decodes' mean context."""
-        tokens = float(sum(chunks.values()))
-        ctx_sum = sum(n * self._requests[r].prefilled + n * (n + 1) / 2 for r, n in chunks.items())
-        done_prompts = sum(
-            1 for r, n in chunks.items() if self._requests[r].prefilled + n >= self._requests[r].input_len
-        )
-        ctx = (
-            float(np.mean([self._requests[r].input_len + self._requests[r].generated for r in decode]))
-            if decode
-            else 0.0
-        )
-        t = float(step_time(self.d, float(len(decode)), ctx, tokens, float(ctx_sum), float(done_prompts)).total_s)
+        t = float(step_time(self.d, *self._iteration_load(decode, chunks)).total_s)
         self._batch = (decode, chunks)
         self._busy = True
         self.iterations += 1

@@ -33,6 +33,17 @@ class AttentionDP(Stretches):
     """Each rank's prefix cache (empty: none)."""
     prefix_len: int
 
+    def _iteration_load(self, decode: list[int], chunks: dict[int, int]) -> tuple[float, float, float, float, float]:
+        """``step_time``'s load of one iteration (or one rank's share of it): ``decode``'s sequences at their mean
+        context, and the prompt ``chunks`` (request -> tokens) with their causal context sum and the prompts they
+        complete."""
+        tokens = float(sum(chunks.values()))
+        ctx_sum = sum(n * self._requests[r].prefilled + n * (n + 1) / 2 for r, n in chunks.items())
+        done = sum(1 for r, n in chunks.items() if self._requests[r].prefilled + n >= self._requests[r].input_len)
+        reqs = self._requests
+        ctx = float(np.mean([reqs[r].input_len + reqs[r].generated for r in decode])) if decode else 0.0
+        return float(len(decode)), ctx, tokens, float(ctx_sum), float(done)
+
     def _assign_ranks(self) -> None:
         """TensorRT-LLM's attention-DP assignment of the queued requests (``_schedule_attention_dp_requests``)."""
         n = self.ranks
@@ -91,17 +102,7 @@ class AttentionDP(Stretches):
                 if take > 0:
                     rank_chunks[r] = take
                     budget -= take
-            tokens = float(sum(rank_chunks.values()))
-            ctx_sum = sum(n * self._requests[r].prefilled + n * (n + 1) / 2 for r, n in rank_chunks.items())
-            done = sum(
-                1 for r, n in rank_chunks.items() if self._requests[r].prefilled + n >= self._requests[r].input_len
-            )
-            ctx = (
-                float(np.mean([self._requests[r].input_len + self._requests[r].generated for r in decode]))
-                if decode
-                else 0.0
-            )
-            loads.append((float(len(decode)), ctx, tokens, float(ctx_sum), float(done)))
+            loads.append(self._iteration_load(decode, rank_chunks))
             decodes.append(decode)
             chunks.update(rank_chunks)
         decode_all = [r for decode in decodes for r in decode]
