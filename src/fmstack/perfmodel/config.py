@@ -288,7 +288,9 @@ def _validate_fp32_params(cfg: TrainConfig) -> None:
         )
     if cfg.grad_bytes != GRAD_DTYPE_BYTES["fp32"]:
         # FSDP2 foreach_reduce casts the reduced gradient to the sharded parameter's dtype (fp32)
-        raise InputError("grad-dtype", "fp32-params keeps gradients in the fp32 parameters' dtype: use --grad-dtype fp32")
+        raise InputError(
+            "grad-dtype", "fp32-params keeps gradients in the fp32 parameters' dtype: use --grad-dtype fp32"
+        )
 
 
 def wire_fields(grad_dtype: str | None, master_weights: str | None) -> dict[str, int]:
