@@ -126,3 +126,12 @@ def test_rl_fsdp_default_is_veRLs_fp32_parameters() -> None:
     with pytest.raises(InputError) as err:
         estimate_rl(CAT.model("llama3.1-8b"), cluster, replace(short, grad_dtype="bf16"))
     assert err.value.field == "grad-dtype"
+
+
+def test_estimate_command_gives_the_layout_back() -> None:
+    from fmstack.cli.estimate_cmd import estimate_argv
+
+    argv = estimate_argv("llama3.1-8b", "p5.48xlarge", 16, PARAMS)
+    assert argv[argv.index("--master-weights") + 1] == "fp32-params" and "--grad-dtype" not in argv
+    argv = estimate_argv("llama3.1-8b", "p5.48xlarge", 16, replace(FSDP, grad_bytes=2))
+    assert argv[argv.index("--grad-dtype") + 1] == "bf16"
