@@ -1307,4 +1307,19 @@ BAD_ARGV += [
 
 
 # session 17, FSDP2 fp32-parameter layout and gradient dtype (helper G)
-BAD_ARGV += []  # fmt: skip
+BAD_ARGV += [
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "16", "--master-weights",
+      "fp32-params"], "master-weights: fp32-params is FSDP's layout (sharded fp32 parameters, gathered in bf16): it needs "
+     "--sharding fsdp or hsdp, got zero1"),
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "16", "--sharding", "fsdp",
+      "--master-weights", "fp32-params", "--grad-dtype", "bf16"],
+     "grad-dtype: fp32-params keeps gradients in the fp32 parameters' dtype"),
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "16", "--sharding", "fsdp",
+      "--master-weights", "fp32-params", "--precision", "fp8"], "master-weights: fp32-params gathers the fp32 parameters"),
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "16", "--grad-dtype", "fp16"],
+     "Invalid value for '--grad-dtype'"),
+    (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "2", "--train-tp", "1",
+      "--grad-dtype", "bf16"], "grad-dtype: veRL's FSDP backend (fsdp) keeps the gradients in the fp32 parameters' dtype"),
+    (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "2", "--master-weights",
+      "fp32-params"], "master-weights: fp32-params is FSDP's layout"),
+]  # fmt: skip

@@ -63,7 +63,7 @@ def test_text_output_names_best_bottleneck_and_caveat() -> None:
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "best ways to run one RL step of llama3.1-8b (by time) on 2 x p5.48xlarge" in out
-    assert "best: colocated, rollout tp 2, train tp1 fsdp: 56.91 s per step" in out  # README's example
+    assert "best: colocated, rollout tp 2, train tp1 fsdp: 56.97 s per step" in out  # README's example
     assert "bottleneck: actor train" in out and "read the step times as lower bounds" in out
     assert "estimate it: fmstack estimate rl --model llama3.1-8b" in out
     assert proc.stderr == ""  # no status line off a terminal

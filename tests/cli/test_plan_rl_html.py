@@ -19,7 +19,7 @@ from tests.browser import render
 
 _BASE = ("plan", "rl", "--model", "llama3.1-8b", "--instance")
 SINGLE = (*_BASE, "p5.48xlarge", "--nodes", "2", "--top", "5")
-"""docs/rl-planning.md's example: colocated rows, the best 56.91 s."""
+"""docs/rl-planning.md's example: colocated rows, the best 56.97 s."""
 SEVERAL = (*_BASE, "p5.48xlarge", "--nodes", "2,4", "--prompts", "64", "--response-len", "2048",
            "--max-trajectory-age", "2", "--top", "6")  # fmt: skip
 """Two node counts; every ranked row asynchronous (4 nodes, 2 rollout nodes)."""
@@ -95,7 +95,7 @@ def test_page_holds_the_json_numbers(args: tuple[str, ...], tmp_path: Path) -> N
     assert any("read the step times as lower bounds" in n for n in data["notes"])
     assert [c for _, c in tables["estimate each row"][1:]] == [r["estimate_command"] for r in data["ranked"]]
     if not several:  # docs/rl-planning.md's hand-checked row
-        assert rows[0][:5] == ["1", "colocated", "2", "tp1 fsdp", "56.91"]
+        assert rows[0][:5] == ["1", "colocated", "2", "tp1 fsdp", "56.97"]
 
 
 def _bar_ends(fig: Any) -> dict[str, list[tuple[float, float]]]:

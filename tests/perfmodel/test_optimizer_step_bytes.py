@@ -36,6 +36,9 @@ STEP_BYTES = [
     ({"master_weights": "remainder", "grad_bytes": 2, "optimizer_state_dtype": "bf16"}, (4, 8, 4, 4)),  # DSv3: 20
     ({"master_weights": "none", "optimizer_state_dtype": "bf16", "grad_bytes": 2}, (4, 8, 0, 4)),  # Nemotron: 16
     ({"master_weights": "none"}, (8, 16, 0, 4)),  # 28 B
+    # FSDP mixed precision: norm 4 + Adam's read 4 of the fp32 grad; fp32 param read + write in place, no copy-out
+    ({"master_weights": "fp32-params", "sharding": "fsdp"}, (4 + 4, 16, 0, 4 + 4)),  # 32 B
+    ({"master_weights": "fp32-params", "sharding": "fsdp", "precision": "fp16"}, (4 + 4 + 4 + 4, 16, 0, 8)),  # 40 B
 ]  # fmt: skip
 
 

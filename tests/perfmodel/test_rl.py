@@ -145,15 +145,15 @@ def test_70b_critic_does_not_fit_on_one_node(catalog: Catalog) -> None:
     from fmstack.catalog.params import count_params
 
     cluster = build_cluster(catalog, "p5.48xlarge", 1)
-    # veRL's defaults: no host offload (with offload the critic's 147.8 GiB state still fails its training phase)
+    # veRL's defaults: no host offload (with offload the critic's 131.4 GiB state still fails its training phase)
     cfg = RLConfig(algorithm="ppo", rollout_tp=1, train_tp=1, offload=False)
     e = estimate_rl(catalog.model("qwen3-8b"), cluster, cfg, critic=catalog.model("llama3.1-70b"))
     actor_p, critic_p = count_params(catalog.model("qwen3-8b")).total, count_params(catalog.model("llama3.1-70b")).total
     assert critic_p == 70_553_706_496 and actor_p == 8_190_735_360
     parts = e.memory["parts_gib"]
-    # FSDP (ZeRO-3) over 8 GPUs: bf16 weights 2 + fp32 grads 4 + Adam master/m/v 12 = 18 B per parameter, / 8
-    assert parts["critic_state"] == pytest.approx(critic_p * 18 / 8 / GIB)  # 147.8 GiB: ~2x the GPU on its own
-    assert parts["actor_state"] == pytest.approx(actor_p * 18 / 8 / GIB)  # 17.2 GiB
+    # veRL's FSDP over 8 GPUs (fp32-params): fp32 parameters 4 + fp32 grads 4 + Adam m, v 8 = 16 B per parameter, / 8
+    assert parts["critic_state"] == pytest.approx(critic_p * 16 / 8 / GIB)  # 131.4 GiB: ~2x the GPU on its own
+    assert parts["actor_state"] == pytest.approx(actor_p * 16 / 8 / GIB)  # 15.3 GiB
     assert parts["reference_weights"] == pytest.approx(actor_p * 2 / 8 / GIB)  # 1.9 GiB
     assert parts["reward_weights"] == 0.0  # rule-based reward
     hbm = cluster.gpu.hbm_gib
@@ -188,8 +188,8 @@ def test_split_keeps_the_rollout_engine_on_its_own_gpus(catalog: Catalog) -> Non
         "reward_weights",
         "actor_activations",
     ]
-    # training on 8 GPUs with FSDP: the reward model (the actor's architecture) holds 2 B of 18 per parameter
-    assert m["parts_gib"]["reward_weights"] == pytest.approx(m["parts_gib"]["actor_state"] * 2 / 18)
+    # training on 8 GPUs with FSDP (fp32-params): the bf16 reward model (the actor's architecture) holds 2 B of 16
+    assert m["parts_gib"]["reward_weights"] == pytest.approx(m["parts_gib"]["actor_state"] * 2 / 16)
 
 
 def test_reward_forward_uses_the_reward_models_size(catalog: Catalog) -> None:

@@ -10,7 +10,7 @@ import click
 from fmstack.catalog.topology import resolve_instance
 from fmstack.cli.common import catalog_option, choice, whole_nodes_hint
 from fmstack.errors import InputError
-from fmstack.perfmodel.config import MASTER_WEIGHTS_CHOICES, OPTIMIZER_STATE_CHOICES
+from fmstack.perfmodel.config import GRAD_DTYPE_CHOICES, MASTER_WEIGHTS_CHOICES, OPTIMIZER_STATE_CHOICES
 
 
 def cluster_options(func: Any) -> Any:
@@ -88,7 +88,7 @@ def gpus_per_node(cat: Any, instance: str) -> int:
     return int(resolve_instance(cat, instance).num_gpus)
 
 
-LAYOUT_KEYS = ("optimizer_state_dtype", "master_weights", "fp8_param_gather", "grad_shard_buffer")
+LAYOUT_KEYS = ("optimizer_state_dtype", "master_weights", "fp8_param_gather", "grad_shard_buffer", "grad_dtype")
 """The option names (and TrainConfig / SearchSpace / RLConfig fields) of :func:`layout_options`."""
 
 
@@ -101,15 +101,21 @@ def layout_argv(cfg: Any) -> list[str]:
     """The :func:`layout_options` flags that give ``cfg``'s storage layout (a TrainConfig or an RLConfig), only where
     it differs from the default."""
     argv = ["--optimizer-state", cfg.optimizer_state_dtype] if cfg.optimizer_state_dtype != "fp32" else []
-    argv += ["--master-weights", cfg.master_weights] if cfg.master_weights != "fp32" else []
+    # an RLConfig's None master is its backend's default (rl_config.train_master_weights); a TrainConfig's is fp32
+    rl = not hasattr(cfg, "grad_bytes")
+    given_master = cfg.master_weights is not None if rl else cfg.master_weights != "fp32"
+    argv += ["--master-weights", cfg.master_weights] if given_master else []
     argv += ["--fp8-param-gather"] if cfg.fp8_param_gather else []
-    return argv + (["--grad-shard-buffer"] if cfg.grad_shard_buffer else [])
+    argv += ["--grad-shard-buffer"] if cfg.grad_shard_buffer else []
+    grad_dtype = cfg.grad_dtype if rl else ("bf16" if cfg.grad_bytes == 2 else "fp32")
+    return argv + (["--grad-dtype", grad_dtype] if grad_dtype != "fp32" else [])
 
 
 def layout_options(func: Any) -> Any:
     """The optimizer-state and parameter storage layout (``estimate train``, ``plan train``, ``scale``, ``estimate rl``
     and ``plan rl``; TrainConfig's ``optimizer_state_dtype``, ``master_weights``, ``fp8_param_gather``,
-    ``grad_shard_buffer``). Defaults (None) leave the config's."""
+    ``grad_shard_buffer``, and ``--grad-dtype`` as ``grad_bytes`` / ``reduce_bytes``). Defaults (None) leave the
+    config's."""
     options = [
         click.option(
             "--optimizer-state",
@@ -124,7 +130,16 @@ def layout_options(func: Any) -> Any:
             type=choice(MASTER_WEIGHTS_CHOICES),
             default=None,
             help="The optimizer's copy of the weights: fp32 (4 B), remainder (2 B: the low 16 bits under the bf16 "
-            "weight, store_param_remainders), none (bf16 weights updated in place) [fp32].",
+            "weight, store_param_remainders), none (bf16 weights updated in place), fp32-params (FSDP mixed precision: "
+            "the sharded fp32 parameters are the master, no bf16 copy, gathered in bf16, reduced in fp32; fsdp / hsdp "
+            "only) [fp32; estimate rl and plan rl: fp32-params on veRL's FSDP backend].",
+        ),
+        click.option(
+            "--grad-dtype",
+            type=choice(GRAD_DTYPE_CHOICES),
+            default=None,
+            help="Gradients kept for the optimizer: fp32 (4 B) or bf16 (2 B, reduced in bf16: Megatron-Core "
+            "grad_reduce_in_fp32=False) [fp32].",
         ),
         click.option(
             "--fp8-param-gather",

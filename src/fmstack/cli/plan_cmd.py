@@ -42,6 +42,7 @@ from fmstack.perfmodel.config import (
     DEFAULT_SEQ_LEN,
     PRECISION_CHOICES,
     RECOMPUTE_CHOICES,
+    GradDtype,
     MasterWeights,
     OptimizerStateDtype,
     check_search_layout,
@@ -69,15 +70,21 @@ def with_layout(
     master_weights: MasterWeights | None,
     fp8_param_gather: bool | None,
     grad_shard_buffer: bool | None,
+    grad_dtype: GradDtype | None = None,
 ) -> SearchSpace:
     """``space`` with the storage layout of :func:`layout_options` (None: the default) on every row it searches
-    (``plan train`` and ``scale``), checked as the planner checks it before anything is searched."""
+    (``plan train`` and ``scale``), checked as the planner checks it before anything is searched. fp32-params is
+    FSDP's layout: the search keeps its FSDP / HSDP shardings only."""
     space = replace(
         space, optimizer_state_dtype=optimizer_state_dtype or "fp32", master_weights=master_weights or "fp32",
         fp8_param_gather=bool(fp8_param_gather), grad_shard_buffer=bool(grad_shard_buffer),
+        grad_dtype=grad_dtype or "fp32",
     )  # fmt: skip
+    if space.master_weights == "fp32-params":
+        space = replace(space, sharding=tuple(s for s in space.sharding if s in ("fsdp", "hsdp")) or space.sharding)
     check_search_layout(space.precisions, space.optimizer_state_dtype, space.master_weights, space.fp8_param_gather,
-                        grad_shard_buffer=space.grad_shard_buffer, shardings=space.sharding)  # fmt: skip
+                        grad_shard_buffer=space.grad_shard_buffer, shardings=space.sharding,
+                        grad_dtype=space.grad_dtype)  # fmt: skip
     return space
 
 
@@ -196,7 +203,7 @@ def plan_train(
     precisions: str, recompute: str | None, overlap_tp: bool, overlap_ep: bool, calibration: Path | None,
     calibration_force: bool, catalog_dir: Path | None, top: int, html_path: Path | None, as_json: bool,
     optimizer_state_dtype: OptimizerStateDtype | None = None, master_weights: MasterWeights | None = None,
-    fp8_param_gather: bool | None = None, grad_shard_buffer: bool | None = None,
+    fp8_param_gather: bool | None = None, grad_shard_buffer: bool | None = None, grad_dtype: GradDtype | None = None,
 ) -> None:  # fmt: skip
     """Find the best way to train MODEL on these instances: parallelism, time, cost and bottleneck."""
     if html_path is not None:
@@ -207,7 +214,7 @@ def plan_train(
     if objective == "cost":
         clusters, skipped = _priced_only(clusters, skipped)
     space = with_layout(_space(seq_len, global_batch, precisions, recompute, overlap_ep, arch, overlap_tp),
-                        optimizer_state_dtype, master_weights, fp8_param_gather, grad_shard_buffer)  # fmt: skip
+                        optimizer_state_dtype, master_weights, fp8_param_gather, grad_shard_buffer, grad_dtype)  # fmt: skip
     efficiency_for = calibration_for(calibration, clusters, calibration_force)
     with_failures = objective == "time-with-failures"
     if with_failures:

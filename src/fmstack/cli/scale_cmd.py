@@ -16,7 +16,7 @@ from fmstack.cli.plan_render import SearchProgress
 from fmstack.cli.scale_render import render_scale, scale_view
 from fmstack.errors import InputError
 from fmstack.fileio import check_output_path
-from fmstack.perfmodel.config import MasterWeights, OptimizerStateDtype
+from fmstack.perfmodel.config import GradDtype, MasterWeights, OptimizerStateDtype
 from fmstack.perfmodel.scaling import AXES, EFA_GENERATIONS, GPU_GENERATIONS, run_sweep
 
 SCALE_EXAMPLE = """Examples:
@@ -55,7 +55,7 @@ def scale(
     precisions: str, recompute: str | None, overlap_tp: bool, overlap_ep: bool, calibration: Path | None,
     calibration_force: bool, catalog_dir: Path | None, axis: str, values: str | None, weak: bool, html_path: Path | None, as_json: bool,
     optimizer_state_dtype: OptimizerStateDtype | None = None, master_weights: MasterWeights | None = None,
-    fp8_param_gather: bool | None = None, grad_shard_buffer: bool | None = None,
+    fp8_param_gather: bool | None = None, grad_shard_buffer: bool | None = None, grad_dtype: GradDtype | None = None,
 ) -> None:  # fmt: skip
     """Sweep one axis (nodes, GPU generation, EFA generation, NVLink domain, sequence length) and re-plan.
 
@@ -93,7 +93,7 @@ def scale(
         _whole_nodes(counts, per_node, resolve_instance(cat, instance).name)
     # every point re-plans with this storage layout
     space = with_layout(_space(seq_len, global_batch, precisions, recompute, overlap_ep, arch, overlap_tp),
-                        optimizer_state_dtype, master_weights, fp8_param_gather, grad_shard_buffer)  # fmt: skip
+                        optimizer_state_dtype, master_weights, fp8_param_gather, grad_shard_buffer, grad_dtype)  # fmt: skip
     defaults = {
         "nodes": ",".join(str(max(1, counts[0] // per_node * f)) for f in (1, 2, 4, 8)),
         "gpu": ",".join(GPU_GENERATIONS), "efa": ",".join(EFA_GENERATIONS), "nvlink": "8,16,32,72",

@@ -17,7 +17,8 @@ Precision = Literal["bf16", "fp16", "fp8"]
 Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp", "hsdp"]
 Schedule = Literal["1f1b", "interleaved"]
 OptimizerStateDtype = Literal["fp32", "bf16"]
-MasterWeights = Literal["fp32", "remainder", "none"]
+MasterWeights = Literal["fp32", "remainder", "none", "fp32-params"]
+GradDtype = Literal["fp32", "bf16"]
 
 RECOMPUTE_CHOICES: tuple[Recompute, ...] = ("none", "selective", "full")
 PRECISION_CHOICES: tuple[Precision, ...] = ("bf16", "fp16", "fp8")
@@ -25,11 +26,22 @@ SHARDING_CHOICES: tuple[Sharding, ...] = ("none", "zero1", "zero2", "zero3", "fs
 OPTIMIZER_STATE_CHOICES: tuple[OptimizerStateDtype, ...] = ("fp32", "bf16")
 """Adam's m and v: fp32 (4 B each, the default of Megatron-Core and Apex) or bf16 (2 B each: Megatron-Core
 ``exp_avg_dtype`` / ``exp_avg_sq_dtype`` with ``use_precision_aware_optimizer``; Apex DistributedFusedAdam ``dtype``)."""
-MASTER_WEIGHTS_CHOICES: tuple[MasterWeights, ...] = ("fp32", "remainder", "none")
+MASTER_WEIGHTS_CHOICES: tuple[MasterWeights, ...] = ("fp32", "remainder", "none", "fp32-params")
 """The optimizer's copy of the weights: fp32 (4 B); remainder (2 B: the low 16 bits of the fp32 value, the bf16
 weight being its high half: Apex DistributedFusedAdam ``store_param_remainders``, Transformer Engine FusedAdam
 ``store_param_remainders`` under Megatron-Core's precision-aware optimizer); none (0 B: the bf16 weights are updated
-in place, DistributedFusedAdam with ``store_params=False`` and a bf16 state ``dtype``)."""
+in place, DistributedFusedAdam with ``store_params=False`` and a bf16 state ``dtype``); fp32-params (0 B beside the
+weights: the sharded parameters themselves are fp32 and are the master, no bf16 copy is kept, FSDP casts each shard to
+bf16 before the all-gather: PyTorch FSDP2 ``MixedPrecisionPolicy(param_dtype=bfloat16)``, FSDP1
+``MixedPrecision(param_dtype=bfloat16)``; torchtitan, veRL's FSDP backend, llm-foundry / Composer)."""
+GRAD_DTYPE_CHOICES: tuple[GradDtype, ...] = ("fp32", "bf16")
+"""Gradients kept for the optimizer: fp32 (Megatron-Core ``grad_reduce_in_fp32 = True``, FSDP reducing into fp32
+parameters) or bf16 (``grad_reduce_in_fp32 = False``: the main-grad buffer and its reduction in bf16)."""
+GRAD_DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2}
+FSDP_REDUCE_BYTES = 4
+"""Bytes per gradient element on the wire under ``fp32-params``: the reduce-scatter in ``reduce_dtype=float32``, the
+default of torchtitan (``mixed_precision_reduce = "float32"``, ``torchtitan/config/job_config.py``) and of veRL's FSDP
+workers (``reduce_dtype`` "fp32", ``verl/workers/fsdp_workers.py``)."""
 RECOMPUTE_MODULES: tuple[str, ...] = (
     "core_attn",
     "layernorm",
@@ -252,6 +264,53 @@ def validate_layout(cfg: TrainConfig) -> None:
             "grad-shard-buffer",
             f"adds a reduce-scattered gradient shard next to zero1's full gradient buffer; got --sharding {cfg.sharding}",
         )
+    if cfg.grad_bytes not in GRAD_DTYPE_BYTES.values():
+        raise InputError("grad-dtype", f"gradients of {cfg.grad_bytes} B unknown; allowed: fp32 (4 B), bf16 (2 B)")
+    if cfg.master_weights == "fp32-params":
+        _validate_fp32_params(cfg)
+
+
+def _validate_fp32_params(cfg: TrainConfig) -> None:
+    """fp32-params is PyTorch FSDP's mixed precision: sharded fp32 parameters (fsdp, hsdp), gathered in bf16 / fp16,
+    gradients reduced into the fp32 parameters' dtype."""
+    if cfg.sharding not in ("fsdp", "hsdp"):
+        # ZeRO-1/2 keep whole 16-bit weights; DeepSpeed ZeRO-3 keeps 16-bit partitions and an fp32 master beside them
+        raise InputError(
+            "master-weights",
+            f"fp32-params is FSDP's layout (sharded fp32 parameters, gathered in bf16): it needs --sharding fsdp or "
+            f"hsdp, got {cfg.sharding}",
+        )
+    if cfg.precision == "fp8":
+        raise InputError(
+            "master-weights",
+            "fp32-params gathers the fp32 parameters in bf16; precision fp8 prices Transformer Engine's FP8 weight copy "
+            "(torchao Float8 under FSDP2 keeps none: use --precision bf16)",
+        )
+    if cfg.grad_bytes != GRAD_DTYPE_BYTES["fp32"]:
+        # FSDP2 foreach_reduce casts the reduced gradient to the sharded parameter's dtype (fp32)
+        raise InputError(
+            "grad-dtype", "fp32-params keeps gradients in the fp32 parameters' dtype: use --grad-dtype fp32"
+        )
+
+
+def wire_fields(grad_dtype: str | None, master_weights: str | None) -> dict[str, int]:
+    """``grad_bytes`` and ``reduce_bytes`` of a layout given as flags (None: the flag left out): bf16 gradients are
+    reduced in bf16 (2 B); fp32-params reduce-scatters in fp32 (:data:`FSDP_REDUCE_BYTES`); otherwise the defaults
+    (fp32 gradients, 2 B on the wire as the model has always priced Megatron's reduction)."""
+    out: dict[str, int] = {}
+    if grad_dtype is not None:
+        if grad_dtype not in GRAD_DTYPE_BYTES:
+            raise InputError("grad-dtype", f"{grad_dtype!r} unknown; allowed: {', '.join(GRAD_DTYPE_CHOICES)}")
+        out["grad_bytes"] = GRAD_DTYPE_BYTES[grad_dtype]
+        out["reduce_bytes"] = min(GRAD_DTYPE_BYTES[grad_dtype], TrainConfig().reduce_bytes)
+    if master_weights == "fp32-params":
+        out["reduce_bytes"] = FSDP_REDUCE_BYTES
+    return out
+
+
+def grad_dtype_of(c: TrainConfig) -> GradDtype:
+    """The ``--grad-dtype`` of a config (from its ``grad_bytes``)."""
+    return "bf16" if c.grad_bytes == GRAD_DTYPE_BYTES["bf16"] else "fp32"
 
 
 def check_search_layout(
@@ -262,9 +321,17 @@ def check_search_layout(
     *,
     grad_shard_buffer: bool = False,
     shardings: tuple[str, ...] = ("zero1",),
+    grad_dtype: str = "fp32",
 ) -> None:
     """The planner's fixed storage layout must hold on every precision it searches (FP8 parameters on its fp8 rows,
-    which must exist; the separate gradient shard on its zero1 rows, likewise)."""
+    which must exist; the separate gradient shard on its zero1 rows, likewise); fp32-params on every sharding it
+    searches (FSDP's layout: fsdp and hsdp only)."""
+    if master_weights == "fp32-params" and set(shardings) - {"fsdp", "hsdp"}:
+        raise InputError(
+            "master-weights",
+            f"fp32-params is FSDP's layout (sharded fp32 parameters): search --sharding fsdp and/or hsdp only, got "
+            f"{','.join(shardings)}",
+        )
     if fp8_param_gather and "fp8" not in precisions:
         raise InputError(
             "fp8-param-gather",
@@ -283,6 +350,8 @@ def check_search_layout(
                 optimizer_state_dtype=optimizer_state_dtype,  # type: ignore[arg-type]
                 master_weights=master_weights,  # type: ignore[arg-type]
                 fp8_param_gather=fp8_param_gather and precision == "fp8",
+                sharding="fsdp" if master_weights == "fp32-params" else "zero1",
+                **wire_fields(grad_dtype, master_weights),  # type: ignore[arg-type]
             )
         )
 
@@ -370,6 +439,9 @@ def fill_defaults(num_gpus: int, given: dict[str, object]) -> TrainConfig:
     below 25 % (m = 4 p), i.e. dp * micro_batch * 4 * pp sequences (Megatron's default would leave m = 1).
     """
     values = {k: v for k, v in given.items() if v is not None}
+    wire = wire_fields(values.pop("grad_dtype", None), values.get("master_weights"))  # type: ignore[arg-type]
+    for key, value in wire.items():
+        values.setdefault(key, value)
     if values.get("recompute_modules"):
         values.setdefault("recompute", "selective")  # modules are Megatron's selective granularity
     tp = int(values.get("tp", 1))  # type: ignore[call-overload]

@@ -14,7 +14,8 @@ micro-batches in flight (1F1B), times (1 + (p-1)/(p v)) with v interleaved chunk
 Mixed-precision Adam keeps 2 B weights, ``grad_bytes`` gradients and 12 B of fp32 master weights and
 moments per parameter (Rajbhandari et al. 2020, ZeRO, sec. 3.1), sharded by ZeRO stage over the data-
 parallel group. Other storage layouts (:func:`layout_bytes_per_param`): bf16 moments, 16-bit master remainders or no
-master copy, FP8 parameters, and Apex DistributedFusedAdam's separate gradient shard.
+master copy, fp32 parameters as their own master (PyTorch FSDP mixed precision), FP8 parameters, and Apex
+DistributedFusedAdam's separate gradient shard.
 """
 
 from __future__ import annotations
@@ -43,9 +44,13 @@ FP8_PARAM_BYTES = 1.0
 ADAM_STATE_BYTES = {"fp32": 8.0, "bf16": 4.0}
 """Adam's m and v per parameter by dtype (Megatron-Core ``exp_avg_dtype`` / ``exp_avg_sq_dtype``; Apex
 DistributedFusedAdam ``dtype``: ``exp_avg_shard`` and ``exp_avg_sq_shard`` are allocated in it)."""
-MASTER_BYTES = {"fp32": 4.0, "remainder": 2.0, "none": 0.0}
+MASTER_BYTES = {"fp32": 4.0, "remainder": 2.0, "none": 0.0, "fp32-params": 0.0}
 """The optimizer's copy of a weight: fp32; the int16 remainder (Apex ``param_remainders_shard``, ``torch.int16``;
-Megatron-Core's ``master_param`` as ``torch.int16`` with ``store_param_remainders`` and bf16); none."""
+Megatron-Core's ``master_param`` as ``torch.int16`` with ``store_param_remainders`` and bf16); none; fp32-params
+(the weight itself is the fp32 master: :data:`FP32_PARAM_BYTES`)."""
+FP32_PARAM_BYTES = 4.0
+"""fp32-params: the sharded parameter is fp32 and is the master (PyTorch FSDP mixed precision keeps no 16-bit copy
+between gathers; FSDP2 ``FSDPParam.all_gather_inputs`` casts the shard to ``param_dtype`` just before the all-gather)."""
 LOGIT_BYTES = 4.0
 """fp32 logits for the cross-entropy on the last stage (Korthikanti et al. 2022, sec. 4.3: 4sbv/t)."""
 DEFAULT_RESERVE_GIB = 3.0
@@ -149,33 +154,40 @@ class LayoutBytes(Generic[V]):
     """Bytes per parameter of one storage layout, before any sharding."""
 
     weights: V
-    """Model weights: bf16 2 B (+1 B FP8 copy under fp8), or the FP8 parameter's 1 B."""
+    """Model weights: bf16 2 B (+1 B FP8 copy under fp8), the FP8 parameter's 1 B, or the fp32 parameter's 4 B."""
     optimizer: V
     """Adam m + v and the master copy (sharded from zero1 on)."""
     gather: V
-    """Bytes per parameter of a data-parallel parameter all-gather: 2 (bf16), 1 with FP8 parameters."""
+    """Bytes per parameter of a data-parallel parameter all-gather: 2 (bf16, fp32 parameters cast to bf16 first), 1 with
+    FP8 parameters."""
     grad_shard: V
     """0 or 1: the gradient shard is a separate buffer (Apex DistributedFusedAdam)."""
+    cast: V
+    """HBM bytes per local parameter to cast the shard before each gather: fp32-params read 4, write 2; else 0."""
 
 
 def layout_bytes_per_param(c: Columns[Any]) -> LayoutBytes[Any]:
     """The storage layout of every row: weights, optimizer state and gathered bytes per parameter.
 
     Default (all columns at their defaults): weights 2 B (+1 B under fp8), optimizer 4 + 4 + 4 = 12 B, gathers 2 B.
+    fp32-params (PyTorch FSDP mixed precision): weights 4 B, optimizer 4 + 4 = 8 B, gathers 2 B after a 4 + 2 B cast.
     """
     state = where(_code(c.opt_state) == OPT_STATE_CODE["bf16"], ADAM_STATE_BYTES["bf16"], ADAM_STATE_BYTES["fp32"])
     master_code = _code(c.master)
+    fp32_params = master_code == MASTER_CODE["fp32-params"]
     master = where(
-        master_code == MASTER_CODE["none"],
+        (master_code == MASTER_CODE["none"]) | fp32_params,
         MASTER_BYTES["none"],
         where(master_code == MASTER_CODE["remainder"], MASTER_BYTES["remainder"], MASTER_BYTES["fp32"]),
     )
     fp8 = c.precision == PRECISION_CODE["fp8"]
     fp8_params = fp8 & (_code(c.fp8_params) > 0)
     weights = where(fp8_params, FP8_PARAM_BYTES, WEIGHT_BYTES + where(fp8, FP8_WEIGHT_EXTRA_BYTES, 0.0))
+    weights = where(fp32_params, FP32_PARAM_BYTES, weights)
     gather = where(fp8_params, FP8_PARAM_BYTES, WEIGHT_BYTES)
     grad_shard = where(_code(c.grad_shard) > 0, 1.0, 0.0)
-    return LayoutBytes(weights=weights, optimizer=state + master, gather=gather, grad_shard=grad_shard)
+    cast = where(fp32_params, FP32_PARAM_BYTES + WEIGHT_BYTES, 0.0)
+    return LayoutBytes(weights=weights, optimizer=state + master, gather=gather, grad_shard=grad_shard, cast=cast)
 
 
 def memory_per_gpu(mc: ModelConsts, c: Columns[Any]) -> MemoryArrays[Any]:

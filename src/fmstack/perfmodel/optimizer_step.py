@@ -22,6 +22,12 @@ Two implementations lie behind the layouts, as the releases that use them do it:
   Core's precision-aware optimizer hands Transformer Engine's ``FusedAdam`` the gradient in its own dtype as
   ``decoupled_grad``): it reads the gradient, m, v, the bf16 weight and the remainder, writes all but the
   gradient; the gradient norm reads the gradient in its own dtype (``get_grads_for_grad_norm``: ``decoupled_grad``).
+- fp32 parameters as their own master (PyTorch FSDP mixed precision: torchtitan, veRL's FSDP backend): the gradient
+  norm (``clip_grad_norm_``) reads the fp32 gradient, then ``torch.optim.AdamW`` (torchtitan's default
+  ``implementation = "fused"``) reads gradient, parameter, m and v and writes parameter, m and v; no copy-out, the
+  cast to bf16 happens at the next gather (:attr:`~fmstack.perfmodel.memory.LayoutBytes.cast`, priced with it in
+  ``step.py``). veRL's ``torch.optim.AdamW`` without ``fused`` runs the foreach kernels, several passes per tensor:
+  more bytes than counted here.
 
 Not counted: the gradient scaling of a clipped step (Megatron scales in place only when the norm exceeds the clip),
 the amax pass of FP8 current scaling before ``quantize_param_shard``, and zeroing the gradient buffer.
@@ -50,7 +56,7 @@ class OptimizerStepBytes(Generic[V]):
     master: V
     """The master copy or its remainder: read and written by Adam (fp32: read again for the weight copy)."""
     weights: V
-    """The model weight: written (fp32 master), or read and written in place (remainder, none)."""
+    """The model weight: written (fp32 master), or read and written in place (remainder, none, fp32-params)."""
 
     @property
     def total(self) -> V:
@@ -62,14 +68,17 @@ def optimizer_step_bytes_per_param(c: Columns[Any]) -> OptimizerStepBytes[Any]:
     """HBM bytes per local parameter of one optimizer step for every configuration row.
 
     Default layout (bf16, fp32 main grads, fp32 master, fp32 m and v): grads 4 (norm) + 4 (Adam) = 8, moments
-    2 x 8 = 16, master 4 + 4 + 4 = 12, weights 2: 38 B.
+    2 x 8 = 16, master 4 + 4 + 4 = 12, weights 2: 38 B. fp32-params: grads 8, moments 16, weights 4 + 4: 32 B.
     """
     master_code = MASTER_CODE["fp32"] if c.master is None else c.master
     fp32_master = master_code == MASTER_CODE["fp32"]
     opt_state = OPT_STATE_CODE["fp32"] if c.opt_state is None else c.opt_state
     state = where(opt_state == OPT_STATE_CODE["bf16"], ADAM_STATE_BYTES["bf16"], ADAM_STATE_BYTES["fp32"])
     remainder = where(master_code == MASTER_CODE["remainder"], MASTER_BYTES["remainder"], 0.0)
-    weight = layout_bytes_per_param(c).gather  # the parameter's dtype: 2 (bf16), 1 (FP8 parameters)
+    layout = layout_bytes_per_param(c)
+    fp32_params = master_code == MASTER_CODE["fp32-params"]
+    # the parameter's dtype: 2 (bf16), 1 (FP8 parameters), 4 (fp32-params)
+    weight = where(fp32_params, layout.weights, layout.gather)
 
     # the gradient as the optimizer reads it: Megatron's fp32 main grad (a bf16 one copied up), else its own dtype
     upcast = where(fp32_master & (c.grad_bytes < FP32_BYTES), c.grad_bytes + FP32_BYTES, 0.0)

@@ -32,17 +32,21 @@ from fmstack.perfmodel.columns import (
     columns_from_configs,
 )
 from fmstack.perfmodel.config import (
+    GRAD_DTYPE_BYTES,
+    GradDtype,
     MasterWeights,
     OptimizerStateDtype,
     TrainConfig,
     check_search_layout,
     check_seq_len,
     describe_config,
+    wire_fields,
 )
 from fmstack.perfmodel.efficiency import Efficiency, default_efficiency
 from fmstack.perfmodel.memory import (
     ADAM_STATE_BYTES,
     DEFAULT_RESERVE_GIB,
+    FP32_PARAM_BYTES,
     GIB,
     MASTER_BYTES,
     OPTIMIZER_BYTES_PER_PARAM,
@@ -92,6 +96,9 @@ class SearchSpace:
     grad_shard_buffer: bool = False
     """The separate reduce-scattered gradient shard (Apex DistributedFusedAdam) on the zero1 rows (fixed, not searched;
     TrainConfig.grad_shard_buffer, which only zero1 has)."""
+    grad_dtype: GradDtype = "fp32"
+    """Gradients on every row (fixed, not searched; ``--grad-dtype``: TrainConfig.grad_bytes and reduce_bytes by
+    :func:`~fmstack.perfmodel.config.wire_fields`)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -212,11 +219,12 @@ def enumerate_space(model: ModelArch, cluster: Cluster, space: SearchSpace) -> t
     fp8_params = (pr[idx] == PRECISION_CODE["fp8"]) & space.fp8_param_gather
     # the Apex gradient shard on the zero1 rows; left out (None: off everywhere) by default
     grad_shard = (sh[idx] == SHARDING_CODE["zero1"]).astype(np.float64) if space.grad_shard_buffer else None
+    wire = {"grad_bytes": 4, "reduce_bytes": 2, **wire_fields(space.grad_dtype, space.master_weights)}
     cols = Columns(
         tp=tp[idx], pp=pp[idx], dp=dp[idx], cp=cp[idx], ep=ep[idx], etp=ones.copy(), sp=(tp[idx] > 1).astype(np.float64),
         vpp=vpp[idx], mb=mb[idx], gb=gb[idx], seq=ones * space.seq_len, precision=pr[idx], recompute=rc[idx],
         sharding=sh[idx], hsdp=ones * 8, overlap_dp=ones.copy(), overlap_tp=overlap_tp, flash=ones * float(space.flash_attention),
-        grad_bytes=ones * 4, reduce_bytes=ones * 2, rc_modules=rcm[idx], rc_layers=ones * 0.0, overlap_ep=overlap,
+        grad_bytes=ones * wire["grad_bytes"], reduce_bytes=ones * wire["reduce_bytes"], rc_modules=rcm[idx], rc_layers=ones * 0.0, overlap_ep=overlap,
         opt_state=ones * OPT_STATE_CODE[space.optimizer_state_dtype], master=ones * MASTER_CODE[space.master_weights],
         fp8_params=fp8_params.astype(np.float64), grad_shard=grad_shard,
     )  # fmt: skip
@@ -279,7 +287,9 @@ def _state_floor(model: ModelArch, clusters: Sequence[Cluster], reserve_gib: flo
     """When even perfectly sharded weights, gradients and optimizer state overflow every cluster tried: the GPU
     count they need at the least (activations need more), so that "try more GPUs" says how many."""
     per_param = STATE_BYTES_PER_PARAM - OPTIMIZER_BYTES_PER_PARAM + ADAM_STATE_BYTES[space.optimizer_state_dtype]
-    per_param += MASTER_BYTES[space.master_weights]
+    per_param += MASTER_BYTES[space.master_weights] + GRAD_DTYPE_BYTES[space.grad_dtype] - 4.0
+    if space.master_weights == "fp32-params":
+        per_param += FP32_PARAM_BYTES - WEIGHT_BYTES  # the fp32 parameter is the weight
     state_bytes = model_consts(model).params_total * per_param
     floors = {c.gpu.name: math.ceil(state_bytes / ((c.gpu.hbm_gib - reserve_gib) * GIB)) for c in clusters}
     if all(c.num_gpus >= floors[c.gpu.name] for c in clusters):
@@ -323,7 +333,8 @@ def plan_training(
         raise InputError("seq_len", f"must be > 0, got {space.seq_len}")
     check_seq_len(space.seq_len, model)
     check_search_layout(space.precisions, space.optimizer_state_dtype, space.master_weights, space.fp8_param_gather,
-                        grad_shard_buffer=space.grad_shard_buffer, shardings=space.sharding)  # fmt: skip
+                        grad_shard_buffer=space.grad_shard_buffer, shardings=space.sharding,
+                        grad_dtype=space.grad_dtype)  # fmt: skip
     spaces = [_supported(space, c) for c in clusters]
     considered = rejected_shape = rejected_memory = 0
     candidates: list[tuple[float, int, int, Cluster, Columns[FloatArray], StepArrays[FloatArray], int]] = []

@@ -11,7 +11,15 @@ from typing import Literal
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
-from fmstack.perfmodel.config import SHARDING_CHOICES, MasterWeights, OptimizerStateDtype, TrainConfig, validate_layout
+from fmstack.perfmodel.config import (
+    SHARDING_CHOICES,
+    GradDtype,
+    MasterWeights,
+    OptimizerStateDtype,
+    TrainConfig,
+    validate_layout,
+    wire_fields,
+)
 from fmstack.perfmodel.rl_lengths import LogNormalLengths, from_clip_ratio, from_cv
 
 Algorithm = Literal["ppo", "grpo"]
@@ -58,10 +66,15 @@ class RLConfig:
     backend, ZeRO-3), else ``zero1`` (veRL's Megatron backend, distributed optimizer)."""
     optimizer_state_dtype: OptimizerStateDtype = "fp32"
     """Adam's m and v of the trained models (actor, critic): TrainConfig.optimizer_state_dtype."""
-    master_weights: MasterWeights = "fp32"
-    """The trained models' master copy (TrainConfig.master_weights). fp32 with fp32 moments is veRL's Megatron backend
-    (``verl/utils/megatron/optimizer.py``: bf16 without the precision-aware optimizer); see docs/rl-planning.md for
-    veRL's FSDP and NeMo RL's Megatron defaults."""
+    master_weights: MasterWeights | None = None
+    """The trained models' master copy (TrainConfig.master_weights); None = the backend's (:func:`train_master_weights`):
+    fp32-params on veRL's FSDP backend (the actor loaded in fp32, FSDP ``MixedPrecision(param_dtype=bf16,
+    reduce_dtype=fp32)``, ``verl/workers/fsdp_workers.py``), fp32 on its Megatron backend
+    (``verl/utils/megatron/optimizer.py``: bf16 without the precision-aware optimizer); docs/inference.md "Trained
+    models' storage layout"."""
+    grad_dtype: GradDtype = "fp32"
+    """The trained models' gradients (``--grad-dtype``): bf16 is NeMo RL's Megatron path (``grad_reduce_in_fp32:
+    false`` in ``examples/configs/grpo_math_1B_megatron.yaml``)."""
     fp8_param_gather: bool = False
     """FP8 parameters (TrainConfig.fp8_param_gather): refused, the trained models compute in bf16."""
     grad_shard_buffer: bool = False
@@ -170,6 +183,15 @@ def train_sharding(cfg: RLConfig) -> str:
     return cfg.train_sharding or ("fsdp" if cfg.train_tp * cfg.train_pp == 1 else "zero1")
 
 
+def train_master_weights(cfg: RLConfig) -> MasterWeights:
+    """The trained models' master copy: the one given, else the backend's (``RLConfig.master_weights``): fp32-params
+    under FSDP / HSDP (veRL's FSDP backend keeps the actor's and critic's parameters in fp32 and gathers them in bf16),
+    fp32 otherwise (Megatron-Core's distributed optimizer)."""
+    if cfg.master_weights is not None:
+        return cfg.master_weights
+    return "fp32-params" if train_sharding(cfg) in ("fsdp", "hsdp") else "fp32"
+
+
 def check_train_layout(cfg: RLConfig) -> None:
     """The trained models' storage layout, as ``estimate train`` checks it (:func:`validate_layout`), with the RL flags
     named: the trainer computes in bf16 (no FP8 parameters) at ``train_sharding``."""
@@ -185,9 +207,17 @@ def check_train_layout(cfg: RLConfig) -> None:
             "grad-shard-buffer", f"adds a gradient shard next to zero1's full gradient buffer; the trained models use "
             f"{sharding} ({given}): give --train-sharding zero1",
         )  # fmt: skip
+    master = train_master_weights(cfg)
+    if master == "fp32-params" and cfg.grad_dtype != "fp32":
+        given = "--master-weights fp32-params" if cfg.master_weights else f"veRL's FSDP backend ({sharding})"
+        raise InputError(
+            "grad-dtype", f"{given} keeps the gradients in the fp32 parameters' dtype; bf16 gradients need "
+            "--train-sharding zero1 (Megatron grad_reduce_in_fp32=False) or --master-weights fp32",
+        )  # fmt: skip
     validate_layout(
-        TrainConfig(optimizer_state_dtype=cfg.optimizer_state_dtype, master_weights=cfg.master_weights,
-                    sharding=sharding, grad_shard_buffer=cfg.grad_shard_buffer)  # type: ignore[arg-type]
+        TrainConfig(optimizer_state_dtype=cfg.optimizer_state_dtype, master_weights=master,
+                    sharding=sharding,  # type: ignore[arg-type]
+                    grad_shard_buffer=cfg.grad_shard_buffer).with_(**wire_fields(cfg.grad_dtype, master))
     )  # fmt: skip
 
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fmstack.perfmodel.inference import ServeEstimate
+from fmstack.perfmodel.memory import FP32_PARAM_BYTES, WEIGHT_BYTES
 from fmstack.perfmodel.training import TrainingEstimate
 
 PART_LABELS = {
@@ -75,6 +76,14 @@ def _state_gib(est: TrainingEstimate) -> float:
     return m.weights_gib + m.grads_gib + m.optimizer_gib
 
 
+def _forward_weights_gib(est: TrainingEstimate) -> float:
+    """A forward-only copy's bf16 weights in ``est``'s sharding: under fp32-params the trained model's weights are its
+    fp32 parameters (4 B), while veRL loads the reference and reward models in bf16 (``fsdp_workers.py``:
+    ``torch_dtype = torch.float32 if self._is_actor else torch.bfloat16``)."""
+    fp32 = est.config.master_weights == "fp32-params"
+    return est.memory.weights_gib * (WEIGHT_BYTES / FP32_PARAM_BYTES if fp32 else 1.0)
+
+
 def _transient_gib(est: TrainingEstimate) -> float:
     return est.memory.activations_gib + est.memory.temporary_gib
 
@@ -94,8 +103,8 @@ def rl_memory(
     parts = {
         "actor_state": _state_gib(actor),
         "critic_state": _state_gib(critic) if critic else 0.0,
-        "reference_weights": actor.memory.weights_gib if reference else 0.0,
-        "reward_weights": reward.memory.weights_gib if reward else 0.0,
+        "reference_weights": _forward_weights_gib(actor) if reference else 0.0,
+        "reward_weights": _forward_weights_gib(reward) if reward else 0.0,
         "rollout_engine": rollout.weights_gib_per_gpu + rollout.kv_pool_gib / rollout.num_gpus,
         "actor_activations": _transient_gib(actor),
         "critic_activations": _transient_gib(critic) if critic else 0.0,

@@ -88,7 +88,8 @@ class RLPlan:
 
 def config_of(base: RLConfig, point: RLPoint) -> RLConfig:
     """``base`` with the point's placement, rollout TP and training layout (sharding by estimate_rl's rules; the
-    storage layout's separate gradient shard only where that sharding is zero1, as ``plan train`` applies it)."""
+    storage layout's separate gradient shard only where that sharding is zero1, as ``plan train`` applies it; a given
+    fp32-params only where it is FSDP)."""
     pl = point.placement
     colocated = pl.placement == "colocated"
     cfg = replace(
@@ -98,6 +99,8 @@ def config_of(base: RLConfig, point: RLPoint) -> RLConfig:
     )  # fmt: skip
     if cfg.grad_shard_buffer and train_sharding(cfg) != "zero1":
         cfg = replace(cfg, grad_shard_buffer=False)
+    if cfg.master_weights == "fp32-params" and train_sharding(cfg) not in ("fsdp", "hsdp"):
+        cfg = replace(cfg, master_weights=None)  # FSDP's layout on the FSDP rows; the others keep their backend's
     return cfg
 
 

@@ -23,7 +23,7 @@ from fmstack.perfmodel.collectives import GroupPlacement, collective_time_s
 from fmstack.perfmodel.config import TrainConfig, fill_defaults
 from fmstack.perfmodel.efficiency import Efficiency
 from fmstack.perfmodel.modelconsts import model_consts
-from fmstack.perfmodel.rl_config import RLConfig
+from fmstack.perfmodel.rl_config import RLConfig, train_master_weights
 from fmstack.perfmodel.rl_config import train_sharding as train_sharding  # its home is rl_config; imported from here
 from fmstack.perfmodel.step_comm import comm, placement_per_domain
 from fmstack.perfmodel.training import TrainingEstimate, estimate_training
@@ -68,8 +68,9 @@ def train_step(
             {"tp": cfg.train_tp, "pp": cfg.train_pp, "cp": cfg.train_cp, "ep": cfg.train_ep, "global_batch": per_mb,
              "seq_len": seq_len, "recompute": "full", "sharding": sharding,
              # the trained models' storage layout (check_train_layout has checked it against the sharding)
-             "optimizer_state_dtype": cfg.optimizer_state_dtype, "master_weights": cfg.master_weights,
-             "fp8_param_gather": cfg.fp8_param_gather, "grad_shard_buffer": cfg.grad_shard_buffer},
+             "optimizer_state_dtype": cfg.optimizer_state_dtype, "master_weights": train_master_weights(cfg),
+             "fp8_param_gather": cfg.fp8_param_gather, "grad_shard_buffer": cfg.grad_shard_buffer,
+             "grad_dtype": cfg.grad_dtype},
         )  # fmt: skip
         return estimate_training(model, cluster, tc, efficiency=efficiency)
 

@@ -217,21 +217,27 @@ def step_model(mc: ModelConsts, cluster: Cluster, eff: Efficiency, c: Columns[An
     grad_ar = comm("all_reduce", nonexpert * c.reduce_bytes, dp_group, dp_pd, cluster) + comm(
         "all_reduce", expert * c.reduce_bytes, expert_dp, exp_pd, cluster
     )
-    gather = layout_bytes_per_param(c).gather  # bytes per gathered parameter: 2, 1 with FP8 parameters
+    layout = layout_bytes_per_param(c)
+    gather = layout.gather  # bytes per gathered parameter: 2, 1 with FP8 parameters
     # ZeRO-1/2: the all-reduce's halves are the gradient reduce-scatter (reduce_bytes) and the parameter all-gather
     # (gather bytes: 1 with FP8 parameters; Apex's bf16 param sync beside its fp32 grad sync); priced as the
     # all-reduce scaled by the bytes both move, so that the algorithm stays the all-reduce's
     halves = where(c.sharding >= SHARDING_CODE["zero1"], (c.reduce_bytes + gather) / (2.0 * c.reduce_bytes), 1.0)
     grad_ar = grad_ar * where(c.sharding >= SHARDING_CODE["zero3"], 1.0, halves)
+    # fp32-params: each gather first casts the local fp32 shard to bf16 (read 4, write 2: FSDP2 all_gather_inputs,
+    # run by foreach_all_gather on the all-gather's copy-in stream), so the cast is priced with the gather
+    cast = layout.cast / hbm_bps
     ag = comm("all_gather", nonexpert * gather if any_full else none_bytes, dp_group, dp_pd, cluster) + comm(
         "all_gather", expert * gather if any_full else none_bytes, expert_dp, exp_pd, cluster
     )
+    ag = ag + cast * (nonexpert / dp_group + expert / expert_dp)
     rs = comm("reduce_scatter", nonexpert * c.reduce_bytes if any_full else none_bytes, dp_group, dp_pd, cluster)
     rs = rs + comm("reduce_scatter", expert * c.reduce_bytes if any_full else none_bytes, expert_dp, exp_pd, cluster)
     shard = where(hsdp, gcd(c.hsdp, dp_group), 1.0)
     replicas = dp_group / shard
     if any_true(hsdp):
         hsdp_ag = comm("all_gather", nonexpert * gather, shard, placement_per_domain(shard, t, gpd), cluster)
+        hsdp_ag = hsdp_ag + cast * nonexpert / shard
         hsdp_ar = comm(
             "all_reduce",
             nonexpert * c.reduce_bytes / shard,

@@ -11,7 +11,9 @@ recompute full when Activation Checkpointing is True (Composer checkpoints every
 bf16, flash attention on, and the data-parallel reduction in the row's MP Mode: Composer's DEFAULT reduces in
 fp32 (``reduce_dtype=torch.float32``), PURE in bf16 (mosaicml/composer composer/trainer/mosaic_fsdp_utils.py,
 ``get_mixed_precision``). Gradients kept for the optimizer stay fp32 (keep_low_precision_grads=False there: FSDP
-casts reduced gradients back to the fp32 parameters). Nothing is fitted to these rows: the efficiency defaults are the model's.
+casts reduced gradients back to the fp32 parameters), and those fp32 parameters are the master: ``fp32-params``, FSDP1
+``MixedPrecision(param_dtype=bf16)`` casting each shard before the all-gather (PyTorch ``_flat_param.py``
+``_use_low_precision_shard``). Nothing is fitted to these rows: the efficiency defaults are the model's.
 """
 
 from __future__ import annotations
@@ -110,6 +112,7 @@ def row_config(row: dict[str, str]) -> TrainConfig:
         seq_len=int(row["seq_len"]), precision="bf16", sharding="fsdp",
         recompute="full" if row["activation_checkpointing"] == "True" else "none",
         flash_attention=True, grad_bytes=4, reduce_bytes=2 if row["mp_mode"] == "PURE" else 4,
+        master_weights="fp32-params",
     )  # fmt: skip
 
 

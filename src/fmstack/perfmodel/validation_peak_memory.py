@@ -10,7 +10,8 @@ and the terms the model does not have add.
 
 How a torchtitan row becomes a :class:`~fmstack.perfmodel.config.TrainConfig` (each said in the row's assumptions):
 
-- FSDP2 (``fully_shard`` with ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``) -> ``fsdp``; under
+- FSDP2 (``fully_shard`` with ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``) -> ``fsdp`` with
+  ``fp32-params`` (the fp32 sharded parameters are the master, 16 B per sharded parameter) and a fp32 reduction; under
   pipeline parallelism torchtitan passes ``reshard_after_forward=False`` (``parallelize_llama.py``), so the stage's
   bf16 weights stay gathered from forward to backward: ZeRO-2 storage (weights whole, gradients and optimizer
   sharded) -> ``zero2``.
@@ -36,7 +37,7 @@ from typing import Any
 from fmstack.catalog import Catalog
 from fmstack.catalog.topology import build_cluster
 from fmstack.errors import InputError
-from fmstack.perfmodel.config import TrainConfig
+from fmstack.perfmodel.config import FSDP_REDUCE_BYTES, TrainConfig
 from fmstack.perfmodel.training import estimate_training
 
 DATA_FILE = "peak-memory.csv"
@@ -111,9 +112,15 @@ def row_config(row: dict[str, str], assumptions: list[str]) -> TrainConfig:
     mb = local // pp if pp > 1 else local
     if pp > 1 and local % pp:
         raise InputError(f"peak-memory row {row['id']}: local_batch", f"a multiple of pp({pp}), got {local}")
+    # FSDP2's fp32 sharded parameters are the master (fp32-params: 4 + 4 + 8 = 16 B per sharded parameter); under PP
+    # the gathered bf16 weights stay whole, 2 + 16 / dp B, which the default layout under zero2 gives byte for byte
+    layout = {"master_weights": "fp32-params", "reduce_bytes": FSDP_REDUCE_BYTES} if sharding == "fsdp" else {}
+    if layout:
+        assumptions.append("FSDP2 mixed precision: fp32 sharded parameters as the master (fp32-params), reduce fp32")
     return TrainConfig(
         tp=tp, pp=pp, dp=dp, cp=cp, sequence_parallel=tp > 1, virtual_stages=vpp, micro_batch=mb,
         global_batch=local * dp, seq_len=seq, precision="bf16", recompute="full", sharding=sharding,  # type: ignore[arg-type]
+        **layout,  # type: ignore[arg-type]
     )  # fmt: skip
 
 
