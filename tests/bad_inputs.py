@@ -1323,3 +1323,7 @@ BAD_ARGV += [
     (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "2", "--master-weights",
       "fp32-params"], "master-weights: fp32-params is FSDP's layout"),
 ]  # fmt: skip
+
+
+# session 17, data-parallel wire bytes follow the gradient dtype (helper H)
+BAD_ARGV += []  # fmt: skip
