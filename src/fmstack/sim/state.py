@@ -26,6 +26,7 @@ from fmstack.sim.config import SimConfig
 from fmstack.sim.engine import Environment
 from fmstack.sim.faults import RepairTimes
 from fmstack.sim.fleet import Alloc, Fleet, NodeState
+from fmstack.sim.gpu_faults import GpuFaultMix
 from fmstack.sim.speed import JobSpeedModel, PerfModelSpeed, step_tokens
 from fmstack.sim.workload import MIN_DURATION_S, Job, generate, read_trace
 
@@ -99,6 +100,7 @@ class SimState:
         speed: JobSpeedModel | None = None,
         jobs: Sequence[Job] | None = None,
         repair: RepairTimes | None = None,
+        gpu_mix: GpuFaultMix | None = None,
     ) -> None:
         self.cfg = config
         self.env = Environment(config.seed)
@@ -115,6 +117,8 @@ class SimState:
         self.fault_shares = self.failures.node_category_shares(self.gpn) if self.failures is not None else {}
         """Cause shares of one node's failures (per-GPU causes weighted by this instance's GPUs per node)."""
         self.health = HealthEngine()
+        self.gpu_classes = (gpu_mix or GpuFaultMix()).classes()
+        """Xid classes of GPU faults with their Table 5 counts (:mod:`fmstack.sim.gpu_faults`)."""
         if jobs is None:
             if config.trace is not None:
                 jobs = read_trace(config.trace, fleet_gpus=self.fleet.total_gpus, gpus_per_node=self.gpn)
