@@ -101,6 +101,7 @@ def summarise(sim: SimState) -> dict[str, Any]:
             "instance": cfg.instance, "nodes": cfg.nodes, "gpus": sim.fleet.total_gpus, "days": cfg.days,
             "jobs": len(jobs), "policy": cfg.policy, "priority": cfg.priority, "faults": cfg.faults, "recovery": cfg.recovery.mode.value,
             "checkpoint_interval": cfg.recovery.interval, "checkpoint_cost_s": cfg.recovery.ckpt_cost_s,
+            "checkpoint_interval_rate": cfg.recovery.interval_rate,
             "spares": cfg.spares, "seed": cfg.seed, "bf_window_min": cfg.bf_window_min,
             "load": cfg.load if cfg.trace is None else None, "trace": None if cfg.trace is None else str(cfg.trace),
             "recovery_times_s": {"detection": sim.times.detection_s, "restart": sim.times.restart_s,
@@ -121,7 +122,8 @@ def summarise(sim: SimState) -> dict[str, Any]:
                  "preemption_lost_gpu_hours": round(sim.preempted_lost_gpu_s / h, 3),
                  "timed_out": sum(j.timed_out for j in jobs),
                  "timeout_lost_gpu_hours": round(sim.timeout_lost_gpu_s / h, 3),
-                 "preemption_cycles_broken": sim.preemption_cycles_broken},
+                 "preemption_cycles_broken": sim.preemption_cycles_broken,
+                 "preemptions_per_job_hour": sim.preemption_rate.per_job_hour(horizon)},
         "by_size_class": by_class,
         "fairness": {
             "jain_users": round(jain(list(per_user.values())), r),
