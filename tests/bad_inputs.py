@@ -1297,7 +1297,15 @@ BAD_ARGV += [
 
 
 # session 17, fleet twin: GPU faults by Xid class, preemption-aware checkpoint interval (helper E)
-BAD_ARGV += []  # fmt: skip
+_SIM_E = ["simulate", "--nodes", "4", "--days", "1", "--jobs", "10"]
+BAD_ARGV += [
+    ([*_SIM_E, "--ckpt-interval-rate", "bogus"],
+     "ckpt_interval_rate: unknown rate 'bogus'; allowed: failures, failures+preemptions"),
+    ([*_SIM_E, "--ckpt-interval-rate", "failures+preemptions", "--ckpt-interval", "30"],
+     "ckpt_interval_rate: failures+preemptions sets young's or daly's interval; --ckpt-interval 30 is fixed"),
+    (["simulate", "compare", "--policy", "fifo,kueue", "--nodes", "4", "--days", "1", "--jobs", "10",
+      "--ckpt-interval-rate", "preemptions"], "ckpt_interval_rate: unknown rate 'preemptions'"),
+]  # fmt: skip
 
 
 # session 17, memory model against published peak memory (helper F)

@@ -144,6 +144,18 @@ def test_memory_and_inventory_rules() -> None:
     assert ENGINE.decide(NodeSignals(nvlink_error_count=100)).action is Action.RESET_GPU
 
 
+def test_a_gpu_that_fails_diagnostics_is_replaced() -> None:
+    # NVIDIA's RMA policy: the field diagnostic decides RMA; the fleet twin raises it for silent data corruption
+    d = ENGINE.decide(NodeSignals(gpu_diag_failed=True))
+    assert d.action is Action.REPLACE_NODE
+    assert d.sources == [
+        "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/rma-policy-thresholds-for-row-remapping.html"
+    ]
+    assert signals_from_dict({"gpu_diag_failed": True}).gpu_diag_failed is True
+    with pytest.raises(InputError, match="gpu_diag_failed"):
+        signals_from_dict({"gpu_diag_failed": "yes"})
+
+
 def test_nvlink_errors_below_the_reset_threshold_are_a_watch_reason() -> None:
     d = ENGINE.decide(NodeSignals(nvlink_error_count=99))
     assert d.action is Action.NONE
@@ -226,6 +238,7 @@ _signals = st.builds(
     xids=st.lists(st.sampled_from(sorted(load_xid_catalog())), max_size=4),
     row_remap_failure=st.booleans(),
     pending_row_remap=st.booleans(),
+    gpu_diag_failed=st.booleans(),
     dbe_volatile_count=st.integers(0, 3),
     gpus_visible=st.integers(6, 8),
     gpus_expected=st.just(8),

@@ -69,8 +69,9 @@ def _config(opts: dict[str, Any], policy: str, recovery: str) -> Any:
     if "," in recovery:
         raise InputError("recovery", f"one recovery mode, got {recovery!r}{several}")
     settings = RecoverySettings(
-        mode=parse_mode(recovery), interval=opts["ckpt_interval"], ckpt_cost_s=opts["ckpt_cost"]
-    )
+        mode=parse_mode(recovery), interval=opts["ckpt_interval"], ckpt_cost_s=opts["ckpt_cost"],
+        interval_rate=opts["ckpt_interval_rate"],
+    )  # fmt: skip
     faults = None if opts["faults"] in ("none", "off") else opts["faults"]
     return SimConfig(
         instance=opts["instance"], nodes=opts["nodes"], days=opts["days"], jobs=opts["jobs"], trace=opts["trace"],
@@ -196,6 +197,13 @@ def _options(func: Any) -> Any:
             default=60.0,
             show_default=True,
             help="Seconds one checkpoint stalls training (0: young/daly checkpoint every step).",
+        ),
+        click.option(
+            "--ckpt-interval-rate",
+            default="failures",
+            show_default=True,
+            help="Interrupts young/daly count: failures (the failure model's rate) or failures+preemptions (plus "
+            "the preemptions per job-hour the run has seen so far for the job's queue and priority).",
         ),
         click.option(
             "--bf-window",

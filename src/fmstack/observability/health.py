@@ -12,6 +12,10 @@ Rules and their sources (shared/reference/observability.md §7, orchestration-05
   Meta GCM ``row_remap`` check, NVIDIA "RMA path" for Xid 64);
 - pending row remap (NVML ``bPending``: "a reset will be required to actually remap the row") and volatile
   double-bit ECC errors: reset the GPU;
+- a GPU that failed diagnostics (DCGM diagnostics, NVIDIA's field diagnostic): replace the node (NVIDIA "RMA
+  Policy": the field diagnostic decides whether a GPU qualifies for RMA; HyperPod deep health checks run DCGM
+  diagnostics level 4 and replace unhealthy nodes). The fleet twin raises it for silent data corruption, which
+  has no Xid (since session 17);
 - fewer GPUs visible than expected (HyperPod health-monitoring agent: GPU count vs instance type -> reboot), or
   fewer EFA devices than expected (gpu-cluster-healthcheck): reboot;
 - NVLink CRC / replay / recovery errors on one GPU at or above ``nvlink_errors_reset`` in the window: reset the GPU
@@ -40,6 +44,7 @@ SRC_HMA = (
 )
 SRC_HEALTHCHECK = "aws-samples/awsome-distributed-training 4.validation_and_observability/2.gpu-cluster-healthcheck"
 SRC_MEM_ERR = "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html"
+SRC_RMA = "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/rma-policy-thresholds-for-row-remapping.html"
 SRC_DERIVED = "fmstack policy (shared/reference/observability.md §7, derived)"
 
 
@@ -78,6 +83,8 @@ class NodeSignals:
     """EFA devices under /sys/class/infiniband; None when unknown."""
     efa_expected: int | None = None
     """EFA devices the instance type has (p5.48xlarge: 32)."""
+    gpu_diag_failed: bool = False
+    """A GPU failed diagnostics (DCGM diagnostics, NVIDIA's field diagnostic): it needs RMA."""
     gpu_missing: bool = False
     """A GPU is known to be gone (fallen off the bus, NVML cannot reach it) even if counts are unknown."""
     efa_missing: bool = False
@@ -226,6 +233,8 @@ class HealthEngine:
 
     def _inventory_hits(self, s: NodeSignals) -> list[tuple[Action, str, str]]:
         hits: list[tuple[Action, str, str]] = []
+        if s.gpu_diag_failed:
+            hits.append((Action.REPLACE_NODE, "a GPU failed diagnostics: field diagnostic decides RMA", SRC_RMA))
         if s.gpus_visible is not None and s.gpus_expected is not None and s.gpus_visible < s.gpus_expected:
             hits.append((Action.REBOOT_NODE, f"GPU count {s.gpus_visible} < expected {s.gpus_expected}", SRC_HMA))
         elif s.gpu_missing:

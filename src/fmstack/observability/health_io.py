@@ -100,7 +100,7 @@ def signals_from_json(data: Any) -> list[NodeSignals]:
 
 
 def _coerce(where: str, key: str, value: Any) -> Any:
-    bools = {"row_remap_failure", "pending_row_remap", "gpu_missing", "efa_missing"}
+    bools = {"row_remap_failure", "pending_row_remap", "gpu_missing", "efa_missing", "gpu_diag_failed"}
     floats = {"sbe_rate_per_hour", "thermal_violation_ratio"}
     optional_ints = {"gpus_visible", "gpus_expected", "efa_visible", "efa_expected"}
     if key == "node":

@@ -110,7 +110,7 @@ def to_chrome_trace(sim: SimState) -> str:
         )  # fmt: skip
     for f in sim.fault_log:
         events.append({"name": f"{f['category']} node {f['node']}", "ph": "i", "s": "g", "ts": round(f["time_s"] * 1e6),
-                       "pid": 1, "tid": 0, "args": {"action": f["action"], "jobs": f["jobs"]}})  # fmt: skip
+                       "pid": 1, "tid": 0, "args": {"action": f["action"], "jobs": f["jobs"], "gpu_fault": f.get("gpu_fault")}})  # fmt: skip
     names = (("jobs", 0), ("faults", 1))
     events += [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": n}} for n, pid in names]
     return json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}, sort_keys=True) + "\n"

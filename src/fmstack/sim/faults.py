@@ -5,7 +5,11 @@ load_failure_model`, Llama 3 Table 5 by default). Failures strike nodes of the p
 fleet rate = per-node rate x nodes); planned maintenance arrives at the model's planned rate. Each cause becomes
 node signals that :class:`fmstack.observability.health.HealthEngine` turns into an action ([D] mapping):
 
-- ``gpu``: Xid 79 (fallen off the bus) and one GPU missing -> reboot (the engine escalates repeats to replace);
+- ``gpu``: a GPU fault of one Xid class drawn with Llama 3 Table 5's shares of the GPU rows
+  (:mod:`fmstack.sim.gpu_faults`: faulty GPU -> Xid 79 and a GPU missing, reboot; HBM3 -> Xid 48 + 63 with a
+  remap pending, reset; SRAM -> Xid 94 restart the job or 95 reset; GSP -> Xid 119, reset; silent data
+  corruption -> diagnostics fail, replace; thermal -> slowdown, the job restarts). The engine escalates repeats.
+  Until session 17 every GPU fault was Xid 79 and a reboot;
 - ``dependency``, ``network``, ``unknown``: Xid 13 (application error) -> restart the job, the node is fine;
 - ``host``, ``unplanned_maintenance``: no GPU signal exists for them; the node is replaced (node_loss in the
   failure model).
@@ -22,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fmstack.observability.health import Action, HealthEngine, NodeSignals
+from fmstack.sim.gpu_faults import GpuFaultClass
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,21 +49,31 @@ class RepairTimes:
         }[action]
 
 
-def signals_for(category: str, gpus_per_node: int, resets: int, reboots: int) -> NodeSignals | None:
-    """Node signals of a failure cause, or None when no health signal describes it (host hardware)."""
+def signals_for(
+    category: str, gpu_fault: GpuFaultClass | None, gpus_per_node: int, resets: int, reboots: int
+) -> NodeSignals | None:
+    """Node signals of a failure cause (``gpu_fault``: the Xid class of a ``gpu`` failure), or None when no health
+    signal describes it (host hardware)."""
     if category == "gpu":
-        return NodeSignals(
-            xids=[79], gpus_visible=gpus_per_node - 1, gpus_expected=gpus_per_node,
-            resets_in_window=resets, reboots_in_window=reboots,
-        )  # fmt: skip
+        if gpu_fault is None:
+            raise ValueError("a gpu failure needs its Xid class (fmstack.sim.gpu_faults)")
+        return gpu_fault.signals(gpus_per_node, resets, reboots)
     if category in ("host", "unplanned_maintenance"):
         return None
     return NodeSignals(xids=[13], resets_in_window=resets, reboots_in_window=reboots)
 
 
-def decide(engine: HealthEngine, category: str, gpus_per_node: int, resets: int, reboots: int) -> Action:
-    """The health engine's action for a failure of ``category`` on a node with this history."""
-    signals = signals_for(category, gpus_per_node, resets, reboots)
+def decide(
+    engine: HealthEngine,
+    category: str,
+    gpu_fault: GpuFaultClass | None,
+    gpus_per_node: int,
+    resets: int,
+    reboots: int,
+) -> Action:
+    """The health engine's action for a failure of ``category`` on a node with this history. A failure the engine
+    takes no node action for (thermal slowdown) still stopped the job: it restarts."""
+    signals = signals_for(category, gpu_fault, gpus_per_node, resets, reboots)
     if signals is None:
         return Action.REPLACE_NODE
     action = engine.decide(signals).action

@@ -27,6 +27,7 @@ from fmstack.observability.health import Action
 from fmstack.perfmodel.goodput import RecoveryMode
 from fmstack.sim.faults import decide
 from fmstack.sim.fleet import NodeState
+from fmstack.sim.gpu_faults import draw_gpu_class
 from fmstack.sim.state import DETECT, FAULT, MAINT, OUT_STATE, REPAIRED, SAMPLE, SimState
 from fmstack.sim.workload import Job
 
@@ -82,8 +83,10 @@ class FaultHandling(SimState):
                         rollback_step_s=self._step_s(job) if peers else 0.0)  # fmt: skip
             job.epoch += 1
             job.hung = True
+        # a GPU fault's Xid class, drawn with the twin's generator (the engine decides its action at detection)
+        gpu_fault = draw_gpu_class(self.env.rng, self.gpu_classes).name if category == "gpu" else None
         self.fault_log.append(
-            {"time_s": now, "node": node, "category": category, "jobs": jobs, "action": "",
+            {"time_s": now, "node": node, "category": category, "gpu_fault": gpu_fault, "jobs": jobs, "action": "",
              "lost_gpu_h": (sum(self.jobs[j].lost_gpu_s for j in jobs) - lost_before) / 3600.0}
         )  # fmt: skip
         delay = 0.0 if planned else self.times.detection_s
@@ -137,7 +140,9 @@ class FaultHandling(SimState):
             action = Action.REBOOT_NODE
             out_s = self.repair.maintenance_s
         else:
-            action = decide(self.health, category, self.gpn, self.resets[node], self.reboots[node])
+            name = self.fault_log[log_i].get("gpu_fault")
+            gpu_fault = next((k for k in self.gpu_classes if k.name == name), None)
+            action = decide(self.health, category, gpu_fault, self.gpn, self.resets[node], self.reboots[node])
             out_s = self.repair.out_s(action, self.times.replacement_s)
         self.fault_log[log_i]["action"] = action.name
         if action == Action.RESET_GPU:

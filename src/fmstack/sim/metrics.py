@@ -94,12 +94,14 @@ def summarise(sim: SimState) -> dict[str, Any]:
         per_queue[j.queue] = per_queue.get(j.queue, 0.0) + j.alloc_gpu_s / h
     cats: Counter[str] = Counter(f["category"] for f in sim.fault_log)
     actions: Counter[str] = Counter(f["action"] for f in sim.fault_log)
+    gpu_faults: Counter[str] = Counter(f["gpu_fault"] for f in sim.fault_log if f.get("gpu_fault"))
     r = 6
     return {
         "config": {
             "instance": cfg.instance, "nodes": cfg.nodes, "gpus": sim.fleet.total_gpus, "days": cfg.days,
             "jobs": len(jobs), "policy": cfg.policy, "priority": cfg.priority, "faults": cfg.faults, "recovery": cfg.recovery.mode.value,
             "checkpoint_interval": cfg.recovery.interval, "checkpoint_cost_s": cfg.recovery.ckpt_cost_s,
+            "checkpoint_interval_rate": cfg.recovery.interval_rate,
             "spares": cfg.spares, "seed": cfg.seed, "bf_window_min": cfg.bf_window_min,
             "load": cfg.load if cfg.trace is None else None, "trace": None if cfg.trace is None else str(cfg.trace),
             "recovery_times_s": {"detection": sim.times.detection_s, "restart": sim.times.restart_s,
@@ -120,7 +122,8 @@ def summarise(sim: SimState) -> dict[str, Any]:
                  "preemption_lost_gpu_hours": round(sim.preempted_lost_gpu_s / h, 3),
                  "timed_out": sum(j.timed_out for j in jobs),
                  "timeout_lost_gpu_hours": round(sim.timeout_lost_gpu_s / h, 3),
-                 "preemption_cycles_broken": sim.preemption_cycles_broken},
+                 "preemption_cycles_broken": sim.preemption_cycles_broken,
+                 "preemptions_per_job_hour": sim.preemption_rate.per_job_hour(horizon)},
         "by_size_class": by_class,
         "fairness": {
             "jain_users": round(jain(list(per_user.values())), r),
@@ -130,6 +133,7 @@ def summarise(sim: SimState) -> dict[str, Any]:
         "failures": {
             "events": len(sim.fault_log), "job_interruptions": sim.interruptions,
             "by_category": dict(sorted(cats.items())), "by_action": dict(sorted(actions.items())),
+            "by_gpu_fault": dict(sorted(gpu_faults.items())),
             "lost_gpu_hours": round((parts["lost_work"] - sim.preempted_lost_gpu_s - sim.timeout_lost_gpu_s) / h, 3),
             "model": failure_model(sim),
         },
@@ -154,6 +158,7 @@ def failure_model(sim: SimState) -> dict[str, Any] | None:
     per_node_day = m.node_failures_per_hour(sim.gpn) * 24.0
     planned_day = m.planned_per_node_hour * 24.0 if cfg.planned else 0.0
     mtbf = {k: m.mtbf_s(g, sim.gpn) for k, g in (("node", sim.gpn), ("pool", sim.fleet.total_gpus))}
+    total = sum(k.count for k in sim.gpu_classes)
     return {
         "name": m.name, "source": m.source,
         "failures_per_1000_node_days": round(per_node_day * 1000.0, 4),
@@ -162,6 +167,7 @@ def failure_model(sim: SimState) -> dict[str, Any] | None:
         "node_loss_share": round(sum(v for c, v in sim.fault_shares.items() if c in m.node_loss_categories), 6),
         "job_mtbf_h": {k: round(v / 3600.0, 3) for k, v in mtbf.items()},
         "checkpoint_interval_min": {k: round(cfg.recovery.interval_s(v) / 60.0, 3) for k, v in mtbf.items()},
+        "gpu_fault_shares": {k.name: round(k.count / total, 6) for k in sim.gpu_classes if k.count > 0},
     }  # fmt: skip
 
 

@@ -21,6 +21,9 @@ from fmstack.perfmodel.goodput import (
 )
 
 INTERVAL_RULES = ("young", "daly")
+INTERVAL_RATES = ("failures", "failures+preemptions")
+"""What interrupt rate Young's / Daly's interval uses: the failure model's alone (the default), or that plus the
+preemption rate the run has seen so far for the job's queue and priority (:mod:`fmstack.sim.preemption_rate`)."""
 SLURM_REQUEUE_DELAY_S = 120.0
 
 
@@ -43,8 +46,19 @@ class RecoverySettings:
     ckpt_cost_s: float = 60.0
     """Seconds one checkpoint stalls training (C)."""
     requeue_delay_s: float = SLURM_REQUEUE_DELAY_S
+    interval_rate: str = "failures"
+    """One of :data:`INTERVAL_RATES`: the interrupts Young's / Daly's interval counts."""
 
     def __post_init__(self) -> None:
+        if self.interval_rate not in INTERVAL_RATES:
+            raise InputError(
+                "ckpt_interval_rate", f"unknown rate {self.interval_rate!r}; allowed: {', '.join(INTERVAL_RATES)}"
+            )
+        if self.interval_rate != "failures" and self.interval not in INTERVAL_RULES:
+            raise InputError(
+                "ckpt_interval_rate",
+                f"{self.interval_rate} sets young's or daly's interval; --ckpt-interval {self.interval} is fixed",
+            )
         if self.ckpt_cost_s < 0 or not math.isfinite(self.ckpt_cost_s):
             raise InputError("ckpt_cost", f"must be >= 0 seconds, got {self.ckpt_cost_s}")
         if self.interval not in INTERVAL_RULES:
@@ -54,6 +68,10 @@ class RecoverySettings:
                 raise InputError("ckpt_interval", f"{self.interval!r}; allowed: young, daly or minutes (> 0)") from None
             if not (math.isfinite(minutes) and minutes > 0):
                 raise InputError("ckpt_interval", f"must be > 0 minutes, got {self.interval}")
+
+    @property
+    def counts_preemptions(self) -> bool:
+        return self.interval_rate == "failures+preemptions"
 
     @property
     def times(self) -> RecoveryTimes:

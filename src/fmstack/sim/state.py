@@ -26,6 +26,8 @@ from fmstack.sim.config import SimConfig
 from fmstack.sim.engine import Environment
 from fmstack.sim.faults import RepairTimes
 from fmstack.sim.fleet import Alloc, Fleet, NodeState
+from fmstack.sim.gpu_faults import GpuFaultMix
+from fmstack.sim.preemption_rate import PreemptionRate
 from fmstack.sim.speed import JobSpeedModel, PerfModelSpeed, step_tokens
 from fmstack.sim.workload import MIN_DURATION_S, Job, generate, read_trace
 
@@ -99,6 +101,7 @@ class SimState:
         speed: JobSpeedModel | None = None,
         jobs: Sequence[Job] | None = None,
         repair: RepairTimes | None = None,
+        gpu_mix: GpuFaultMix | None = None,
     ) -> None:
         self.cfg = config
         self.env = Environment(config.seed)
@@ -115,6 +118,8 @@ class SimState:
         self.fault_shares = self.failures.node_category_shares(self.gpn) if self.failures is not None else {}
         """Cause shares of one node's failures (per-GPU causes weighted by this instance's GPUs per node)."""
         self.health = HealthEngine()
+        self.gpu_classes = (gpu_mix or GpuFaultMix()).classes()
+        """Xid classes of GPU faults with their Table 5 counts (:mod:`fmstack.sim.gpu_faults`)."""
         if jobs is None:
             if config.trace is not None:
                 jobs = read_trace(config.trace, fleet_gpus=self.fleet.total_gpus, gpus_per_node=self.gpn)
@@ -149,6 +154,8 @@ class SimState:
         self.preempt_states: tuple[float, set[tuple[frozenset[int], frozenset[int]]]] = (-1.0, set())
         """(time, the running and pending job ids before each preemption at that time): see :meth:`_no_progress`."""
         self.preemption_cycles_broken = 0
+        self.preemption_rate = PreemptionRate()
+        """Preemptions per job-hour so far, by queue and priority (``--ckpt-interval-rate failures+preemptions``)."""
         self.no_room: tuple[int, set[int]] = (-1, set())
         self.fleet_gpu_s = [0.0, 0.0, 0.0, 0.0]
         """Integrals over time of the fleet's GPUs by what they are doing: held by jobs (allocated), free on
@@ -269,7 +276,15 @@ class SimState:
         ref = self.speed.tokens_per_s(job.model, job.num_gpus, True)
         job.speed = self.speed.tokens_per_s(job.model, job.cur_gpus, packed) / ref
         job.startup_s = startup_s
-        if self.failures is not None:
+        self.preemption_rate.start(job.job_id, (job.queue, job.priority), now)
+        if self.rec.counts_preemptions:  # Young / Daly for any Poisson interrupt: failures + preemptions so far
+            rate = self.preemption_rate.per_s((job.queue, job.priority), now)
+            if self.failures is not None:
+                rate += 1.0 / self.failures.mtbf_s(job.cur_gpus, self.gpn)
+            job.ckpt_interval_s = (
+                self.rec.optimum_floor_s(self.rec.interval_s(1.0 / rate), self._step_s(job)) if rate > 0 else math.inf
+            )
+        elif self.failures is not None:
             optimum = self.rec.interval_s(self.failures.mtbf_s(job.cur_gpus, self.gpn))
             job.ckpt_interval_s = self.rec.optimum_floor_s(optimum, self._step_s(job))
         elif self.rec.interval not in ("young", "daly"):
@@ -324,6 +339,7 @@ class SimState:
         job.alloc = []
         job.running = False
         self.running.pop(job.job_id, None)
+        self.preemption_rate.stop(job.job_id, self.env.now_s)
 
     def _requeue(self, job: Job, delay_s: float) -> None:
         self._release(job)
@@ -345,6 +361,7 @@ class SimState:
 
     def _preempt(self, job: Job) -> None:
         self.preemptions += 1
+        self.preemption_rate.preempted((job.queue, job.priority))
         job.preemptions += 1
         lost_before = job.lost_gpu_s
         self._close(job, self.env.now_s, graceful=False, kind="preempted")
