@@ -1335,3 +1335,11 @@ BAD_ARGV += [
 
 # session 17, data-parallel wire bytes follow the gradient dtype (helper H)
 BAD_ARGV += []  # fmt: skip
+
+
+# session 17, fleet twin: health history windows (helper I)
+BAD_ARGV += []  # fmt: skip
+
+
+# session 17, prefix cache in the prefill pool of a disaggregated split (helper J)
+BAD_ARGV += []  # fmt: skip
