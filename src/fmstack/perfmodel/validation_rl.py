@@ -41,6 +41,7 @@ from typing import Any
 from fmstack.catalog.loader import Catalog
 from fmstack.catalog.topology import build_cluster
 from fmstack.errors import InputError
+from fmstack.perfmodel.config import GradDtype
 from fmstack.perfmodel.rl import RLConfig, estimate_rl
 from fmstack.perfmodel.validation import error_stats
 
@@ -58,7 +59,7 @@ distributed optimizer (``policy.megatron_cfg.optimizer.use_distributed_optimizer
 in ``examples/configs/grpo_math_1B_megatron.yaml``, which the performance recipes inherit): optimizer state sharded,
 weights replicated over data parallelism. Not estimate rl's default rule, FSDP at train tp = pp = 1 (veRL's FSDP
 backend), which before session 16 priced the tp = pp = 1 rows with FSDP's weight gathers."""
-MEGATRON_GRAD_DTYPE = "bf16"
+MEGATRON_GRAD_DTYPE: GradDtype = "bf16"
 """The trained policy's gradients in every row (and stages.csv's): kept and reduced in bf16, 2 B on the wire.
 ``policy.megatron_cfg.distributed_data_parallel_config.grad_reduce_in_fp32: false`` in ``grpo_math_1B.yaml`` (tags
 v0.5.0 6c708930, v0.6.0 5fb58893) and ``grpo_math_1B_megatron.yaml`` (tag v0.3.1 27d0af94, inherited by
