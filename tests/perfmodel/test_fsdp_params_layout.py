@@ -12,7 +12,7 @@ from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import build_cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.columns import columns_of
-from fmstack.perfmodel.config import TrainConfig, fill_defaults, validate_layout
+from fmstack.perfmodel.config import TrainConfig, fill_defaults, reduce_bytes_of, validate_layout
 from fmstack.perfmodel.efficiency import default_efficiency
 from fmstack.perfmodel.memory import layout_bytes_per_param
 from fmstack.perfmodel.planner import SearchSpace, plan_training
@@ -63,7 +63,7 @@ def test_gather_adds_the_cast_of_the_local_shard() -> None:
     cluster = build_cluster(CAT, "p5.48xlarge", 2)
     hbm_bps = cluster.gpu.hbm_bw_gbps * 1e9 * default_efficiency(cluster.gpu).memory
     local = LLAMA31_8B / 16
-    extra = _est(replace(PARAMS, reduce_bytes=2)).comm["dp"].link_s - _est(FSDP).comm["dp"].link_s
+    extra = _est(PARAMS).comm["dp"].link_s - _est(FSDP).comm["dp"].link_s  # both 4 B: FSDP's fp32 gradients
     assert extra == pytest.approx(2 * local * 6 / hbm_bps, rel=1e-9)
 
 
@@ -82,11 +82,11 @@ def test_refusals() -> None:
 
 def test_grad_dtype_flag_sets_grad_and_wire_bytes() -> None:
     bf16 = fill_defaults(8, {"grad_dtype": "bf16"})
-    assert (bf16.grad_bytes, bf16.reduce_bytes) == (2, 2)
+    assert (bf16.grad_bytes, reduce_bytes_of(bf16)) == (2, 2)
     params = fill_defaults(8, {"sharding": "fsdp", "master_weights": "fp32-params"})
     assert (params.grad_bytes, params.reduce_bytes) == (4, 4)
     dflt = fill_defaults(8, {})
-    assert (dflt.grad_bytes, dflt.reduce_bytes) == (4, 2)
+    assert (dflt.grad_bytes, reduce_bytes_of(dflt)) == (4, 4)  # fp32 gradients reduced in fp32 (Megatron-Core, bf16)
 
 
 def test_bf16_gradients_halve_the_gradient_memory() -> None:
@@ -104,7 +104,7 @@ def test_planner_with_fp32_params_ranks_fsdp_rows_with_it() -> None:
     plan = plan_training(CAT.model("llama3.1-8b"), [build_cluster(CAT, "p5.48xlarge", 1)], tokens=1e12, top=5,
                          space=space)  # fmt: skip
     for est in plan.ranked:
-        assert (est.config.master_weights, est.config.reduce_bytes) == ("fp32-params", 4)
+        assert (est.config.master_weights, reduce_bytes_of(est.config)) == ("fp32-params", 4)
         again = _rank_again(est.config)
         assert again.memory.total_gib == pytest.approx(est.memory.total_gib, rel=1e-12)
         assert again.step_time_s == pytest.approx(est.step_time_s, rel=1e-12)

@@ -23,6 +23,8 @@ from fmstack.perfmodel.config import (
     RECOMPUTE_MODULES,
     SHARDING_CHOICES,
     TrainConfig,
+    reduce_bytes_of,
+    wire_bytes,
 )
 from fmstack.perfmodel.num import Num
 
@@ -114,7 +116,9 @@ class Columns(Generic[V]):
                 values[name] = {v: k for k, v in _CODES[col].items()}[int(x)]
             else:
                 values[name] = bool(x) if col in _FLAGS else int(x)
-        return TrainConfig(**values)  # type: ignore[arg-type]
+        cfg = TrainConfig(**values)  # type: ignore[arg-type]
+        # a wire that is the gradients' own (config.wire_bytes) is the default: None, as the config was built
+        return cfg.with_(reduce_bytes=None) if cfg.reduce_bytes == wire_bytes(cfg.precision, cfg.grad_bytes) else cfg
 
     def take(self: Columns[F], index: NDArray[np.int64]) -> Columns[F]:
         taken: dict[str, F | None] = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -128,6 +132,8 @@ def columns_of(c: TrainConfig) -> Columns[float]:
         value = getattr(c, name)
         if col == "rc_modules":
             values[col] = sum(RECOMPUTE_MODULE_BIT.get(m, 0.0) for m in set(value))
+        elif col == "reduce_bytes":
+            values[col] = float(reduce_bytes_of(c))
         else:
             values[col] = float(_CODES[col][value]) if col in _CODES else float(value)
     return Columns(**values)

@@ -107,8 +107,10 @@ class TrainConfig:
     """Fused attention (FlashAttention): causal blocks skipped, no s^2 activations stored."""
     grad_bytes: int = 4
     """Bytes per gradient element kept for the optimizer (4: fp32 main grads, as Megatron-Core)."""
-    reduce_bytes: int = 2
-    """Bytes per gradient element on the wire for the data-parallel reduction (bf16)."""
+    reduce_bytes: int | None = None
+    """Bytes per gradient element on the wire for the data-parallel reduction; None: as Megatron-Core reduces the
+    gradients it keeps (:func:`wire_bytes`: fp32 gradients 4 B, bf16 gradients or fp16 compute 2 B). Set where the
+    software reduces in a dtype of its own (FSDP ``reduce_dtype``, Apex ``grad_sync_dtype``)."""
     optimizer_state_dtype: OptimizerStateDtype = "fp32"
     """Adam's first and second moments (:data:`OPTIMIZER_STATE_CHOICES`): fp32, 8 B per parameter; bf16, 4 B."""
     master_weights: MasterWeights = "fp32"
@@ -293,16 +295,39 @@ def _validate_fp32_params(cfg: TrainConfig) -> None:
         )
 
 
+def wire_bytes(precision: str, grad_bytes: float) -> int:
+    """Bytes per gradient element on the data-parallel wire of Megatron-Core, which reduces the main-grad buffer in
+    the buffer's own dtype (``distributed_data_parallel.py``: ``grad_dtype = torch.float if
+    ddp_config.grad_reduce_in_fp32 else param.dtype``; ``param_and_grad_buffer.py`` reduce-scatters / all-reduces
+    ``bucket.grad_data``; core_v0.15.0, commit 0d7e02bd).
+
+    - bf16 or fp8 compute with fp32 gradients: 4. Megatron-LM ``arguments.py``: "bfloat16 requires gradient
+      accumulation and all-reduce to be done in fp32", ``accumulate_allreduce_grads_in_fp32 = True`` (which
+      ``training.py`` passes as ``grad_reduce_in_fp32``); NeMo 2 ``MegatronMixedPrecision(grad_reduce_in_fp32=True)``
+      and Megatron-Bridge ``bf16_mixed`` likewise.
+    - bf16 gradients (``grad_reduce_in_fp32 = False``, ``--grad-reduce-in-bf16``): 2.
+    - fp16 compute: 2. Megatron-LM sets nothing for fp16, so the buffer is the fp16 parameters' dtype (fp32 only with
+      ``--accumulate-allreduce-grads-in-fp32``); NeMo 2 and Megatron-Bridge ``fp16_mixed`` set
+      ``grad_reduce_in_fp32=False``. The optimizer's fp32 copy of those gradients is what ``grad_bytes`` prices.
+    """
+    return 2 if grad_bytes <= 2 or precision == "fp16" else 4
+
+
+def reduce_bytes_of(c: TrainConfig) -> int:
+    """The bytes per gradient element ``c`` puts on the data-parallel wire: its ``reduce_bytes``, else
+    :func:`wire_bytes`."""
+    return wire_bytes(c.precision, c.grad_bytes) if c.reduce_bytes is None else c.reduce_bytes
+
+
 def wire_fields(grad_dtype: str | None, master_weights: str | None) -> dict[str, int]:
-    """``grad_bytes`` and ``reduce_bytes`` of a layout given as flags (None: the flag left out): bf16 gradients are
-    reduced in bf16 (2 B); fp32-params reduce-scatters in fp32 (:data:`FSDP_REDUCE_BYTES`); otherwise the defaults
-    (fp32 gradients, 2 B on the wire as the model has always priced Megatron's reduction)."""
+    """``grad_bytes`` and ``reduce_bytes`` of a layout given as flags (None: the flag left out): the gradient dtype
+    sets ``grad_bytes`` and the wire follows it (:func:`wire_bytes`); fp32-params reduce-scatters in fp32
+    (:data:`FSDP_REDUCE_BYTES`, FSDP ``reduce_dtype``) whatever the compute precision."""
     out: dict[str, int] = {}
     if grad_dtype is not None:
         if grad_dtype not in GRAD_DTYPE_BYTES:
             raise InputError("grad-dtype", f"{grad_dtype!r} unknown; allowed: {', '.join(GRAD_DTYPE_CHOICES)}")
         out["grad_bytes"] = GRAD_DTYPE_BYTES[grad_dtype]
-        out["reduce_bytes"] = min(GRAD_DTYPE_BYTES[grad_dtype], TrainConfig().reduce_bytes)
     if master_weights == "fp32-params":
         out["reduce_bytes"] = FSDP_REDUCE_BYTES
     return out

@@ -40,6 +40,7 @@ from fmstack.perfmodel.config import (
     check_search_layout,
     check_seq_len,
     describe_config,
+    wire_bytes,
     wire_fields,
 )
 from fmstack.perfmodel.efficiency import Efficiency, default_efficiency
@@ -97,8 +98,9 @@ class SearchSpace:
     """The separate reduce-scattered gradient shard (Apex DistributedFusedAdam) on the zero1 rows (fixed, not searched;
     TrainConfig.grad_shard_buffer, which only zero1 has)."""
     grad_dtype: GradDtype = "fp32"
-    """Gradients on every row (fixed, not searched; ``--grad-dtype``: TrainConfig.grad_bytes and reduce_bytes by
-    :func:`~fmstack.perfmodel.config.wire_fields`)."""
+    """Gradients on every row (fixed, not searched; ``--grad-dtype``: TrainConfig.grad_bytes by
+    :func:`~fmstack.perfmodel.config.wire_fields`, reduce_bytes per row's precision by
+    :func:`~fmstack.perfmodel.config.wire_bytes`)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -219,12 +221,16 @@ def enumerate_space(model: ModelArch, cluster: Cluster, space: SearchSpace) -> t
     fp8_params = (pr[idx] == PRECISION_CODE["fp8"]) & space.fp8_param_gather
     # the Apex gradient shard on the zero1 rows; left out (None: off everywhere) by default
     grad_shard = (sh[idx] == SHARDING_CODE["zero1"]).astype(np.float64) if space.grad_shard_buffer else None
-    wire = {"grad_bytes": 4, "reduce_bytes": 2, **wire_fields(space.grad_dtype, space.master_weights)}
+    wire = {"grad_bytes": 4, **wire_fields(space.grad_dtype, space.master_weights)}
+    # the gradients' own wire (config.wire_bytes: 2 B under fp16 compute) unless the layout names one (fp32-params)
+    fp16 = pr[idx] == PRECISION_CODE["fp16"]
+    own = np.where(fp16, wire_bytes("fp16", wire["grad_bytes"]), wire_bytes("bf16", wire["grad_bytes"]))
+    reduce_bytes = ones * wire["reduce_bytes"] if "reduce_bytes" in wire else own.astype(np.float64)
     cols = Columns(
         tp=tp[idx], pp=pp[idx], dp=dp[idx], cp=cp[idx], ep=ep[idx], etp=ones.copy(), sp=(tp[idx] > 1).astype(np.float64),
         vpp=vpp[idx], mb=mb[idx], gb=gb[idx], seq=ones * space.seq_len, precision=pr[idx], recompute=rc[idx],
         sharding=sh[idx], hsdp=ones * 8, overlap_dp=ones.copy(), overlap_tp=overlap_tp, flash=ones * float(space.flash_attention),
-        grad_bytes=ones * wire["grad_bytes"], reduce_bytes=ones * wire["reduce_bytes"], rc_modules=rcm[idx], rc_layers=ones * 0.0, overlap_ep=overlap,
+        grad_bytes=ones * wire["grad_bytes"], reduce_bytes=reduce_bytes, rc_modules=rcm[idx], rc_layers=ones * 0.0, overlap_ep=overlap,
         opt_state=ones * OPT_STATE_CODE[space.optimizer_state_dtype], master=ones * MASTER_CODE[space.master_weights],
         fp8_params=fp8_params.astype(np.float64), grad_shard=grad_shard,
     )  # fmt: skip

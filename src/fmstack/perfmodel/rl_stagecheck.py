@@ -33,7 +33,7 @@ from fmstack.catalog.loader import Catalog
 from fmstack.catalog.topology import build_cluster
 from fmstack.perfmodel.rl import RLConfig, RLEstimate, estimate_rl
 from fmstack.perfmodel.validation import error_stats
-from fmstack.perfmodel.validation_rl import MEGATRON_SHARDING, SYSTEMS, prompt_lengths, rows
+from fmstack.perfmodel.validation_rl import MEGATRON_GRAD_DTYPE, MEGATRON_SHARDING, SYSTEMS, prompt_lengths, rows
 
 STAGE_COLUMNS = ("generation", "logprobs", "training", "refit")
 """Published stages (columns ``<stage>_s`` of stages.csv), in NeMo RL's timer order of a step."""
@@ -82,7 +82,7 @@ def _config(row: dict[str, str], prompt_len: int) -> RLConfig:
         train_pp=int(row["train_pp"]), train_cp=int(row["train_cp"]), train_ep=int(row["train_ep"]),
         rollout_memory_fraction=float(row["gpu_memory_utilization"]), epochs=1,
         minibatches=max(1, samples // int(row["train_gbs"])), reward_model=False, reference=True, offload=True,
-        train_sharding=MEGATRON_SHARDING,
+        train_sharding=MEGATRON_SHARDING, grad_dtype=MEGATRON_GRAD_DTYPE,
     )  # fmt: skip
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
 from fmstack.perfmodel.columns import columns_of
-from fmstack.perfmodel.config import TrainConfig, validate_config
+from fmstack.perfmodel.config import TrainConfig, reduce_bytes_of, validate_config
 from fmstack.perfmodel.efficiency import Efficiency, default_efficiency
 from fmstack.perfmodel.memory import DEFAULT_RESERVE_GIB, GIB
 from fmstack.perfmodel.modelconsts import model_consts
@@ -92,7 +92,8 @@ class TrainingEstimate:
             "model": self.model,
             "instance": self.instance,
             "num_gpus": self.num_gpus,
-            "config": asdict(self.config),
+            # the wire bytes the step was priced with (None in the config: the gradients' own, config.wire_bytes)
+            "config": asdict(self.config) | {"reduce_bytes": reduce_bytes_of(self.config)},
             "step_time_s": self.step_time_s,
             "mfu": self.mfu,
             "hfu": self.hfu,

@@ -23,6 +23,7 @@ from fmstack.errors import InputError
 from fmstack.perfmodel.config import TrainConfig, describe_config
 from fmstack.perfmodel.training import TrainingEstimate, estimate_training
 from fmstack.perfmodel.validation_optim import release_layout
+from fmstack.perfmodel.validation_wire import release_wire
 
 # published model names -> zoo names
 MODEL_NAMES = {
@@ -179,6 +180,8 @@ def case_config(row: dict[str, str], model: ModelArch, assumptions: list[str]) -
     sharding = "fsdp" if fsdp else ("none" if year <= 2022 else "zero1")
     layout: dict[str, Any] = {"grad_bytes": 2 if bf16_grads else 4}
     layout.update(release_layout(row["source"], model, precision, assumptions))  # validation_optim.py
+    if "reduce_bytes" not in layout:  # validation_wire.py: the wire of the software that produced the row
+        layout["reduce_bytes"] = release_wire(row["source"], precision, layout["grad_bytes"], assumptions)
     return TrainConfig(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sequence_parallel=sp, virtual_stages=vp if pp > 1 else 1,
         micro_batch=mb, global_batch=gb, seq_len=seq, precision=precision,  # type: ignore[arg-type]

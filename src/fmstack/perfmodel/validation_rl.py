@@ -41,6 +41,7 @@ from typing import Any
 from fmstack.catalog.loader import Catalog
 from fmstack.catalog.topology import build_cluster
 from fmstack.errors import InputError
+from fmstack.perfmodel.config import GradDtype
 from fmstack.perfmodel.rl import RLConfig, estimate_rl
 from fmstack.perfmodel.validation import error_stats
 
@@ -58,6 +59,13 @@ distributed optimizer (``policy.megatron_cfg.optimizer.use_distributed_optimizer
 in ``examples/configs/grpo_math_1B_megatron.yaml``, which the performance recipes inherit): optimizer state sharded,
 weights replicated over data parallelism. Not estimate rl's default rule, FSDP at train tp = pp = 1 (veRL's FSDP
 backend), which before session 16 priced the tp = pp = 1 rows with FSDP's weight gathers."""
+MEGATRON_GRAD_DTYPE: GradDtype = "bf16"
+"""The trained policy's gradients in every row (and stages.csv's): kept and reduced in bf16, 2 B on the wire.
+``policy.megatron_cfg.distributed_data_parallel_config.grad_reduce_in_fp32: false`` in ``grpo_math_1B.yaml`` (tags
+v0.5.0 6c708930, v0.6.0 5fb58893) and ``grpo_math_1B_megatron.yaml`` (tag v0.3.1 27d0af94, inherited by
+``grpo_math_8B_megatron.yaml`` / ``grpo_math_70B_megatron.yaml``), which the performance recipes inherit without
+overriding it; ``nemo_rl/models/megatron/setup.py`` passes it to Megatron-Core's ``DistributedDataParallelConfig``,
+whose gradient buffer (and so the reduction) is then bf16."""
 """Predicted stages (NeMo RL's timers: generation, policy_and_reference_logprobs, policy_training, refit; the
 colocated switch's host copies fall in prepare_for_generation, logprob_inference_prep and training_prep)."""
 
@@ -136,7 +144,7 @@ def row_config(row: dict[str, str], prompt_len: int) -> RLConfig:
         train_ep=int(row["train_ep"]), rollout_memory_fraction=float(row["gpu_memory_utilization"]), epochs=1,
         minibatches=max(1, samples // int(row["train_gbs"])), reward_model=False, reference=True,
         offload=True if on else None,
-        train_sharding=MEGATRON_SHARDING,
+        train_sharding=MEGATRON_SHARDING, grad_dtype=MEGATRON_GRAD_DTYPE,
     )  # fmt: skip
 
 
