@@ -139,7 +139,8 @@ def test_estimate_rl_calibrates_the_rollout_and_the_training(half: Path) -> None
     train = ["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--tp", str(cfg["tp"]),
              "--pp", str(cfg["pp"]), "--dp", str(cfg["dp"]), "--micro-batch", str(cfg["micro_batch"]),
              "--global-batch", str(cfg["global_batch"]), "--seq-len", str(cfg["seq_len"]), "--recompute",
-             cfg["recompute"], "--sharding", cfg["sharding"], "--calibration", str(half), "--json"]  # fmt: skip
+             cfg["recompute"], "--sharding", cfg["sharding"], "--master-weights", cfg["master_weights"],
+             "--optimizer-state", cfg["optimizer_state_dtype"], "--calibration", str(half), "--json"]  # fmt: skip
     estimated = _json(*train)
     assert estimated["step_time_s"] == step["step_time_s"]  # type: ignore[index]
     assert estimated["efficiency_source"] == SOURCE

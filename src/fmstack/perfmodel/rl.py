@@ -38,6 +38,7 @@ from typing import Any
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
+from fmstack.perfmodel.config import reduce_bytes_of
 from fmstack.perfmodel.efficiency import Efficiency
 from fmstack.perfmodel.inference import ServeConfig, deployment, estimate_serve, memory_of, validate_serve
 from fmstack.perfmodel.inference_kv import DEFAULT_RESERVE_GIB as SERVE_RESERVE_GIB
@@ -277,7 +278,7 @@ def estimate_rl(
         rollout={**{k: float(v) for k, v in asdict(batch).items()}, "streamed_s": streamed_s,
                  "streamed_longest_s": longest_s},
         train_step={"step_time_s": actor_step.step_time_s, "mfu": actor_step.mfu, "fits": actor_step.fits,
-                    "config": asdict(actor_step.config)},
+                    "config": asdict(actor_step.config) | {"reduce_bytes": reduce_bytes_of(actor_step.config)}},
         bottleneck=bottleneck, fits=mem.fits, memory=mem.to_json(),
         switch={} if switch is None else {k: float(v) for k, v in asdict(switch).items()},
     )  # fmt: skip
