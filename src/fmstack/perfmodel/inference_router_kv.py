@@ -130,6 +130,9 @@ class KvRouter:
     """Each worker's requests routed and not yet seen finished (pruned as it routes)."""
     last_costs: list[float] = field(default_factory=list)
     """The costs of the last request routed (for tests)."""
+    prefill_pool: bool = False
+    """The workers are a split's prefill replicas (Dynamo's ``PrefillRouter``): a request is active on one until its
+    prompt is computed, not until its last token."""
 
     def __post_init__(self) -> None:
         self.active = [[] for _ in range(self.replicas)]
@@ -142,7 +145,7 @@ class KvRouter:
         shared = min(prefix_len, req.input_len) // bs if req.group >= 0 else 0
         overlaps, prefill, active, new = [], [], [], []
         for k, cache in enumerate(caches):
-            live = [a for a in self.active[k] if a.req.generated < a.req.output_len]
+            live = [a for a in self.active[k] if self._active(a.req)]
             self.active[k] = live
             held: dict[int, int] = {}  # group -> its prefix blocks among the active requests (the longest holds all)
             for a in live:
@@ -157,3 +160,8 @@ class KvRouter:
         k = sample(self.last_costs, self.config.temperature, self.rng)
         self.active[k].append(Routed(req, req.input_len - overlaps[k] * bs, shared, full - shared))
         return k
+
+    def _active(self, req: SimRequest) -> bool:
+        if self.prefill_pool:
+            return req.prefilled < req.input_len
+        return req.generated < req.output_len
