@@ -16,7 +16,8 @@ prefixes, evicted least recently used first: the reference counts of
 prompt's reservation instead of a sequence's. A prompt looks its prefix up as the replica takes it (its first chunk:
 a replica takes a prompt only with budget for it); a miss's prefix becomes the shared entry as its prefill completes;
 a prompt drops its reference when its KV transfer ends. A prompt is never refused for memory (the pool holds many
-prompts: 70B fp8 at TP 4 on H100s, about 1.2M tokens against a few 2,048-token prompts in flight); with the pool
+prompts: Llama 3.1 70B fp8 on H100s, 1,384,704 tokens at TP 4, 46,080 at TP 1, against a few 2,048-token prompts
+in flight); with the pool
 overcommitted, the free part is 0 and every unreferenced prefix is evicted.
 
 Routing (``SimConfig.router``): round-robin, random and least-loaded keep the split's one global prefill queue that
