@@ -131,8 +131,10 @@ class KvRouter:
     last_costs: list[float] = field(default_factory=list)
     """The costs of the last request routed (for tests)."""
     prefill_pool: bool = False
-    """The workers are a split's prefill replicas (Dynamo's ``PrefillRouter``): a request is active on one until its
-    prompt is computed, not until its last token."""
+    """The workers are a split's prefill replicas (Dynamo's prefill router): the cost is the prefill blocks alone
+    (Dynamo v1.3.0 docs, components/router/disaggregated-serving: the prefill router "Always disables active block tracking
+    (track_active_blocks=false) since prefill workers do not perform decode"), a request's prompt tokens counted until
+    its prompt is computed."""
 
     def __post_init__(self) -> None:
         self.active = [[] for _ in range(self.replicas)]
@@ -153,6 +155,10 @@ class KvRouter:
                     held[a.req.group] = max(held.get(a.req.group, 0), a.shared_blocks)
             overlaps.append(shared if cache is not None and req.group >= 0 and req.group in cache else 0)
             prefill.append(sum(a.prefill_tokens for a in live if a.req.generated == 0))
+            if self.prefill_pool:  # Dynamo's prefill router: track_active_blocks=false (prefill workers do not decode)
+                active.append(0)
+                new.append(0)
+                continue
             active.append(sum(a.own_blocks for a in live) + sum(held.values()))
             new.append(full - shared + max(0, shared - held.get(req.group, 0)))
         self.last_costs = kv_costs(req.input_len, overlaps, prefill, active, new, weight=self.config.overlap_weight,
