@@ -28,8 +28,10 @@ parallelism): prefill iterations are priced on ``d``, decode iterations and the 
 prices the KV transfer between the two layouts (:func:`fmstack.perfmodel.inference_disagg.kv_transfer_s` with
 ``decode_tp``). Attention DP in either pool (``cfg.attention_dp`` / ``decode_cfg.attention_dp``): the ranks'
 requests, budgets, slots and KV links, :class:`fmstack.perfmodel.inference_sim_disagg_adp.AdpDisaggSim`, which
-:func:`simulate_disagg` runs for such pools. Not modelled: the prefill replica's KV memory (a prompt's cache leaves as soon as it is moved), contention on the
-receiving side, prefix caching across replicas. Every piece of mutable state is on the instance; the same seed
+:func:`simulate_disagg` runs for such pools. With a shared-prefix workload (``sim.prefix``) each prefill replica keeps a prefix cache in its KV pool, routed by
+``sim.router`` (:mod:`fmstack.perfmodel.inference_sim_disagg_prefix`). Not modelled: the prefill replica's KV memory
+beyond its prefix cache (prompts are never refused for it), contention on the receiving side, the decode replicas'
+prefix caches. Every piece of mutable state is on the instance; the same seed
 gives the same result.
 """
 

@@ -24,9 +24,9 @@ Routing (``SimConfig.router``): round-robin, random and least-loaded keep the sp
 idle prefill replicas pull from (Dynamo's older ``PrefillQueue``; blind to the caches, each group lands on every
 prefill replica); ``cache-aware`` and ``kv`` pick a prefill replica at arrival with the colocated routers
 (:class:`fmstack.perfmodel.inference_router.Router`: SGLang's cache-aware policy over the prefill workers' loads,
-requests routed and not yet moved; Dynamo's KV router, whose ``PrefillRouter`` picks the prefill worker by the same
-overlap cost, Dynamo v0.9.1 design doc "Architecture Flow", step S3, with a request active there until its prompt is
-computed), and each prefill replica serves its own queue first come first served.
+requests routed and not yet moved; Dynamo's KV router, whose prefill router picks the prefill worker by the overlap
+and the prefill blocks alone, Dynamo v0.9.1 design doc "Architecture Flow", step S3, and v1.3.0 docs "Disaggregated
+Serving": ``track_active_blocks=false``), and each prefill replica serves its own queue first come first served.
 """
 
 from __future__ import annotations
