@@ -1287,9 +1287,6 @@ BAD_ARGV += []  # fmt: skip
 # session 17, prefix cache: shared running blocks, attention DP, disaggregated prefill (helper D)
 # (session 16's row "a shared-prefix workload is not simulated under attention DP" went: each rank now caches)
 BAD_ARGV += [
-    # a split's prefill pool runs no prefix cache yet (docs/inference.md, Prefix caching in a split)
-    ([*_RR, "--nodes", "2", "--qps", "4", "--prefill-replicas", "2", "--decode-replicas", "1", "--prefix-groups", "8",
-      "--prefix-len", "512"], "prefix-groups: a shared-prefix workload is simulated for colocated replicas"),
     (["plan", "serve", "--model", "qwen3-235b-a22b", "--qps", "4", "--input-len", "1024", "--output-len", "200",
       "--ttft-p99", "1", "--itl-p99", "0.1", "--prefix-groups", "8", "--prefix-len", "1024"],
      "prefix-len: must be below --input-len (1024), got 1024"),
@@ -1342,4 +1339,13 @@ BAD_ARGV += []  # fmt: skip
 
 
 # session 17, prefix cache in the prefill pool of a disaggregated split (helper J)
-BAD_ARGV += []  # fmt: skip
+# (helper D's row "a shared-prefix workload is simulated for colocated replicas" for a split went: the prefill
+# replicas now cache prefixes, tests/cli/test_serve_disagg_prefix.py)
+BAD_ARGV += [
+    ([*_RR, "--nodes", "2", "--qps", "4", "--disagg", "--prefix-groups", "8", "--prefix-len", "512"],
+     "prefix-groups: --disagg's mean-field comparison prices whole prompts; drop --disagg"),
+    (["estimate", "serve", "--model", "qwen3-235b-a22b", "--instance", "p5.48xlarge", "--tp", "8", "--ep", "8",
+      "--attention-dp", "--precision", "fp8", "--input-len", "2048", "--output-len", "256", "--nodes", "2", "--qps", "2",
+      "--prefill-replicas", "1", "--decode-replicas", "1", "--prefix-groups", "8", "--prefix-len", "512"],
+     "prefix-groups: a shared-prefix workload is not simulated in an attention-DP prefill pool"),
+]  # fmt: skip

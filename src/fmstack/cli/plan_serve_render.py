@@ -86,7 +86,17 @@ def p99_argv(
     (``--prefix-groups G --prefix-len L [--prefix-zipf S]``) and the KV router's settings ``kv_router``: the run
     `plan serve` simulated, the same p50/p90/p99."""
     argv = estimate_argv(model, c, input_len, output_len, catalog_dir, slo, qps=qps, seed=seed, extra=extra)
-    if c.mode == "disaggregated":
+    if c.mode == "disaggregated" and prefix is None:
+        return argv
+    if c.mode == "disaggregated":  # the prefill caches simulated; --disagg's mean field prices whole prompts
+        if "--prefix-hit-rate" in argv:
+            at = argv.index("--prefix-hit-rate")
+            del argv[at : at + 2]
+        at = argv.index("--disagg")
+        del argv[at : at + 5]  # --disagg --ttft-slo T --itl-slo I
+        at = argv.index("--max-num-tokens")
+        argv[at:at] = [*prefix_argv(prefix), "--router", router, *kv_router_argv(kv_router)]
+        argv.remove("--no-simulate")
         return argv
     at = argv.index("--concurrency")
     argv[at : at + 2] = ["--qps", repr(float(qps))]
@@ -191,6 +201,9 @@ def render_plan_serve(
     out.print(f"reproduce {what} with:", markup=False)
     argv = estimate_argv(model, b, plan.input_len, plan.output_len, catalog_dir, slo, qps=plan.qps, seed=seed,
                          extra=extra)  # fmt: skip
+    if b.mode == "disaggregated" and plan.prefix is not None:  # the prefill caches simulated, not the scalar
+        argv = p99_argv(model, b, plan.input_len, plan.output_len, catalog_dir, slo, plan.qps, seed=seed, extra=extra,
+                        router=plan.router, prefix=plan.prefix, kv_router=plan.kv_router)  # fmt: skip
     out.print(shlex.join(argv), markup=False, soft_wrap=True)
     if b.mode != "disaggregated" and b.sim is not None:
         one = (f"one of {b.replicas} replicas behind a {plan.router} router, {plan.qps / b.replicas:.4g} req/s each"
@@ -212,8 +225,8 @@ def prefix_text(plan: ServePlan) -> str:
     screened = (
         f"the best row was screened at {b.prefix_request_hit_rate:.0%} of requests hitting its replicas' caches "
         f"({b.prefix_hit_rate:.1%} of prompt tokens; Che's approximation, optimistic on purpose: the simulation decides)"
-        if b.mode != "disaggregated" and not b.attention_dp
-        else "the best row runs no prefix cache (a split or attention DP: priced and simulated in full)"
+        if b.prefix_hit_rate > 0 or (b.mode != "disaggregated" and not b.attention_dp)
+        else "the best row runs no prefix cache (attention DP: priced and simulated in full)"
     )
     return (f"planned for a shared-prefix workload: {p.groups} prefix group(s) of {p.prefix_len} tokens{skew}; "
             f"{screened}")  # fmt: skip

@@ -109,7 +109,8 @@ SERVE_EXAMPLE = """Example:
     default=None,
     help="With --decode-replicas and --qps: simulate this split (P prefill + D decode replicas of the "
     "layout on --nodes) at --qps requests/s for the whole deployment; the colocated rows then show one of "
-    "P + D colocated replicas behind --router at --qps in all.",
+    "P + D colocated replicas behind --router at --qps in all. With --prefix-groups each prefill replica caches "
+    "prefixes in its KV pool, prompts routed by --router cache-aware|kv (else one global prefill queue).",
 )
 @click.option("--decode-replicas", type=int, default=None, help="Decode replicas of the split (--prefill-replicas).")
 @click.option("--decode-tp", type=int, default=None, help="TP of a decode replica of the split [--tp].")
@@ -166,20 +167,27 @@ def serve_cmd(
     check_replicas(replicas, cfg, split, disagg)
     prefix = prefix_workload(prefix_groups, prefix_len, prefix_zipf, input_len=cfg.input_len,
                              hit_rate=cfg.prefix_hit_rate, open_loop=cfg.request_rate_per_s is not None)  # fmt: skip
-    if prefix is not None and (split is not None or disagg or not simulate):
-        flag = "--no-simulate" if not simulate else "--disagg" if disagg else "--prefill-replicas / --decode-replicas"
-        raise InputError("prefix-groups", f"a shared-prefix workload is simulated for colocated replicas: drop {flag}")
+    if prefix is not None and not simulate:
+        raise InputError("prefix-groups", "a shared-prefix workload is simulated for colocated replicas: drop "
+                         "--no-simulate")  # fmt: skip
+    if prefix is not None and disagg:  # a split's prefill caches: --prefill-replicas / --decode-replicas simulate them
+        raise InputError("prefix-groups", "--disagg's mean-field comparison prices whole prompts; drop --disagg "
+                         "(--prefill-replicas P --decode-replicas D simulate the prefill pool's prefix caches)")  # fmt: skip
     behind = replicas if split is None else sum(split)  # the colocated replica is one of these behind the router
     replica_cfg = (
         cfg if behind == 1 else replace(cfg, request_rate_per_s=cfg.request_rate_per_s / behind)  # type: ignore[operator]
     )
     note = analytic_note = None
     try:
-        est = estimate_serve(arch, cluster, replica_cfg, efficiency=efficiency)
-    except InputError as exc:  # a split can serve what one colocated replica at qps / (P + D) cannot
-        if prefix is not None and exc.field == "qps":  # prefix hits may take what full prompts cannot
+        try:
+            est = estimate_serve(arch, cluster, replica_cfg, efficiency=efficiency)
+        except InputError as first:
+            if prefix is None or first.field != "qps":
+                raise
+            # prefix hits may take what full prompts cannot
             est, analytic_note = cached_estimate(arch, cluster, replica_cfg, prefix, behind, router, efficiency)
-        elif split is None or exc.field != "qps":
+    except InputError as exc:  # a split can serve what one colocated replica at qps / (P + D) cannot
+        if split is None or exc.field != "qps":
             if exc.field == "qps" and replicas > 1:
                 raise InputError("qps", f"{exc.message} (one of --replicas {replicas}: --qps {cfg.request_rate_per_s:g} "
                                  "is the deployment's total rate)") from None  # fmt: skip
@@ -208,7 +216,7 @@ def serve_cmd(
         from fmstack.cli.serve_split import split_json
 
         data["disaggregated_simulation"] = split_json(cat, arch, instance, cfg, split, seed, length_spread,
-                                                      decode_cfg, efficiency_for)  # fmt: skip
+                                                      decode_cfg, efficiency_for, prefix, router, kv)  # fmt: skip
     if disagg:
         from fmstack.perfmodel.inference_disagg import SLO, compare_disaggregation
 

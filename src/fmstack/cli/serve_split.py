@@ -14,11 +14,15 @@ from fmstack.catalog.topology import Cluster, build_cluster
 from fmstack.cli.common import console
 from fmstack.perfmodel.efficiency import EfficiencyFor
 from fmstack.perfmodel.inference import ServeConfig
+from fmstack.perfmodel.inference_prefix import PrefixWorkload
+from fmstack.perfmodel.inference_router import ROUTERS_AFFINITY
+from fmstack.perfmodel.inference_router_kv import KvRouterConfig
 
 
 def split_json(
     cat: Catalog, arch: ModelArch, instance: str, cfg: ServeConfig, split: tuple[int, int], seed: int, spread: float,
     decode_cfg: ServeConfig | None = None, efficiency_for: EfficiencyFor | None = None,
+    prefix: PrefixWorkload | None = None, router: str = "round-robin", kv_router: KvRouterConfig | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """The ``disaggregated_simulation`` object: the colocated simulation's percentile and mean keys
     (``ttft_p99_s``, ``ttft_mean_s_sim``, ...), the pools (``prefill_replicas``, ``decode_replicas``,
@@ -31,7 +35,9 @@ def split_json(
     several)), and each pool's layout
     (``prefill_tp``, ``prefill_pp``, ``decode_tp``, ``decode_pp``, ``decode_ep``, ``prefill_attention_dp``,
     ``decode_attention_dp``; ``decode_cfg``: heterogeneous pools, else the same as the prefill pool's);
-    ``efficiency_for``: the replicas' efficiency (a calibration profile's; None: the default curves)."""
+    ``efficiency_for``: the replicas' efficiency (a calibration profile's; None: the default curves). ``prefix``: a
+    shared-prefix workload cached by the prefill replicas behind ``router`` (adds ``prefix_hit_rate_simulated``,
+    ``prefix_token_hit_rate_simulated``, ``prefill_router``: the routing rule of the prefill pool)."""
     from fmstack.perfmodel.inference_plan_disagg import run_split
 
     clusters: dict[tuple[str, int], Cluster] = {}
@@ -43,7 +49,7 @@ def split_json(
 
     qps = cfg.request_rate_per_s or 0.0
     run = run_split(cluster_of, arch, cfg, instance, qps, split[0], split[1], seed, spread, decode_cfg,
-                    efficiency_for=efficiency_for)  # fmt: skip
+                    efficiency_for=efficiency_for, prefix=prefix, router=router, kv_router=kv_router)  # fmt: skip
     dc = cfg if decode_cfg is None else decode_cfg
     st = run.stats
     return {
@@ -61,7 +67,10 @@ def split_json(
         "warmup_requests": run.warmup_requests, "num_requests": run.num_requests, "seed": seed,
         "prefill_tp": cfg.tp, "prefill_pp": cfg.pp, "decode_tp": dc.tp, "decode_pp": dc.pp, "decode_ep": dc.ep,
         "prefill_attention_dp": cfg.attention_dp, "decode_attention_dp": dc.attention_dp,
-    }  # fmt: skip
+    } | ({} if prefix is None else {
+        "prefix_hit_rate_simulated": st.prefix_hit_rate, "prefix_token_hit_rate_simulated": st.prefix_token_hit_rate,
+        "prefill_router": router if router in ROUTERS_AFFINITY else "global-queue",
+    })  # fmt: skip
 
 
 def render_split(z: dict[str, Any], *, one_token: bool = False) -> None:
@@ -83,6 +92,12 @@ def render_split(z: dict[str, Any], *, one_token: bool = False) -> None:
         f"{z['kv_bytes_per_request'] / 1e6:.0f} MB per request {_links(z)}; {z['requests_measured_sim']:.0f} "
         f"requests measured after {z['warmup_requests']} warm-up"
     )
+    if "prefix_hit_rate_simulated" in z:
+        out.print(
+            f"prefill prefix caches ({z['prefill_router']}): {z['prefix_hit_rate_simulated'] * 100:.1f} % of requests "
+            f"hit, {z['prefix_token_hit_rate_simulated'] * 100:.1f} % of prompt tokens not computed; every prompt's "
+            "whole KV is moved"
+        )
 
 
 def _links(z: dict[str, Any]) -> str:

@@ -228,13 +228,14 @@ def plan_serve(
                     if search_disagg:  # the split's prefill pool runs the largest prompt budget
                         split_layouts.append((replace(cfg, max_num_tokens=max(CHUNK_CHOICES)), nodes))
                         split = disagg_analytic(split_layouts[-1][0], cluster_of, model, qps, slo, name, nodes,
-                                                efficiency_for=efficiency_for, decode_pools=decode_pools)  # fmt: skip
+                                                efficiency_for=efficiency_for, decode_pools=decode_pools,
+                                                prefix=prefix, router=router)  # fmt: skip
                         if split is not None:  # the node search is bounded by the colocated rows alone
                             found.append(split)
                 nodes *= 2
             if search_heterogeneous:
                 found += _heterogeneous(split_layouts, cluster_of, model, qps, slo, name, efficiency_for,
-                                        decode_pools)  # fmt: skip
+                                        decode_pools, prefix, router)  # fmt: skip
     if not found:
         raise nothing_found(tried, cluster_of, model, layouts, precisions, max_nodes_per_replica, slo, input_len,
                             output_len, efficiency_for)  # fmt: skip
@@ -273,6 +274,7 @@ def plan_serve(
 def _heterogeneous(
     layouts: list[tuple[ServeConfig, int]], cluster_of: ClusterOf, model: ModelArch, qps: float, slo: SLO, name: str,
     efficiency_for: EfficiencyFor | None = None, decode_pools: DecodePools | None = None,
+    prefix: PrefixWorkload | None = None, router: str = "round-robin",
 ) -> list[Candidate]:  # fmt: skip
     """Splits whose prefill and decode pools take two different layouts of those searched (every ordered pair, attention
     DP on and off counting as two layouts; the same-layout split is the diagonal, found in the search loop)."""
@@ -283,7 +285,8 @@ def _heterogeneous(
                 continue
             try:  # a layout whose weights leave no KV memory (DeepSeek-V3 at tp 1) pairs with nothing
                 c = disagg_analytic(pre, cluster_of, model, qps, slo, name, pre_nodes, decode_cfg=dec,
-                                    efficiency_for=efficiency_for, decode_pools=decode_pools)  # fmt: skip
+                                    efficiency_for=efficiency_for, decode_pools=decode_pools, prefix=prefix,
+                                    router=router)  # fmt: skip
             except InputError:
                 continue
             if c is not None:

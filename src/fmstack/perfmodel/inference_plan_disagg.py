@@ -58,6 +58,8 @@ from fmstack.perfmodel.inference_plan_candidate import (
     split_nodes,
     with_replicas,
 )
+from fmstack.perfmodel.inference_prefix import PrefixWorkload
+from fmstack.perfmodel.inference_router_kv import KvRouterConfig
 from fmstack.perfmodel.inference_sim import SimConfig, SimResult
 from fmstack.perfmodel.inference_sim_disagg import PoolStats, simulate_disagg_stats
 from fmstack.perfmodel.inference_step import Deployment, step_time
@@ -112,7 +114,8 @@ class SplitRun:
 def run_split(
     cluster_of: ClusterOf, model: ModelArch, cfg: ServeConfig, name: str, qps: float, prefill_replicas: int,
     decode_replicas: int, seed: int, length_spread: float = 0.0, decode_cfg: ServeConfig | None = None,
-    efficiency_for: EfficiencyFor | None = None,
+    efficiency_for: EfficiencyFor | None = None, prefix: PrefixWorkload | None = None, router: str = "round-robin",
+    kv_router: KvRouterConfig | None = None,
 ) -> SplitRun:  # fmt: skip
     """Poisson arrivals at ``qps`` over ``P`` prefill and ``D`` decode replicas of ``cfg`` on ``name``, each replica
     on its own nodes (as the plan prices it), the KV link priced on two replicas' nodes. The warm-up is the requests
@@ -125,7 +128,12 @@ def run_split(
     layout when it differs (heterogeneous pools; the KV transfer re-slices the heads, :func:`fmstack.perfmodel.inference_disagg.kv_transfer_s`).
     ``efficiency_for``: each replica's efficiency (a calibration profile's; None: the default curves). InputError
     ``qps`` when the rate exceeds the prefill or the decode pool's capacity (:func:`check_split_load`), or comes so
-    near it that no run reaches the steady state (:func:`split_warmup`)."""
+    near it that no run reaches the steady state (:func:`split_warmup`). ``prefix``: a shared-prefix workload, each
+    prefill replica caching prefixes behind ``router`` (``kv_router``: the KV router's settings;
+    :mod:`fmstack.perfmodel.inference_sim_disagg_prefix`); the load check and the warm-up are those of full prompts,
+    or where full prompts exceed the prefill pool, of prompts shortened by the most the prefill caches could serve
+    (:func:`fmstack.perfmodel.inference_open_loop.sizing_hit_rate` on a prefill replica, as a colocated run sizes
+    itself): the simulation decides the hits."""
     gpn = cluster_of(name, 1).instance.num_gpus
     dc = cfg if decode_cfg is None else decode_cfg
     per_replica = _replica_nodes(cfg, gpn)
@@ -133,19 +141,31 @@ def run_split(
     dd = d if decode_cfg is None else deployment_for(model, cluster_of(name, _replica_nodes(dc, gpn)), dc,
                                                      efficiency_for)  # fmt: skip
     two = _two_replicas(cluster_of, name, cfg, per_replica, dc)
-    utilization, busier = check_split_load(pool_capacity(d, cfg, dd, dc), qps, prefill_replicas, decode_replicas)
+    sized = cfg  # the prompts the run is sized for
+    try:
+        utilization, busier = check_split_load(pool_capacity(d, cfg, dd, dc), qps, prefill_replicas, decode_replicas)
+    except InputError as exc:
+        if prefix is None or exc.field != "qps":
+            raise
+        from fmstack.perfmodel.inference_open_loop import sizing_hit_rate
+
+        sized = replace(cfg, prefix_hit_rate=sizing_hit_rate(d, cfg, prefix, prefill_replicas, router))
+        utilization, busier = check_split_load(pool_capacity(d, sized, dd, dc), qps, prefill_replicas,
+                                               decode_replicas)  # fmt: skip
     kv = kv_pair_times(model, two, cfg, d, None if decode_cfg is None else dd, prefill_replicas, decode_replicas,
                        gpn, cluster_of(name, 1).nodes_per_domain)  # fmt: skip
     kv_bytes, kv_s, link = kv.kv_bytes, kv.best_s, kv.best_link
-    prefill = prefill_alone_s(d, cfg)
+    prefill = prefill_alone_s(d, sized)
     batch = decode_batch(dd, dc, qps / decode_replicas)
     itl = float(step_time(dd, float(batch), cfg.input_len + cfg.output_len / 2.0).total_s)
-    rho = qps * prefill / (prefill_replicas * prefill_servers(cfg))
+    rho = qps * prefill / (prefill_replicas * prefill_servers(sized))
     wait = rho * prefill / (2 * (1 - rho)) if rho < 1 else math.inf
     inflight = qps * (prefill + wait + kv_s + itl) + decode_replicas * batch
     warmup, n = split_warmup(inflight, utilization, busier, qps)
     sim = SimConfig(request_rate_per_s=qps, num_requests=n, warmup_requests=warmup, seed=seed,
                     length_spread=length_spread)  # fmt: skip
+    if prefix is not None:
+        sim = replace(sim, prefix=prefix, router=router, kv_router=kv_router or KvRouterConfig())
     result, stats = simulate_disagg_stats(d, cfg, sim, prefill_replicas=prefill_replicas,
                                           decode_replicas=decode_replicas, kv_transfer_s=kv.pair_s,
                                           decode=None if decode_cfg is None else dd, decode_cfg=decode_cfg)  # fmt: skip
@@ -233,9 +253,11 @@ def _figures(p: _Pools, qps: float, n_pre: int, n_dec: int) -> tuple[float, floa
 def disagg_analytic(
     cfg: ServeConfig, cluster_of: ClusterOf, model: ModelArch, qps: float, slo: SLO, name: str, nodes_per_replica: int,
     decode_cfg: ServeConfig | None = None, efficiency_for: EfficiencyFor | None = None,
-    decode_pools: DecodePools | None = None,
+    decode_pools: DecodePools | None = None, prefix: PrefixWorkload | None = None, router: str = "round-robin",
 ) -> Candidate | None:  # fmt: skip
-    """The split of ``cfg``'s replicas that serves ``qps`` within the SLO, or None. The replica is built on its own
+    """The split of ``cfg``'s replicas that serves ``qps`` within the SLO, or None. ``prefix``: a shared-prefix
+    workload, the prefill pool priced with the prompt-token share its caches could serve (:func:`prefill_hit`),
+    the row carrying it (``prefix_hit_rate``, ``prefix_request_hit_rate``); the simulation decides. The replica is built on its own
     nodes (as a colocated one), the KV transfer priced on the nodes of two replicas. The decode pool holds the
     mean-field rate (decode-only ITL at the target caps a replica's sequences). The prefill pool's *cost* comes from
     the mean-field size (an M/D/1 mean wait per replica inside the TTFT target: optimistic, so a cheaper split is
@@ -247,6 +269,13 @@ def disagg_analytic(
     the nodes priced on both pools' GPUs together (:func:`split_nodes`). Attention DP in either pool: an attention-DP
     prefill replica counts as ``tp`` servers (:func:`prefill_servers`). ``decode_pools``: the plan's decode figures,
     shared by the splits (:class:`DecodePools`; None: computed here)."""
+    share = request_hit = 0.0
+    if prefix is not None and not cfg.attention_dp:  # an attention-DP prefill pool runs no prefix cache
+        d = deployment_for(model, cluster_of(name, nodes_per_replica), cfg, efficiency_for)
+        share, request_hit = prefill_hit(d, cfg, prefix, router)
+        if decode_cfg is None:  # the decode pool computes no prompt: its figures from the plain layout
+            decode_cfg = cfg
+        cfg = replace(cfg, prefix_hit_rate=share)
     dc = cfg if decode_cfg is None else decode_cfg
     p = _pools(cfg, cluster_of, model, slo, name, nodes_per_replica, decode_cfg, efficiency_for, decode_pools)
     if p is None or p.pools.per_decode_rps <= 0:
@@ -275,17 +304,33 @@ def disagg_analytic(
         concurrency=pools.decode_concurrency, mean_itl_s=pools.decode_itl_s, mode="disaggregated",
         prefill_replicas=n_pre, decode_replicas=n_dec, kv_transfer_s=pools.kv_s, rate_per_replica_rps=rate, mean_ttft_s=ttft,
         decode_tp=dc.tp, decode_pp=dc.pp, decode_ep=dc.ep, decode_attention_dp=dc.attention_dp,
+        prefix_hit_rate=share, prefix_request_hit_rate=request_hit,
     )  # fmt: skip
+
+
+def prefill_hit(d: Deployment, cfg: ServeConfig, prefix: PrefixWorkload, router: str) -> tuple[float, float]:
+    """(prompt-token share, request hit rate) a prefill replica ``d``'s prefix cache could serve: Che's screened
+    rate (:func:`fmstack.perfmodel.inference_prefix.screen_hit_rates`) with one prompt in flight and the rest of its
+    KV pool holding prefixes (:func:`fmstack.perfmodel.inference_open_loop.sizing_hit_rate`: a prefill replica holds
+    only the prompts not yet moved), each replica's own room (the pooled room of an affinity router is not counted:
+    the pool's size is not known yet); optimistic, the simulation decides."""
+    from fmstack.perfmodel.inference_open_loop import sizing_hit_rate
+
+    share = sizing_hit_rate(d, cfg, prefix, 1, router)
+    return share, share * cfg.input_len / min(prefix.prefix_len, cfg.input_len - 1)
 
 
 def simulate_split(
     cluster_of: ClusterOf, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, seed: int,
-    efficiency_for: EfficiencyFor | None = None,
+    efficiency_for: EfficiencyFor | None = None, prefix: PrefixWorkload | None = None, router: str = "round-robin",
+    kv_router: KvRouterConfig | None = None,
 ) -> SimResult:  # fmt: skip
-    """:func:`run_split` of the candidate's ``P`` prefill and ``D`` decode replicas at ``qps``."""
+    """:func:`run_split` of the candidate's ``P`` prefill and ``D`` decode replicas at ``qps`` (with a shared-prefix
+    workload: the prefill replicas' caches behind ``router``)."""
     dc = decode_config_of(c, isl, osl) if c.heterogeneous else None
     return run_split(cluster_of, model, config_of(c, isl, osl), c.instance, qps, c.prefill_replicas,
-                     c.decode_replicas, seed, decode_cfg=dc, efficiency_for=efficiency_for).result  # fmt: skip
+                     c.decode_replicas, seed, decode_cfg=dc, efficiency_for=efficiency_for, prefix=prefix,
+                     router=router, kv_router=kv_router).result  # fmt: skip
 
 
 def grow_split(cluster_of: ClusterOf, model: ModelArch, option: Candidate, first: Candidate, factor: float,
@@ -301,8 +346,11 @@ def grow_split(cluster_of: ClusterOf, model: ModelArch, option: Candidate, first
         n_dec = max(n_dec + 1, math.ceil(first.decode_replicas * factor))
     grown = with_replicas(cluster_of, option, n_pre + n_dec, n_pre, n_dec)
     dc = decode_config_of(option, isl, osl) if option.heterogeneous else None
-    p = _pools(config_of(option, isl, osl), cluster_of, model, slo, option.instance, option.nodes_per_replica, dc,
-               efficiency_for)  # fmt: skip
+    cfg = config_of(option, isl, osl)
+    if option.prefix_hit_rate > 0:  # the prefill pool as the row was screened; the decode pool's plain
+        dc = cfg if dc is None else dc
+        cfg = replace(cfg, prefix_hit_rate=option.prefix_hit_rate)
+    p = _pools(cfg, cluster_of, model, slo, option.instance, option.nodes_per_replica, dc, efficiency_for)
     if p is None:
         return grown
     rate, ttft = _figures(p, qps, n_pre, n_dec)

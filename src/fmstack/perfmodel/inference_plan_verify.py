@@ -113,7 +113,7 @@ def _check(
     if c.mode != "disaggregated":
         return _simulate(cluster_of, model, c, qps, isl, osl, seed, efficiency_for, router, prefix, kv_router)
     try:
-        return simulate_split(cluster_of, model, c, qps, isl, osl, seed, efficiency_for), ""
+        return simulate_split(cluster_of, model, c, qps, isl, osl, seed, efficiency_for, prefix, router, kv_router), ""
     except InputError as exc:
         if exc.field != "qps":
             raise

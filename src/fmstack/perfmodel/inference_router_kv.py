@@ -130,6 +130,11 @@ class KvRouter:
     """Each worker's requests routed and not yet seen finished (pruned as it routes)."""
     last_costs: list[float] = field(default_factory=list)
     """The costs of the last request routed (for tests)."""
+    prefill_pool: bool = False
+    """The workers are a split's prefill replicas (Dynamo's prefill router): the cost is the prefill blocks alone
+    (Dynamo v1.3.0 docs, components/router/disaggregated-serving: the prefill router "Always disables active block tracking
+    (track_active_blocks=false) since prefill workers do not perform decode"), a request's prompt tokens counted until
+    its prompt is computed."""
 
     def __post_init__(self) -> None:
         self.active = [[] for _ in range(self.replicas)]
@@ -142,7 +147,7 @@ class KvRouter:
         shared = min(prefix_len, req.input_len) // bs if req.group >= 0 else 0
         overlaps, prefill, active, new = [], [], [], []
         for k, cache in enumerate(caches):
-            live = [a for a in self.active[k] if a.req.generated < a.req.output_len]
+            live = [a for a in self.active[k] if self._active(a.req)]
             self.active[k] = live
             held: dict[int, int] = {}  # group -> its prefix blocks among the active requests (the longest holds all)
             for a in live:
@@ -150,6 +155,10 @@ class KvRouter:
                     held[a.req.group] = max(held.get(a.req.group, 0), a.shared_blocks)
             overlaps.append(shared if cache is not None and req.group >= 0 and req.group in cache else 0)
             prefill.append(sum(a.prefill_tokens for a in live if a.req.generated == 0))
+            if self.prefill_pool:  # Dynamo's prefill router: track_active_blocks=false (prefill workers do not decode)
+                active.append(0)
+                new.append(0)
+                continue
             active.append(sum(a.own_blocks for a in live) + sum(held.values()))
             new.append(full - shared + max(0, shared - held.get(req.group, 0)))
         self.last_costs = kv_costs(req.input_len, overlaps, prefill, active, new, weight=self.config.overlap_weight,
@@ -157,3 +166,8 @@ class KvRouter:
         k = sample(self.last_costs, self.config.temperature, self.rng)
         self.active[k].append(Routed(req, req.input_len - overlaps[k] * bs, shared, full - shared))
         return k
+
+    def _active(self, req: SimRequest) -> bool:
+        if self.prefill_pool:
+            return req.prefilled < req.input_len
+        return req.generated < req.output_len

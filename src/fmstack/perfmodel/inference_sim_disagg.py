@@ -28,8 +28,10 @@ parallelism): prefill iterations are priced on ``d``, decode iterations and the 
 prices the KV transfer between the two layouts (:func:`fmstack.perfmodel.inference_disagg.kv_transfer_s` with
 ``decode_tp``). Attention DP in either pool (``cfg.attention_dp`` / ``decode_cfg.attention_dp``): the ranks'
 requests, budgets, slots and KV links, :class:`fmstack.perfmodel.inference_sim_disagg_adp.AdpDisaggSim`, which
-:func:`simulate_disagg` runs for such pools. Not modelled: the prefill replica's KV memory (a prompt's cache leaves as soon as it is moved), contention on the
-receiving side, prefix caching across replicas. Every piece of mutable state is on the instance; the same seed
+:func:`simulate_disagg` runs for such pools. With a shared-prefix workload (``sim.prefix``) each prefill replica keeps a prefix cache in its KV pool, routed by
+``sim.router`` (:mod:`fmstack.perfmodel.inference_sim_disagg_prefix`). Not modelled: the prefill replica's KV memory
+beyond its prefix cache (prompts are never refused for it), contention on the receiving side, the decode replicas'
+prefix caches. Every piece of mutable state is on the instance; the same seed
 gives the same result.
 """
 
@@ -39,6 +41,7 @@ import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -46,6 +49,9 @@ from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
 from fmstack.perfmodel.inference_sim_io import SimConfig, SimRequest, SimResult, summarise
 from fmstack.perfmodel.inference_step import Deployment, step_time
+
+if TYPE_CHECKING:
+    from fmstack.perfmodel.inference_sim_disagg_prefix import PrefillPrefix
 
 KvTimes = float | Sequence[Sequence[float]]
 """One prompt's KV transfer in seconds: one figure for every (prefill, decode) pair, or ``[p][r]`` per pair."""
@@ -145,6 +151,13 @@ class DisaggSim:
         self._decode_log: list[tuple[float, float, int, int]] = []
         """(start, seconds, sequences running, slots reserved: running + KV arriving + waiting to join) of every
         decode iteration."""
+        self.prefix: PrefillPrefix | None = None
+        """A shared-prefix workload (``sim.prefix``): the prefill replicas' prefix caches and router
+        (:mod:`fmstack.perfmodel.inference_sim_disagg_prefix`); None: none."""
+        if sim.prefix is not None:
+            from fmstack.perfmodel.inference_sim_disagg_prefix import PrefillPrefix
+
+            self.prefix = PrefillPrefix(d, cfg, sim, prefill_replicas)
 
     def _push(self, time_s: float, kind: str, idx: int) -> None:
         heapq.heappush(self._events, (time_s, self._counter, kind, idx))
@@ -156,21 +169,33 @@ class DisaggSim:
 
     def run(self) -> SimResult:
         rate = self.sim.request_rate_per_s or 1.0
+        pre = self.prefix
+        groups = pre.groups(self.sim.num_requests) if pre is not None else None
         for t in np.cumsum(self.rng.exponential(1.0 / rate, self.sim.num_requests)):
             rid = len(self._requests)
             isl = self._length(self.cfg.input_len)
             cached = math.floor(self.cfg.prefix_hit_rate * isl)
             self._requests.append(SimRequest(rid, float(t), isl, self._length(self.cfg.output_len), prefilled=cached))
+            if groups is not None:
+                self._requests[rid].group = groups[rid]
             self._push(float(t), "arrive", rid)
         while self._events:
             time_s, _, kind, idx = heapq.heappop(self._events)
             self.clock_s = time_s
             if kind == "arrive":
-                self._prefill_queue.append(idx)
-                self._start_prefills()
+                if pre is not None and pre.routed:  # the router picks the prefill replica, which serves its queue
+                    p = pre.route(self._requests[idx])
+                    pre.queues[p].append(idx)
+                    if not self._prefill_busy[p]:
+                        self._start_prefill(p)
+                else:
+                    self._prefill_queue.append(idx)
+                    self._start_prefills()
             elif kind == "prefill":
                 self._finish_prefill(idx)
             elif kind == "kv":
+                if pre is not None:
+                    pre.moved(self._requests[idx])
                 r = self._decode_of[idx]
                 self._arrived[r].append(idx)
                 if not self._decode_busy[r]:
@@ -187,16 +212,20 @@ class DisaggSim:
     def _start_prefill(self, p: int) -> None:
         budget = self.cfg.max_num_tokens
         work = self._prefill_work[p]
+        pre = self.prefix
+        queue = pre.queues[p] if pre is not None and pre.routed else self._prefill_queue
         chunks: dict[int, int] = {}
         i = 0
         while budget > 0:
             if i == len(work):
-                if not self._prefill_queue:
+                if not queue:
                     break
-                rid = self._prefill_queue.pop(0)
+                rid = queue.pop(0)
                 self.prefill_wait_s[rid] = self.clock_s - self._requests[rid].arrival_s
                 work.append(rid)
                 self._prefill_of[rid] = p
+                if pre is not None:  # the prefix looked up as the prompt gets its first chunk
+                    pre.take(p, self._requests[rid])
             req = self._requests[work[i]]
             take = min(req.input_len - req.prefilled, budget)
             chunks[req.rid] = take
@@ -242,6 +271,8 @@ class DisaggSim:
             req = self._requests[r]
             req.prefilled += n
             if req.prefilled >= req.input_len:
+                if self.prefix is not None:
+                    self.prefix.prefilled(p, req)
                 self._drop_work(p, r)
                 self._prefilled_at[r] = self.clock_s
                 self._decode_queue.append(r)
@@ -359,6 +390,12 @@ class PoolStats:
     kv_fastest_share: float = 1.0
     """Share of the measured requests whose KV moved over the fastest pair of the matrix (with NVLink and fabric
     pairs: the NVLink share; with one figure for every pair: 1)."""
+    prefix_hit_rate: float = math.nan
+    """With a shared-prefix workload: share of the measured requests whose prefix was in their prefill replica's
+    cache when it took them (nan without one)."""
+    prefix_token_hit_rate: float = math.nan
+    """With a shared-prefix workload: the measured requests' prompt tokens served from the prefill caches over all
+    their prompt tokens (nan without one)."""
 
 
 def _overlap(start: float, dur: float, lo: float, hi: float) -> float:
@@ -384,6 +421,11 @@ def pool_stats(s: DisaggSim) -> PoolStats:
     util = busy / (n_pre * (hi - lo))
     moved = [s.kv_moved[r.rid] for r in reqs if r.rid in s.kv_moved]
     fastest = min(x for row in s.kv_pair_s for x in row)
+    hits = (math.nan, math.nan)
+    if s.prefix is not None:
+        from fmstack.perfmodel.inference_sim_disagg_prefix import hit_rates
+
+        hits = hit_rates(reqs, s.prefix.prefix_len)
     return PoolStats(
         prefill_utilisation=util, prefill_wait_p99_s=float(np.percentile(waits, 99)) if waits else 0.0,
         decode_batch_mean=batch, decode_slots_in_use=slots, decode_slots=s._cap,
@@ -391,6 +433,7 @@ def pool_stats(s: DisaggSim) -> PoolStats:
         bottleneck="prefill" if util >= slots / s._cap else "decode",
         kv_transfer_mean_s=float(np.mean(moved)) if moved else 0.0,
         kv_fastest_share=sum(1 for x in moved if x == fastest) / len(moved) if moved else 1.0,
+        prefix_hit_rate=hits[0], prefix_token_hit_rate=hits[1],
     )  # fmt: skip
 
 
