@@ -164,3 +164,23 @@ def test_same_seed_same_classes(catalog: Catalog) -> None:
     )  # fmt: skip
     assert [f["gpu_fault"] for f in a] == [f["gpu_fault"] for f in b]
     assert any(f["gpu_fault"] for f in a)
+
+
+def test_with_the_24_h_window_faults_act_as_first_faults(catalog: Catalog) -> None:
+    # the default recurrence window (24 h): a node fails 3.789 times per 1,000 node-days, so a fault has an earlier
+    # one on its node within the window with probability about 1 - exp(-0.003789) = 0.0038: the GPU faults' actions
+    # are the no-history shares (reset 98.5/268, reboot 148/268, replace 6/268, restart 15.5/268) to within that,
+    # far below the binomial standard error of about 1,820 faults (0.005-0.012)
+    cfg = SimConfig(nodes=2048, days=366.0, faults="llama3", planned=False, seed=3)
+    job = Job(job_id=1, submit_s=0.0, num_gpus=8, work_s=1.0, time_limit_s=3600.0)
+    sim = Simulator(cfg, catalog, speed=FlatSpeed(), jobs=[job]).run()
+    gpu_log = [f for f in sim.fault_log if f["category"] == "gpu"]
+    n = len(gpu_log)
+    for action, count in ((Action.RESET_GPU, 98.5), (Action.REBOOT_NODE, 148), (Action.REPLACE_NODE, 6),
+                          (Action.RESTART_JOB, 15.5)):  # fmt: skip
+        p = count / 268
+        got = sum(1 for f in gpu_log if f["action"] == action.name) / n
+        assert got == pytest.approx(p, abs=4 * math.sqrt(p * (1 - p) / n) + 0.0038), (action, got, p)
+    escalated = sum(summarise(sim)["failures"]["escalations"].values())
+    bound = 0.0038 * len(sim.fault_log)  # every fault with an earlier one in its window escalating: 11.1 of 2,922
+    assert escalated <= bound + 4 * math.sqrt(bound)  # seed 3: 4
