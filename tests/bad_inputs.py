@@ -1335,7 +1335,15 @@ BAD_ARGV += []  # fmt: skip
 
 
 # session 17, fleet twin: health history windows (helper I)
-BAD_ARGV += []  # fmt: skip
+BAD_ARGV += [
+    (["simulate", "--nodes", "2", "--days", "1", "--jobs", "5", "--health-window-h", "0"],
+     "health_window_h: must be > 0 hours (inf: the whole run), got 0.0"),
+    (["simulate", "--nodes", "2", "--days", "1", "--jobs", "5", "--health-window-h", "-24"],
+     "health_window_h: must be > 0 hours (inf: the whole run), got -24.0"),
+    (["simulate", "--nodes", "2", "--days", "1", "--jobs", "5", "--health-window-h", "nan"],
+     "health_window_h: must be > 0 hours (inf: the whole run), got nan"),
+    (["simulate", "--health-window-h", "a day"], "Invalid value for '--health-window-h'"),
+]  # fmt: skip
 
 
 # session 17, prefix cache in the prefill pool of a disaggregated split (helper J)

@@ -77,6 +77,7 @@ def _config(opts: dict[str, Any], policy: str, recovery: str) -> Any:
         instance=opts["instance"], nodes=opts["nodes"], days=opts["days"], jobs=opts["jobs"], trace=opts["trace"],
         load=opts["load"], policy=policy, priority=opts["priority"], faults=faults, recovery=settings,
         spares=opts["spares"], seed=opts["seed"], bf_window_min=opts["bf_window"],
+        health_window_h=opts["health_window_h"],
     )  # fmt: skip
 
 
@@ -212,6 +213,15 @@ def _options(func: Any) -> Any:
             show_default=True,
             help="Backfill look-ahead in minutes (Slurm's bf_window, 1 to 43,200; slurm-backfill and easy-backfill). "
             "Slurm advises at least the longest time limit: a job that cannot start within it gets no reservation.",
+        ),
+        click.option(
+            "--health-window-h",
+            type=float,
+            default=24.0,
+            show_default=True,
+            help="Health engine's recurrence window in hours: a fault escalates (restart -> reset -> reboot -> "
+            "replace) by the node's restarts, resets and reboots within it (NVIDIA NVSentinel's repeated-Xid rules: "
+            "24 h); planned maintenance is not counted; inf: the whole run.",
         ),
         click.option("--seed", type=int, default=1, show_default=True, help="Random seed: same seed, same output."),
         catalog_option,

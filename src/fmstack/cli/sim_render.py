@@ -61,6 +61,24 @@ def wait_p90_cell(cls: dict[str, Any]) -> str:
     return f"{prefix}{everyone['p90_s']:,.0f}"
 
 
+def gpu_fault_line(row: dict[str, Any]) -> str | None:
+    """One line of a run's GPU faults by Xid class with the actions taken (JSON failures.by_gpu_fault and
+    failures.by_gpu_fault_action), e.g. 'GPU faults by Xid class: faulty_gpu_xid79 3 (reboot_node 3), ...'; None
+    without GPU faults (added in session 17: the JSON had the classes, the text output did not)."""
+    f = row["failures"]
+    if not f.get("by_gpu_fault"):
+        return None
+    acts = f.get("by_gpu_fault_action", {})
+    parts = []
+    for name, n in f["by_gpu_fault"].items():
+        how = ", ".join(f"{a.lower()} {c:,}" for a, c in acts.get(name, {}).items())
+        parts.append(f"{name} {n:,}" + (f" ({how})" if how else ""))
+    esc = f.get("escalations", {})
+    tail = "; escalated in the recurrence window: " + ", ".join(
+        f"{k.lower()} {v:,}" for k, v in esc.items()) if esc else ""  # fmt: skip
+    return "GPU faults by Xid class: " + ", ".join(parts) + tail
+
+
 def render(rows: list[dict[str, Any]]) -> list[RenderableType]:
     """Title line, results table, waits table and their notes, of one or more `summarise` outputs.
 
@@ -99,6 +117,11 @@ def render(rows: list[dict[str, Any]]) -> list[RenderableType]:
     out: list[RenderableType] = [Text(title(rows)), results, Text("p90 wait in seconds, by job size (GPUs):")]
     out.append(waits if present else Text("no job started or pending"))
     notes = ["lost GPU-h: work lost to failures, preemptions and time-limit kills (JSON gpu_hours.lost_work)"]
+    for r in rows:
+        line = gpu_fault_line(r)
+        if line is not None:
+            keys_of = ", ".join(f(r) for _, f in keys)
+            notes.append(f"[{keys_of}] {line}" if keys_of else line)
     if any(wait_p90_cell(r["by_size_class"][n]).startswith(">=") for r in rows for n in present):
         notes.append(
             ">=: includes jobs still pending at the end, their wait counted to the end: a lower bound "

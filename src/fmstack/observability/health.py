@@ -25,7 +25,8 @@ Rules and their sources (shared/reference/observability.md §7, orchestration-05
 - recurrence: a restart-job signal on a node whose signals already restarted the job ``restarts_to_reset`` times
   in the window becomes a GPU reset (Xid 13 / 31 "repeated on same GPU -> diag"); a reset on a node already reset
   ``resets_to_reboot`` times in the window becomes a reboot; a reboot
-  on a node already rebooted ``reboots_to_replace`` times becomes a replacement (Xid 79 "repeat -> replace").
+  on a node already rebooted ``reboots_to_replace`` times becomes a replacement (Xid 79 "repeat -> replace"). The
+  window is ``HealthPolicy.recurrence_window_s`` (24 h, NVIDIA NVSentinel's repeated-Xid rules); the caller counts.
 """
 
 from __future__ import annotations
@@ -116,11 +117,21 @@ class HealthPolicy:
     """Earlier resets in the window after which another reset becomes a reboot."""
     reboots_to_replace: int = 1
     """Earlier reboots in the window after which another reboot becomes a replacement."""
+    recurrence_window_s: float = 86_400.0
+    """Length of the recurrence window the ``*_in_window`` counts of :class:`NodeSignals` cover: the caller counts
+    the restarts, resets and reboots of a node whose time lies in ``[now - recurrence_window_s, now]`` (the engine
+    has no clock). 24 h: NVIDIA NVSentinel's health-events-analyzer implements the Xid catalog's "repeated on same
+    GPU" workflows over the events of the last 86,400 s (rules RepeatedXIDErrorOnSameGPU and RepeatedXID31OnSameGPU,
+    ``distros/kubernetes/nvsentinel/charts/health-events-analyzer/values.yaml``); its MultipleRemediations rule
+    counts a node's remediations over 7 days (604,800 s), a longer choice. Planned maintenance is no fault and is
+    not counted. ``math.inf``: the whole history (the fleet twin before session 17)."""
 
     def __post_init__(self) -> None:
         for name in ("sbe_rate_watch_per_hour", "thermal_watch_ratio", "nvlink_errors_reset"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not self.recurrence_window_s > 0:  # also refuses nan; inf is the whole history
+            raise ValueError(f"recurrence_window_s must be > 0, got {self.recurrence_window_s}")
         if self.restarts_to_reset < 1 or self.resets_to_reboot < 1 or self.reboots_to_replace < 1:
             raise ValueError(
                 f"restarts_to_reset({self.restarts_to_reset}), resets_to_reboot({self.resets_to_reboot}) and "

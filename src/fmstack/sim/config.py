@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fmstack.errors import InputError
+from fmstack.observability.health import HealthPolicy
 from fmstack.orchestration.policies import KUEUE_POLICIES
 from fmstack.sim.recovery import RecoverySettings
 
@@ -57,6 +58,10 @@ class SimConfig:
     """Backfill look-ahead (Slurm's SchedulerParameters=bf_window, minutes; slurm-backfill and easy-backfill only).
     Slurm's default 1440 (a day); slurm.conf advises at least the longest time limit: a job whose earliest start
     lies beyond the window gets no reservation, so smaller jobs may backfill ahead of it for ever."""
+    health_window_h: float = HealthPolicy().recurrence_window_s / 3600.0
+    """The health engine's recurrence window in hours (``HealthPolicy.recurrence_window_s``, 24 h: NVIDIA
+    NVSentinel's repeated-Xid rules): a fault escalates by the node's restarts, resets and reboots in the window
+    ending at it (:mod:`fmstack.sim.node_history`). ``math.inf``: the whole run (the twin before session 17)."""
 
     def __post_init__(self) -> None:
         for name, value in (("days", self.days), ("load", self.load), ("sample", self.sample_s)):
@@ -80,6 +85,8 @@ class SimConfig:
             raise InputError(
                 "bf_window", f"must be 1 to {MAX_BF_WINDOW_MIN:,} minutes (Slurm's range), got {self.bf_window_min:,}"
             )
+        if not self.health_window_h > 0:  # also refuses nan; inf is the whole run
+            raise InputError("health_window_h", f"must be > 0 hours (inf: the whole run), got {self.health_window_h}")
         if self.sample_s <= 0:
             raise InputError("sample", f"must be > 0 s, got {self.sample_s}")
 

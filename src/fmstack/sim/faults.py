@@ -8,7 +8,8 @@ node signals that :class:`fmstack.observability.health.HealthEngine` turns into 
 - ``gpu``: a GPU fault of one Xid class drawn with Llama 3 Table 5's shares of the GPU rows
   (:mod:`fmstack.sim.gpu_faults`: faulty GPU -> Xid 79 and a GPU missing, reboot; HBM3 -> Xid 48 + 63 with a
   remap pending, reset; SRAM -> Xid 94 restart the job or 95 reset; GSP -> Xid 119, reset; silent data
-  corruption -> diagnostics fail, replace; thermal -> slowdown, the job restarts). The engine escalates repeats.
+  corruption -> diagnostics fail, replace; thermal -> slowdown, the job restarts). The engine escalates repeats
+  within its recurrence window (:mod:`fmstack.sim.node_history`: 24 h; planned maintenance not counted).
   Until session 17 every GPU fault was Xid 79 and a reboot;
 - ``dependency``, ``network``, ``unknown``: Xid 13 (application error) -> restart the job, the node is fine;
 - ``host``, ``unplanned_maintenance``: no GPU signal exists for them; the node is replaced (node_loss in the
@@ -50,17 +51,17 @@ class RepairTimes:
 
 
 def signals_for(
-    category: str, gpu_fault: GpuFaultClass | None, gpus_per_node: int, resets: int, reboots: int
+    category: str, gpu_fault: GpuFaultClass | None, gpus_per_node: int, resets: int, reboots: int, restarts: int = 0
 ) -> NodeSignals | None:
     """Node signals of a failure cause (``gpu_fault``: the Xid class of a ``gpu`` failure), or None when no health
     signal describes it (host hardware)."""
     if category == "gpu":
         if gpu_fault is None:
             raise ValueError("a gpu failure needs its Xid class (fmstack.sim.gpu_faults)")
-        return gpu_fault.signals(gpus_per_node, resets, reboots)
+        return gpu_fault.signals(gpus_per_node, resets, reboots, restarts)
     if category in ("host", "unplanned_maintenance"):
         return None
-    return NodeSignals(xids=[13], resets_in_window=resets, reboots_in_window=reboots)
+    return NodeSignals(xids=[13], restarts_in_window=restarts, resets_in_window=resets, reboots_in_window=reboots)
 
 
 def decide(
@@ -70,11 +71,25 @@ def decide(
     gpus_per_node: int,
     resets: int,
     reboots: int,
+    restarts: int = 0,
 ) -> Action:
-    """The health engine's action for a failure of ``category`` on a node with this history. A failure the engine
-    takes no node action for (thermal slowdown) still stopped the job: it restarts."""
-    signals = signals_for(category, gpu_fault, gpus_per_node, resets, reboots)
-    if signals is None:
-        return Action.REPLACE_NODE
-    action = engine.decide(signals).action
+    """The health engine's action for a failure of ``category`` on a node with this history (counts in the
+    recurrence window). A failure the engine takes no node action for (thermal slowdown) still stopped the job: it
+    restarts."""
+    action = engine_action(engine, category, gpu_fault, gpus_per_node, resets, reboots, restarts)
     return Action.RESTART_JOB if action == Action.NONE else action
+
+
+def engine_action(
+    engine: HealthEngine,
+    category: str,
+    gpu_fault: GpuFaultClass | None,
+    gpus_per_node: int,
+    resets: int,
+    reboots: int,
+    restarts: int = 0,
+) -> Action:
+    """The engine's own action (NONE for a thermal slowdown; REPLACE_NODE for a cause no signal describes): what
+    the node's history records (:mod:`fmstack.sim.node_history`)."""
+    signals = signals_for(category, gpu_fault, gpus_per_node, resets, reboots, restarts)
+    return Action.REPLACE_NODE if signals is None else engine.decide(signals).action

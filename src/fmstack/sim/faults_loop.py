@@ -25,7 +25,7 @@ from typing import Any
 
 from fmstack.observability.health import Action
 from fmstack.perfmodel.goodput import RecoveryMode
-from fmstack.sim.faults import decide
+from fmstack.sim.faults import engine_action
 from fmstack.sim.fleet import NodeState
 from fmstack.sim.gpu_faults import draw_gpu_class
 from fmstack.sim.state import DETECT, FAULT, MAINT, OUT_STATE, REPAIRED, SAMPLE, SimState
@@ -136,21 +136,22 @@ class FaultHandling(SimState):
         """The health engine's action for a detected failure of ``node``: the node is reset, rebooted or replaced
         (out of service meanwhile, a spare joining the pool if one is on standby) or, for a job-level fault, back
         in service at once. Returns the spare that joined the pool for it, if any."""
-        if category == "planned_maintenance":
+        entry = self.fault_log[log_i]
+        if category == "planned_maintenance":  # no fault: not in the node's history (fmstack.sim.node_history)
             action = Action.REBOOT_NODE
             out_s = self.repair.maintenance_s
         else:
-            name = self.fault_log[log_i].get("gpu_fault")
-            gpu_fault = next((k for k in self.gpu_classes if k.name == name), None)
-            action = decide(self.health, category, gpu_fault, self.gpn, self.resets[node], self.reboots[node])
+            gpu_fault = next((k for k in self.gpu_classes if k.name == entry.get("gpu_fault")), None)
+            seen = self.history.counts(node, entry["time_s"])
+            raw = engine_action(self.health, category, gpu_fault, self.gpn, seen.resets, seen.reboots, seen.restarts)
+            if seen.restarts or seen.resets or seen.reboots:
+                first = engine_action(self.health, category, gpu_fault, self.gpn, 0, 0, 0)
+                if first != raw:
+                    entry["escalated_from"] = first.name
+            self.history.record(node, entry["time_s"], raw)
+            action = Action.RESTART_JOB if raw == Action.NONE else raw  # thermal: the job still restarts
             out_s = self.repair.out_s(action, self.times.replacement_s)
-        self.fault_log[log_i]["action"] = action.name
-        if action == Action.RESET_GPU:
-            self.resets[node] += 1
-        elif action == Action.REBOOT_NODE:
-            self.reboots[node] += 1
-        elif action == Action.REPLACE_NODE:
-            self.resets[node] = self.reboots[node] = 0
+        entry["action"] = action.name
         spare: int | None = None
         if out_s > 0:
             self.fleet.set_state(node, OUT_STATE[action])

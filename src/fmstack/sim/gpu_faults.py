@@ -51,8 +51,9 @@ class GpuFaultClass:
     thermal: bool = False
     diag_failed: bool = False
 
-    def signals(self, gpus_per_node: int, resets: int, reboots: int) -> NodeSignals:
-        """The node's signals for this fault on a node with this many resets and reboots in the window."""
+    def signals(self, gpus_per_node: int, resets: int, reboots: int, restarts: int = 0) -> NodeSignals:
+        """The node's signals for this fault on a node with this many resets, reboots and job restarts in the
+        recurrence window."""
         return NodeSignals(
             xids=list(self.xids),
             gpus_visible=gpus_per_node - 1 if self.gpu_missing else None,
@@ -62,6 +63,7 @@ class GpuFaultClass:
             row_remap_failure=self.remap_failure,
             thermal_violation_ratio=1.0 if self.thermal else 0.0,
             gpu_diag_failed=self.diag_failed,
+            restarts_in_window=restarts,
             resets_in_window=resets,
             reboots_in_window=reboots,
         )

@@ -95,6 +95,9 @@ def summarise(sim: SimState) -> dict[str, Any]:
     cats: Counter[str] = Counter(f["category"] for f in sim.fault_log)
     actions: Counter[str] = Counter(f["action"] for f in sim.fault_log)
     gpu_faults: Counter[str] = Counter(f["gpu_fault"] for f in sim.fault_log if f.get("gpu_fault"))
+    escalations: Counter[str] = Counter(
+        f"{f['escalated_from']}->{f['action']}" for f in sim.fault_log if f.get("escalated_from")
+    )
     r = 6
     return {
         "config": {
@@ -103,6 +106,7 @@ def summarise(sim: SimState) -> dict[str, Any]:
             "checkpoint_interval": cfg.recovery.interval, "checkpoint_cost_s": cfg.recovery.ckpt_cost_s,
             "checkpoint_interval_rate": cfg.recovery.interval_rate,
             "spares": cfg.spares, "seed": cfg.seed, "bf_window_min": cfg.bf_window_min,
+            "health_window_h": cfg.health_window_h if math.isfinite(cfg.health_window_h) else None,
             "load": cfg.load if cfg.trace is None else None, "trace": None if cfg.trace is None else str(cfg.trace),
             "recovery_times_s": {"detection": sim.times.detection_s, "restart": sim.times.restart_s,
                                  "replacement": sim.times.replacement_s},
@@ -134,6 +138,8 @@ def summarise(sim: SimState) -> dict[str, Any]:
             "events": len(sim.fault_log), "job_interruptions": sim.interruptions,
             "by_category": dict(sorted(cats.items())), "by_action": dict(sorted(actions.items())),
             "by_gpu_fault": dict(sorted(gpu_faults.items())),
+            "escalations": dict(sorted(escalations.items())),
+            "by_gpu_fault_action": gpu_fault_actions(sim),
             "lost_gpu_hours": round((parts["lost_work"] - sim.preempted_lost_gpu_s - sim.timeout_lost_gpu_s) / h, 3),
             "model": failure_model(sim),
         },
@@ -169,6 +175,16 @@ def failure_model(sim: SimState) -> dict[str, Any] | None:
         "checkpoint_interval_min": {k: round(cfg.recovery.interval_s(v) / 60.0, 3) for k, v in mtbf.items()},
         "gpu_fault_shares": {k.name: round(k.count / total, 6) for k in sim.gpu_classes if k.count > 0},
     }  # fmt: skip
+
+
+def gpu_fault_actions(sim: SimState) -> dict[str, dict[str, int]]:
+    """Actions taken on the GPU faults of each Xid class (``{class: {action: count}}``): with no history the engine
+    gives each class one action (docs/simulate.md, GPU faults by Xid class); escalations add the others."""
+    out: dict[str, Counter[str]] = {}
+    for f in sim.fault_log:
+        if f.get("gpu_fault"):
+            out.setdefault(f["gpu_fault"], Counter())[f["action"]] += 1
+    return {k: dict(sorted(v.items())) for k, v in sorted(out.items())}
 
 
 def _jobs(n: int) -> str:

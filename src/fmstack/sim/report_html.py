@@ -79,6 +79,34 @@ def _settings(summary: dict[str, Any]) -> str:
     return "<p>" + html.escape("; ".join((work, policy, rec, ckpt, faults, spares))) + ".</p>"
 
 
+def _gpu_faults(summary: dict[str, Any]) -> str:
+    """GPU faults by Xid class: drawn count, the share the class is drawn with, the actions the health engine took
+    (JSON failures.by_gpu_fault, failures.model.gpu_fault_shares, failures.by_gpu_fault_action), and the escalations
+    in its recurrence window; "" without a failure model. Added in session 17 (the JSON had them, the report not)."""
+    f = summary["failures"]
+    shares = (f.get("model") or {}).get("gpu_fault_shares", {})
+    if not shares:
+        return ""
+    drawn, acts = f.get("by_gpu_fault", {}), f.get("by_gpu_fault_action", {})
+    total = sum(drawn.values())
+    rows = "".join(
+        f"<tr><td>{html.escape(k)}</td><td>{drawn.get(k, 0):,}</td><td>{share:.3f}</td>"
+        f"<td>{total * share:,.1f}</td><td>{html.escape(', '.join(f'{a.lower()} {n:,}' for a, n in acts.get(k, {}).items()) or '-')}</td></tr>"
+        for k, share in shares.items()
+    )  # fmt: skip
+    window = summary["config"].get("health_window_h")
+    esc = f.get("escalations", {})
+    said = ", ".join(f"{html.escape(k.lower())} {v:,}" for k, v in esc.items()) or "none"
+    return (
+        "<h2>GPU faults by Xid class</h2><p>Classes of Llama 3 Table 5's GPU rows; expected = GPU faults drawn x "
+        "share; action: what the health engine decided. Escalations in its recurrence window ("
+        + ("the whole run" if window is None else f"{window:g} h")
+        + f"; planned maintenance not counted): {said}.</p>"
+        "<table><tr><th>class</th><th>count</th><th>share</th><th>expected</th><th>action</th></tr>"
+        f"{rows}</table>"
+    )
+
+
 def render_html(sim: SimState, summary: dict[str, Any]) -> str:
     """The report as one HTML string."""
     c = summary["config"]
@@ -120,6 +148,7 @@ hang_until_detected (with spares, spare_standby is on top of capacity: spare_cap
 <table><tr><th>class</th><th>started</th><th>pending at end</th><th>wait p50</th><th>wait p90</th><th>wait p99</th><th>JCT p50</th>
 <th>JCT p90</th><th>JCT p99</th></tr>{rows}</table>
 <h2>Failures by category</h2><table><tr><th>category</th><th>events</th></tr>{fails}</table>
+{_gpu_faults(summary)}
 <h2>Time series</h2>
 {_svg("GPUs allocated", xs, [float(r[1]) for r in sim.samples], "GPUs")}
 {_svg("Jobs pending", xs, [float(r[2]) for r in sim.samples], "jobs")}

@@ -14,7 +14,7 @@ from typing import Any
 from fmstack.catalog.loader import Catalog
 from fmstack.catalog.topology import build_cluster
 from fmstack.errors import InputError
-from fmstack.observability.health import Action, HealthEngine
+from fmstack.observability.health import Action, HealthEngine, HealthPolicy
 from fmstack.orchestration.policies import KUEUE_POLICIES, PendingJob, RunningJob, make_policy
 from fmstack.orchestration.policies.base import RunningSet, planned_limit_s
 from fmstack.orchestration.policies.fifo import PendingQueue
@@ -27,6 +27,7 @@ from fmstack.sim.engine import Environment
 from fmstack.sim.faults import RepairTimes
 from fmstack.sim.fleet import Alloc, Fleet, NodeState
 from fmstack.sim.gpu_faults import GpuFaultMix
+from fmstack.sim.node_history import NodeHistory
 from fmstack.sim.preemption_rate import PreemptionRate
 from fmstack.sim.speed import JobSpeedModel, PerfModelSpeed, step_tokens
 from fmstack.sim.workload import MIN_DURATION_S, Job, generate, read_trace
@@ -117,7 +118,7 @@ class SimState:
         )
         self.fault_shares = self.failures.node_category_shares(self.gpn) if self.failures is not None else {}
         """Cause shares of one node's failures (per-GPU causes weighted by this instance's GPUs per node)."""
-        self.health = HealthEngine()
+        self.health = HealthEngine(HealthPolicy(recurrence_window_s=config.health_window_h * 3600.0))
         self.gpu_classes = (gpu_mix or GpuFaultMix()).classes()
         """Xid classes of GPU faults with their Table 5 counts (:mod:`fmstack.sim.gpu_faults`)."""
         if jobs is None:
@@ -134,8 +135,8 @@ class SimState:
         self.pending = PendingQueue()
         self.running = RunningSet()
         self.node_jobs: dict[int, set[int]] = {}
-        self.resets = [0] * len(self.fleet.state)
-        self.reboots = [0] * len(self.fleet.state)
+        self.history = NodeHistory(len(self.fleet.state), self.health.policy.recurrence_window_s)
+        """Each node's restarts, resets and reboots from faults, counted in the engine's recurrence window."""
         self.nodes_out = 0
         self.undetected: dict[int, tuple[str, int]] = {}
         """Failed nodes whose failure is not detected yet: node -> (cause, its fault-log index)."""
