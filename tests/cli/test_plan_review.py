@@ -25,10 +25,11 @@ from tests.cli.test_plan_ux import _invoke
 
 def test_html_breakdown_bars_add_up_to_the_step_time() -> None:
     """Every part of the step gets a bar, so each stacked bar is the step time (the overlap slowdown, 12 % of
-    this step, was missing from the HTML report)."""
+    this step, was missing from the HTML report). FSDP rows overlap their gathers with compute (and pay for it): searched
+    alone, as they no longer lead this plan since the gradients went on the wire in fp32 (session 17)."""
     cat = load_catalog()
     cluster = build_cluster(cat, "p5.48xlarge", 64)
-    space = SearchSpace(seq_len=8192, global_batch=512)
+    space = SearchSpace(seq_len=8192, global_batch=512, sharding=("fsdp",))
     result = plan_training(cat.model("llama3.1-70b"), [cluster], tokens=2e12, space=space, top=3)
     assert any(e.parts_s["overlap"] > 0.05 * e.step_time_s for e in result.ranked)
     fig = breakdown_figure(result)
@@ -151,9 +152,9 @@ def test_plan_rows_carry_ideal_time_like_estimate() -> None:
 
 def test_plan_says_when_the_default_batch_is_the_bottleneck() -> None:
     """Llama 3.1 8B on 65,536 H100 with the default batch: 1,024 sequences over dp 1,024 is one micro-batch per
-    pipeline, so the bubble of pp 4 is (4 - 1) / 1 = 3 stage-steps against 1 of work (75 % of the pipeline, 55 % of
-    the step with the DP reduction: 59 % before the planner overlapped TP); the plan says a larger --global-batch is
-    the fix, and nothing when it was given."""
+    pipeline, so the bubble of pp 4 is (4 - 1) / 1 = 3 stage-steps against 1 of work (75 % of the pipeline, 48 % of
+    the step with the DP reduction, fp32 on the wire since session 17: 55 % with bf16, 59 % before the planner
+    overlapped TP); the plan says a larger --global-batch is the fix, and nothing when it was given."""
     code, out = _invoke("plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "65536",
                         "--tokens", "1e12", "--top", "1", "--json")  # fmt: skip
     assert code == 0, out
@@ -161,7 +162,7 @@ def test_plan_says_when_the_default_batch_is_the_bottleneck() -> None:
     best = data["ranked"][0]
     assert best["config"]["pp"] == 4
     share = best["breakdown"]["parts_s"]["bubble"] / best["step_time_s"]
-    assert 0.5 < share < 0.75  # the pipeline's 75 % diluted by the DP reduction outside it
+    assert 0.45 < share < 0.75  # the pipeline's 75 % diluted by the DP reduction outside it (0.478)
     assert data["notes"] == [
         "the default global batch (1024 sequences, 8.4M tokens) leaves 1 micro-batch per pipeline of 4 stages on "
         f"65536 GPUs: the bubble is {share * 100:.0f} % of the step; a larger --global-batch shrinks it"
