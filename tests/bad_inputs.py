@@ -1357,3 +1357,7 @@ BAD_ARGV += [
       "--prefill-replicas", "1", "--decode-replicas", "1", "--prefix-groups", "8", "--prefix-len", "512"],
      "prefix-groups: a shared-prefix workload is not simulated in an attention-DP prefill pool"),
 ]  # fmt: skip
+
+
+# session 17, power-of-two router (helper K)
+BAD_ARGV += []  # fmt: skip
