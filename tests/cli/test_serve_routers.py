@@ -80,3 +80,12 @@ def test_plan_p99_command_round_trip_kv() -> None:
     again = _run([*argv[1:], "--json"])
     assert again["ttft_p99_s"] == best["sim"]["ttft_p99_s"]
     assert again["itl_p99_s"] == best["sim"]["itl_p99_s"]
+
+
+def test_estimate_serve_power_of_two() -> None:
+    """``--router power-of-two`` (session 17) simulates the replicas together: the joint run's keys, shares adding up to
+    1, no request routed by a cache-aware imbalance rule; --help names it."""
+    data = _run([*SERVE, "--qps", "8", "--replicas", "4", "--router", "power-of-two"])
+    assert (data["replicas"], data["router"]) == (4, "power-of-two")
+    assert abs(sum(data["replica_request_share"]) - 1) < 1e-12 and data["router_imbalanced_share"] == 0.0
+    assert "power-of-two" in CliRunner().invoke(cli, ["estimate", "serve", "--help"]).output

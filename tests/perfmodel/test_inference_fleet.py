@@ -32,7 +32,7 @@ def _d(model: str, cfg: ServeConfig):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize(("model", "cfg", "rate", "spread"), CASES)
-@pytest.mark.parametrize("router", ["round-robin", "random", "least-loaded", "cache-aware", "kv"])
+@pytest.mark.parametrize("router", ["round-robin", "random", "least-loaded", "power-of-two", "cache-aware", "kv"])
 def test_one_replica_together_is_the_single_run(
     model: str, cfg: ServeConfig, rate: float, spread: float, router: str
 ) -> None:

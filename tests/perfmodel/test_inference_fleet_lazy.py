@@ -19,7 +19,7 @@ from fmstack.perfmodel.inference_sim import BatchingSim, SimConfig
 from fmstack.perfmodel.inference_sim_fleet import FleetRun, run_fleet, simulate_fleet
 from fmstack.perfmodel.inference_step import Deployment
 
-ROUTERS = ["round-robin", "random", "least-loaded", "cache-aware", "kv"]
+ROUTERS = ["round-robin", "random", "least-loaded", "power-of-two", "cache-aware", "kv"]
 PREFIXES = {
     "none": None,
     "8 groups": PrefixWorkload(groups=8, prefix_len=384),

@@ -23,8 +23,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 ROUTER_HELP = (
     "round-robin (Dynamo's frontend and vLLM production-stack's default: every R-th request), random (e.g. a "
     "Kubernetes Service via kube-proxy's iptables mode), least-loaded (fewest requests in flight: SGLang router's "
-    "shortest queue), cache-aware (SGLang router's cache_aware policy) or kv (NVIDIA Dynamo's KV router: the lowest "
-    "--kv-overlap-weight x prefill blocks + active blocks); the last three, and any --prefix-groups workload, "
+    "shortest queue), power-of-two (SGLang router's power_of_two: of two replicas drawn at random, the one with fewer "
+    "requests in flight), cache-aware (SGLang router's cache_aware policy) or kv (NVIDIA Dynamo's KV router: the "
+    "lowest --kv-overlap-weight x prefill blocks + active blocks); the last four, and any --prefix-groups workload, "
     "simulate the replicas together."
 )
 

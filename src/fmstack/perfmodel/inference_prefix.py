@@ -232,14 +232,14 @@ def screen_hit_rates(
 ) -> NDArray[np.float64]:
     """The request hit rate a replica can expect with room for ``capacity_prefixes`` prefixes in its cache (each
     entry: the KV pool's free part at one operating point, over ``prefix_len``), for `plan serve`'s screening.
-    round-robin, random, least-loaded: each replica sees all ``groups`` at their popularity and caches them in its
-    own room (Che's approximation, :func:`che_hit_rate`); cache-aware sends a group where it went before, so each
-    replica sees about ``groups / replicas`` of them: the replicas' caches together hold ``replicas x`` the room, as
-    one cache of the whole popularity would (the same figure for uniform groups: ``groups / replicas`` groups in
-    one replica's room); so does ``kv`` (Dynamo's KV router sends a prefix where it is cached unless the load there
-    outweighs it: optimistic). Optimistic on purpose, the simulation decides: Che's figure is the steady state (no cold
-    misses), the room is taken at the mean running sequences (the fluctuations above it evict; Che's hit rate is
-    about concave in the room), and each rate is rounded up to a multiple of ``1 / HIT_GRID``."""
+    round-robin, random, least-loaded, power-of-two: each replica sees all ``groups`` at their popularity and caches
+    them in its own room (Che's approximation, :func:`che_hit_rate`); cache-aware sends a group where it went before,
+    so each replica sees about ``groups / replicas`` of them: the replicas' caches together hold ``replicas x`` the
+    room, as one cache of the whole popularity would (the same figure for uniform groups: ``groups / replicas``
+    groups in one replica's room); so does ``kv`` (Dynamo's KV router sends a prefix where it is cached unless the
+    load there outweighs it: optimistic). Optimistic on purpose, the simulation decides: Che's figure is the steady
+    state (no cold misses), the room is taken at the mean running sequences (the fluctuations above it evict; Che's
+    hit rate is about concave in the room), and each rate is rounded up to a multiple of ``1 / HIT_GRID``."""
     pool = replicas if router in ROUTERS_AFFINITY else 1
     room = np.floor(np.maximum(np.asarray(capacity_prefixes, dtype=np.float64), 0.0)) * pool
     room = np.minimum(room, float(workload.groups))  # at or above the groups: all cached

@@ -10,6 +10,11 @@
   the shortest-queue rule SGLang's router (sgl-router ``policies/cache_aware.rs``) and the vLLM Router forked from
   it fall back to under imbalance; Envoy's LEAST_REQUEST without its two-choice sampling. Dynamo's KV router with
   ``--kv-overlap-score-weight 0`` balances on active KV blocks instead of requests (not modelled apart).
+- ``power-of-two``: SGLang router's ``power_of_two`` policy (sgl-router ``src/policies/power_of_two.rs``,
+  :func:`power_of_two`): two distinct replicas drawn uniformly at random, the one with fewer requests in flight, the
+  first drawn on ties (``load1 <= load2``); one replica is taken without a draw. Its fallback load, the router's
+  ``Worker::load``, is modelled; the token load that sgl-router's load monitor polls from each worker's
+  ``/get_load`` (preferred when both workers reported it and differ) is not, nor the monitor's polling delay.
 - ``cache-aware``: SGLang router's ``cache_aware`` policy (sgl-router ``src/policies/cache_aware.rs``). The load is
   imbalanced when ``max - min > balance_abs_threshold`` and ``max > min x balance_rel_threshold``; then the
   least-loaded replica. Otherwise the router's own approximate radix tree of every request it sent to each worker
@@ -33,7 +38,7 @@ import numpy as np
 
 from fmstack.perfmodel.inference_router_kv import KvRouter, KvRouterConfig
 
-ROUTERS_JOINT = ("least-loaded", "cache-aware", "kv")
+ROUTERS_JOINT = ("least-loaded", "power-of-two", "cache-aware", "kv")
 """Routers whose choice depends on the replicas' state: simulated with the replicas together."""
 ROUTERS_AFFINITY = ("cache-aware", "kv")
 """Routers that send a prefix where it is cached (`plan serve`'s screening pools the replicas' caches for them)."""
@@ -78,6 +83,8 @@ class Router:
             return (self.sent - 1) % n
         if self.name == "random":
             return int(self.rng.integers(n))
+        if self.name == "power-of-two":
+            return power_of_two(loads, self.rng)
         low = min(loads)
         least = loads.index(low)
         if self.name == "least-loaded":
@@ -107,3 +114,16 @@ class Router:
         else:
             self.tree_tokens[k] += input_len
         held.append(k)
+
+
+def power_of_two(loads: list[int], rng: np.random.Generator) -> int:
+    """SGLang router's power-of-two choice over ``loads`` (requests in flight per replica): a first replica ``a``
+    uniform over all, a second ``b = (a + 1 + u) mod n`` with ``u`` uniform over ``n - 1`` (so ``b != a``, uniform
+    over the rest: sgl-router ``policies/power_of_two.rs``, ``idx2``), then ``a`` if ``loads[a] <= loads[b]`` else
+    ``b``. One replica: replica 0, no draw (sgl-router returns the lone healthy worker before sampling)."""
+    n = len(loads)
+    if n == 1:
+        return 0
+    a = int(rng.integers(n))
+    b = (a + 1 + int(rng.integers(n - 1))) % n
+    return a if loads[a] <= loads[b] else b

@@ -20,9 +20,9 @@ prompts: Llama 3.1 70B fp8 on H100s, 1,384,704 tokens at TP 4, 46,080 at TP 1, a
 in flight); with the pool
 overcommitted, the free part is 0 and every unreferenced prefix is evicted.
 
-Routing (``SimConfig.router``): round-robin, random and least-loaded keep the split's one global prefill queue that
-idle prefill replicas pull from (Dynamo's older ``PrefillQueue``; blind to the caches, each group lands on every
-prefill replica); ``cache-aware`` and ``kv`` pick a prefill replica at arrival with the colocated routers
+Routing (``SimConfig.router``): round-robin, random, least-loaded and power-of-two keep the split's one global
+prefill queue that idle prefill replicas pull from (Dynamo's older ``PrefillQueue``; blind to the caches, each group
+lands on every prefill replica); ``cache-aware`` and ``kv`` pick a prefill replica at arrival with the colocated routers
 (:class:`fmstack.perfmodel.inference_router.Router`: SGLang's cache-aware policy over the prefill workers' loads,
 requests routed and not yet moved; Dynamo's KV router, whose prefill router picks the prefill worker by the overlap
 and the prefill blocks alone, Dynamo v0.9.1 design doc "Architecture Flow", step S3, and v1.3.0 docs "Disaggregated

@@ -16,12 +16,12 @@ from fmstack.perfmodel.inference_prefix import PrefixWorkload
 from fmstack.perfmodel.inference_router_kv import KvRouterConfig
 
 PERCENTILES = (50, 90, 99)
-ROUTERS = ("round-robin", "random", "least-loaded", "cache-aware", "kv")
+ROUTERS = ("round-robin", "random", "least-loaded", "power-of-two", "cache-aware", "kv")
 """How a router spreads a deployment's requests over its colocated replicas (:attr:`SimConfig.router`).
 ``round-robin``: the default of NVIDIA Dynamo's frontend (``--router-mode``, docs.nvidia.com/dynamo, Router Guide)
 and the vLLM production-stack router's RoundRobinRouter (docs.vllm.ai/projects/production-stack, Router Logic);
 ``random``: each request to a uniformly random replica, e.g. a Kubernetes Service via kube-proxy's iptables mode;
-``least-loaded`` and ``cache-aware`` (SGLang router's policies) and ``kv`` (NVIDIA Dynamo's KV router,
+``least-loaded``, ``power-of-two`` and ``cache-aware`` (SGLang router's policies) and ``kv`` (NVIDIA Dynamo's KV router,
 :mod:`fmstack.perfmodel.inference_router_kv`) choose from the replicas' state, so the replicas are simulated together
 (:mod:`fmstack.perfmodel.inference_router`, :mod:`fmstack.perfmodel.inference_sim_fleet`)."""
 
