@@ -1214,9 +1214,6 @@ BAD_ARGV += [
     ([*_S8, "--gpus", "64", "--axis", "seq-len", "--values", "-8"], "values: sequence length '-8' must be a positive"),
 ]  # fmt: skip
 
-# session 16, prefix workload in the plan's screening, RL shared prompt blocks, serving file splits (helper N)
-BAD_ARGV += []  # fmt: skip
-
 # session 16, optimizer-state and parameter storage layouts (helper O)
 _O8 = ["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "1"]
 _OP = ["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "8", "--tokens", "1e12"]
@@ -1280,10 +1277,6 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 
-# session 17, fleet twin / simulate fresh review (helper C)
-BAD_ARGV += []  # fmt: skip
-
-
 # session 17, prefix cache: shared running blocks, attention DP, disaggregated prefill (helper D)
 # (session 16's row "a shared-prefix workload is not simulated under attention DP" went: each rank now caches)
 BAD_ARGV += [
@@ -1330,10 +1323,6 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 
-# session 17, data-parallel wire bytes follow the gradient dtype (helper H)
-BAD_ARGV += []  # fmt: skip
-
-
 # session 17, fleet twin: health history windows (helper I)
 BAD_ARGV += [
     (["simulate", "--nodes", "2", "--days", "1", "--jobs", "5", "--health-window-h", "0"],
@@ -1357,7 +1346,3 @@ BAD_ARGV += [
       "--prefill-replicas", "1", "--decode-replicas", "1", "--prefix-groups", "8", "--prefix-len", "512"],
      "prefix-groups: a shared-prefix workload is not simulated in an attention-DP prefill pool"),
 ]  # fmt: skip
-
-
-# session 17, power-of-two router (helper K)
-BAD_ARGV += []  # fmt: skip
