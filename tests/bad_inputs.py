@@ -1346,3 +1346,11 @@ BAD_ARGV += [
       "--prefill-replicas", "1", "--decode-replicas", "1", "--prefix-groups", "8", "--prefix-len", "512"],
      "prefix-groups: a shared-prefix workload is not simulated in an attention-DP prefill pool"),
 ]  # fmt: skip
+
+
+# session 18, speculative decoding (helper S)
+BAD_ARGV += []  # fmt: skip
+
+
+# session 18, multi-turn sessions (helper M)
+BAD_ARGV += []  # fmt: skip
