@@ -1354,3 +1354,17 @@ BAD_ARGV += []  # fmt: skip
 
 # session 18, multi-turn sessions (helper M)
 BAD_ARGV += []  # fmt: skip
+
+
+# session 18, lead: FSDP's reduce_dtype
+BAD_ARGV += [
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--reduce-dtype", "bf16"],
+     "reduce-dtype: is FSDP's reduce_dtype under --master-weights fp32-params (got fp32)"),
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "16", "--tokens", "1e11",
+      "--reduce-dtype", "bf16"], "reduce-dtype: is FSDP's reduce_dtype under --master-weights fp32-params (got fp32)"),
+    (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "2", "--reduce-dtype", "bf16"],
+     "reduce-dtype: is FSDP's reduce_dtype under fp32-params (veRL's FSDP backend); the trained models use veRL's "
+     "Megatron backend"),
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--sharding", "fsdp",
+      "--master-weights", "fp32-params", "--reduce-dtype", "fp16"], "Invalid value for '--reduce-dtype'"),
+]  # fmt: skip

@@ -10,7 +10,13 @@ import click
 from fmstack.catalog.topology import resolve_instance
 from fmstack.cli.common import catalog_option, choice, whole_nodes_hint
 from fmstack.errors import InputError
-from fmstack.perfmodel.config import GRAD_DTYPE_CHOICES, MASTER_WEIGHTS_CHOICES, OPTIMIZER_STATE_CHOICES
+from fmstack.perfmodel.config import (
+    GRAD_DTYPE_CHOICES,
+    MASTER_WEIGHTS_CHOICES,
+    OPTIMIZER_STATE_CHOICES,
+    REDUCE_DTYPE_CHOICES,
+    reduce_dtype_of,
+)
 
 
 def cluster_options(func: Any) -> Any:
@@ -88,7 +94,9 @@ def gpus_per_node(cat: Any, instance: str) -> int:
     return int(resolve_instance(cat, instance).num_gpus)
 
 
-LAYOUT_KEYS = ("optimizer_state_dtype", "master_weights", "fp8_param_gather", "grad_shard_buffer", "grad_dtype")
+LAYOUT_KEYS = (
+    "optimizer_state_dtype", "master_weights", "fp8_param_gather", "grad_shard_buffer", "grad_dtype", "reduce_dtype",
+)  # fmt: skip
 """The option names (and TrainConfig / SearchSpace / RLConfig fields) of :func:`layout_options`."""
 
 
@@ -108,7 +116,9 @@ def layout_argv(cfg: Any) -> list[str]:
     argv += ["--fp8-param-gather"] if cfg.fp8_param_gather else []
     argv += ["--grad-shard-buffer"] if cfg.grad_shard_buffer else []
     grad_dtype = cfg.grad_dtype if rl else ("bf16" if cfg.grad_bytes == 2 else "fp32")
-    return argv + (["--grad-dtype", grad_dtype] if grad_dtype != "fp32" else [])
+    argv += ["--grad-dtype", grad_dtype] if grad_dtype != "fp32" else []
+    reduce_dtype = cfg.reduce_dtype if rl else reduce_dtype_of(cfg)
+    return argv + (["--reduce-dtype", reduce_dtype] if reduce_dtype == "bf16" else [])
 
 
 def layout_options(func: Any) -> Any:
@@ -140,6 +150,14 @@ def layout_options(func: Any) -> Any:
             default=None,
             help="Gradients kept for the optimizer: fp32 (4 B) or bf16 (2 B, reduced in bf16: Megatron-Core "
             "grad_reduce_in_fp32=False) [fp32].",
+        ),
+        click.option(
+            "--reduce-dtype",
+            type=choice(REDUCE_DTYPE_CHOICES),
+            default=None,
+            help="With --master-weights fp32-params: FSDP's reduce_dtype, the gradient reduce-scatter in fp32 (4 B per "
+            "element on the wire) or bf16 (2 B, cast back to the fp32 parameters: MixedPrecisionPolicy "
+            "reduce_dtype=bfloat16) [fp32].",
         ),
         click.option(
             "--fp8-param-gather",

@@ -71,6 +71,7 @@ def with_layout(
     fp8_param_gather: bool | None,
     grad_shard_buffer: bool | None,
     grad_dtype: GradDtype | None = None,
+    reduce_dtype: GradDtype | None = None,
 ) -> SearchSpace:
     """``space`` with the storage layout of :func:`layout_options` (None: the default) on every row it searches
     (``plan train`` and ``scale``), checked as the planner checks it before anything is searched. fp32-params is
@@ -78,13 +79,13 @@ def with_layout(
     space = replace(
         space, optimizer_state_dtype=optimizer_state_dtype or "fp32", master_weights=master_weights or "fp32",
         fp8_param_gather=bool(fp8_param_gather), grad_shard_buffer=bool(grad_shard_buffer),
-        grad_dtype=grad_dtype or "fp32",
+        grad_dtype=grad_dtype or "fp32", reduce_dtype=reduce_dtype,
     )  # fmt: skip
     if space.master_weights == "fp32-params":
         space = replace(space, sharding=tuple(s for s in space.sharding if s in ("fsdp", "hsdp")) or space.sharding)
     check_search_layout(space.precisions, space.optimizer_state_dtype, space.master_weights, space.fp8_param_gather,
                         grad_shard_buffer=space.grad_shard_buffer, shardings=space.sharding,
-                        grad_dtype=space.grad_dtype)  # fmt: skip
+                        grad_dtype=space.grad_dtype, reduce_dtype=space.reduce_dtype)  # fmt: skip
     return space
 
 
@@ -204,6 +205,7 @@ def plan_train(
     calibration_force: bool, catalog_dir: Path | None, top: int, html_path: Path | None, as_json: bool,
     optimizer_state_dtype: OptimizerStateDtype | None = None, master_weights: MasterWeights | None = None,
     fp8_param_gather: bool | None = None, grad_shard_buffer: bool | None = None, grad_dtype: GradDtype | None = None,
+    reduce_dtype: GradDtype | None = None,
 ) -> None:  # fmt: skip
     """Find the best way to train MODEL on these instances: parallelism, time, cost and bottleneck."""
     if html_path is not None:
@@ -214,7 +216,8 @@ def plan_train(
     if objective == "cost":
         clusters, skipped = _priced_only(clusters, skipped)
     space = with_layout(_space(seq_len, global_batch, precisions, recompute, overlap_ep, arch, overlap_tp),
-                        optimizer_state_dtype, master_weights, fp8_param_gather, grad_shard_buffer, grad_dtype)  # fmt: skip
+                        optimizer_state_dtype, master_weights, fp8_param_gather, grad_shard_buffer, grad_dtype,
+                        reduce_dtype)  # fmt: skip
     efficiency_for = calibration_for(calibration, clusters, calibration_force)
     with_failures = objective == "time-with-failures"
     if with_failures:

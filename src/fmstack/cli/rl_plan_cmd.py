@@ -161,7 +161,7 @@ def plan_rl_cmd(
     instances' GPU (rollout and training)."""
     from fmstack.perfmodel.rl import RLConfig
     from fmstack.perfmodel.rl_config import check_rl_config
-    from fmstack.perfmodel.rl_plan import plan_rl
+    from fmstack.perfmodel.rl_plan import checked_base, plan_rl
 
     if html_path is not None:
         check_output_path(html_path, field="html", example="rl-plan.html")  # before the search, not after it
@@ -177,7 +177,7 @@ def plan_rl_cmd(
     layout = layout_values(options)  # the trained models' storage layout; left out: RLConfig's defaults
     values: dict[str, Any] = {k: (v.lower() if isinstance(v, str) else v) for k, v in options.items()}
     base = RLConfig(**values, **layout)
-    check_rl_config(base, clusters[0])  # batch, lengths and flags before searching
+    check_rl_config(checked_base(base), clusters[0])  # batch, lengths and flags before searching
     plan_kinds = tuple(k.strip().lower() for k in kinds.split(",") if k.strip())
     with _status(as_json) as progress:
         plan = plan_rl(actor, clusters, base, critic=critic_arch, objective=objective, top=top,

@@ -56,6 +56,7 @@ def scale(
     calibration_force: bool, catalog_dir: Path | None, axis: str, values: str | None, weak: bool, html_path: Path | None, as_json: bool,
     optimizer_state_dtype: OptimizerStateDtype | None = None, master_weights: MasterWeights | None = None,
     fp8_param_gather: bool | None = None, grad_shard_buffer: bool | None = None, grad_dtype: GradDtype | None = None,
+    reduce_dtype: GradDtype | None = None,
 ) -> None:  # fmt: skip
     """Sweep one axis (nodes, GPU generation, EFA generation, NVLink domain, sequence length) and re-plan.
 
@@ -93,7 +94,8 @@ def scale(
         _whole_nodes(counts, per_node, resolve_instance(cat, instance).name)
     # every point re-plans with this storage layout
     space = with_layout(_space(seq_len, global_batch, precisions, recompute, overlap_ep, arch, overlap_tp),
-                        optimizer_state_dtype, master_weights, fp8_param_gather, grad_shard_buffer, grad_dtype)  # fmt: skip
+                        optimizer_state_dtype, master_weights, fp8_param_gather, grad_shard_buffer, grad_dtype,
+                        reduce_dtype)  # fmt: skip
     defaults = {
         "nodes": ",".join(str(max(1, counts[0] // per_node * f)) for f in (1, 2, 4, 8)),
         "gpu": ",".join(GPU_GENERATIONS), "efa": ",".join(EFA_GENERATIONS), "nvlink": "8,16,32,72",

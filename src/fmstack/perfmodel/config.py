@@ -16,12 +16,14 @@ from fmstack.perfmodel.config_layout import GRAD_DTYPE_BYTES as GRAD_DTYPE_BYTES
 from fmstack.perfmodel.config_layout import GRAD_DTYPE_CHOICES as GRAD_DTYPE_CHOICES
 from fmstack.perfmodel.config_layout import MASTER_WEIGHTS_CHOICES as MASTER_WEIGHTS_CHOICES
 from fmstack.perfmodel.config_layout import OPTIMIZER_STATE_CHOICES as OPTIMIZER_STATE_CHOICES
+from fmstack.perfmodel.config_layout import REDUCE_DTYPE_CHOICES as REDUCE_DTYPE_CHOICES
 from fmstack.perfmodel.config_layout import GradDtype as GradDtype
 from fmstack.perfmodel.config_layout import MasterWeights as MasterWeights
 from fmstack.perfmodel.config_layout import OptimizerStateDtype as OptimizerStateDtype
 from fmstack.perfmodel.config_layout import grad_dtype_of as grad_dtype_of
 from fmstack.perfmodel.config_layout import layout_tags as layout_tags
 from fmstack.perfmodel.config_layout import reduce_bytes_of as reduce_bytes_of
+from fmstack.perfmodel.config_layout import reduce_dtype_of as reduce_dtype_of
 from fmstack.perfmodel.config_layout import validate_layout as validate_layout
 from fmstack.perfmodel.config_layout import wire_bytes as wire_bytes
 from fmstack.perfmodel.config_layout import wire_fields as wire_fields
@@ -231,6 +233,7 @@ def check_search_layout(
     grad_shard_buffer: bool = False,
     shardings: tuple[str, ...] = ("zero1",),
     grad_dtype: str = "fp32",
+    reduce_dtype: str | None = None,
 ) -> None:
     """The planner's fixed storage layout must hold on every precision it searches (FP8 parameters on its fp8 rows,
     which must exist; the separate gradient shard on its zero1 rows, likewise); fp32-params on every sharding it
@@ -260,7 +263,7 @@ def check_search_layout(
                 master_weights=master_weights,  # type: ignore[arg-type]
                 fp8_param_gather=fp8_param_gather and precision == "fp8",
                 sharding="fsdp" if master_weights == "fp32-params" else "zero1",
-                **wire_fields(grad_dtype, master_weights),  # type: ignore[arg-type]
+                **wire_fields(grad_dtype, master_weights, reduce_dtype),  # type: ignore[arg-type]
             )
         )
 
@@ -348,7 +351,11 @@ def fill_defaults(num_gpus: int, given: dict[str, object]) -> TrainConfig:
     below 25 % (m = 4 p), i.e. dp * micro_batch * 4 * pp sequences (Megatron's default would leave m = 1).
     """
     values = {k: v for k, v in given.items() if v is not None}
-    wire = wire_fields(values.pop("grad_dtype", None), values.get("master_weights"))  # type: ignore[arg-type]
+    wire = wire_fields(
+        values.pop("grad_dtype", None),  # type: ignore[arg-type]
+        values.get("master_weights"),  # type: ignore[arg-type]
+        values.pop("reduce_dtype", None),  # type: ignore[arg-type]
+    )
     for key, value in wire.items():
         values.setdefault(key, value)
     if values.get("recompute_modules"):

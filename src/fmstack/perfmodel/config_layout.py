@@ -35,6 +35,11 @@ FSDP_REDUCE_BYTES = 4
 """Bytes per gradient element on the wire under ``fp32-params``: the reduce-scatter in ``reduce_dtype=float32``, the
 default of torchtitan (``mixed_precision_reduce = "float32"``, ``torchtitan/config/job_config.py``) and of veRL's FSDP
 workers (``reduce_dtype`` "fp32", ``verl/workers/fsdp_workers.py``)."""
+REDUCE_DTYPE_CHOICES: tuple[GradDtype, ...] = ("fp32", "bf16")
+"""FSDP's ``reduce_dtype`` under ``fp32-params`` (``--reduce-dtype``): fp32 (the default above) or bf16, the
+reduce-scatter in bf16 and the result cast to the fp32 parameters' dtype (FSDP2 ``MixedPrecisionPolicy(
+reduce_dtype=torch.bfloat16)``; veRL ``mixed_precision.reduce_dtype``; torchtitan ``mixed_precision_reduce``): half the
+data-parallel wire bytes, the same gradient storage."""
 
 
 def validate_layout(cfg: TrainConfig) -> None:
@@ -126,18 +131,36 @@ def reduce_bytes_of(c: TrainConfig) -> int:
     return wire_bytes(c.precision, c.grad_bytes) if c.reduce_bytes is None else c.reduce_bytes
 
 
-def wire_fields(grad_dtype: str | None, master_weights: str | None) -> dict[str, int]:
+def wire_fields(grad_dtype: str | None, master_weights: str | None, reduce_dtype: str | None = None) -> dict[str, int]:
     """``grad_bytes`` and ``reduce_bytes`` of a layout given as flags (None: the flag left out): the gradient dtype
-    sets ``grad_bytes`` and the wire follows it (:func:`wire_bytes`); fp32-params reduce-scatters in fp32
-    (:data:`FSDP_REDUCE_BYTES`, FSDP ``reduce_dtype``) whatever the compute precision."""
+    sets ``grad_bytes`` and the wire follows it (:func:`wire_bytes`); fp32-params reduce-scatters in FSDP's
+    ``reduce_dtype`` (``--reduce-dtype``, fp32 when left out: :data:`FSDP_REDUCE_BYTES`) whatever the compute
+    precision. ``reduce_dtype`` is FSDP's knob: with any other master it is refused (Megatron-Core reduces its
+    gradient buffer in the buffer's dtype, which ``--grad-dtype`` sets)."""
     out: dict[str, int] = {}
     if grad_dtype is not None:
         if grad_dtype not in GRAD_DTYPE_BYTES:
             raise InputError("grad-dtype", f"{grad_dtype!r} unknown; allowed: {', '.join(GRAD_DTYPE_CHOICES)}")
         out["grad_bytes"] = GRAD_DTYPE_BYTES[grad_dtype]
+    if reduce_dtype is not None:
+        if reduce_dtype not in REDUCE_DTYPE_CHOICES:
+            raise InputError("reduce-dtype", f"{reduce_dtype!r} unknown; allowed: {', '.join(REDUCE_DTYPE_CHOICES)}")
+        if master_weights != "fp32-params":
+            raise InputError(
+                "reduce-dtype",
+                f"is FSDP's reduce_dtype under --master-weights fp32-params (got {master_weights or 'fp32'}); "
+                "Megatron-Core reduces its gradient buffer in that buffer's dtype: use --grad-dtype",
+            )
     if master_weights == "fp32-params":
-        out["reduce_bytes"] = FSDP_REDUCE_BYTES
+        out["reduce_bytes"] = GRAD_DTYPE_BYTES[reduce_dtype] if reduce_dtype is not None else FSDP_REDUCE_BYTES
     return out
+
+
+def reduce_dtype_of(c: TrainConfig) -> GradDtype | None:
+    """The ``--reduce-dtype`` of a fp32-params config (from its ``reduce_bytes``); None for any other layout."""
+    if c.master_weights != "fp32-params":
+        return None
+    return "bf16" if reduce_bytes_of(c) == GRAD_DTYPE_BYTES["bf16"] else "fp32"
 
 
 def grad_dtype_of(c: TrainConfig) -> GradDtype:
@@ -147,7 +170,7 @@ def grad_dtype_of(c: TrainConfig) -> GradDtype:
 
 def layout_tags(c: TrainConfig) -> list[str]:
     """Short tags for the storage layout where it differs from the default: ``opt-bf16``, ``master-remainder``,
-    ``master-none``, ``fp8-params``, ``grad-shard``."""
+    ``master-none``, ``fp8-params``, ``grad-shard``, ``reduce-bf16``."""
     tags = []
     if c.optimizer_state_dtype != "fp32":
         tags.append(f"opt-{c.optimizer_state_dtype}")
@@ -157,4 +180,6 @@ def layout_tags(c: TrainConfig) -> list[str]:
         tags.append("fp8-params")
     if c.grad_shard_buffer:
         tags.append("grad-shard")
+    if reduce_dtype_of(c) == "bf16":
+        tags.append("reduce-bf16")
     return tags

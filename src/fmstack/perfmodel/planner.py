@@ -200,7 +200,7 @@ def plan_training(
     check_seq_len(space.seq_len, model)
     check_search_layout(space.precisions, space.optimizer_state_dtype, space.master_weights, space.fp8_param_gather,
                         grad_shard_buffer=space.grad_shard_buffer, shardings=space.sharding,
-                        grad_dtype=space.grad_dtype)  # fmt: skip
+                        grad_dtype=space.grad_dtype, reduce_dtype=space.reduce_dtype)  # fmt: skip
     spaces = [_supported(space, c) for c in clusters]
     considered = rejected_shape = rejected_memory = 0
     candidates: list[tuple[float, int, int, Cluster, Columns[FloatArray], StepArrays[FloatArray], int]] = []

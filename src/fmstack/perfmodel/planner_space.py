@@ -69,6 +69,8 @@ class SearchSpace:
     """Gradients on every row (fixed, not searched; ``--grad-dtype``: TrainConfig.grad_bytes by
     :func:`~fmstack.perfmodel.config.wire_fields`, reduce_bytes per row's precision by
     :func:`~fmstack.perfmodel.config.wire_bytes`)."""
+    reduce_dtype: GradDtype | None = None
+    """FSDP's reduce_dtype on every row under fp32-params (fixed, not searched; ``--reduce-dtype``; None: fp32)."""
 
 
 def _pow2_upto(limit: int) -> list[int]:
@@ -155,7 +157,7 @@ def enumerate_space(model: ModelArch, cluster: Cluster, space: SearchSpace) -> t
     fp8_params = (pr[idx] == PRECISION_CODE["fp8"]) & space.fp8_param_gather
     # the Apex gradient shard on the zero1 rows; left out (None: off everywhere) by default
     grad_shard = (sh[idx] == SHARDING_CODE["zero1"]).astype(np.float64) if space.grad_shard_buffer else None
-    wire = {"grad_bytes": 4, **wire_fields(space.grad_dtype, space.master_weights)}
+    wire = {"grad_bytes": 4, **wire_fields(space.grad_dtype, space.master_weights, space.reduce_dtype)}
     # the gradients' own wire (config.wire_bytes: 2 B under fp16 compute) unless the layout names one (fp32-params)
     fp16 = pr[idx] == PRECISION_CODE["fp16"]
     own = np.where(fp16, wire_bytes("fp16", wire["grad_bytes"]), wire_bytes("bf16", wire["grad_bytes"]))

@@ -75,6 +75,9 @@ class RLConfig:
     grad_dtype: GradDtype = "fp32"
     """The trained models' gradients (``--grad-dtype``): bf16 is NeMo RL's Megatron path (``grad_reduce_in_fp32:
     false`` in ``examples/configs/grpo_math_1B_megatron.yaml``)."""
+    reduce_dtype: GradDtype | None = None
+    """FSDP's reduce_dtype under fp32-params (``--reduce-dtype``; None: fp32, veRL's default ``mixed_precision.
+    reduce_dtype``); refused with any other master (TrainConfig via :func:`~fmstack.perfmodel.config.wire_fields`)."""
     fp8_param_gather: bool = False
     """FP8 parameters (TrainConfig.fp8_param_gather): refused, the trained models compute in bf16."""
     grad_shard_buffer: bool = False
@@ -214,10 +217,17 @@ def check_train_layout(cfg: RLConfig) -> None:
             "grad-dtype", f"{given} keeps the gradients in the fp32 parameters' dtype; bf16 gradients need "
             "--train-sharding zero1 (Megatron grad_reduce_in_fp32=False) or --master-weights fp32",
         )  # fmt: skip
+    if cfg.reduce_dtype is not None and master != "fp32-params":
+        megatron = f"veRL's Megatron backend ({sharding}, fp32 master)"
+        given = f"--master-weights {master}" if cfg.master_weights else megatron
+        raise InputError(
+            "reduce-dtype", f"is FSDP's reduce_dtype under fp32-params (veRL's FSDP backend); the trained models use "
+            f"{given}: give --train-sharding fsdp, or --grad-dtype for Megatron's gradient buffer",
+        )  # fmt: skip
     validate_layout(
         TrainConfig(optimizer_state_dtype=cfg.optimizer_state_dtype, master_weights=master,
                     sharding=sharding,  # type: ignore[arg-type]
-                    grad_shard_buffer=cfg.grad_shard_buffer).with_(**wire_fields(cfg.grad_dtype, master))
+                    grad_shard_buffer=cfg.grad_shard_buffer).with_(**wire_fields(cfg.grad_dtype, master, cfg.reduce_dtype))
     )  # fmt: skip
 
 

@@ -24,7 +24,7 @@ from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.efficiency import EfficiencyFor
 from fmstack.perfmodel.rl import RLConfig, RLEstimate, estimate_rl
-from fmstack.perfmodel.rl_config import check_context, check_critic, train_sharding
+from fmstack.perfmodel.rl_config import check_context, check_critic, train_master_weights, train_sharding
 from fmstack.perfmodel.rl_plan_space import (
     PLACEMENT_KINDS,
     Layout,
@@ -89,7 +89,7 @@ class RLPlan:
 def config_of(base: RLConfig, point: RLPoint) -> RLConfig:
     """``base`` with the point's placement, rollout TP and training layout (sharding by estimate_rl's rules; the
     storage layout's separate gradient shard only where that sharding is zero1, as ``plan train`` applies it; a given
-    fp32-params only where it is FSDP)."""
+    fp32-params, and ``reduce_dtype``, only where it is FSDP)."""
     pl = point.placement
     colocated = pl.placement == "colocated"
     cfg = replace(
@@ -101,7 +101,17 @@ def config_of(base: RLConfig, point: RLPoint) -> RLConfig:
         cfg = replace(cfg, grad_shard_buffer=False)
     if cfg.master_weights == "fp32-params" and train_sharding(cfg) not in ("fsdp", "hsdp"):
         cfg = replace(cfg, master_weights=None)  # FSDP's layout on the FSDP rows; the others keep their backend's
+    if cfg.reduce_dtype is not None and train_master_weights(cfg) != "fp32-params":
+        cfg = replace(cfg, reduce_dtype=None)  # FSDP's reduce_dtype, likewise on the FSDP rows only
     return cfg
+
+
+def checked_base(base: RLConfig) -> RLConfig:
+    """``base`` as ``plan rl`` checks it before searching: FSDP-only layout flags (``--master-weights fp32-params``,
+    ``--reduce-dtype``) apply to the search's FSDP rows (:func:`config_of`), so with no fixed ``--train-sharding``
+    they are checked at train tp = pp = 1, where veRL's FSDP backend runs; a fixed sharding is checked as given."""
+    fsdp_only = base.master_weights == "fp32-params" or base.reduce_dtype is not None
+    return replace(base, train_tp=1, train_pp=1) if fsdp_only and base.train_sharding is None else base
 
 
 def _factor(cluster: Cluster, objective: str) -> float:

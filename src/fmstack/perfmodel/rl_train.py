@@ -70,7 +70,7 @@ def train_step(
              # the trained models' storage layout (check_train_layout has checked it against the sharding)
              "optimizer_state_dtype": cfg.optimizer_state_dtype, "master_weights": train_master_weights(cfg),
              "fp8_param_gather": cfg.fp8_param_gather, "grad_shard_buffer": cfg.grad_shard_buffer,
-             "grad_dtype": cfg.grad_dtype},
+             "grad_dtype": cfg.grad_dtype, "reduce_dtype": cfg.reduce_dtype},
         )  # fmt: skip
         return estimate_training(model, cluster, tc, efficiency=efficiency)
 
