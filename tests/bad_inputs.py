@@ -1350,7 +1350,7 @@ BAD_ARGV += [
 
 # session 18, speculative decoding (helper S)
 _SPEC = ["estimate", "serve", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--input-len", "512",
-         "--output-len", "128", "--concurrency", "1", "--no-simulate"]
+         "--output-len", "128", "--concurrency", "1", "--no-simulate"]  # fmt: skip
 BAD_ARGV += [
     ([*_SPEC, "--speculative", "eagle", "--spec-acceptance", "0.8", "--spec-tokens", "0"],
      "spec-tokens: must be in 1..16, got 0"),

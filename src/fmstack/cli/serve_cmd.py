@@ -23,7 +23,6 @@ from fmstack.cli.common import (
     number_text,
     print_json,
 )
-from fmstack.cli.serve_spec import resolve_spec, spec_options
 from fmstack.cli.serve_checks import check_colocated_flags, check_replicas, check_split, decode_layout
 from fmstack.cli.serve_router import (
     ROUTER_HELP,
@@ -34,6 +33,7 @@ from fmstack.cli.serve_router import (
     prefix_options,
     prefix_workload,
 )
+from fmstack.cli.serve_spec import resolve_spec, spec_options
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import (
     ServeConfig,

@@ -415,7 +415,13 @@ def estimate_serve(
     else:
         run = np.array([float(running)])
         parts_arr = mean_iteration(
-            d, run, isl + osl / 2, new, pctx, iterations_per_request(cfg), cfg.max_num_tokens,
+            d,
+            run,
+            isl + osl / 2,
+            new,
+            pctx,
+            iterations_per_request(cfg),
+            cfg.max_num_tokens,
             open_loop=cfg.request_rate_per_s is not None,
         )
         parts = {k: float(v[0]) for k, v in parts_arr.parts().items()}

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fmstack.catalog.schema import ModelArch
 from fmstack.errors import InputError
@@ -70,7 +71,8 @@ class SpecDecode:
             raise InputError("spec-tokens", f"must be in 1..{MAX_TOKENS}, got {self.tokens}")
         if len(self.acceptance) != self.tokens:
             raise InputError(
-                "spec-acceptance", f"{len(self.acceptance)} values for {self.tokens} draft tokens: give one or {self.tokens}"
+                "spec-acceptance",
+                f"{len(self.acceptance)} values for {self.tokens} draft tokens: give one or {self.tokens}",
             )
         for a in self.acceptance:
             if not (math.isfinite(a) and 0.0 < a <= 1.0):
@@ -93,12 +95,13 @@ def iid_expected_tokens(a: float, k: int) -> float:
     return float(k + 1) if a == 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
 
 
-def draw_tokens(rng: np.random.Generator, acceptance: Sequence[float], n: int) -> np.ndarray:
+def draw_tokens(rng: np.random.Generator, acceptance: Sequence[float], n: int) -> NDArray[np.int64]:
     """Tokens emitted by ``n`` sequences in one iteration: 1 + the run of accepted drafts, each position a Bernoulli
     draw given the earlier ones (one uniform per position and sequence from the run's generator)."""
     u = rng.random((n, len(acceptance)))
     ok = u < np.asarray(acceptance, dtype=np.float64)
-    return 1 + np.cumprod(ok, axis=1).sum(axis=1)
+    out: NDArray[np.int64] = 1 + np.cumprod(ok, axis=1).sum(axis=1).astype(np.int64)
+    return out
 
 
 def draft_model(method: str, target: ModelArch, draft: ModelArch | None) -> ModelArch | None:
@@ -110,7 +113,12 @@ def draft_model(method: str, target: ModelArch, draft: ModelArch | None) -> Mode
     if method == "eagle":
         ffn = target.moe.dense_ffn_hidden_size if target.moe is not None else None
         return target.model_copy(
-            update={"name": f"{target.name}-eagle", "num_layers": 1, "moe": None, "ffn_hidden_size": ffn or target.ffn_hidden_size}
+            update={
+                "name": f"{target.name}-eagle",
+                "num_layers": 1,
+                "moe": None,
+                "ffn_hidden_size": ffn or target.ffn_hidden_size,
+            }
         )
     return draft if method == "draft" else None
 

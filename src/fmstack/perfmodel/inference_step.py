@@ -280,9 +280,7 @@ def step_time(
     )
 
 
-def draft_time(
-    d: Deployment, b: F, ctx: F, p: F, p_ctx: F, p_seqs: F, busiest: RankLoad | None = None
-) -> F:
+def draft_time(d: Deployment, b: F, ctx: F, p: F, p_ctx: F, p_seqs: F, busiest: RankLoad | None = None) -> F:
     """Seconds of the ``k`` draft passes of a speculative iteration: the first runs the iteration's prompt tokens and
     decode sequences through the draft (MTP: the prompt's hidden states feed the module, TensorRT-LLM tech blog 2,
     'MTP Eagle'), the other ``k - 1`` one token per decode sequence; each is the draft's own :func:`step_time` less

@@ -79,7 +79,7 @@ def _system(gpu: str) -> str | None:
 
 def _not_expressible(row: dict[str, str]) -> str:
     """The reason a row cannot be expressed ('' when it can)."""
-    metric, notes, engine = row["metric_name"], row["notes"], row["engine"]
+    metric, engine = row["metric_name"], row["engine"]
     if not row["metric_unit"].startswith(("tokens/s", "ms", "s")):
         return f"a relative or claimed number ({row['metric_unit']}), not a latency or throughput of one configuration"
     if row["model"] not in MODEL_NAMES:
@@ -191,6 +191,7 @@ def check_row(catalog: Catalog, row: dict[str, str]) -> InferenceCheck:
     if mtp is not None:
         # the row's own speculation, with the acceptance any user gets by default (not fitted to the row)
         speculative = make_spec("mtp", catalog.model(MODEL_NAMES[row["model"]]), tokens=int(mtp.group(1)))
+        assert speculative is not None  # "mtp" is a method, never "none"
         assumptions.append(
             f"MTP speculative decoding, {speculative.tokens} draft tokens at fmstack's default acceptance "
             f"{speculative.acceptance[0]} per position (DeepSeek-V3 report sec. 5.4.3): "
