@@ -1349,7 +1349,33 @@ BAD_ARGV += [
 
 
 # session 18, speculative decoding (helper S)
-BAD_ARGV += []  # fmt: skip
+_SPEC = ["estimate", "serve", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--input-len", "512",
+         "--output-len", "128", "--concurrency", "1", "--no-simulate"]  # fmt: skip
+BAD_ARGV += [
+    ([*_SPEC, "--speculative", "eagle", "--spec-acceptance", "0.8", "--spec-tokens", "0"],
+     "spec-tokens: must be in 1..16, got 0"),
+    ([*_SPEC, "--speculative", "eagle", "--spec-acceptance", "0.8", "--spec-tokens", "17"],
+     "spec-tokens: must be in 1..16, got 17"),
+    ([*_SPEC, "--speculative", "eagle", "--spec-acceptance", "1.5"], "spec-acceptance: must be in (0, 1], got 1.5"),
+    ([*_SPEC, "--speculative", "eagle", "--spec-acceptance", "0"], "spec-acceptance: must be in (0, 1], got 0.0"),
+    ([*_SPEC, "--speculative", "eagle", "--spec-acceptance", "nan"], "spec-acceptance: must be in (0, 1], got nan"),
+    ([*_SPEC, "--speculative", "eagle", "--spec-acceptance", "high"], "spec-acceptance: 'high': give a number"),
+    ([*_SPEC, "--speculative", "eagle", "--spec-tokens", "3", "--spec-acceptance", "0.9,0.8"],
+     "spec-acceptance: 2 values for 3 draft tokens"),
+    ([*_SPEC, "--speculative", "eagle"], "spec-acceptance: eagle has no published default acceptance"),
+    ([*_SPEC, "--speculative", "mtp"], "speculative: mtp needs multi-token-prediction modules; llama3.1-8b has none"),
+    ([*_SPEC, "--speculative", "draft", "--spec-acceptance", "0.7"], "draft-model: --speculative draft needs"),
+    ([*_SPEC, "--speculative", "draft", "--spec-acceptance", "0.7", "--draft-model", "no-such-model"],
+     "no-such-model"),
+    ([*_SPEC, "--speculative", "draft", "--spec-acceptance", "0.7", "--draft-model", "llama2-7b"],
+     "draft-model: llama2-7b's vocabulary (32000) differs from llama3.1-8b's"),
+    ([*_SPEC, "--speculative", "ngram", "--spec-acceptance", "0.7", "--draft-model", "llama3-8b"],
+     "draft-model: only with --speculative draft, not ngram"),
+    ([*_SPEC, "--spec-tokens", "3"], "spec-tokens: --spec-tokens needs --speculative"),
+    ([*_SPEC, "--speculative", "warp"], "Invalid value for '--speculative'"),
+    ([*_SPEC, "--speculative", "ngram", "--spec-acceptance", "0.5", "--disagg"],
+     "speculative: speculative decoding is modelled for colocated replicas"),
+]  # fmt: skip
 
 
 # session 18, multi-turn sessions (helper M)

@@ -291,6 +291,9 @@ class ModelArch(Entry):
     mla: MLA | None = None
     published_params_b: float | None = Field(default=None, gt=0)
     published_active_params_b: float | None = Field(default=None, gt=0)
+    num_nextn_predict_layers: int = Field(default=0, ge=0)
+    """Multi-token-prediction modules shipped with the checkpoint (Hugging Face ``num_nextn_predict_layers``;
+    DeepSeek-V3: 1), usable as the draft of MTP speculative decoding; not counted in the parameters."""
 
     @model_validator(mode="after")
     def _heads(self) -> ModelArch:

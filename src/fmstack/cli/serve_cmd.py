@@ -33,6 +33,7 @@ from fmstack.cli.serve_router import (
     prefix_options,
     prefix_workload,
 )
+from fmstack.cli.serve_spec import resolve_spec, spec_options
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import (
     ServeConfig,
@@ -62,6 +63,10 @@ SERVE_EXAMPLE = """Example:
 \b
   fmstack estimate serve --model llama3.1-8b --instance p5.48xlarge --precision fp8 --input-len 4096 \\
       --output-len 256 --qps 16 --replicas 4 --router kv --prefix-groups 16 --prefix-len 3072
+
+\b
+  fmstack estimate serve --model deepseek-v3 --instance p5e.48xlarge --tp 8 --ep 4 --precision fp8 \\
+      --input-len 1024 --output-len 2048 --concurrency 1 --speculative mtp --spec-tokens 3
 """
 
 
@@ -120,6 +125,7 @@ SERVE_EXAMPLE = """Example:
               help="Attention DP in the split's decode pool [--attention-dp].")  # fmt: skip
 @click.option("--ttft-slo", type=float, default=1.0, show_default=True, help="TTFT target for --disagg (s).")
 @click.option("--itl-slo", type=float, default=0.05, show_default=True, help="ITL target for --disagg (s).")
+@spec_options()
 @calibration_options
 @catalog_option
 @json_option
@@ -129,7 +135,8 @@ def serve_cmd(
     decode_tp: int | None, decode_pp: int | None, decode_ep: int | None, decode_attention_dp: bool | None,
     replicas: int, router: str, prefix_groups: int | None, prefix_len: int | None, prefix_zipf: float,
     kv_overlap_weight: float | None, router_temperature: float | None, kv_block_size: int | None,
-    calibration: Path | None, calibration_force: bool, as_json: bool, **options: Any,
+    calibration: Path | None, calibration_force: bool, as_json: bool, speculative: str, spec_tokens: int | None,
+    spec_acceptance: str | None, draft_model: str | None, **options: Any,
 ) -> None:  # fmt: skip
     """Predict TTFT, inter-token latency, throughput, KV cache and the bottleneck of one serving replica; with
     --prefill-replicas P --decode-replicas D --qps R, simulate a disaggregated split of the nodes at R req/s (the
@@ -147,7 +154,11 @@ def serve_cmd(
     efficiency_for = calibration_for(calibration, [cluster], calibration_force)  # a split's nodes: the same GPU
     efficiency = None if efficiency_for is None else efficiency_for(cluster)
     values: dict[str, Any] = {k: (v.lower() if isinstance(v, str) else v) for k, v in options.items()}
-    cfg = ServeConfig(**values)
+    spec = resolve_spec(speculative, arch, spec_tokens, spec_acceptance, draft_model, cat)
+    cfg = ServeConfig(**values, speculative=spec)
+    if spec is not None and (disagg or prefill_replicas is not None or decode_replicas is not None):
+        raise InputError("speculative", "speculative decoding is modelled for colocated replicas; drop --disagg / "
+                         "--prefill-replicas / --decode-replicas")  # fmt: skip
     decode_cfg = decode_layout(cfg, arch, cluster, (decode_tp, decode_pp, decode_ep, decode_attention_dp),
                                 prefill_replicas)  # fmt: skip
     split = check_split(prefill_replicas, decode_replicas, cfg, cluster, nodes, decode_cfg)
@@ -310,6 +321,16 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
             parts.add_row(name, f"{value * 1e3:.2f}", f"{100 * value / total:5.1f} %")
     out.print(parts)
     out.print(f"bottleneck: [bold]{est.bottleneck}[/]")
+    if est.speculative is not None:
+        sp = est.speculative
+        acc = ", ".join(f"{a:g}" for a in sorted(set(sp["acceptance"]), key=sp["acceptance"].index))
+        out.print(
+            f"speculative decoding: {sp['method']}, {sp['tokens']} draft tokens, acceptance {acc}: "
+            f"{sp['mean_tokens_per_step']:.2f} tokens per iteration; speed-up vs without: x{sp['speedup_per_user']:.2f} "
+            f"per user (ITL {sp['itl_s_without'] * 1e3:.2f} -> {est.itl_s * 1e3:.2f} ms), "
+            f"x{sp['speedup_output_tokens_per_s']:.2f} output tokens/s",
+            markup=False,
+        )
     for key in ("analytic_note", "simulation_note"):
         if key in data:
             out.print(data[key], markup=False)

@@ -19,7 +19,7 @@ KV reads. Above the memory limit ``max_concurrency`` the extra clients queue. Th
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -35,11 +35,14 @@ from fmstack.perfmodel.inference_kv import (
     ServeMemory,
     check_tp,
     kv_bytes_per_token,
+    kv_split,
     serve_memory,
+    weight_bytes_per_gpu,
 )
 from fmstack.perfmodel.inference_mixture import PK_CUTOFF as PK_CUTOFF  # re-exported: the mixture's home
 from fmstack.perfmodel.inference_mixture import budget_running, own_prompt_time
 from fmstack.perfmodel.inference_mixture import mean_iteration as mean_iteration
+from fmstack.perfmodel.inference_speculative import SpecDecode
 from fmstack.perfmodel.inference_step import Deployment, bottleneck, step_time
 
 F = NDArray[np.float64]
@@ -86,6 +89,9 @@ class ServeConfig:
     """Sequences generated from one prompt together (vLLM ``SamplingParams.n``, SGLang ``n``; an RL rollout's
     samples): they share the prompt's full KV blocks (:meth:`fmstack.perfmodel.inference_kv.ServeMemory.
     max_concurrency`). 1: independent requests, each holding its own prompt (``estimate serve``)."""
+    speculative: SpecDecode | None = None
+    """Speculative decoding (None: off): a decode iteration emits ``speculative.mean_tokens_per_step`` tokens per
+    sequence on average (:mod:`fmstack.perfmodel.inference_speculative`)."""
 
     @property
     def kv(self) -> str:
@@ -147,7 +153,7 @@ def deployment(
     return Deployment(
         model=model, cluster=cluster, efficiency=efficiency or default_efficiency(cluster.gpu), tp=cfg.tp,
         pp=cfg.pp, ep=cfg.ep, precision=cfg.precision, kv_dtype=cfg.kv, attention_dp=cfg.attention_dp,
-        gqa_kv_sharing=cfg.gqa_kv_sharing, attention_precision=cfg.attention_precision,
+        gqa_kv_sharing=cfg.gqa_kv_sharing, attention_precision=cfg.attention_precision, spec=cfg.speculative,
     )  # fmt: skip
 
 
@@ -159,9 +165,24 @@ def deployment_for(
 
 
 def memory_of(d: Deployment, kv_memory_fraction: float = DEFAULT_KV_MEMORY_FRACTION) -> ServeMemory:
+    """Weights, reserve and KV pool per GPU; a speculative draft adds its weights (MTP and EAGLE share the
+    target's embedding and LM head: not counted again) and its own KV cache per token (the MTP module's layer)."""
+    extra_w, extra_kv = 0.0, 0.0
+    dd = d.draft_deploy
+    if dd is not None and d.spec is not None:
+        dmc = dd.mc
+        w = weight_bytes_per_gpu(
+            dmc, dd.precision, dd.tp, 1, dd.attention_dp, attention_precision=dd.attention_precision,
+            attention_params=dd.attention_linear_params,
+        )  # fmt: skip
+        if d.spec.method in ("mtp", "eagle"):
+            w -= dmc.params_embedding * 2.0 / (1 if dd.attention_dp else dd.tp)
+        extra_w = w / 2**30
+        extra_kv = kv_bytes_per_token(dd.model, KV_BYTES[d.kv_dtype]) / kv_split(dd.model, dd.attn_split)
     return serve_memory(
         d.model, d.mc, hbm_gib=d.cluster.gpu.hbm_gib, tp=d.tp, pp=d.pp, precision=d.precision, kv_dtype=d.kv_dtype,
         kv_memory_fraction=kv_memory_fraction, attention_dp=d.attention_dp, attention_precision=d.attention_precision,
+        extra_weights_gib=extra_w, extra_kv_bytes_per_token_gpu=extra_kv,
     )  # fmt: skip
 
 
@@ -197,7 +218,20 @@ def running_limit(d: Deployment, cfg: ServeConfig) -> float:
     if cfg.scheduler != "continuous":
         return limit
     new = cfg.input_len - math.floor(cfg.prefix_hit_rate * cfg.input_len)
-    return min(limit, max(1.0, budget_running(d, float(new), float(cfg.output_len), cfg.max_num_tokens)))
+    return min(limit, max(1.0, budget_running(d, float(new), iterations_per_request(cfg), cfg.max_num_tokens)))
+
+
+def tokens_per_step(cfg: ServeConfig) -> float:
+    """Mean output tokens a decode iteration emits per sequence: 1, or speculative decoding's expectation."""
+    return 1.0 if cfg.speculative is None else cfg.speculative.mean_tokens_per_step
+
+
+def iterations_per_request(cfg: ServeConfig) -> float:
+    """Iterations a request runs: its prompt's (which emits the first token), then ``(output_len - 1) / E`` decode
+    iterations of ``E`` = :func:`tokens_per_step` tokens (``output_len`` without speculation; the last iteration's
+    cap at the remaining tokens is left out: a renewal mean)."""
+    osl = float(cfg.output_len)
+    return osl if cfg.speculative is None else 1.0 + (osl - 1.0) / tokens_per_step(cfg)
 
 
 def prefill_ctx(n: float, hit: float) -> float:
@@ -232,28 +266,30 @@ def serve_curve(d: Deployment, cfg: ServeConfig, concurrency: ArrayLike) -> Curv
     c = np.minimum(clients, running_limit(d, cfg))
     pctx = prefill_ctx(isl, hit)
     ctx = isl + osl / 2.0
+    per_step = tokens_per_step(cfg)
+    iters = iterations_per_request(cfg)  # osl without speculation
     if cfg.scheduler == "static":
         prefill = step_time(d, 0.0, 0.0, c * new, c * pctx, c).total_s
         decode = step_time(d, c, ctx, 0.0, 0.0, 0.0).total_s
         ttft = prefill
-        latency = prefill + (osl - 1.0) * decode
-        itl = decode
+        latency = prefill + (iters - 1.0) * decode
+        itl = decode / per_step
     else:
         # attention DP: a closed loop of same-length requests started together (trtllm-bench, bench_serving) keeps
         # the ranks in step, every rank admits a prompt in the same iterations, so the busiest rank is the mean
         # one; open-loop (Poisson) arrivals are unsynchronised: price the busiest rank (docs/inference.md)
         open_loop = cfg.request_rate_per_s is not None
         mnt = cfg.max_num_tokens
-        mean_iter = mean_iteration(d, c, ctx, new, pctx, osl, mnt, open_loop=open_loop).total_s
+        mean_iter = mean_iteration(d, c, ctx, new, pctx, iters, mnt, open_loop=open_loop).total_s
         others = np.maximum(c - 1.0, 0.0)
         # TTFT = the iteration in progress when the request arrives (vLLM schedules a new request at the next step)
         # + the iteration(s) holding its prompt, which also hold the prompts that arrived with it (others / osl)
-        in_progress = mean_iteration(d, others, ctx, new, pctx, osl, mnt, open_loop=open_loop).total_s
+        in_progress = mean_iteration(d, others, ctx, new, pctx, iters, mnt, open_loop=open_loop).total_s
         wait = np.where(c > 1.0, in_progress, 0.0) * (0.5 if open_loop else 1.0)
         # size-biased: the iteration that carries this request's prompt, with the others that arrived with it
-        own = own_prompt_time(d, c, ctx, new, pctx, osl, mnt, open_loop=open_loop)
+        own = own_prompt_time(d, c, ctx, new, pctx, iters, mnt, open_loop=open_loop)
         ttft = wait + own
-        latency = np.maximum(osl * mean_iter, ttft)
+        latency = np.maximum(iters * mean_iter, ttft)
         itl = (latency - ttft) / (osl - 1.0) if osl > 1 else np.zeros_like(c)
     rps = c / latency
     # closed loop beyond the limit: each client waits for a free slot, throughput stays at the limit's
@@ -273,7 +309,8 @@ def static_parts(d: Deployment, cfg: ServeConfig, batch: float) -> dict[str, flo
     pctx = prefill_ctx(isl, cfg.prefix_hit_rate)
     prefill = step_time(d, 0.0, 0.0, batch * new, batch * pctx, batch).parts()
     decode = step_time(d, batch, isl + osl / 2.0, 0.0, 0.0, 0.0).parts()
-    return {k: (float(prefill[k]) + (osl - 1.0) * float(decode[k])) / osl for k in prefill}
+    steps = iterations_per_request(cfg) - 1.0  # decode iterations (osl - 1 without speculation)
+    return {k: (float(prefill[k]) + steps * float(decode[k])) / osl for k in prefill}
 
 
 def concurrency_for_rate(d: Deployment, cfg: ServeConfig, rate_per_s: float) -> float:
@@ -344,10 +381,14 @@ class ServeEstimate:
     simulated: dict[str, float] | None = None
     """The same simulation's means and throughput (``ttft_mean_s_sim``, ...; None when not simulated): the
     analytic ``ttft_s`` etc. are a mean-field model, the percentiles come from the simulation."""
+    speculative: dict[str, Any] | None = None
+    """Speculative decoding (None: off): method, tokens, acceptance, ``mean_tokens_per_step`` and the speed-up
+    against the same deployment and load without it (:func:`speculative_summary`)."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["config"] = asdict(self.config) | {"kv_dtype": self.config.kv}
+        data["config"]["speculative"] = None if self.config.speculative is None else self.config.speculative.method
         data.update(data.pop("percentiles") or {})
         data.update(data.pop("simulated") or {})
         return data
@@ -374,7 +415,14 @@ def estimate_serve(
     else:
         run = np.array([float(running)])
         parts_arr = mean_iteration(
-            d, run, isl + osl / 2, new, pctx, osl, cfg.max_num_tokens, open_loop=cfg.request_rate_per_s is not None
+            d,
+            run,
+            isl + osl / 2,
+            new,
+            pctx,
+            iterations_per_request(cfg),
+            cfg.max_num_tokens,
+            open_loop=cfg.request_rate_per_s is not None,
         )
         parts = {k: float(v[0]) for k, v in parts_arr.parts().items()}
     link = f"NVLink ({cluster.scale_up.name})" if cluster.scale_up is not None else cluster.scale_out.name
@@ -392,8 +440,31 @@ def estimate_serve(
         kv_cache_gib=running * _kv_tokens_per_seq(cfg, mem.block_tokens) * mem.kv_bytes_per_token_gpu * holders / 2**30,
         kv_pool_gib=mem.kv_pool_gib * d.num_gpus,
         weights_gib_per_gpu=mem.weights_gib, kv_bytes_per_token=kv_tok, bottleneck=bottleneck(parts, link),
-        iteration_parts_s=parts,
+        iteration_parts_s=parts, speculative=speculative_summary(model, cluster, cfg, efficiency, clients, curve),
     )  # fmt: skip
+
+
+def speculative_summary(
+    model: ModelArch, cluster: Cluster, cfg: ServeConfig, efficiency: Efficiency | None, clients: float, curve: Curve
+) -> dict[str, Any] | None:
+    """The speculation and its speed-up at ``clients`` against the same deployment without it: per user (the
+    inter-token latency's ratio, off / on) and in output tokens/s (on / off; closed loop: the same clients). None
+    without speculation. The baseline holds no draft, so its KV pool (and its concurrency limit) is a little larger."""
+    spec = cfg.speculative
+    if spec is None:
+        return None
+    base_cfg = replace(cfg, speculative=None)
+    d0 = deployment(model, cluster, base_cfg, efficiency)
+    base = serve_curve(d0, base_cfg, np.array([clients], dtype=np.float64))
+    itl, itl0 = float(curve.itl_s[0]), float(base.itl_s[0])
+    return {
+        "method": spec.method, "tokens": spec.tokens, "acceptance": list(spec.acceptance),
+        "draft_model": spec.draft.name if spec.draft is not None else None,
+        "mean_tokens_per_step": spec.mean_tokens_per_step,
+        "itl_s_without": itl0, "output_tokens_per_s_without": float(base.output_tokens_per_s[0]),
+        "speedup_per_user": itl0 / itl if itl > 0 else float("nan"),
+        "speedup_output_tokens_per_s": float(curve.output_tokens_per_s[0] / base.output_tokens_per_s[0]),
+    }  # fmt: skip
 
 
 def _kv_tokens_per_seq(cfg: ServeConfig, block_tokens: int) -> float:

@@ -15,7 +15,8 @@ from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.collectives import GroupPlacement, collective_time_s
 from fmstack.perfmodel.efficiency import Efficiency
-from fmstack.perfmodel.inference_kv import KV_BYTES, WEIGHT_BYTES, kv_split
+from fmstack.perfmodel.inference_kv import KV_BYTES, WEIGHT_BYTES, check_tp, kv_split
+from fmstack.perfmodel.inference_speculative import SpecDecode
 from fmstack.perfmodel.modelconsts import ModelConsts, model_consts
 
 F = NDArray[np.float64]
@@ -43,6 +44,13 @@ class Deployment:
     gqa_kv_sharing: bool = True
     """Decode attention reads each KV head once for its whole query-head group (False: once per query head,
     as TensorRT-LLM's masked-MHA kernel before v0.7 did)."""
+    spec: SpecDecode | None = None
+    """Speculative decoding (None: one token per sequence and iteration); a decode iteration then verifies
+    ``spec.tokens + 1`` tokens per sequence after ``spec.tokens`` draft passes (:mod:`fmstack.perfmodel.
+    inference_speculative`)."""
+    draft_deploy: Deployment | None = field(init=False)
+    """The draft model on the same GPUs (its own TP, EP only for an MoE draft, one pipeline stage); None without a
+    draft model (no speculation, or n-gram lookup)."""
     mc: ModelConsts = field(init=False)
     attention_linear_params: float = field(init=False)
     """Weights of every attention block's projections (all layers)."""
@@ -84,6 +92,23 @@ class Deployment:
             except InputError as exc:
                 raise InputError("attention-precision", exc.message) from None
         object.__setattr__(self, "comm_tables", _comm_tables(self))  # after the checks: it needs valid degrees
+        object.__setattr__(self, "draft_deploy", self._draft())
+
+    def _draft(self) -> Deployment | None:
+        draft = self.spec.draft if self.spec is not None else None
+        if draft is None:
+            return None
+        try:
+            check_tp(draft, self.tp, self.cluster.gpus_per_domain)
+        except InputError as e:
+            raise InputError("draft-model", f"the draft runs on the target's tp({self.tp}) GPUs: {e.message}") from e
+        moe = draft.moe is not None
+        ep = self.ep if moe and draft.moe is not None and draft.moe.num_experts % self.ep == 0 else 1
+        return Deployment(
+            model=draft, cluster=self.cluster, efficiency=self.efficiency, tp=self.tp, pp=1, ep=ep,
+            precision=self.precision, kv_dtype=self.kv_dtype, attention_dp=self.attention_dp and moe and ep == self.tp,
+            attention_precision=self.attention_precision, gqa_kv_sharing=self.gqa_kv_sharing,
+        )  # fmt: skip
 
     @property
     def num_gpus(self) -> int:

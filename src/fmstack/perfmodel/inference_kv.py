@@ -141,19 +141,24 @@ def serve_memory(
     reserve_gib: float = DEFAULT_RESERVE_GIB,
     attention_dp: bool = False,
     attention_precision: str | None = None,
+    extra_weights_gib: float = 0.0,
+    extra_kv_bytes_per_token_gpu: float = 0.0,
 ) -> ServeMemory:
     """Weights, reserve and KV pool per GPU; the pool's capacity in tokens (paged blocks). Under attention
     data parallelism each of the ``tp`` GPUs caches whole tokens of its own sequences, so the replica holds
-    ``tp`` times one GPU's tokens."""
+    ``tp`` times one GPU's tokens. ``extra_weights_gib`` and ``extra_kv_bytes_per_token_gpu``: a speculative
+    draft's weights and KV cache per GPU (:func:`fmstack.perfmodel.inference.memory_of`)."""
     attn = float(model.num_layers * attention_params(model))
     weights = (
         weight_bytes_per_gpu(
             mc, precision, tp, pp, attention_dp, attention_precision=attention_precision, attention_params=attn
         )
         / GIB
+        + extra_weights_gib
     )
     pool = max(0.0, hbm_gib - weights - reserve_gib) * kv_memory_fraction
     per_tok = kv_bytes_per_token(model, KV_BYTES[kv_dtype]) / kv_split(model, 1 if attention_dp else tp) / pp
+    per_tok += extra_kv_bytes_per_token_gpu
     tokens = int(pool * GIB // per_tok) // block_tokens * block_tokens * (tp if attention_dp else 1)
     return ServeMemory(
         weights_gib=weights,

@@ -56,6 +56,7 @@ from fmstack.perfmodel.inference_sim_prefix import (
     publish_prefix,
     release_tokens,
 )
+from fmstack.perfmodel.inference_speculative import draw_tokens
 from fmstack.perfmodel.inference_step import Deployment, step_time
 
 __all__ = ["PERCENTILES", "ROUTERS", "BatchingSim", "SimConfig", "SimResult", "simulate"]
@@ -68,7 +69,7 @@ class BatchingSim(AttentionDP):
         self, d: Deployment, cfg: ServeConfig, sim: SimConfig, *, skip_ahead: bool = True, chunk_stretches: bool = True
     ) -> None:
         self.d, self.cfg, self.sim = d, cfg, sim
-        self._skip_ahead = skip_ahead
+        self._skip_ahead = skip_ahead and d.spec is None  # a speculative iteration's tokens are drawn one by one
         """Price a stretch of iterations whose batch does not change with one vectorised ``step_time`` call and jump
         the clock to its end (:meth:`_decode_stretch`, :meth:`_chunk_stretch`); False: one iteration at a time (the
         same results, slower; for tests and benchmarks)."""
@@ -124,6 +125,10 @@ class BatchingSim(AttentionDP):
         self.prefix_len = 0
         self.finished = 0
         """Requests completed."""
+        self.spec_steps = 0
+        """Decode steps of a sequence (one sequence in one iteration)."""
+        self.spec_tokens = 0
+        """Tokens those steps emitted (= ``spec_steps`` without speculative decoding)."""
         self.busy_s = 0.0
         """Seconds with an iteration in progress."""
         self._busy_since_s = 0.0
@@ -330,11 +335,18 @@ class BatchingSim(AttentionDP):
                     free = self._rank_kv_free[k] if self.ranks > 1 else self._kv_tokens_free
                     publish_prefix(self.prefix_caches[k], req, self.prefix_len, free)
                 self._maybe_done(req)
-        for r in decode:
+        spec = self.d.spec
+        drawn = draw_tokens(self.rng, spec.acceptance, len(decode)) if spec is not None and decode else None
+        for i, r in enumerate(decode):
             req = self._requests[r]
-            req.gaps_s.append(now - req.last_token_s)
-            req.generated += 1
+            # speculative decoding: 1 + the accepted drafts, capped at the tokens left; each token's gap is the
+            # iteration's share (the TPOT definition: (latency - TTFT) / (output - 1) is unchanged by the split)
+            n = 1 if drawn is None else min(int(drawn[i]), req.output_len - req.generated)
+            req.gaps_s.extend([(now - req.last_token_s) / n] * n)
+            req.generated += n
             req.last_token_s = now
+            self.spec_steps += 1
+            self.spec_tokens += n
             self._maybe_done(req)
         self._busy = False
 

@@ -88,6 +88,8 @@ class StepParts:
     elementwise_s: F
     moe_fixed_s: F
     """Fixed time of the MoE layers' modules (``MOE_LAYER_FIXED_S`` each)."""
+    draft_s: F
+    """Speculative decoding's draft passes (the draft model's own iterations, without their scheduler overhead)."""
     tp_comm_s: F
     ep_comm_s: F
     pp_comm_s: F
@@ -102,6 +104,7 @@ class StepParts:
             "kv_cache_reads": self.kv_read_s,
             "elementwise": self.elementwise_s,
             "moe_layer_fixed": self.moe_fixed_s,
+            "speculative_draft": self.draft_s,
             "tp_all_reduce": self.tp_comm_s,
             "ep_all_to_all": self.ep_comm_s,
             "pp_send_recv": self.pp_comm_s,
@@ -126,9 +129,14 @@ def step_time(
     busiest rank (None: every rank carries ``1/tp`` of each total). The iteration ends at the MoE exchange,
     a barrier, so it takes the busiest rank's time: the non-expert layers, attention, the KV cache and the
     exchange run that rank's own tokens, the routed experts the tokens of all ranks (TensorRT-LLM tech blog 10,
-    'ADP Balance Strategy': "the iteration time is dominated by the slowest rank")."""
+    'ADP Balance Strategy': "the iteration time is dominated by the slowest rank").
+
+    Speculative decoding (``d.spec``): each decode sequence verifies ``k + 1`` tokens (the linear layers, the MoE
+    routing, the LM head and the collectives see ``k + 1`` rows per sequence; attention reads the sequence's KV
+    cache once for its ``k + 1`` queries) after ``k`` draft passes of the draft model (:func:`draft_time`)."""
     mc, gpu, eff = d.mc, d.cluster.gpu, d.efficiency
     b, ctx = _f(decode_seqs), _f(decode_ctx)
+    q = 1.0 if d.spec is None else d.spec.tokens + 1.0  # tokens per decode sequence
     p, p_ctx, p_seqs = _f(prefill_tokens), _f(prefill_token_ctx), _f(prefill_seqs)
     tp, pp = float(d.tp), float(d.pp)
     ta = float(d.attn_split)
@@ -138,6 +146,7 @@ def step_time(
     else:
         rb, rctx = _f(busiest.decode_seqs), _f(busiest.decode_ctx)
         rp, rp_ctx, rp_seqs = _f(busiest.prefill_tokens), _f(busiest.prefill_token_ctx), _f(busiest.prefill_seqs)
+    bq, rbq = (b, rb) if d.spec is None else (b * q, rb * q)  # decode tokens (all ranks, the busiest rank)
     hbm = gpu.hbm_bw_gbps * 1e9 * eff.memory
     expert_hbm = gpu.hbm_bw_gbps * 1e9 * eff.expert_memory  # grouped GEMMs read weights slower (measured, B200)
     peak = d.peak_linear_flops()
@@ -151,11 +160,11 @@ def step_time(
     # every stage waits for the largest micro-batch, the one with a whole prompt when there are fewer prompts
     # than micro-batches: its share of the prompts (1 with pp = 1)
     pf = 1.0 / np.clip(rp_seqs, 1.0, mb) if d.pp != 1 else 1.0
-    tok = b / mb + p * pf  # tokens of that micro-batch (all ranks)
+    tok = bq / mb + p * pf  # tokens of that micro-batch (all ranks)
     # the busiest rank's tokens; attention DP: each GPU runs its own tokens through full non-expert layers (the
     # mean rank the same FLOPs per GPU as TP); otherwise every rank holds all tokens and TP splits the layers
-    rtok = rb / mb + rp * pf
-    head_tok = rb / mb + rp_seqs * pf
+    rtok = rbq / mb + rp * pf
+    head_tok = rbq / mb + rp_seqs * pf
 
     # linear layers, per operator group (roofline each): the non-expert layers (attention projections in
     # ``attention_precision``, the rest in ``precision``, the LM head in bf16) and the routed experts, whose grouped
@@ -207,7 +216,7 @@ def step_time(
     core = mc.fwd_core_per_token_per_ctx / mc.layers * layers / tp
     kv_tok = kv_bytes_per_token(d.model, KV_BYTES[d.kv_dtype]) / mc.layers * layers / kv_split(d.model, d.attn_split)
     kv_read = kv_tok * kv_read_factor(d)
-    dec_flops = (rb * dp / mb) * rctx * decode_core_per_ctx(d) * layers
+    dec_flops = (rbq * dp / mb) * rctx * decode_core_per_ctx(d) * layers
     dec_bytes = (rb / mb) * rctx * kv_read + rtok * kv_tok  # read the cache, write the new tokens' K and V
     dec_compute = dec_flops / peak_attn
     dec_mem = dec_bytes / hbm
@@ -246,6 +255,7 @@ def step_time(
         "kv": np.where(dec_compute >= dec_mem, 0.0, dec_mem),
         "elementwise": elementwise,
         "moe_fixed": moe_fixed,
+        "draft": draft_time(d, b, ctx, p, p_ctx, p_seqs, busiest) / pp if d.spec is not None else np.zeros_like(tok),
         "tp": tp_comm,
         "ep": ep_comm,
         "pp": pp_comm,
@@ -261,12 +271,30 @@ def step_time(
         kv_read_s=scaled["kv"],
         elementwise_s=scaled["elementwise"],
         moe_fixed_s=scaled["moe_fixed"],
+        draft_s=scaled["draft"],
         tp_comm_s=scaled["tp"],
         ep_comm_s=scaled["ep"],
         pp_comm_s=scaled["pp"],
         overhead_s=scaled["overhead"],
         total_s=total,
     )
+
+
+def draft_time(d: Deployment, b: F, ctx: F, p: F, p_ctx: F, p_seqs: F, busiest: RankLoad | None = None) -> F:
+    """Seconds of the ``k`` draft passes of a speculative iteration: the first runs the iteration's prompt tokens and
+    decode sequences through the draft (MTP: the prompt's hidden states feed the module, TensorRT-LLM tech blog 2,
+    'MTP Eagle'), the other ``k - 1`` one token per decode sequence; each is the draft's own :func:`step_time` less
+    ``ITERATION_OVERHEAD_S`` (one scheduler pass: the drafts run inside the target's iteration). No draft model
+    (n-gram lookup): no GPU time."""
+    dd, spec = d.draft_deploy, d.spec
+    if dd is None or spec is None:
+        return np.zeros(np.broadcast(b, p).shape)
+    first = step_time(dd, b, ctx, p, p_ctx, p_seqs, busiest=busiest).total_s - ITERATION_OVERHEAD_S
+    if spec.tokens == 1:
+        return np.asarray(first, dtype=np.float64)
+    decode_only = None if busiest is None else RankLoad(decode_seqs=busiest.decode_seqs, decode_ctx=busiest.decode_ctx)
+    rest = step_time(dd, b, ctx, busiest=decode_only).total_s - ITERATION_OVERHEAD_S
+    return np.asarray(first + (spec.tokens - 1) * rest, dtype=np.float64)
 
 
 BOTTLENECK_LABELS = {
@@ -276,6 +304,7 @@ BOTTLENECK_LABELS = {
     "kv_cache_reads": "HBM bandwidth reading the KV cache",
     "elementwise": "memory-bound elementwise kernels",
     "moe_layer_fixed": "fixed latency of the MoE layers' router, top-k and grouped-GEMM kernels",
+    "speculative_draft": "speculative decoding's draft passes",
     "tp_all_reduce": "tensor-parallel all-reduce on {link}",
     "ep_all_to_all": "expert-parallel all-to-all on {link}",
     "pp_send_recv": "pipeline send/recv on {link}",

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from fmstack.catalog.topology import build_cluster
 from fmstack.perfmodel.inference import ServeConfig, estimate_serve
+from fmstack.perfmodel.inference_speculative import make_spec
 
 if TYPE_CHECKING:
     from fmstack.catalog.loader import Catalog
@@ -36,7 +37,7 @@ MODEL_NAMES = {
     "DeepSeek-R1 (MoE)": "deepseek-v3", "DeepSeek-R1-0528 (MoE)": "deepseek-v3",
 }  # fmt: skip
 """Published names -> zoo names (Llama 3.3 70B has Llama 3.1 70B's architecture, DeepSeek-R1 DeepSeek-V3's)."""
-METRICS = {"output_throughput_total", "output_throughput_per_gpu", "ttft", "tpot"}
+METRICS = {"output_throughput_total", "output_throughput_per_gpu", "output_throughput_per_user", "ttft", "tpot"}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -78,11 +79,9 @@ def _system(gpu: str) -> str | None:
 
 def _not_expressible(row: dict[str, str]) -> str:
     """The reason a row cannot be expressed ('' when it can)."""
-    metric, notes, engine = row["metric_name"], row["notes"], row["engine"]
+    metric, engine = row["metric_name"], row["engine"]
     if not row["metric_unit"].startswith(("tokens/s", "ms", "s")):
         return f"a relative or claimed number ({row['metric_unit']}), not a latency or throughput of one configuration"
-    if "MTP" in notes or "speculative" in notes.lower():
-        return "multi-token-prediction speculative decoding is not modelled"
     if row["model"] not in MODEL_NAMES:
         return f"model {row['model']!r} is not in the model zoo"
     if _system(row["gpu"]) is None:
@@ -187,8 +186,19 @@ def check_row(catalog: Catalog, row: dict[str, str]) -> InferenceCheck:
         assumptions.append("max load: concurrency = sequences the KV cache holds")
     else:
         concurrency = int(re.findall(r"\d+", load)[0])
+    speculative = None
+    mtp = re.search(r"MTP[^)]*?\((\d+) (?:next-n )?layers\)", row["notes"])
+    if mtp is not None:
+        # the row's own speculation, with the acceptance any user gets by default (not fitted to the row)
+        speculative = make_spec("mtp", catalog.model(MODEL_NAMES[row["model"]]), tokens=int(mtp.group(1)))
+        assert speculative is not None  # "mtp" is a method, never "none"
+        assumptions.append(
+            f"MTP speculative decoding, {speculative.tokens} draft tokens at fmstack's default acceptance "
+            f"{speculative.acceptance[0]} per position (DeepSeek-V3 report sec. 5.4.3): "
+            f"{speculative.mean_tokens_per_step:.2f} tokens per iteration"
+        )
     cfg = ServeConfig(
-        tp=tp, pp=pp, ep=ep, precision=precision, kv_dtype=kv_dtype, input_len=int(row["input_len"]), output_len=int(row["output_len"]),
+        speculative=speculative, tp=tp, pp=pp, ep=ep, precision=precision, kv_dtype=kv_dtype, input_len=int(row["input_len"]), output_len=int(row["output_len"]),
         concurrency=concurrency, scheduler="static" if static else "continuous", attention_dp=attention_dp,
         attention_precision=ckpt_fields.get("attention_precision"), **engine_fields,
     )  # fmt: skip
@@ -201,6 +211,8 @@ def check_row(catalog: Catalog, row: dict[str, str]) -> InferenceCheck:
         "output_throughput_per_gpu": est.output_tokens_per_s_per_gpu,
         "ttft": est.ttft_s * 1e3,
         "tpot": est.itl_s * 1e3,
+        # trtllm-bench: the mean over requests of each one's output tokens / its end-to-end latency
+        "output_throughput_per_user": cfg.output_len / est.latency_s,
     }[metric]
     err = 100.0 * (predicted - measured) / measured if measured else None
     return InferenceCheck(
@@ -208,6 +220,7 @@ def check_row(catalog: Catalog, row: dict[str, str]) -> InferenceCheck:
         in_scope=True, bottleneck=est.bottleneck, assumptions=assumptions,
         config=f"tp {tp} pp {pp} ep {ep}{' attention-dp' if attention_dp else ''} {precision}{f' ({cfg.attention_precision} attention)' if cfg.attention_precision else ''}/{cfg.kv} kv, "
         f"{cfg.input_len}/{cfg.output_len}, {'static ' if static else ''}batch {est.running}"
+        f"{f', {speculative.method} k={speculative.tokens}' if speculative is not None else ''}"
         f"{'' if cfg.gqa_kv_sharing or arch.num_kv_heads == arch.num_heads else ', KV read per query head'}",
     )  # fmt: skip
 
