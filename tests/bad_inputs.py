@@ -1394,3 +1394,7 @@ BAD_ARGV += [
     (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--sharding", "fsdp",
       "--master-weights", "fp32-params", "--reduce-dtype", "fp16"], "Invalid value for '--reduce-dtype'"),
 ]  # fmt: skip
+
+
+# session 18, speculative decoding in plan serve (helper T)
+BAD_ARGV += []  # fmt: skip
