@@ -193,3 +193,22 @@ def test_session_workload_checks() -> None:
         check_context(SessionWorkload(turns=4), 512, 256, 4 * 768 - 1)
     with pytest.raises(InputError, match="router: must be one of"):
         SimConfig(request_rate_per_s=1.0, router="session")
+
+
+def test_small_pool_evicts_and_gives_every_token_back() -> None:
+    """Llama 3.1 70B bf16 on TP 2 leaves a KV pool of 58,368 tokens a replica: 8-turn sessions of up to 6,144 tokens
+    evict histories (some later turns on their last turn's replica miss), and at the end every replica's pool is
+    whole again: its free part the pool, no history referenced, the cached ones inside the free part."""
+    cat = load_catalog()
+    cfg = ServeConfig(input_len=512, output_len=256, precision="bf16", tp=2)
+    d = deployment(cat.model("llama3.1-70b"), build_cluster(cat, "p5.48xlarge", 1, part_of_domain=True), cfg)
+    sim = SimConfig(request_rate_per_s=1.0, replicas=2, router="session", num_requests=1200, warmup_requests=0,
+                    length_spread=0.3, sessions=SessionWorkload(turns=8, think_time_s=5.0))  # fmt: skip
+    run = run_sessions(d, cfg, sim)
+    later, followed = _followed(run)
+    assert len(followed) == len(later)
+    assert sum(not q.prefix_hit for q in followed) > 0
+    for rep in run.replicas:
+        (c,) = rep.prefix_caches
+        assert rep._kv_tokens_free == rep.kv_pool_tokens == 58_368
+        assert c.pinned_tokens == 0 and 0 < c.tokens <= rep.kv_pool_tokens
