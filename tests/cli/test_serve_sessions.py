@@ -48,6 +48,7 @@ def test_sessions_block_and_text() -> None:
     assert (data["router"], s["turns"], s["think_time_s"], s["hit_rate_later_turns"]) == ("session", 4, 2.0, 1.0)
     assert [b["mean_prompt_tokens"] for b in s["by_turn"]] == [512.0, 1280.0, 2048.0, 2816.0]
     assert [b["token_hit_rate"] for b in s["by_turn"]] == [0.0, 768 / 1280, 1536 / 2048, 2304 / 2816]
+    assert [b["hit_rate"] for b in s["by_turn"]] == [0.0, 1.0, 1.0, 1.0]
     for key in ("ttft_p50_s_first_turn", "ttft_p99_s_first_turn", "ttft_p50_s_later_turns", "ttft_p99_s_later_turns",
                 "token_hit_rate_later_turns", "mean_prompt_tokens", "requests_measured"):  # fmt: skip
         assert key in s

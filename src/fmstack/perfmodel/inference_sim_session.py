@@ -188,7 +188,7 @@ def _pct(x: list[float]) -> dict[int, float]:
 def session_stats(measured: list[SimRequest], spec: SessionWorkload) -> dict[str, object]:
     """The ``sessions`` JSON block over the measured turns that completed: TTFT percentiles of first and later turns,
     the share of later turns that hit and of their prompt tokens served from the cache, the mean prompt, and per turn
-    (``by_turn``: requests, mean prompt tokens, token hit rate, TTFT p50 / p99)."""
+    (``by_turn``: requests, mean prompt tokens, the share that hit, token hit rate, TTFT p50 / p99)."""
     done = [q for q in measured if q.generated >= q.output_len]
     first = [q for q in done if q.turn == 1]
     later = [q for q in done if q.turn > 1]
@@ -203,6 +203,7 @@ def session_stats(measured: list[SimRequest], spec: SessionWorkload) -> dict[str
         p = _pct([q.first_token_s - q.arrival_s for q in qs])
         by_turn.append({"turn": t, "requests": len(qs),
                         "mean_prompt_tokens": float(np.mean([q.input_len for q in qs])) if qs else math.nan,
+                        "hit_rate": sum(q.prefix_hit for q in qs) / len(qs) if qs else math.nan,
                         "token_hit_rate": hits(qs), "ttft_p50_s": p[50], "ttft_p99_s": p[99]})  # fmt: skip
     f, g = _pct([q.first_token_s - q.arrival_s for q in first]), _pct([q.first_token_s - q.arrival_s for q in later])
     return {
