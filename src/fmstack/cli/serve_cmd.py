@@ -131,7 +131,8 @@ def serve_cmd(
     decode_tp: int | None, decode_pp: int | None, decode_ep: int | None, decode_attention_dp: bool | None,
     replicas: int, router: str, prefix_groups: int | None, prefix_len: int | None, prefix_zipf: float,
     kv_overlap_weight: float | None, router_temperature: float | None, kv_block_size: int | None,
-    turns: int, think_time_s: float | None, calibration: Path | None, calibration_force: bool, as_json: bool, **options: Any,
+    turns: int, think_time_s: float | None,
+    calibration: Path | None, calibration_force: bool, as_json: bool, **options: Any,
 ) -> None:  # fmt: skip
     """Predict TTFT, inter-token latency, throughput, KV cache and the bottleneck of one serving replica; with
     --prefill-replicas P --decode-replicas D --qps R, simulate a disaggregated split of the nodes at R req/s (the
@@ -248,13 +249,10 @@ def _with_percentiles(
     from fmstack.perfmodel.inference_open_loop import needs_fleet, simulate_open_loop, simulate_open_loop_fleet
 
     d = deployment(arch, cluster, cfg, efficiency)
-    if cfg.request_rate_per_s is None and sessions is not None:
+    if cfg.request_rate_per_s is None and sessions is not None:  # closed loop: one replica's clients
         from fmstack.cli.serve_session import closed_loop_sessions
 
-        fleet = closed_loop_sessions(d, cfg, max(1, round(est.concurrency)), sessions, ramp_s=est.latency_s,
-                                     seed=seed, spread=spread)  # fmt: skip
-        out = fleet.result
-        return replace(est, percentiles=out.percentiles(), simulated=out.means()), None, fleet.to_json()
+        return closed_loop_sessions(est, d, cfg, sessions, seed=seed, spread=spread)
     if cfg.request_rate_per_s is not None and needs_fleet(behind[1], prefix, sessions):
         run, fleet = simulate_open_loop_fleet(d, cfg, cfg.request_rate_per_s, length_spread=spread, seed=seed,
                                               replicas=behind[0], router=behind[1], prefix=prefix,

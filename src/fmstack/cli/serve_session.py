@@ -5,12 +5,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import click
 
 from fmstack.errors import InputError
-from fmstack.perfmodel.inference import ServeConfig
+from fmstack.perfmodel.inference import ServeConfig, ServeEstimate
 from fmstack.perfmodel.inference_session import SessionWorkload, check_context
 from fmstack.perfmodel.inference_sim_io import SimConfig
 
@@ -61,15 +62,20 @@ def session_workload(
     return spec
 
 
-def closed_loop_sessions(d: Any, cfg: ServeConfig, clients: int, spec: SessionWorkload, *, ramp_s: float, seed: int,
-                         spread: float) -> Any:  # fmt: skip
-    """``clients`` closed-loop clients running sessions back to back on one replica
-    (:func:`fmstack.perfmodel.inference_sim_fleet.simulate_fleet`): about ``max(300, 4 x clients)`` turns measured."""
+def closed_loop_sessions(
+    est: ServeEstimate, d: Any, cfg: ServeConfig, spec: SessionWorkload, *, seed: int, spread: float
+) -> tuple[ServeEstimate, None, dict[str, Any]]:
+    """``est``'s clients (its concurrency) running sessions back to back on one replica, starting over about one
+    request latency (:func:`fmstack.perfmodel.inference_sim_fleet.simulate_fleet`; about ``max(300, 4 x clients)``
+    turns measured): ``est`` with the percentiles, and the joint run's JSON keys."""
     from fmstack.perfmodel.inference_sim_fleet import simulate_fleet
 
-    sim = SimConfig(concurrency=clients, ramp_s=ramp_s, num_requests=max(300, 4 * clients), warmup_requests=0,
+    clients = max(1, round(est.concurrency))
+    sim = SimConfig(concurrency=clients, ramp_s=est.latency_s, num_requests=max(300, 4 * clients), warmup_requests=0,
                     length_spread=spread, seed=seed, sessions=spec)  # fmt: skip
-    return simulate_fleet(d, cfg, sim)
+    fleet = simulate_fleet(d, cfg, sim)
+    out = fleet.result
+    return replace(est, percentiles=out.percentiles(), simulated=out.means()), None, fleet.to_json()
 
 
 def session_text(data: dict[str, Any]) -> str:
