@@ -1379,7 +1379,35 @@ BAD_ARGV += [
 
 
 # session 18, multi-turn sessions (helper M)
-BAD_ARGV += []  # fmt: skip
+_MT = ["estimate", "serve", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--precision", "fp8",
+       "--input-len", "512", "--output-len", "256"]  # fmt: skip
+BAD_ARGV += [
+    ([*_MT, "--qps", "8", "--turns", "0"], "turns: must be >= 1, got 0"),
+    ([*_MT, "--qps", "8", "--turns", "-3"], "turns: must be >= 1, got -3"),
+    ([*_MT, "--qps", "8", "--turns", "4", "--think-time-s", "-1"],
+     "think-time-s: must be a finite number of seconds >= 0, got -1.0"),
+    ([*_MT, "--qps", "8", "--turns", "4", "--think-time-s", "nan"],
+     "think-time-s: must be a finite number of seconds >= 0, got nan"),
+    ([*_MT, "--qps", "8", "--turns", "4", "--think-time-s", "inf"],
+     "think-time-s: must be a finite number of seconds >= 0, got inf"),
+    ([*_MT, "--qps", "8", "--think-time-s", "5"], "think-time-s: --think-time-s is the pause between a session's"),
+    ([*_MT, "--qps", "8", "--replicas", "4", "--router", "session"],
+     "router: session affinity pins a session's turns: give --turns > 1"),
+    ([*_MT, "--qps", "8", "--turns", "4", "--no-simulate"],
+     "turns: a multi-turn workload is simulated for colocated replicas: drop --no-simulate"),
+    ([*_MT, "--qps", "8", "--turns", "4", "--disagg"],
+     "turns: a multi-turn workload is simulated for colocated replicas: drop --disagg"),
+    ([*_MT, "--nodes", "2", "--qps", "8", "--turns", "4", "--prefill-replicas", "2", "--decode-replicas", "2"],
+     "turns: a multi-turn workload is simulated for colocated replicas: drop --prefill-replicas"),
+    ([*_MT, "--concurrency", "8", "--turns", "4", "--scheduler", "static"],
+     "turns: a multi-turn workload is simulated for colocated replicas: drop --scheduler static"),
+    ([*_MT, "--qps", "8", "--turns", "4", "--prefix-hit-rate", "0.5"],
+     "turns: a multi-turn workload is simulated for colocated replicas: drop --prefix-hit-rate"),
+    # the whole conversation beyond Llama 3.1's 131,072-token context: refused, not truncated
+    ([*_MT, "--qps", "8", "--turns", "200"],
+     "turns: 200 turns x (512 + 256) tokens = 153600 exceed the model's context of 131072 tokens"),
+    ([*_MT, "--qps", "8", "--turns", "two"], "Invalid value for '--turns'"),
+]  # fmt: skip
 
 
 # session 18, lead: FSDP's reduce_dtype

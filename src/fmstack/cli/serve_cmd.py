@@ -33,6 +33,7 @@ from fmstack.cli.serve_router import (
     prefix_options,
     prefix_workload,
 )
+from fmstack.cli.serve_session import SESSION_ROUTER_HELP, session_options, session_text, session_workload
 from fmstack.cli.serve_spec import resolve_spec, spec_options
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import (
@@ -44,7 +45,7 @@ from fmstack.perfmodel.inference import (
 )
 from fmstack.perfmodel.inference_kv import KV_DTYPES, PRECISIONS
 from fmstack.perfmodel.inference_plan_candidate import layout_text
-from fmstack.perfmodel.inference_sim_io import ROUTERS
+from fmstack.perfmodel.inference_sim_io import ROUTERS_SESSION
 
 SERVE_EXAMPLE = """Example:
 
@@ -91,10 +92,11 @@ SERVE_EXAMPLE = """Example:
 @click.option("--replicas", type=int, default=1, show_default=True,
               help="With --qps: the deployment has this many colocated replicas behind --router and --qps is its "
               "total rate; the replica shown is one of them (plan serve's p99 check).")  # fmt: skip
-@click.option("--router", type=choice(ROUTERS), default="round-robin", show_default=True,
-              help="With --replicas > 1: " + ROUTER_HELP)  # fmt: skip
+@click.option("--router", type=choice(ROUTERS_SESSION), default="round-robin", show_default=True,
+              help="With --replicas > 1: " + ROUTER_HELP + SESSION_ROUTER_HELP)  # fmt: skip
 @kv_router_options
 @prefix_options
+@session_options
 @click.option("--max-batch", type=int, default=None, help="Engine limit on running sequences [memory].")
 @click.option("--prefix-hit-rate", type=float, default=0.0, show_default=True, help="Prompt share in the cache.")
 @click.option("--scheduler", type=choice(("continuous", "static")), default="continuous", show_default=True)
@@ -135,6 +137,7 @@ def serve_cmd(
     decode_tp: int | None, decode_pp: int | None, decode_ep: int | None, decode_attention_dp: bool | None,
     replicas: int, router: str, prefix_groups: int | None, prefix_len: int | None, prefix_zipf: float,
     kv_overlap_weight: float | None, router_temperature: float | None, kv_block_size: int | None,
+    turns: int, think_time_s: float | None,
     calibration: Path | None, calibration_force: bool, as_json: bool, speculative: str, spec_tokens: int | None,
     spec_acceptance: str | None, draft_model: str | None, **options: Any,
 ) -> None:  # fmt: skip
@@ -184,6 +187,8 @@ def serve_cmd(
     if prefix is not None and disagg:  # a split's prefill caches: --prefill-replicas / --decode-replicas simulate them
         raise InputError("prefix-groups", "--disagg's mean-field comparison prices whole prompts; drop --disagg "
                          "(--prefill-replicas P --decode-replicas D simulate the prefill pool's prefix caches)")  # fmt: skip
+    sessions = session_workload(turns, think_time_s, cfg=cfg, max_seq_len=arch.max_seq_len, router=router,
+                                simulate=simulate, disagg=disagg, split=split)  # fmt: skip
     behind = replicas if split is None else sum(split)  # the colocated replica is one of these behind the router
     replica_cfg = (
         cfg if behind == 1 else replace(cfg, request_rate_per_s=cfg.request_rate_per_s / behind)  # type: ignore[operator]
@@ -210,7 +215,7 @@ def serve_cmd(
     fleet: dict[str, Any] = {}
     if simulate:
         est, sim_note, fleet = _with_percentiles(est, arch, cluster, replica_cfg, seed, length_spread, efficiency,
-                                                 (behind, router), prefix, kv)  # fmt: skip
+                                                 (behind, router), prefix, kv, sessions)  # fmt: skip
     data = est.to_json() | fleet
     if cfg.request_rate_per_s is not None:  # the open loop's arrivals: one of ``replicas`` behind ``router``
         data |= {"replicas": behind, "router": router, "deployment_rate_per_s": cfg.request_rate_per_s}
@@ -242,22 +247,27 @@ def serve_cmd(
 
 def _with_percentiles(
     est: ServeEstimate, arch: Any, cluster: Any, cfg: ServeConfig, seed: int, spread: float, efficiency: Any = None,
-    behind: tuple[int, str] = (1, "round-robin"), prefix: Any = None, kv: Any = None,
+    behind: tuple[int, str] = (1, "round-robin"), prefix: Any = None, kv: Any = None, sessions: Any = None,
 ) -> tuple[ServeEstimate, str | None, dict[str, Any]]:  # fmt: skip
     """``est`` with the simulation's percentiles and means, or unchanged and why it was not simulated (an open-loop
     rate too near the replica's capacity for a run to reach the steady state). ``behind``: the replica is one of
     this many behind this router (:attr:`fmstack.perfmodel.inference_sim.SimConfig.router`; ``cfg``'s rate is the
     replica's); a router that chooses from the replicas' state, or a shared-prefix workload ``prefix``, simulates
     them together, and the JSON keys of :meth:`fmstack.perfmodel.inference_sim_fleet.FleetResult.to_json` come
-    back (else an empty dict); ``kv``: the ``kv`` router's settings."""
+    back (else an empty dict); ``kv``: the ``kv`` router's settings; ``sessions``: a multi-turn workload
+    (:mod:`fmstack.perfmodel.inference_session`), simulated with the replicas together (closed loop: one replica)."""
     from fmstack.perfmodel.inference_closed_loop import simulate_closed_loop
     from fmstack.perfmodel.inference_open_loop import needs_fleet, simulate_open_loop, simulate_open_loop_fleet
 
     d = deployment(arch, cluster, cfg, efficiency)
-    if cfg.request_rate_per_s is not None and needs_fleet(behind[1], prefix):
+    if cfg.request_rate_per_s is None and sessions is not None:  # closed loop: one replica's clients
+        from fmstack.cli.serve_session import closed_loop_sessions
+
+        return closed_loop_sessions(est, d, cfg, sessions, seed=seed, spread=spread)
+    if cfg.request_rate_per_s is not None and needs_fleet(behind[1], prefix, sessions):
         run, fleet = simulate_open_loop_fleet(d, cfg, cfg.request_rate_per_s, length_spread=spread, seed=seed,
                                               replicas=behind[0], router=behind[1], prefix=prefix,
-                                              kv_router=kv)  # fmt: skip
+                                              kv_router=kv, sessions=sessions)  # fmt: skip
         if fleet is None:
             return est, f"not simulated: {run.near_capacity_reason()}; the analytic means only", {}
         out = fleet.result
@@ -303,8 +313,10 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
     if sim:
         one = (f"one of {data['replicas']} replicas behind a {data['router']} router at "
                f"{data['deployment_rate_per_s']:g} req/s in all; " if data.get("replicas", 1) > 1 else "")  # fmt: skip
-        if "replica_request_share" in data:
+        if "replica_request_share" in data and "deployment_rate_per_s" in data:
             one = _fleet_text(data)
+        if "sessions" in data:
+            one += session_text(data) + "; "
         out.print(f"simulated: {one}{sim['requests_measured_sim']:.0f} requests measured; analytic throughput and "
                   "memory:")  # fmt: skip
     out.print(

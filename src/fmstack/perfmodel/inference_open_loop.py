@@ -47,6 +47,7 @@ from fmstack.perfmodel.inference import (
 from fmstack.perfmodel.inference_prefix import PrefixWorkload, screen_hit_rates, token_share
 from fmstack.perfmodel.inference_router import ROUTERS_JOINT
 from fmstack.perfmodel.inference_router_kv import KvRouterConfig
+from fmstack.perfmodel.inference_session import SessionWorkload
 from fmstack.perfmodel.inference_sim import SimConfig, SimResult, simulate
 from fmstack.perfmodel.inference_sim_fleet import FleetResult, simulate_fleet
 from fmstack.perfmodel.inference_step import Deployment
@@ -161,16 +162,16 @@ def simulate_open_loop(
     return run, None if run.sim is None else simulate(d, cfg, run.sim)
 
 
-def needs_fleet(router: str, prefix: PrefixWorkload | None) -> bool:
+def needs_fleet(router: str, prefix: PrefixWorkload | None, sessions: SessionWorkload | None = None) -> bool:
     """Whether a run must simulate the replicas together: a router that chooses from their state, or a shared-prefix
-    workload (whose hits depend on where the router sent each group before)."""
-    return router in ROUTERS_JOINT or prefix is not None
+    or multi-turn workload (whose hits depend on where the router sent each group or turn before)."""
+    return router in ROUTERS_JOINT or prefix is not None or sessions is not None
 
 
 def simulate_open_loop_fleet(
     d: Deployment, cfg: ServeConfig, rate_per_s: float, *, length_spread: float = 0.0, seed: int = 0,
     replicas: int = 1, router: str = "round-robin", prefix: PrefixWorkload | None = None,
-    kv_router: KvRouterConfig | None = None,
+    kv_router: KvRouterConfig | None = None, sessions: SessionWorkload | None = None,
 ) -> tuple[OpenLoopRun, FleetResult | None]:  # fmt: skip
     """``replicas`` replicas behind ``router`` at ``rate_per_s`` each, simulated together
     (:func:`fmstack.perfmodel.inference_sim_fleet.simulate_fleet`), each sized as one replica's run
@@ -178,8 +179,11 @@ def simulate_open_loop_fleet(
     With a shared-prefix workload a run sized with every prompt priced in full comes first (the longer, safer one);
     where there is none (the rate above that capacity, or too near it) the run is sized at :func:`sizing_hit_rate`
     instead, so a deployment that serves ``qps`` only because of its cache hits is simulated, not refused.
-    ``kv_router``: the KV router's settings (None: Dynamo's defaults)."""
-    kw: dict[str, Any] = {"length_spread": length_spread, "seed": seed, "replicas": replicas, "router": router}
+    ``kv_router``: the KV router's settings (None: Dynamo's defaults). ``sessions``: a multi-turn workload, sized as
+    the run of its turns as independent requests of ``input_len`` new tokens (the simulation then adds the sessions
+    that fill and drain the ones in flight, :func:`fmstack.perfmodel.inference_sim_session.session_count`)."""
+    sizing_router = "round-robin" if router == "session" else router  # sized as the same load's independent requests
+    kw: dict[str, Any] = {"length_spread": length_spread, "seed": seed, "replicas": replicas, "router": sizing_router}
     try:
         run: OpenLoopRun | None = open_loop_run(d, cfg, rate_per_s, **kw)
     except InputError as exc:
@@ -194,7 +198,7 @@ def simulate_open_loop_fleet(
         return run, None
     sim = replace(run.sim, num_requests=run.sim.num_requests * replicas,
                   warmup_requests=run.sim.warmup_requests * replicas, prefix=prefix,
-                  kv_router=kv_router or KvRouterConfig())  # fmt: skip
+                  kv_router=kv_router or KvRouterConfig(), sessions=sessions, router=router)  # fmt: skip
     return replace(run, sim=sim), simulate_fleet(d, cfg, sim)
 
 

@@ -125,6 +125,19 @@ class PrefixCache:
         self._entries[key] = tokens
         self.tokens += tokens
 
+    def store(self, key: int, tokens: int, capacity_tokens: float) -> None:
+        """Cache unreferenced ``key`` as ``tokens`` long, the most recently used, replacing a cached one of another
+        length (a session's history grown by a turn, :func:`fmstack.perfmodel.inference_session.keep_history`); LRU
+        entries evicted to make room; not cached where ``tokens`` exceed the capacity (a referenced ``key``: kept)."""
+        if key in self._pinned:
+            return
+        self.tokens -= self._entries.pop(key, 0)
+        if tokens > capacity_tokens:
+            return
+        self.fit(capacity_tokens - tokens)
+        self._entries[key] = tokens
+        self.tokens += tokens
+
     def acquire(self, key: int) -> int:
         """A running request references cached ``key``: the tokens it takes out of the free part (its size if no
         one referenced it, as vLLM's ``allocate_slots`` counts a computed block at ``ref_cnt`` 0 as allocated; else
@@ -174,6 +187,10 @@ class AnyRank:
 
     def __contains__(self, key: object) -> bool:
         return any(key in c for c in self._caches)
+
+    def size(self, key: int) -> int:
+        """The longest cached copy of ``key`` among the ranks (a router's overlap)."""
+        return max(c.size(key) for c in self._caches if key in c)
 
 
 def che_hit_rate(probabilities: NDArray[np.float64], capacity_items: float) -> float:

@@ -26,6 +26,12 @@
   tokens stand for the router's characters); among several holders the one sent the group last (the newer tree
   keeps a node's last tenant); the tree is never trimmed (``max_tree_size`` 2^26 characters, evicted every 120 s,
   is millions of tokens per worker, more than a run inserts).
+- ``session`` (multi-turn workloads, :mod:`fmstack.perfmodel.inference_session`): sticky session affinity, every
+  turn of a session to the replica of its first turn, the first turns round-robin over the sessions. As an ingress
+  with cookie affinity (ingress-nginx ``nginx.ingress.kubernetes.io/affinity: cookie``: the first request balanced by
+  the default round-robin, the cookie pins the rest) or llm-d's session-affinity scorer (llm-d-inference-scheduler
+  ``docs``: "subsequent requests from the same client are routed to the same inference pod", by a session cookie);
+  blind to load and to the caches.
 - ``kv``: NVIDIA Dynamo's KV router (:mod:`fmstack.perfmodel.inference_router_kv`): the lowest ``overlap_weight x
   prefill blocks + active blocks`` from the replicas' prefix caches and the requests it sent them.
 """
@@ -68,6 +74,8 @@ class Router:
     kv_config: KvRouterConfig = field(default_factory=KvRouterConfig)
     kv: KvRouter | None = None
     """kv: the KV router's state (its own ``pick``, :meth:`KvRouter.pick`)."""
+    session_replica: dict[int, int] = field(default_factory=dict)
+    """session: each session's replica (its first turn's)."""
 
     def __post_init__(self) -> None:
         self.tree_tokens = [0] * self.replicas
@@ -101,6 +109,24 @@ class Router:
                 k = self.tree_tokens.index(min(self.tree_tokens))
         self._insert(k, group, prefix_len, input_len)
         return k
+
+    def pick_session(self, session: int) -> int:
+        """``session``: the replica of ``session``'s first turn; a first turn to the next replica in turn."""
+        self.sent += 1
+        k = self.session_replica.get(session)
+        if k is None:
+            k = self.session_replica[session] = len(self.session_replica) % self.replicas
+        return k
+
+    def remember(self, key: int, k: int) -> None:
+        """cache-aware: replica ``k``'s tree now holds ``key`` too (a session's first turn, routed by its system
+        prefix group or by tree size: its prompt becomes the session's prefix in that tree); no-op otherwise."""
+        if self.name != "cache-aware":
+            return
+        held = self.holders.setdefault(key, [])
+        if k in held:
+            held.remove(k)
+        held.append(k)
 
     def _insert(self, k: int, group: int, prefix_len: int, input_len: int) -> None:
         """The request's prompt joins replica ``k``'s tree: its own tokens, and the prefix if new there."""

@@ -31,17 +31,28 @@ several router replicas and their sync, the busy-worker threshold, the later cre
 from __future__ import annotations
 
 import math
-from collections.abc import Container, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference_kv import DEFAULT_BLOCK_TOKENS
+from fmstack.perfmodel.inference_session import is_session_key
 
 if TYPE_CHECKING:  # inference_sim_io imports this module (SimConfig.kv_router)
     from fmstack.perfmodel.inference_sim_io import SimRequest
+
+
+class CachedPrefixes(Protocol):
+    """A worker's cached prefixes as the router sees them (:class:`~fmstack.perfmodel.inference_prefix.PrefixCache`,
+    :class:`~fmstack.perfmodel.inference_prefix.AnyRank`)."""
+
+    def __contains__(self, key: object, /) -> bool: ...
+
+    def size(self, key: int, /) -> int: ...
+
 
 OVERLAP_WEIGHT = 1.0
 """Dynamo ``--kv-overlap-score-weight`` default (``KvRouterConfig::overlap_score_weight``)."""
@@ -139,12 +150,16 @@ class KvRouter:
     def __post_init__(self) -> None:
         self.active = [[] for _ in range(self.replicas)]
 
-    def pick(self, req: SimRequest, caches: Sequence[Container[int] | None], prefix_len: int) -> int:
+    def pick(self, req: SimRequest, caches: Sequence[CachedPrefixes | None], prefix_len: int) -> int:
         """Route ``req`` (arriving now; each worker's state as of that instant: its requests' first tokens and
-        completions, its prefix cache ``caches``): the worker Dynamo would pick, which then tracks it."""
+        completions, its prefix cache ``caches``): the worker Dynamo would pick, which then tracks it. A later turn
+        of a session (:mod:`fmstack.perfmodel.inference_session`) shares its ``history`` tokens with the session's
+        cached sequence, and overlaps a worker by the blocks of the history cached there (its prompt and output
+        blocks, which the engine's KV events report as stored; a shorter stale history overlaps less)."""
         bs = self.config.block_size
         full = req.input_len // bs
-        shared = min(prefix_len, req.input_len) // bs if req.group >= 0 else 0
+        session = req.session >= 0 and is_session_key(req.group)
+        shared = min(req.history if session else prefix_len, req.input_len) // bs if req.group >= 0 else 0
         overlaps, prefill, active, new = [], [], [], []
         for k, cache in enumerate(caches):
             live = [a for a in self.active[k] if self._active(a.req)]
@@ -153,7 +168,12 @@ class KvRouter:
             for a in live:
                 if a.shared_blocks:
                     held[a.req.group] = max(held.get(a.req.group, 0), a.shared_blocks)
-            overlaps.append(shared if cache is not None and req.group >= 0 and req.group in cache else 0)
+            hit = cache is not None and req.group >= 0 and req.group in cache
+            if hit and session:
+                assert cache is not None
+                overlaps.append(min(cache.size(req.group), req.input_len) // bs)
+            else:
+                overlaps.append(shared if hit else 0)
             prefill.append(sum(a.prefill_tokens for a in live if a.req.generated == 0))
             if self.prefill_pool:  # Dynamo's prefill router: track_active_blocks=false (prefill workers do not decode)
                 active.append(0)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -38,6 +39,7 @@ import numpy as np
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
 from fmstack.perfmodel.inference_prefix import AnyRank, PrefixCache
+from fmstack.perfmodel.inference_session import keep_history
 from fmstack.perfmodel.inference_sim_adp import AttentionDP
 from fmstack.perfmodel.inference_sim_io import (
     PERCENTILES,
@@ -132,6 +134,19 @@ class BatchingSim(AttentionDP):
         self.busy_s = 0.0
         """Seconds with an iteration in progress."""
         self._busy_since_s = 0.0
+        self.on_finish: Callable[[SimRequest], None] | None = None
+        """Multi-turn sessions (:mod:`fmstack.perfmodel.inference_sim_session`): called with each request as it
+        completes (the driver sends the session's next turn), instead of a closed-loop client's next request."""
+
+    @property
+    def kv_pool_tokens(self) -> float:
+        """The KV pool one sequence must fit in (a rank's under attention DP)."""
+        return self._kv_pool_tokens
+
+    @property
+    def next_event_s(self) -> float:
+        """The time of the next event on the heap (inf: none)."""
+        return self._events[0][0] if self._events else math.inf
 
     def use_prefix_cache(self, prefix_len: int) -> None:
         """Serve a shared-prefix workload of ``prefix_len``-token prefixes: an empty cache per rank."""
@@ -361,9 +376,15 @@ class BatchingSim(AttentionDP):
             back = release_tokens(self.prefix_caches[k] if self.prefix_caches else None, req)
             self._kv_tokens_free += back
             self._rank_kv_free[k] += back
+            if req.session >= 0:  # the turn's prompt and output stay cached as its session's history
+                keep_history(self.prefix_caches[k], req, self._rank_kv_free[k])
         else:
             self._kv_tokens_free += release_tokens(self.prefix_caches[0] if self.prefix_caches else None, req)
-        if self.sim.concurrency is not None:
+            if req.session >= 0:
+                keep_history(self.prefix_caches[0], req, self._kv_tokens_free)
+        if self.on_finish is not None:
+            self.on_finish(req)
+        elif self.sim.concurrency is not None:
             self._new_request(self.clock_s)
 
     def _result(self) -> SimResult:

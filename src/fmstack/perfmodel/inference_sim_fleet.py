@@ -59,6 +59,9 @@ class FleetResult:
     max_running_seqs: float = math.inf
     """The most sequences a replica runs at the configured lengths: ``max_batch`` or what its KV pool holds
     (:func:`fmstack.perfmodel.inference.max_concurrency`), whichever is fewer."""
+    sessions: dict[str, object] | None = None
+    """A multi-turn workload's per-turn statistics (:func:`fmstack.perfmodel.inference_sim_session.session_stats`;
+    None without one)."""
 
     def to_json(self) -> dict[str, object]:
         """The keys ``estimate serve --json`` adds (``replica_request_share``, ``replica_utilization``,
@@ -75,6 +78,8 @@ class FleetResult:
         if not math.isnan(self.prefix_hit_rate):
             out["prefix_hit_rate_simulated"] = self.prefix_hit_rate
             out["prefix_token_hit_rate_simulated"] = self.prefix_token_hit_rate
+        if self.sessions is not None:
+            out["sessions"] = self.sessions
         return out
 
 
@@ -85,6 +90,8 @@ def simulate_fleet(d: Deployment, cfg: ServeConfig, sim: SimConfig, *, lazy: boo
     ``lazy``: a replica's stretch of iterations runs on past the arrivals sent elsewhere, and only the replica a
     request is sent to is cut back to that instant (:meth:`BatchingSim.cut_at`); False: every stretch stops at every
     arrival (``horizon_s``; the same results, slower; the reference for tests and benchmarks)."""
+    if sim.sessions is not None:
+        return _simulate_sessions(d, cfg, sim)
     run = run_fleet(d, cfg, sim, lazy=lazy)
     requests, reps, n = run.requests, run.replicas, len(run.replicas)
     result = summarise(requests, sim, sum(r.iterations for r in reps))
@@ -104,6 +111,32 @@ def simulate_fleet(d: Deployment, cfg: ServeConfig, sim: SimConfig, *, lazy: boo
         utilization=tuple(r.busy_s / end_s for r in reps), prefix_hit_rate=hit, prefix_token_hit_rate=token_hit,
         imbalanced_share=run.router.imbalanced / len(requests), mean_running_seqs=running,
         max_running_seqs=float(min(cfg.max_batch or math.inf, max_concurrency(d, replace(cfg, max_batch=None)))),
+    )  # fmt: skip
+
+
+def _simulate_sessions(d: Deployment, cfg: ServeConfig, sim: SimConfig) -> FleetResult:
+    """:func:`simulate_fleet` of a multi-turn workload (:func:`fmstack.perfmodel.inference_sim_session.run_sessions`,
+    always lazy): a hit is a turn whose history (or, on a first turn, system prefix) was cached where it ran."""
+    from fmstack.perfmodel.inference_sim_session import run_sessions, session_stats
+
+    run = run_sessions(d, cfg, sim)
+    requests, reps, window = run.requests, run.replicas, run.sim
+    result = summarise(requests, window, sum(r.iterations for r in reps))
+    end_s = max(result.makespan_s, 1e-12)
+    measured = requests[window.warmup_requests : window.num_requests - window.cooldown_requests]
+    hit = sum(q.prefix_hit for q in measured) / len(measured)
+    token_hit = sum(q.kv_shared for q in measured if q.prefix_hit) / sum(q.input_len for q in measured)
+    assert sim.sessions is not None
+    stats = session_stats(measured, sim.sessions) | {"requests_simulated": len(requests),
+                                                      "requests_measured": len(measured)}  # fmt: skip
+    return FleetResult(
+        result=result, replicas=len(reps), router=sim.router,
+        request_share=tuple(len(r.requests) / len(requests) for r in reps),
+        utilization=tuple(r.busy_s / end_s for r in reps), prefix_hit_rate=hit, prefix_token_hit_rate=token_hit,
+        imbalanced_share=run.router.imbalanced / len(requests),
+        mean_running_seqs=tuple(mean_running(r.requests, end_s) for r in reps),
+        max_running_seqs=float(min(cfg.max_batch or math.inf, max_concurrency(d, replace(cfg, max_batch=None)))),
+        sessions=stats,
     )  # fmt: skip
 
 

@@ -14,6 +14,7 @@ from numpy.typing import NDArray
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference_prefix import PrefixWorkload
 from fmstack.perfmodel.inference_router_kv import KvRouterConfig
+from fmstack.perfmodel.inference_session import SessionWorkload
 
 PERCENTILES = (50, 90, 99)
 ROUTERS = ("round-robin", "random", "least-loaded", "power-of-two", "cache-aware", "kv")
@@ -24,6 +25,9 @@ and the vLLM production-stack router's RoundRobinRouter (docs.vllm.ai/projects/p
 ``least-loaded``, ``power-of-two`` and ``cache-aware`` (SGLang router's policies) and ``kv`` (NVIDIA Dynamo's KV router,
 :mod:`fmstack.perfmodel.inference_router_kv`) choose from the replicas' state, so the replicas are simulated together
 (:mod:`fmstack.perfmodel.inference_router`, :mod:`fmstack.perfmodel.inference_sim_fleet`)."""
+ROUTERS_SESSION = (*ROUTERS, "session")
+"""With a multi-turn workload (:attr:`SimConfig.sessions`) also ``session``: sticky session affinity
+(:mod:`fmstack.perfmodel.inference_router`)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -72,6 +76,11 @@ class SimConfig:
     """Requests share prefixes that each replica caches (:mod:`fmstack.perfmodel.inference_prefix`; simulated with
     the replicas together, :func:`fmstack.perfmodel.inference_sim_fleet.simulate_fleet`); None: the configuration's
     scalar ``prefix_hit_rate`` for every request."""
+    sessions: SessionWorkload | None = None
+    """Multi-turn sessions (:mod:`fmstack.perfmodel.inference_session`; simulated by
+    :func:`fmstack.perfmodel.inference_sim_session.run_sessions`): ``request_rate_per_s`` still counts requests
+    (turns), sessions start at ``replicas x request_rate_per_s / turns`` per second; closed loop: each of
+    ``concurrency`` clients runs sessions back to back. None: independent requests."""
 
     def __post_init__(self) -> None:
         if (self.request_rate_per_s is None) == (self.concurrency is None):
@@ -80,8 +89,12 @@ class SimConfig:
             raise InputError("qps", f"must be > 0, got {self.request_rate_per_s}")
         if self.replicas < 1:
             raise InputError("replicas", f"must be >= 1, got {self.replicas}")
-        if self.router not in ROUTERS:
-            raise InputError("router", f"must be one of {', '.join(ROUTERS)}, got {self.router!r}")
+        if self.router not in ROUTERS and not (self.router == "session" and self.sessions is not None):
+            allowed = ROUTERS if self.sessions is None else ROUTERS_SESSION
+            raise InputError("router", f"must be one of {', '.join(allowed)}, got {self.router!r}"
+                             + (" (session: with --turns > 1)" if self.router == "session" else ""))  # fmt: skip
+        if self.sessions is not None and self.output_lengths is not None:
+            raise InputError("turns", "a multi-turn workload draws its own lengths per turn: drop output_lengths")
         if self.prefix is not None and self.request_rate_per_s is None:
             raise InputError("prefix-groups", "a shared-prefix workload is simulated at an open-loop rate: give --qps")
         if self.concurrency is not None and self.concurrency < 1:
@@ -204,7 +217,14 @@ class SimRequest:
     prefix_held: bool = False
     """It references its group's shared prefix (a hit from admission, a miss once its prefill completed)."""
     kv_shared: int = 0
-    """Its prompt tokens held in the shared prefix rather than in its own KV reservation."""
+    """Its prompt tokens held in the shared prefix rather than in its own KV reservation (on a hit: those its
+    prefill skipped)."""
+    session: int = -1
+    """Multi-turn workload: its session (:mod:`fmstack.perfmodel.inference_session`); -1: none."""
+    turn: int = 0
+    """Its turn in the session (1 = the first; 0 without a session)."""
+    history: int = 0
+    """Its prompt's tokens from the session's earlier turns (their prompts and outputs)."""
 
     def emit_token(self, now_s: float) -> bool:
         """One more output token at ``now_s`` (the first sets the TTFT, the others add a gap); True while more

@@ -20,7 +20,14 @@ tokens too, the prefix then evictable, least recently used first.
 from __future__ import annotations
 
 from fmstack.perfmodel.inference_prefix import PrefixCache
+from fmstack.perfmodel.inference_session import is_session_key
 from fmstack.perfmodel.inference_sim_io import SimRequest
+
+
+def _cached_len(cache: PrefixCache, req: SimRequest, prefix_len: int) -> int:
+    """The tokens a hit on ``req``'s key matches: the group's ``prefix_len``, or the length of the session's cached
+    history (:mod:`fmstack.perfmodel.inference_session`: a radix match, so a shorter stale history matches less)."""
+    return cache.size(req.group) if req.session >= 0 and is_session_key(req.group) else prefix_len
 
 
 def admission_need(cache: PrefixCache | None, req: SimRequest, prefix_len: int) -> tuple[int, int]:
@@ -28,7 +35,7 @@ def admission_need(cache: PrefixCache | None, req: SimRequest, prefix_len: int) 
     full = req.input_len + req.output_len
     if cache is None or req.group < 0 or req.prefilled != 0 or req.group not in cache:
         return full, 0
-    skip = min(prefix_len, req.input_len - 1)
+    skip = min(_cached_len(cache, req, prefix_len), req.input_len - 1)
     return full - skip + (0 if cache.referenced(req.group) else cache.size(req.group)), skip
 
 
@@ -44,7 +51,7 @@ def admit_prefix(cache: PrefixCache | None, req: SimRequest, prefix_len: int, *,
         return
     cache.lookup(req.group)
     cache.acquire(req.group)
-    skip = min(prefix_len, req.input_len - 1)
+    skip = min(_cached_len(cache, req, prefix_len), req.input_len - 1)
     req.prefix_hit, req.prefix_held, req.prefilled, req.kv_shared = True, True, skip, skip
 
 
@@ -59,7 +66,7 @@ def late_hit(cache: PrefixCache, req: SimRequest, prefix_len: int, free_tokens: 
     if req.group not in cache:
         cache.lookups += 1
         return 0.0
-    skip = min(prefix_len, req.input_len - 1)
+    skip = min(_cached_len(cache, req, prefix_len), req.input_len - 1)
     cost = 0 if cache.referenced(req.group) else cache.size(req.group)
     if cost - skip > free_tokens:
         cache.lookups += 1
@@ -74,8 +81,8 @@ def publish_prefix(cache: PrefixCache, req: SimRequest, prefix_len: int, free_to
     """``req``, a miss, has computed its prompt: its prefix becomes the shared entry (``prefix_len`` of its tokens
     move there) unless another request's already is; a prompt no longer than the prefix caches a copy in the free
     part (``free_tokens``)."""
-    if req.group < 0 or req.prefix_hit:
-        return
+    if req.group < 0 or req.prefix_hit or (req.session >= 0 and is_session_key(req.group)):
+        return  # a session's history is cached as its turn finishes (inference_session.keep_history)
     if prefix_len <= req.input_len - 1:
         if cache.publish(req.group, prefix_len):
             req.prefix_held, req.kv_shared = True, prefix_len

@@ -1,0 +1,89 @@
+"""The multi-turn session flags of `estimate serve` (``--turns``, ``--think-time-s``), checked into a
+:class:`~fmstack.perfmodel.inference_session.SessionWorkload`, the closed loop's session run and the text line
+(docs/inference.md, Multi-turn sessions)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, TypeVar
+
+import click
+
+from fmstack.errors import InputError
+from fmstack.perfmodel.inference import ServeConfig, ServeEstimate
+from fmstack.perfmodel.inference_session import SessionWorkload, check_context
+from fmstack.perfmodel.inference_sim_io import SimConfig
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+SESSION_ROUTER_HELP = (
+    " With --turns > 1 also session (sticky session affinity: every turn to the replica of the session's first "
+    "turn, first turns round-robin; an ingress's cookie affinity, llm-d's session-affinity scorer)."
+)
+
+
+def session_options(f: F) -> F:
+    """The two flags (``--turns``, ``--think-time-s``)."""
+    f = click.option("--think-time-s", type=float, default=None,
+                     help="With --turns > 1: mean seconds from a turn's last token to the session's next turn "
+                     "(exponential, seeded) [0].")(f)  # fmt: skip
+    f = click.option("--turns", type=int, default=1, show_default=True,
+                     help="Multi-turn sessions (chat, agents): requests per session; turn t+1's prompt is the whole "
+                     "conversation so far (earlier prompts and outputs) plus --input-len new tokens, --output-len "
+                     "out per turn, cached where the turn ran. --qps stays requests/s (every turn one): sessions "
+                     "start at qps / turns per second; --concurrency clients run sessions back to back. 1: "
+                     "independent requests.")(f)  # fmt: skip
+    return f
+
+
+def session_workload(
+    turns: int, think_time_s: float | None, *, cfg: ServeConfig, max_seq_len: int, router: str, simulate: bool,
+    disagg: bool, split: tuple[int, int] | None,
+) -> SessionWorkload | None:  # fmt: skip
+    """The workload the flags give (None with ``--turns 1``: independent requests, the run of before); one line,
+    exit 2, where they do not fit the rest of the command."""
+    spec = SessionWorkload(turns=turns, think_time_s=0.0 if think_time_s is None else think_time_s)
+    if turns == 1:
+        if think_time_s is not None and think_time_s != 0:
+            raise InputError("think-time-s", "--think-time-s is the pause between a session's turns: give --turns > 1")
+        if router == "session":
+            raise InputError("router", "session affinity pins a session's turns: give --turns > 1")
+        return None
+    for bad, why in ((not simulate, "drop --no-simulate (the analytic model has no sessions)"),
+                     (disagg, "drop --disagg (its mean-field comparison prices independent requests)"),
+                     (split is not None, "drop --prefill-replicas / --decode-replicas (a split's sessions are not "
+                      "modelled)"),
+                     (cfg.scheduler == "static", "drop --scheduler static (continuous batching only)"),
+                     (cfg.prefix_hit_rate > 0, "drop --prefix-hit-rate (the simulation gives the hits)")):  # fmt: skip
+        if bad:
+            raise InputError("turns", f"a multi-turn workload is simulated for colocated replicas: {why}")
+    check_context(spec, cfg.input_len, cfg.output_len, max_seq_len)
+    return spec
+
+
+def closed_loop_sessions(
+    est: ServeEstimate, d: Any, cfg: ServeConfig, spec: SessionWorkload, *, seed: int, spread: float
+) -> tuple[ServeEstimate, None, dict[str, Any]]:
+    """``est``'s clients (its concurrency) running sessions back to back on one replica, starting over about one
+    request latency (:func:`fmstack.perfmodel.inference_sim_fleet.simulate_fleet`; about ``max(300, 4 x clients)``
+    turns measured): ``est`` with the percentiles, and the joint run's JSON keys."""
+    from fmstack.perfmodel.inference_sim_fleet import simulate_fleet
+
+    clients = max(1, round(est.concurrency))
+    sim = SimConfig(concurrency=clients, ramp_s=est.latency_s, num_requests=max(300, 4 * clients), warmup_requests=0,
+                    length_spread=spread, seed=seed, sessions=spec)  # fmt: skip
+    fleet = simulate_fleet(d, cfg, sim)
+    out = fleet.result
+    return replace(est, percentiles=out.percentiles(), simulated=out.means()), None, fleet.to_json()
+
+
+def session_text(data: dict[str, Any]) -> str:
+    """The session line: TTFT of first and later turns, later turns' hits, the mean prompt."""
+    s = data["sessions"]
+    return (f"sessions of {s['turns']} turns, think time {s['think_time_s']:g} s: TTFT p50 / p99 first turns "
+            f"{s['ttft_p50_s_first_turn']:.4f} / {s['ttft_p99_s_first_turn']:.4f} s, later turns "
+            f"{s['ttft_p50_s_later_turns']:.4f} / {s['ttft_p99_s_later_turns']:.4f} s; later turns hit "
+            f"{s['hit_rate_later_turns']:.1%} ({s['token_hit_rate_later_turns']:.1%} of their prompt tokens "
+            f"cached); mean prompt {s['mean_prompt_tokens']:,.0f} tokens (the analytic means price one turn of "
+            "--input-len new tokens)")  # fmt: skip
