@@ -19,8 +19,6 @@ from fmstack.cli.common import (
     choice,
     console,
     json_option,
-    no_wrap,
-    number_text,
     print_json,
 )
 from fmstack.cli.serve_checks import check_colocated_flags, check_replicas, check_split, decode_layout
@@ -379,39 +377,3 @@ def _fleet_text(data: dict[str, Any]) -> str:
     return (f"{data['replicas']} replica(s) behind a {data['router']} router simulated together at "
             f"{data['deployment_rate_per_s']:g} req/s in all, percentiles over all of them (requests {share}; running "
             f"{running} of {most:g} sequences on average: {fill}{hit}); ")  # fmt: skip
-
-
-def inference_validation(cat: Any) -> tuple[list[Any], dict[str, Any]]:
-    """`fmstack validate` (inference): the checks and their JSON."""
-    from fmstack.perfmodel.inference_validation import summary, validate_inference
-
-    checks = validate_inference(cat)
-    med, worst, n = summary(checks)
-    data = {"cases": [asdict(c) for c in checks], "median_abs_error_pct": med, "worst_abs_error_pct": worst,
-            "compared_in_scope": n, "compared": n, "not_expressible": sum(1 for c in checks if c.predicted is None)}  # fmt: skip
-    return checks, data
-
-
-def render_inference_validation(checks: list[Any]) -> None:
-    from fmstack.perfmodel.inference_validation import summary
-
-    out = console()
-    table = Table("id", "model", "system", "metric", "measured", "predicted", "error", "config",
-                  title="inference: predicted vs published (every row counts)", title_justify="left")  # fmt: skip
-    no_wrap(table, "id", "measured", "predicted", "error")
-    for c in (c for c in checks if c.in_scope):
-        pred = "-" if c.predicted is None else number_text(c.predicted)
-        err = "-" if c.error_pct is None else f"{c.error_pct:+.1f} %"
-        table.add_row(c.id, c.model, c.system, c.metric, f"{c.measured:,g}", pred, err, c.config)
-    out.print(table)
-    apart = [c for c in checks if not c.in_scope]
-    if apart:
-        why = Table("id", "metric", "measured", "why not", title="inference: not expressible", title_justify="left")
-        no_wrap(why, "id", "measured")
-        for c in apart:
-            why.add_row(c.id, c.metric, "-" if c.measured is None else f"{c.measured:,g}", f"[yellow]{c.reason}[/]")
-        out.print(why)
-    med, worst, n = summary(checks)
-    n_out = sum(1 for c in checks if c.predicted is None)
-    out.print(f"inference: {n} cases predicted, median |error| {med:.1f} %, worst {worst:.1f} % "
-              f"(acceptance <= 15 % / <= 35 %); {n_out} not expressible")  # fmt: skip

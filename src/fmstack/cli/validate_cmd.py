@@ -73,7 +73,7 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
         result["collectives"] = {"cases": [asdict(c) for c in collectives]}
     inference: list[Any] = []
     if only in (None, "inference"):
-        from fmstack.cli.serve_cmd import inference_validation
+        from fmstack.cli.validate_inference import inference_validation
 
         inference, result["inference"] = inference_validation(cat)
     side: list[SideCheck] = []
@@ -129,7 +129,7 @@ def validate(only: str | None, catalog_dir: Path | None, as_json: bool) -> None:
     if collectives:
         _render_collectives(collectives)
     if inference:
-        from fmstack.cli.serve_cmd import render_inference_validation
+        from fmstack.cli.validate_inference import render_inference_validation
 
         render_inference_validation(inference)
     if side:
