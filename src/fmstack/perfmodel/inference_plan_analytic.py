@@ -89,6 +89,7 @@ def analytic(
         cost_per_hour_usd=nodes * (cluster.instance.price_per_hour_usd or 0.0), max_num_tokens=cfg.max_num_tokens,
         rate_per_replica_rps=rate, concurrency=i + 1, mean_ttft_s=float(curve.ttft_s[i]),
         mean_itl_s=float(curve.itl_s[i]), prefix_hit_rate=token_hit, prefix_request_hit_rate=request_hit,
+        speculative=cfg.speculative,
     )  # fmt: skip
 
 
