@@ -22,6 +22,7 @@ from fmstack.perfmodel.inference_open_loop import simulate_open_loop
 from fmstack.perfmodel.inference_plan import plan_serve
 from fmstack.perfmodel.inference_plan_candidate import config_of
 from fmstack.perfmodel.inference_speculative import make_spec
+from fmstack.reports.serve_report import serve_plan_html
 
 PLAN = ["plan", "serve", "--model", "llama3.1-8b", "--qps", "2", "--input-len", "1024", "--output-len", "256",
         "--ttft-p99", "1", "--itl-p99", "0.02", "--instance", "p5.48xlarge", "--precision", "fp8"]  # fmt: skip
@@ -60,6 +61,8 @@ def test_spec_flows_to_every_candidate_and_simulated_deployment(monkeypatch: pyt
     assert est.requests_per_s == b.rate_per_replica_rps
     assert (est.ttft_s, est.itl_s) == (b.mean_ttft_s, b.mean_itl_s)
     assert est.speculative is not None and est.speculative["method"] == "ngram"
+    page = serve_plan_html(plan)
+    assert "<th>speculative</th>" in page and "<td>ngram</td>" in page and "splits not searched" in page
 
 
 def test_spec_lowers_itl_of_the_same_deployment_at_low_load() -> None:
