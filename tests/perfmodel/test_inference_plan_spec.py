@@ -11,6 +11,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pytest
 
 from fmstack.catalog import load_catalog
@@ -21,6 +22,7 @@ from fmstack.perfmodel.inference_disagg import SLO
 from fmstack.perfmodel.inference_open_loop import simulate_open_loop
 from fmstack.perfmodel.inference_plan import plan_serve
 from fmstack.perfmodel.inference_plan_candidate import config_of
+from fmstack.perfmodel.inference_plan_spec import chunk_gap_s, tokens_pmf
 from fmstack.perfmodel.inference_speculative import make_spec
 from fmstack.reports.serve_report import serve_plan_html
 
@@ -137,3 +139,40 @@ def test_auto_ranks_each_layout_with_and_without_mtp() -> None:
     assert data["best"]["meets_slo"] is True
     mtp = [c for c in rows if c["speculative"] == "mtp"]
     assert all(c["spec_acceptance"] == [0.85, 0.85, 0.85] and "--speculative mtp" in c["estimate_command"] for c in mtp)
+
+
+def test_chunk_gap_by_hand() -> None:
+    """n-gram K = 3 at 0.6: P(n) = 0.4, 0.24, 0.144, 0.216 (E = 2.176). 1024-token prompts in 512-token chunks (2
+    per prompt), 256 output tokens: 1 + 255 / 2.176 = 118.19 iterations per request. At 10 sequences 17.1 % of
+    iterations carry a chunk and one-token gaps alone are 3.1 % of all: the p99 sees the whole iteration; at 1, f =
+    1.69 %: 0.31 % + 0.37 % + 0.34 % passes 1 % at n = 3 (spike / 3); at 0.5 never: spike / 4."""
+    arch = load_catalog().model("llama3.1-8b")
+    spec = make_spec("ngram", arch, acceptance=[0.6])
+    assert spec is not None
+    assert tokens_pmf(spec).tolist() == pytest.approx([0.4, 0.24, 0.144, 0.216])
+    cfg = ServeConfig(tp=1, precision="fp8", input_len=1024, output_len=256, max_num_tokens=512)
+    spike, conc = np.full(3, 0.012), np.array([10.0, 1.0, 0.5])
+    assert chunk_gap_s(spike, conc, cfg) is spike  # without speculation: the screening's rule, unchanged
+    got = chunk_gap_s(spike, conc, replace(cfg, speculative=spec))
+    assert got.tolist() == pytest.approx([0.012, 0.004, 0.003])
+
+
+def test_spec_lets_a_smaller_replica_meet_a_tight_itl() -> None:
+    """Llama 3.1 70B fp8 on p5 at 2 req/s, 1024/256, ITL p99 30 ms: without speculation only tp 8 meets it (512-token
+    chunks); with a Llama 3.1 8B draft (K = 4, a = 0.7) a tp 4 replica does, in simulation: the same node, half the
+    GPUs busy."""
+    cat = load_catalog()
+    arch = cat.model("llama3.1-70b")
+    slo = SLO(ttft_s=1.0, itl_s=0.03)
+    plans = {}
+    for name, spec in (
+        ("off", None),
+        ("on", make_spec("draft", arch, acceptance=[0.7], draft=cat.model("llama3.1-8b"))),
+    ):
+        plans[name] = plan_serve(cat, arch, qps=2.0, input_len=1024, output_len=256, slo=slo, instances=("p5.48xlarge",),
+                                 precisions=("fp8",), search_disagg=False, speculative=spec)  # fmt: skip
+    off, on = plans["off"].best, plans["on"].best
+    assert off.meets_slo is True and on.meets_slo is True and on.speculative is not None
+    assert on.cost_per_hour_usd <= off.cost_per_hour_usd
+    assert on.busy_gpus < off.busy_gpus
+    assert on.sim is not None and on.sim["itl_p99_s"] <= 0.03
