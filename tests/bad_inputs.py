@@ -1425,4 +1425,21 @@ BAD_ARGV += [
 
 
 # session 18, speculative decoding in plan serve (helper T)
-BAD_ARGV += []  # fmt: skip
+_PSPEC = ["plan", "serve", "--model", "llama3.1-8b", "--qps", "2", "--input-len", "1024", "--output-len", "256",
+          "--ttft-p99", "1", "--itl-p99", "0.02", "--instance", "p5.48xlarge"]  # fmt: skip
+BAD_ARGV += [
+    ([*_PSPEC, "--speculative", "auto"], "speculative: auto compares each candidate with and without MTP; llama3.1-8b "
+     "has no MTP modules"),
+    ([*_PSPEC, "--speculative", "eagle"], "spec-acceptance: eagle has no published default acceptance"),
+    ([*_PSPEC, "--spec-acceptance", "0.8"], "spec-acceptance: --spec-acceptance needs --speculative"),
+    ([*_PSPEC, "--speculative", "ngram", "--spec-acceptance", "0.8", "--spec-tokens", "0"],
+     "spec-tokens: must be in 1..16, got 0"),
+    ([*_PSPEC, "--speculative", "ngram", "--spec-acceptance", "1.2"], "spec-acceptance: must be in (0, 1], got 1.2"),
+    ([*_PSPEC, "--speculative", "draft", "--spec-acceptance", "0.7"], "draft-model: --speculative draft needs"),
+    ([*_PSPEC, "--speculative", "draft", "--spec-acceptance", "0.7", "--draft-model", "nope-7b"],
+     "model: unknown model 'nope-7b'"),
+    ([*_PSPEC, "--speculative", "mtp"], "speculative: mtp needs multi-token-prediction modules; llama3.1-8b has none"),
+    ([*_PSPEC, "--speculative", "warp"], "Invalid value for '--speculative'"),
+    (["estimate", "serve", "--model", "deepseek-v3", "--instance", "p5en.48xlarge", "--tp", "8",
+      "--speculative", "auto"], "Invalid value for '--speculative'"),
+]  # fmt: skip

@@ -27,6 +27,7 @@ from fmstack.cli.serve_router import (
     prefix_options,
     prefix_workload,
 )
+from fmstack.cli.serve_spec import resolve_plan_spec, spec_options
 from fmstack.errors import InputError
 from fmstack.fileio import check_output_path
 from fmstack.perfmodel.efficiency import EfficiencyFor
@@ -68,6 +69,7 @@ PLAN_SERVE_EXAMPLE = """Example:
               + " A split's prefill pool is one shared queue either way.")  # fmt: skip
 @kv_router_options
 @prefix_options
+@spec_options(auto=True)
 @click.option("--top", type=int, default=8, show_default=True, help="Candidates to show.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write an HTML report.")
 @calibration_options
@@ -79,7 +81,7 @@ def plan_serve_cmd(
     search_attention_dp: bool, search_disagg: bool, router: str, prefix_groups: int | None, prefix_len: int | None,
     prefix_zipf: float, kv_overlap_weight: float | None, router_temperature: float | None, kv_block_size: int | None,
     top: int, html_path: Path | None, calibration: Path | None, calibration_force: bool, catalog_dir: Path | None,
-    as_json: bool,
+    as_json: bool, speculative: str, spec_tokens: int | None, spec_acceptance: str | None, draft_model: str | None,
 ) -> None:  # fmt: skip
     """The cheapest deployment (instance, precision, TP / PP / EP, nodes per replica, replicas) serving a request rate
     within p99 targets; with --calibration, priced with a profile measured on the instances' GPU."""
@@ -100,6 +102,7 @@ def plan_serve_cmd(
         check_output_path(html_path, field="html", example="serve-plan.html")  # before the search, not after it
     cat = load_catalog(catalog_dir)
     arch = cat.model(model)
+    spec, spec_auto = resolve_plan_spec(speculative, arch, spec_tokens, spec_acceptance, draft_model, cat)
     names = tuple(n.strip() for v in instances for n in v.split(",") if n.strip()) or None
     efficiency_for = _plan_calibration(cat, names, calibration, calibration_force)
     with simulation_status(as_json) as on_simulate:
@@ -108,7 +111,7 @@ def plan_serve_cmd(
             instances=names, precisions=tuple(p.lower() for p in precisions) or None, seed=seed,
             max_nodes_per_replica=max_nodes_per_replica, search_attention_dp=search_attention_dp,
             search_disagg=search_disagg, on_simulate=on_simulate, efficiency_for=efficiency_for,
-            router=router.lower(), prefix=prefix, kv_router=kv,
+            router=router.lower(), prefix=prefix, kv_router=kv, speculative=spec, speculative_auto=spec_auto,
         )  # fmt: skip
     source = (
         None

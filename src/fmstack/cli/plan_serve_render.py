@@ -16,6 +16,7 @@ from rich.table import Table
 
 from fmstack.cli.common import console, no_wrap
 from fmstack.cli.serve_router import kv_router_argv, kv_router_json, prefix_argv
+from fmstack.cli.serve_spec import spec_argv
 from fmstack.perfmodel.inference_disagg import SLO
 from fmstack.perfmodel.inference_plan import Candidate, ServePlan
 from fmstack.perfmodel.inference_plan_candidate import split_label
@@ -34,7 +35,8 @@ def estimate_argv(
     (``decode_concurrency``, ``decode_itl_s``, ``prefill_s``, ``kv_transfer_s``; tested), and with ``qps``
     ``--qps R --prefill-replicas P --decode-replicas D --seed S``, whose ``disaggregated_simulation`` is the row's
     simulation: the same p50/p90/p99 (tested). A row screened with a shared-prefix workload carries its screened
-    ``--prefix-hit-rate``. ``extra``: arguments appended as they are (the plan's ``--calibration``)."""
+    ``--prefix-hit-rate``, a speculative row its ``--speculative`` flags (:func:`spec_argv`). ``extra``: arguments
+    appended as they are (the plan's ``--calibration``)."""
     argv = ["fmstack", "estimate", "serve", "--model", model, "--instance", c.instance]
     split = c.mode == "disaggregated" and slo is not None
     if split or c.nodes_per_replica > 1:
@@ -47,7 +49,8 @@ def estimate_argv(
     if c.attention_dp:
         argv.append("--attention-dp")
     argv += ["--precision", c.precision, "--input-len", str(input_len), "--output-len", str(output_len),
-             "--concurrency", str(c.concurrency), "--max-num-tokens", str(c.max_num_tokens), "--no-simulate"]  # fmt: skip
+             "--concurrency", str(c.concurrency), "--max-num-tokens", str(c.max_num_tokens), *spec_argv(c.speculative),
+             "--no-simulate"]  # fmt: skip
     if c.prefix_hit_rate > 0:  # the share of prompt tokens the screening took from the prefix cache
         argv[argv.index("--max-num-tokens") : argv.index("--max-num-tokens")] = [
             "--prefix-hit-rate", repr(c.prefix_hit_rate)]  # fmt: skip
@@ -124,7 +127,9 @@ def plan_serve_json(
     ``disaggregation_note``. Each row has ``mode`` ("colocated" | "disaggregated"), ``prefill_replicas``,
     ``decode_replicas`` (0 when colocated; ``replicas`` is their sum), ``kv_transfer_s`` and the decode pool's
     layout ``decode_tp``, ``decode_pp``, ``decode_ep`` (0 when colocated; ``tp`` / ``pp`` / ``ep`` /
-    ``nodes_per_replica`` are a split's prefill pool's, the decode pool's differ in a heterogeneous split)."""
+    ``nodes_per_replica`` are a split's prefill pool's, the decode pool's differ in a heterogeneous split),
+    ``speculative`` (the row's method, null when none), ``spec_tokens``, ``spec_acceptance``; top level
+    ``speculative`` (the method asked, "auto", or null) and ``speculative_note``."""
 
     def row(c: Candidate) -> dict[str, Any]:
         argv = estimate_argv(model, c, plan.input_len, plan.output_len, catalog_dir, plan.slo, qps=plan.qps, seed=seed,
@@ -132,7 +137,10 @@ def plan_serve_json(
         cmd = shlex.join(argv)
         p99 = p99_argv(model, c, plan.input_len, plan.output_len, catalog_dir, plan.slo, plan.qps, seed=seed,
                        extra=extra, router=plan.router, prefix=plan.prefix, kv_router=plan.kv_router)  # fmt: skip
-        return asdict(c) | {"estimate_command": cmd, "p99_command": shlex.join(p99)}
+        sp = c.speculative
+        spec = {"speculative": None if sp is None else sp.method, "spec_tokens": None if sp is None else sp.tokens,
+                "spec_acceptance": None if sp is None else list(sp.acceptance)}  # fmt: skip
+        return asdict(c) | spec | {"estimate_command": cmd, "p99_command": shlex.join(p99)}
 
     best = row(plan.best)
     return {
@@ -142,6 +150,8 @@ def plan_serve_json(
         "estimate_command": best["estimate_command"],
         "disaggregation": asdict(plan.disaggregation) if plan.disaggregation is not None else None,
         "disaggregation_note": plan.disaggregation_note,
+        "speculative": "auto" if plan.speculative_auto else (None if plan.speculative is None else plan.speculative.method),
+        "speculative_note": plan.speculative_note,
     }  # fmt: skip
 
 
@@ -160,12 +170,17 @@ def render_plan_serve(
         f"{slo.ttft_s:g} s, ITL p99 <= {slo.itl_s:g} s: [bold]{b.replicas} replica(s) of {layout} {b.precision}[/]"
         f"{f' ({b.nodes_per_replica} nodes per replica)' if b.nodes_per_replica > 1 else ''} on "
         f"{b.nodes} x {b.instance}, ${b.cost_per_hour_usd:,.2f}/h"
+        + (f" with {b.speculative.method} speculative decoding" if b.speculative is not None else "")
     )
+    if plan.speculative_note:
+        out.print(plan.speculative_note, markup=False, soft_wrap=True)
     if plan.prefix is not None:
         out.print(prefix_text(plan), markup=False, soft_wrap=True)
     shown = plan.candidates[:top]
     adp_col = any(c.ep > 1 for c in plan.candidates)  # an MoE model: attention DP was searched
+    spec_col = plan.speculative is not None
     cols = ["instance", "prec", "mode", "tp", "pp", "ep", *(["attn\nDP"] if adp_col else []), "chunk",
+            *(["spec"] if spec_col else []),
             "nodes per\nreplica", "replicas", "nodes", "$/h", "req/s per\nreplica", "TTFT p99", "ITL p99", "SLO"]  # fmt: skip
     rows = []
     for c in shown:
@@ -173,14 +188,15 @@ def render_plan_serve(
         rows.append([
             c.instance, c.precision,
             split_label(c) if c.mode == "disaggregated" else "coloc", str(c.tp), str(c.pp), str(c.ep), *(["yes" if c.attention_dp else "-"] if adp_col
-            else []), str(c.max_num_tokens), str(c.nodes_per_replica), str(c.replicas), str(c.nodes),
+            else []), str(c.max_num_tokens), *([c.speculative.method if c.speculative else "none"] if spec_col else []),
+            str(c.nodes_per_replica), str(c.replicas), str(c.nodes),
             f"{c.cost_per_hour_usd:,.2f}", f"{c.rate_per_replica_rps:.2f}",
             f"{sim['ttft_p99_s']:.3f}" if sim else "-", f"{sim['itl_p99_s']:.4f}" if sim and plan.output_len > 1 else "-",  # 1 token: no gap
             {True: "meets", False: "misses*" if c.sim_note else "misses", None: "not simulated"}[c.meets_slo],
         ])  # fmt: skip
     # what every shown row shares goes to the title once (the table fits 140 columns without wrapped headers)
     said = {"instance": "{}", "prec": "{}", "pp": "pp {}", "nodes per\nreplica": "{} node(s) per replica",
-            "mode": "{}"}  # fmt: skip
+            "mode": "{}", "spec": "speculative {}"}  # fmt: skip
     shared = [i for i, h in enumerate(cols) if h in said and len(rows) > 1 and len({r[i] for r in rows}) == 1]
     title = "candidates (cheapest verified first)"
     if shared:

@@ -29,7 +29,7 @@ def spec_options(auto: bool = False) -> Callable[[F], F]:
         )(f)  # fmt: skip
         f = click.option("--spec-tokens", type=int, default=None,
                          help="Draft tokens per iteration K, 1..16 [mtp 3, eagle 3, draft 4, ngram 3].")(f)  # fmt: skip
-        help_auto = " auto: each candidate with and without MTP, the better kept." if auto else ""
+        help_auto = " auto: each candidate with and without MTP, both ranked." if auto else ""
         return click.option("--speculative", type=choice(methods), default="none", show_default=True,
                             help="Speculative decoding: draft K tokens, verify them in one pass." + help_auto)(f)  # fmt: skip
 
@@ -58,3 +58,30 @@ def resolve_spec(
         return None
     draft_arch = catalog.model(draft) if draft is not None else None
     return make_spec(method, target, tokens=tokens, acceptance=parse_acceptance(acceptance), draft=draft_arch)
+
+
+def resolve_plan_spec(
+    method: str, target: ModelArch, tokens: int | None, acceptance: str | None, draft: str | None, catalog: Any
+) -> tuple[SpecDecode | None, bool]:
+    """`plan serve`'s flags: :func:`resolve_spec`, and ``auto`` as MTP (the one method with a published default
+    acceptance) compared per candidate with no speculation: (the spec, whether auto)."""
+    if method.lower() != "auto":
+        return resolve_spec(method, target, tokens, acceptance, draft, catalog), False
+    if target.num_nextn_predict_layers < 1:
+        raise InputError(
+            "speculative", f"auto compares each candidate with and without MTP; {target.name} has no MTP modules "
+            "(num_nextn_predict_layers = 0): name a method (eagle, draft, ngram) with --spec-acceptance",
+        )  # fmt: skip
+    return resolve_spec("mtp", target, tokens, acceptance, draft, catalog), True
+
+
+def spec_argv(spec: SpecDecode | None) -> list[str]:
+    """The `estimate serve` flags that rebuild ``spec`` exactly (every value written out; none without it)."""
+    if spec is None:
+        return []
+    acc = spec.acceptance[:1] if len(set(spec.acceptance)) == 1 else spec.acceptance
+    argv = ["--speculative", spec.method, "--spec-tokens", str(spec.tokens),
+            "--spec-acceptance", ",".join(repr(float(a)) for a in acc)]  # fmt: skip
+    if spec.method == "draft" and spec.draft is not None:
+        argv += ["--draft-model", spec.draft.name]
+    return argv

@@ -45,11 +45,13 @@ from fmstack.perfmodel.inference_plan_analytic import analytic as _analytic
 from fmstack.perfmodel.inference_plan_candidate import Candidate as Candidate  # re-exported
 from fmstack.perfmodel.inference_plan_candidate import ClusterOf, config_of, layout_text
 from fmstack.perfmodel.inference_plan_disagg import DecodePools, disagg_analytic, split_note
+from fmstack.perfmodel.inference_plan_spec import searches_splits, spec_note, spec_variants
 from fmstack.perfmodel.inference_plan_verify import verify_cheapest
 from fmstack.perfmodel.inference_plan_why import PRECISIONS, Tried, nothing_found
 from fmstack.perfmodel.inference_prefix import PrefixWorkload
 from fmstack.perfmodel.inference_router_kv import KvRouterConfig
 from fmstack.perfmodel.inference_sim_io import ROUTERS
+from fmstack.perfmodel.inference_speculative import SpecDecode
 
 F = NDArray[np.float64]
 
@@ -88,6 +90,12 @@ class ServePlan:
     analytic search prices every prompt in full)."""
     kv_router: KvRouterConfig | None = None
     """``router="kv"``: the KV router's settings the p99 checks used (None otherwise)."""
+    speculative: SpecDecode | None = None
+    """The speculative decoding asked (``speculative_auto``: compared per layout; each row's own is
+    ``Candidate.speculative``)."""
+    speculative_auto: bool = False
+    speculative_note: str = ""
+    """What the plan did with it (:func:`fmstack.perfmodel.inference_plan_spec.spec_note`; empty without it)."""
 
 
 def searched_instances(catalog: Catalog, instances: tuple[str, ...] | None) -> list[str]:
@@ -161,6 +169,8 @@ def plan_serve(
     router: str = "round-robin",
     prefix: PrefixWorkload | None = None,
     kv_router: KvRouterConfig | None = None,
+    speculative: SpecDecode | None = None,
+    speculative_auto: bool = False,
 ) -> ServePlan:
     """The cheapest deployment of ``model`` serving ``qps`` requests/s within ``slo`` (p99 checked by simulation).
     ``search_attention_dp=False`` leaves attention data parallelism out of the search (the search before it);
@@ -171,8 +181,13 @@ def plan_serve(
     search prices, analytic and simulated. ``router`` (:data:`ROUTERS`) spreads ``qps`` over a colocated
     candidate's replicas in its p99 check (:func:`fmstack.perfmodel.inference_plan_verify.verify_cheapest`);
     ``least-loaded`` / ``cache-aware`` / ``kv`` (``kv_router``: its settings, None: Dynamo's defaults), or a
-    shared-prefix workload ``prefix``, check them simulated together."""
+    shared-prefix workload ``prefix``, check them simulated together. ``speculative``: every colocated candidate
+    runs it and splits are not searched; with ``speculative_auto`` each colocated layout is screened with and
+    without it, both ranked (the simulation's p99 decides), and splits are searched without it (:mod:`fmstack.perfmodel.inference_plan_spec`)."""
     check_rate(qps)
+    variants = spec_variants(speculative, speculative_auto)
+    search_disagg = search_disagg and searches_splits(speculative, speculative_auto)
+    search_heterogeneous = search_heterogeneous and search_disagg
     if router not in ROUTERS:
         raise InputError("router", f"must be one of {', '.join(ROUTERS)}, got {router!r}")
     if seed < 0:
@@ -220,11 +235,12 @@ def plan_serve(
                     for chunk in CHUNK_CHOICES:
                         cfg = replace(cfg, max_num_tokens=chunk)
                         # attention DP: each rank its own prefix cache (inference_plan_analytic._best_point)
-                        option = _analytic(cfg, c, model, qps, slo, name, nodes, efficiency_for, router=router,
-                                           prefix=prefix)  # fmt: skip
-                        if option is not None:
-                            found.append(option)
-                            first = nodes if first is None else first
+                        for spec in variants:  # auto: with and without, both ranked (the p99 check decides)
+                            option = _analytic(replace(cfg, speculative=spec), c, model, qps, slo, name, nodes,
+                                               efficiency_for, router=router, prefix=prefix)  # fmt: skip
+                            if option is not None:
+                                found.append(option)
+                                first = nodes if first is None else first
                     if search_disagg:  # the split's prefill pool runs the largest prompt budget
                         split_layouts.append((replace(cfg, max_num_tokens=max(CHUNK_CHOICES)), nodes))
                         split = disagg_analytic(split_layouts[-1][0], cluster_of, model, qps, slo, name, nodes,
@@ -255,7 +271,10 @@ def plan_serve(
     conc = np.arange(1, max_concurrency(d, cfg) + 1, dtype=np.float64)
     curve = serve_curve(d, cfg, conc)
     dis, note = _disaggregation(model, cluster_of(best.instance, best.nodes), best, cfg, qps, slo, efficiency_for)
-    note = f"splits ranked in the plan (p99 by simulation): {split_note(ranked, qps, search_disagg)}. On means: {note}"
+    splits = split_note(ranked, qps, search_disagg)
+    if not searches_splits(speculative, speculative_auto):
+        splits = "none searched: speculative decoding is modelled for colocated replicas only"
+    note = f"splits ranked in the plan (p99 by simulation): {splits}. On means: {note}"
     if dis is not None and best.mode == "disaggregated" and dis.colocated_rps > dis.disagg_rps:
         note += (
             " (the two verdicts differ because the SLO applies to p99 in the plan and to means here: colocated "
@@ -268,6 +287,8 @@ def plan_serve(
         curve={"concurrency": conc.tolist(), "requests_per_s": curve.requests_per_s.tolist(),
                "ttft_s": curve.ttft_s.tolist(), "itl_s": curve.itl_s.tolist()},
         disaggregation=dis, disaggregation_note=note, router=router, prefix=prefix, kv_router=kv_router,
+        speculative=speculative, speculative_auto=speculative_auto,
+        speculative_note=spec_note(speculative, speculative_auto, ranked),
     )  # fmt: skip
 
 
@@ -300,6 +321,9 @@ def _disaggregation(
 ) -> tuple[DisaggComparison | None, str]:  # fmt: skip
     """Colocated vs disaggregated goodput on the best candidate's nodes (the disaggregation model's mean-field
     goodput at the SLO applied to means: DistServe's comparison, not the plan's simulated p99), and a sentence."""
+    if best.speculative is not None:
+        return None, ("DistServe's comparison not made: the best row runs speculative decoding, which the "
+                      "disaggregation model does not (estimate serve --disagg refuses it)")  # fmt: skip
     per_replica = best.tp * best.pp
     if cluster.num_gpus < 2 * per_replica:
         return None, (

@@ -34,6 +34,7 @@ from fmstack.perfmodel.inference import (
 )
 from fmstack.perfmodel.inference_disagg import SLO
 from fmstack.perfmodel.inference_plan_candidate import Candidate, deployment_nodes
+from fmstack.perfmodel.inference_plan_spec import chunk_gap_s
 from fmstack.perfmodel.inference_prefix import PrefixWorkload, screen_hit_rates, token_share
 from fmstack.perfmodel.inference_router import ROUTERS_AFFINITY
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
@@ -89,6 +90,7 @@ def analytic(
         cost_per_hour_usd=nodes * (cluster.instance.price_per_hour_usd or 0.0), max_num_tokens=cfg.max_num_tokens,
         rate_per_replica_rps=rate, concurrency=i + 1, mean_ttft_s=float(curve.ttft_s[i]),
         mean_itl_s=float(curve.itl_s[i]), prefix_hit_rate=token_hit, prefix_request_hit_rate=request_hit,
+        speculative=cfg.speculative,
     )  # fmt: skip
 
 
@@ -117,7 +119,8 @@ def _best_point(
         conc = np.arange(1, limit + 1, dtype=np.float64)
         curve, spike = serve_curve(d, cfg, conc), chunk_iteration_s(d, cfg, conc)
     # one output token: no inter-token gap, the ITL target binds nothing (the prompt iteration is TTFT's)
-    gaps_ok = (np.maximum(curve.itl_s, spike) <= slo.itl_s) | (cfg.output_len == 1)
+    # speculation splits a chunk iteration's gap over the tokens it emits (inference_plan_spec.chunk_gap_s)
+    gaps_ok = (np.maximum(curve.itl_s, chunk_gap_s(spike, conc, cfg)) <= slo.itl_s) | (cfg.output_len == 1)
     ok = (curve.ttft_s + spike <= slo.ttft_s) & gaps_ok
     if not ok.any():
         return None

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from fmstack.catalog.topology import Cluster
 from fmstack.perfmodel.inference import ServeConfig
+from fmstack.perfmodel.inference_speculative import SpecDecode
 
 ClusterOf = Callable[[str, int], Cluster]
 """(instance name, nodes) -> the cluster, cached by the plan."""
@@ -78,6 +79,9 @@ class Candidate:
     0 without one, and for splits and attention DP, which are priced and simulated without the cache."""
     prefix_request_hit_rate: float = 0.0
     """The requests' screened hit rate behind ``prefix_hit_rate`` (Che's approximation, rounded up to 0.01)."""
+    speculative: SpecDecode | None = None
+    """Speculative decoding the replicas run (``plan serve --speculative``; None: off, and always for a split: it is
+    modelled for colocated replicas only). Screened, simulated and reproduced with it (:func:`config_of`)."""
 
     @property
     def heterogeneous(self) -> bool:
@@ -97,7 +101,8 @@ class Candidate:
 
 def config_of(c: Candidate, input_len: int, output_len: int) -> ServeConfig:
     return ServeConfig(tp=c.tp, pp=c.pp, ep=c.ep, precision=c.precision, input_len=input_len, output_len=output_len,
-                       max_num_tokens=c.max_num_tokens, attention_dp=c.attention_dp)  # fmt: skip
+                       max_num_tokens=c.max_num_tokens, attention_dp=c.attention_dp,
+                       speculative=c.speculative)  # fmt: skip
 
 
 def layout_text(c: Candidate | ServeConfig) -> str:

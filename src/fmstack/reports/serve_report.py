@@ -69,6 +69,9 @@ def serve_plan_html(plan: ServePlan, efficiency_source: str | None = None) -> st
     b = plan.best
     header = ["rank", "instance", "precision", "mode", "tp", "pp", "ep", "chunk", "nodes/replica", "replicas", "nodes",
               "GPUs", "$/h", "rate/replica", "sim TTFT p99", "sim ITL p99", "meets SLO"]  # fmt: skip
+    spec_col = plan.speculative is not None  # plan serve --speculative: each row's method
+    if spec_col:
+        header.insert(8, "speculative")
     rows = []
     for i, c in enumerate(plan.candidates[:20], 1):
         sim = c.sim or {}
@@ -79,6 +82,8 @@ def serve_plan_html(plan: ServePlan, efficiency_source: str | None = None) -> st
             f"{sim['ttft_p99_s']:.3f}" if sim else "-", f"{sim['itl_p99_s']:.4f}" if sim and plan.output_len > 1 else "-",  # 1 token: no gap
             {True: "yes", False: f"no: {c.sim_note}" if c.sim_note else "no", None: "not simulated"}[c.meets_slo],
         ])  # fmt: skip
+        if spec_col:
+            rows[-1].insert(8, c.speculative.method if c.speculative is not None else "none")
     sections = [
         Section(
             title="cheapest deployment",
@@ -88,6 +93,7 @@ def serve_plan_html(plan: ServePlan, efficiency_source: str | None = None) -> st
                 f"for {plan.qps:g} requests/s of {plan.input_len}/{plan.output_len} tokens within TTFT p99 "
                 f"{plan.slo.ttft_s:g} s and ITL p99 {plan.slo.itl_s:g} s (p99 from the batching simulation; "
                 f"colocated replicas behind a {plan.router} router, a split's prefill pool one shared queue)."
+                + (f" {plan.speculative_note}." if plan.speculative_note else "")
             ),
         ),
         Section(title="latency / throughput curve", figures=[_curve_figure(plan)]),
