@@ -39,7 +39,7 @@ import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference_kv import DEFAULT_BLOCK_TOKENS
-from fmstack.perfmodel.inference_session import is_session_key
+from fmstack.perfmodel.inference_session import keys_history
 
 if TYPE_CHECKING:  # inference_sim_io imports this module (SimConfig.kv_router)
     from fmstack.perfmodel.inference_sim_io import SimRequest
@@ -158,7 +158,7 @@ class KvRouter:
         blocks, which the engine's KV events report as stored; a shorter stale history overlaps less)."""
         bs = self.config.block_size
         full = req.input_len // bs
-        session = req.session >= 0 and is_session_key(req.group)
+        session = keys_history(req)
         shared = min(req.history if session else prefix_len, req.input_len) // bs if req.group >= 0 else 0
         overlaps, prefill, active, new = [], [], [], []
         for k, cache in enumerate(caches):

@@ -67,6 +67,12 @@ def is_session_key(key: int) -> bool:
     return key >= SESSION_KEY0
 
 
+def keys_history(req: SimRequest) -> bool:
+    """Whether ``req`` is a session's turn whose cache key is its session's history (its hit matches the cached
+    history's length, not a prefix group's)."""
+    return req.session >= 0 and is_session_key(req.group)
+
+
 def check_context(sessions: SessionWorkload, input_len: int, output_len: int, max_seq_len: int) -> None:
     """Refuse a session whose whole conversation, ``turns x (input + output)`` tokens, exceeds the model's context
     (one line, exit 2): the workload would be truncated by a chat front-end, which is not modelled."""

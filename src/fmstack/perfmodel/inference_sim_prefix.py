@@ -20,14 +20,14 @@ tokens too, the prefix then evictable, least recently used first.
 from __future__ import annotations
 
 from fmstack.perfmodel.inference_prefix import PrefixCache
-from fmstack.perfmodel.inference_session import is_session_key
+from fmstack.perfmodel.inference_session import keys_history
 from fmstack.perfmodel.inference_sim_io import SimRequest
 
 
 def _cached_len(cache: PrefixCache, req: SimRequest, prefix_len: int) -> int:
     """The tokens a hit on ``req``'s key matches: the group's ``prefix_len``, or the length of the session's cached
     history (:mod:`fmstack.perfmodel.inference_session`: a radix match, so a shorter stale history matches less)."""
-    return cache.size(req.group) if req.session >= 0 and is_session_key(req.group) else prefix_len
+    return cache.size(req.group) if keys_history(req) else prefix_len
 
 
 def admission_need(cache: PrefixCache | None, req: SimRequest, prefix_len: int) -> tuple[int, int]:
@@ -81,7 +81,7 @@ def publish_prefix(cache: PrefixCache, req: SimRequest, prefix_len: int, free_to
     """``req``, a miss, has computed its prompt: its prefix becomes the shared entry (``prefix_len`` of its tokens
     move there) unless another request's already is; a prompt no longer than the prefix caches a copy in the free
     part (``free_tokens``)."""
-    if req.group < 0 or req.prefix_hit or (req.session >= 0 and is_session_key(req.group)):
+    if req.group < 0 or req.prefix_hit or keys_history(req):
         return  # a session's history is cached as its turn finishes (inference_session.keep_history)
     if prefix_len <= req.input_len - 1:
         if cache.publish(req.group, prefix_len):
