@@ -1443,3 +1443,9 @@ BAD_ARGV += [
     (["estimate", "serve", "--model", "deepseek-v3", "--instance", "p5en.48xlarge", "--tp", "8",
       "--speculative", "auto"], "Invalid value for '--speculative'"),
 ]  # fmt: skip
+
+# session 19, speculative decoding in disaggregated serving (helper D)
+BAD_ARGV += []  # fmt: skip
+
+# session 19, multi-turn sessions in plan serve (helper E)
+BAD_ARGV += []  # fmt: skip
