@@ -25,7 +25,7 @@ def spec_options(auto: bool = False) -> Callable[[F], F]:
         f = click.option(
             "--spec-acceptance", default=None,
             help="Conditional acceptance of each draft position, one value or K comma-separated, in (0, 1] "
-            "[mtp: 0.85, DeepSeek-V3 report sec. 5.4.3; others: required].",
+            "[mtp: 0.85 at the first position, 0.63 later (docs/inference.md); others: required].",
         )(f)  # fmt: skip
         f = click.option("--spec-tokens", type=int, default=None,
                          help="Draft tokens per iteration K, 1..16 [mtp 3, eagle 3, draft 4, ngram 3].")(f)  # fmt: skip

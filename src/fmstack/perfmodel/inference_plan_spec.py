@@ -79,7 +79,7 @@ def chunk_gap_s(spike_s: F, conc: F, cfg: ServeConfig) -> F:
 
 
 def spec_text(spec: SpecDecode) -> str:
-    """``mtp, 3 draft tokens, acceptance 0.85 (3.19 tokens per iteration)``."""
+    """``mtp, 3 draft tokens, acceptance 0.85,0.63,0.63 (2.72 tokens per iteration)``."""
     acc = ",".join(f"{a:g}" for a in (spec.acceptance[:1] if len(set(spec.acceptance)) == 1 else spec.acceptance))
     draft = f", draft {spec.draft.name}" if spec.method == "draft" and spec.draft is not None else ""
     return (f"{spec.method}, {spec.tokens} draft tokens{draft}, acceptance {acc} "

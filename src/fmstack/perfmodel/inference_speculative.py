@@ -22,11 +22,15 @@ graph in TensorRT-LLM):
 - ``draft``: a smaller model of the zoo, one decode step per draft token.
 - ``ngram``: prompt-lookup drafts, no GPU work.
 
-Default acceptance (chain drafts): ``mtp`` 0.85 per position, the low end of DeepSeek-V3's measured 85-90 %
-acceptance of the second token (technical report sec. 5.4.3), the low end because the later positions reuse a
-module trained one token ahead (i.i.d. is optimistic there); SGLang's MTP pull request 3582 (sgl-project/sglang)
-reports ~1.9 accepted tokens for one draft, an acceptance of ~0.9 at the first position. No default is given for
-the others: their acceptance depends on the draft and the data; ``--spec-acceptance`` names it.
+Default acceptance (chain drafts), ``mtp``: 0.85 at the first draft position, the low end of DeepSeek-V3's measured
+85-90 % acceptance of the second token (technical report sec. 5.4.3; SGLang's MTP pull request 3582,
+sgl-project/sglang, reports ~1.9 accepted tokens for one draft, ~0.9); 0.63 at every later position, where the one
+module trained one token ahead is reused on its own drafts. 0.63 (0.6286 to two digits) is what makes a 7-draft chain
+emit 3.20 tokens per iteration (``1 + 0.85 * sum_{i<7} b^i``; 3.207 at 0.63), the mean acceptance length Nebius
+measured for DeepSeek-V3-0324's original MTP module reused for 7 drafts (model card of nebius/MTP-DeepSeek-V3-0324,
+"Original MTP", temperature 0, MT-Bench / HumanEval / GSM8K; the card says the reused module's acceptance degrades at
+later positions). With K = 3 this gives 2.72 tokens per iteration (i.i.d. 0.85 gave 3.19). No default is given for the
+others: their acceptance depends on the draft and the data; ``--spec-acceptance`` names it.
 """
 
 from __future__ import annotations
@@ -46,9 +50,8 @@ DEFAULT_TOKENS = {"mtp": 3, "eagle": 3, "draft": 4, "ngram": 3}
 """Draft tokens per iteration by default: ``mtp`` 3, TensorRT-LLM tech blog 2 (best min-latency at next-n 3 on
 8 B200s); ``eagle`` 3 and ``ngram`` 3 (SGLang's ``--speculative-num-steps 3`` examples); ``draft`` 4 (Leviathan et
 al. 2023's experiments use gamma 3-7)."""
-DEFAULT_ACCEPTANCE = {"mtp": 0.85}
-"""Conditional acceptance per draft position by default (module docstring: DeepSeek-V3 technical report sec.
-5.4.3)."""
+DEFAULT_ACCEPTANCE = {"mtp": (0.85, 0.63)}
+"""Conditional acceptance by default: (first draft position, every later one); module docstring for the sources."""
 MAX_TOKENS = 16
 
 
@@ -123,6 +126,12 @@ def draft_model(method: str, target: ModelArch, draft: ModelArch | None) -> Mode
     return draft if method == "draft" else None
 
 
+def default_acceptance(method: str, k: int) -> tuple[float, ...]:
+    """The default conditional acceptance of ``k`` draft positions (:data:`DEFAULT_ACCEPTANCE`)."""
+    first, later = DEFAULT_ACCEPTANCE[method]
+    return (first, *(later,) * (k - 1))
+
+
 def make_spec(
     method: str,
     target: ModelArch,
@@ -160,7 +169,7 @@ def make_spec(
                 "spec-acceptance", f"{method} has no published default acceptance fmstack uses (it depends on the "
                 "draft and the data); give --spec-acceptance A (conditional, in (0, 1]) or one value per position",
             )  # fmt: skip
-        acc: tuple[float, ...] = (DEFAULT_ACCEPTANCE[method],) * k
+        acc: tuple[float, ...] = default_acceptance(method, k)
     elif len(acceptance) == 1:
         acc = (float(acceptance[0]),) * k
     else:
