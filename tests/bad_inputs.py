@@ -1444,6 +1444,14 @@ BAD_ARGV += [
       "--speculative", "auto"], "Invalid value for '--speculative'"),
 ]  # fmt: skip
 
+# session 19, lead: a NaN / infinite length spread crashed the closed-loop bound before the simulation checked it
+_SPREAD = ["estimate", "serve", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--tp", "1", "--input-len",
+           "512", "--output-len", "64", "--concurrency", "4", "--length-spread"]  # fmt: skip
+BAD_ARGV += [
+    ([*_SPREAD, "nan"], "length-spread: must be in [0, 1), got nan"),
+    ([*_SPREAD, "inf"], "length-spread: must be in [0, 1), got inf"),
+]  # fmt: skip
+
 # session 19, speculative decoding in disaggregated serving (helper D)
 BAD_ARGV += []  # fmt: skip
 

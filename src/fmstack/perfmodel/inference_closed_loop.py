@@ -8,6 +8,7 @@ import math
 
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency, running_limit
 from fmstack.perfmodel.inference_sim import SimConfig, SimResult, simulate
+from fmstack.perfmodel.inference_sim_io import check_length_spread
 from fmstack.perfmodel.inference_step import Deployment
 
 MEASURED_REQUESTS = 1000
@@ -20,6 +21,7 @@ def running_bound(d: Deployment, cfg: ServeConfig, length_spread: float = 0.0) -
     """The most requests the simulated engine takes off its waiting queue at once: ``max_batch``, or the KV pool
     (``max_concurrency`` full-length sequences) over the shortest sequence the length spread draws; under attention
     DP, the ranks' share of the sequence limit (``_assign_ranks``)."""
+    check_length_spread(length_spread)
     limit = max(1, max_concurrency(d, cfg))
     lo = 1.0 - length_spread
     shortest = max(1, round(cfg.input_len * lo)) + max(1, round(cfg.output_len * lo))

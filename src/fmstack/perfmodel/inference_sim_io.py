@@ -30,6 +30,12 @@ ROUTERS_SESSION = (*ROUTERS, "session")
 (:mod:`fmstack.perfmodel.inference_router`)."""
 
 
+def check_length_spread(length_spread: float) -> None:
+    """``--length-spread`` is a fraction in [0, 1) (NaN and infinity refused too); InputError names it."""
+    if not 0 <= length_spread < 1:  # False for NaN as well
+        raise InputError("length-spread", f"must be in [0, 1), got {length_spread}")
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SimConfig:
     """Load and scheduler options of one simulation run."""
@@ -101,8 +107,7 @@ class SimConfig:
             raise InputError("concurrency", f"must be >= 1, got {self.concurrency}")
         if self.ramp_s < 0:
             raise InputError("ramp", f"must be >= 0, got {self.ramp_s}")
-        if not 0 <= self.length_spread < 1:
-            raise InputError("length-spread", f"must be in [0, 1), got {self.length_spread}")
+        check_length_spread(self.length_spread)
         if self.output_lengths is not None and (
             len(self.output_lengths) != self.num_requests or min(self.output_lengths, default=1) < 1
         ):
