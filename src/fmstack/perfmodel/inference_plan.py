@@ -16,7 +16,8 @@ the ITL target and adds it to the TTFT (a prompt may queue behind one). The chea
 (:mod:`fmstack.perfmodel.inference_sim`, one replica of ``replicas`` behind a router at ``qps``: every
 ``replicas``-th arrival of a Poisson stream behind round-robin, Poisson at ``qps / replicas`` behind a random
 router; a split's prefill pool is one shared queue): a candidate whose
-simulated p99 misses the SLO gets more replicas until it meets it (or is dropped).
+simulated p99 misses the SLO gets more replicas until it meets it (or is dropped). A multi-turn workload (``--turns``)
+is screened as its mean turn and simulated as sessions (:mod:`fmstack.perfmodel.inference_plan_session`).
 """
 
 from __future__ import annotations
