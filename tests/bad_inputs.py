@@ -1456,4 +1456,16 @@ BAD_ARGV += [
 BAD_ARGV += []  # fmt: skip
 
 # session 19, multi-turn sessions in plan serve (helper E)
-BAD_ARGV += []  # fmt: skip
+_PSESS = ["plan", "serve", "--model", "llama3.1-8b", "--qps", "2", "--input-len", "512", "--output-len", "128",
+          "--ttft-p99", "1", "--itl-p99", "0.05", "--instance", "p5.48xlarge"]  # fmt: skip
+BAD_ARGV += [
+    ([*_PSESS, "--turns", "0"], "turns: must be >= 1, got 0"),
+    ([*_PSESS, "--turns", "3", "--think-time-s", "-1"], "think-time-s: must be a finite number of seconds >= 0, got -1"),
+    ([*_PSESS, "--turns", "3", "--think-time-s", "nan"], "think-time-s: must be a finite number of seconds >= 0"),
+    ([*_PSESS, "--think-time-s", "5"], "think-time-s: --think-time-s is the pause between a session's turns"),
+    ([*_PSESS, "--router", "session"], "router: session affinity pins a session's turns: give --turns > 1"),
+    ([*_PSESS, "--turns", "300"], "turns: 300 turns x (512 + 128) tokens = 192000 exceed the model's context"),
+    ([*_PSESS, "--turns", "3", "--prefix-groups", "4", "--prefix-len", "128"],
+     "turns: plan serve screens a multi-turn workload's history hits, not a shared system prefix's"),
+    ([*_PSESS, "--turns", "two"], "Invalid value for '--turns'"),
+]  # fmt: skip

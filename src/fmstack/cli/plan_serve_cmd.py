@@ -27,13 +27,14 @@ from fmstack.cli.serve_router import (
     prefix_options,
     prefix_workload,
 )
+from fmstack.cli.serve_session import SESSION_ROUTER_HELP, session_options, session_workload
 from fmstack.cli.serve_spec import resolve_plan_spec, spec_options
 from fmstack.errors import InputError
 from fmstack.fileio import check_output_path
 from fmstack.perfmodel.efficiency import EfficiencyFor
-from fmstack.perfmodel.inference import check_rate
+from fmstack.perfmodel.inference import ServeConfig, check_rate
 from fmstack.perfmodel.inference_kv import PRECISIONS
-from fmstack.perfmodel.inference_sim_io import ROUTERS
+from fmstack.perfmodel.inference_sim_io import ROUTERS_SESSION
 
 PLAN_SERVE_EXAMPLE = """Example:
 
@@ -44,6 +45,10 @@ PLAN_SERVE_EXAMPLE = """Example:
 \b
   fmstack plan serve --model deepseek-v3 --qps 2 --input-len 2048 --output-len 256 --ttft-p99 2 --itl-p99 0.1 \\
       --instance p5.48xlarge --max-nodes-per-replica 4
+
+\b
+  fmstack plan serve --model llama3.1-70b --qps 4 --input-len 512 --output-len 256 --turns 4 --think-time-s 10 \\
+      --router session --ttft-p99 1 --itl-p99 0.05 --instance p5.48xlarge
 """
 
 
@@ -64,11 +69,12 @@ PLAN_SERVE_EXAMPLE = """Example:
               help="Search attention data parallelism for MoE models (ep = tp; estimate serve --attention-dp).")  # fmt: skip
 @click.option("--disagg/--no-disagg", "search_disagg", default=True, show_default=True,
               help="Search disaggregated prefill/decode splits (P prefill + D decode replicas, the same layout or a decode pool in another TP / PP / EP).")  # fmt: skip
-@click.option("--router", type=choice(ROUTERS), default="round-robin", show_default=True,
+@click.option("--router", type=choice(ROUTERS_SESSION), default="round-robin", show_default=True,
               help="How requests reach colocated replicas in their p99 check at --qps in all: " + ROUTER_HELP
-              + " A split's prefill pool is one shared queue either way.")  # fmt: skip
+              + " A split's prefill pool is one shared queue either way." + SESSION_ROUTER_HELP)  # fmt: skip
 @kv_router_options
 @prefix_options
+@session_options
 @spec_options(auto=True)
 @click.option("--top", type=int, default=8, show_default=True, help="Candidates to show.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write an HTML report.")
@@ -80,7 +86,7 @@ def plan_serve_cmd(
     instances: tuple[str, ...], precisions: tuple[str, ...], seed: int, max_nodes_per_replica: int,
     search_attention_dp: bool, search_disagg: bool, router: str, prefix_groups: int | None, prefix_len: int | None,
     prefix_zipf: float, kv_overlap_weight: float | None, router_temperature: float | None, kv_block_size: int | None,
-    top: int, html_path: Path | None, calibration: Path | None, calibration_force: bool, catalog_dir: Path | None,
+    turns: int, think_time_s: float | None, top: int, html_path: Path | None, calibration: Path | None, calibration_force: bool, catalog_dir: Path | None,
     as_json: bool, speculative: str, spec_tokens: int | None, spec_acceptance: str | None, draft_model: str | None,
 ) -> None:  # fmt: skip
     """The cheapest deployment (instance, precision, TP / PP / EP, nodes per replica, replicas) serving a request rate
@@ -102,6 +108,9 @@ def plan_serve_cmd(
         check_output_path(html_path, field="html", example="serve-plan.html")  # before the search, not after it
     cat = load_catalog(catalog_dir)
     arch = cat.model(model)
+    sessions = session_workload(turns, think_time_s, cfg=ServeConfig(input_len=input_len, output_len=output_len),
+                                max_seq_len=arch.max_seq_len, router=router.lower(), simulate=True, disagg=False,
+                                split=None)  # fmt: skip
     spec, spec_auto = resolve_plan_spec(speculative, arch, spec_tokens, spec_acceptance, draft_model, cat)
     names = tuple(n.strip() for v in instances for n in v.split(",") if n.strip()) or None
     efficiency_for = _plan_calibration(cat, names, calibration, calibration_force)
@@ -112,6 +121,7 @@ def plan_serve_cmd(
             max_nodes_per_replica=max_nodes_per_replica, search_attention_dp=search_attention_dp,
             search_disagg=search_disagg, on_simulate=on_simulate, efficiency_for=efficiency_for,
             router=router.lower(), prefix=prefix, kv_router=kv, speculative=spec, speculative_auto=spec_auto,
+            sessions=sessions,
         )  # fmt: skip
     source = (
         None

@@ -16,13 +16,16 @@ from rich.table import Table
 
 from fmstack.cli.common import console, no_wrap
 from fmstack.cli.serve_router import kv_router_argv, kv_router_json, prefix_argv
+from fmstack.cli.serve_session import session_argv
 from fmstack.cli.serve_spec import spec_argv
 from fmstack.perfmodel.inference_disagg import SLO
 from fmstack.perfmodel.inference_plan import Candidate, ServePlan
 from fmstack.perfmodel.inference_plan_candidate import split_label
+from fmstack.perfmodel.inference_plan_session import screened_input_len, session_plan_text
 from fmstack.perfmodel.inference_prefix import PrefixWorkload
 from fmstack.perfmodel.inference_router import ROUTERS_JOINT
 from fmstack.perfmodel.inference_router_kv import KvRouterConfig
+from fmstack.perfmodel.inference_session import SessionWorkload
 
 
 def estimate_argv(
@@ -80,14 +83,15 @@ def estimate_argv(
 def p99_argv(
     model: str, c: Candidate, input_len: int, output_len: int, catalog_dir: Path | None, slo: SLO, qps: float,
     *, seed: int = 0, extra: Sequence[str] = (), router: str = "round-robin", prefix: PrefixWorkload | None = None,
-    kv_router: KvRouterConfig | None = None,
+    kv_router: KvRouterConfig | None = None, sessions: SessionWorkload | None = None,
 ) -> list[str]:  # fmt: skip
     """The `estimate serve` command line whose simulation is ``c``'s p99 check: a split's is its
     :func:`estimate_argv` (``--qps R --prefill-replicas P --decode-replicas D --seed S``); a colocated row's is one
     of its replicas behind ``router`` at ``qps`` requests/s in all (``--qps qps --replicas N --router R``; one
     replica: ``--qps qps``), with the same seed and token budget and the shared-prefix workload ``prefix``
     (``--prefix-groups G --prefix-len L [--prefix-zipf S]``) and the KV router's settings ``kv_router``: the run
-    `plan serve` simulated, the same p50/p90/p99."""
+    `plan serve` simulated, the same p50/p90/p99; a multi-turn workload ``sessions`` adds ``--turns N
+    --think-time-s S`` (``input_len``: a turn's new tokens)."""
     argv = estimate_argv(model, c, input_len, output_len, catalog_dir, slo, qps=qps, seed=seed, extra=extra)
     if c.mode == "disaggregated" and prefix is None:
         return argv
@@ -111,6 +115,9 @@ def p99_argv(
     if prefix is not None:
         at = argv.index("--max-num-tokens")
         argv[at:at] = prefix_argv(prefix)
+    if sessions is not None:
+        at = argv.index("--max-num-tokens")
+        argv[at:at] = session_argv(sessions)
     argv.remove("--no-simulate")
     tail = argv.index("--catalog") if "--catalog" in argv else len(argv) - len(extra)
     argv[tail:tail] = ["--seed", str(seed)]
@@ -129,14 +136,20 @@ def plan_serve_json(
     layout ``decode_tp``, ``decode_pp``, ``decode_ep`` (0 when colocated; ``tp`` / ``pp`` / ``ep`` /
     ``nodes_per_replica`` are a split's prefill pool's, the decode pool's differ in a heterogeneous split),
     ``speculative`` (the row's method, null when none), ``spec_tokens``, ``spec_acceptance``; top level
-    ``speculative`` (the method asked, "auto", or null) and ``speculative_note``."""
+    ``speculative`` (the method asked, "auto", or null) and ``speculative_note``; the multi-turn workload's
+    ``turns`` (1: independent requests) and ``think_time_s``, and ``screened_input_len``, the prompt the rows were
+    screened at (a session's mean turn: each row's ``estimate_command`` prices it, its ``prefix_hit_rate`` the
+    history's share; ``input_len`` with one turn)."""
+
+    screened = screened_input_len(plan.sessions, plan.input_len, plan.output_len)  # a session row's mean turn
 
     def row(c: Candidate) -> dict[str, Any]:
-        argv = estimate_argv(model, c, plan.input_len, plan.output_len, catalog_dir, plan.slo, qps=plan.qps, seed=seed,
+        argv = estimate_argv(model, c, screened, plan.output_len, catalog_dir, plan.slo, qps=plan.qps, seed=seed,
                              extra=extra)  # fmt: skip
         cmd = shlex.join(argv)
         p99 = p99_argv(model, c, plan.input_len, plan.output_len, catalog_dir, plan.slo, plan.qps, seed=seed,
-                       extra=extra, router=plan.router, prefix=plan.prefix, kv_router=plan.kv_router)  # fmt: skip
+                       extra=extra, router=plan.router, prefix=plan.prefix, kv_router=plan.kv_router,
+                       sessions=plan.sessions)  # fmt: skip
         sp = c.speculative
         spec = {"speculative": None if sp is None else sp.method, "spec_tokens": None if sp is None else sp.tokens,
                 "spec_acceptance": None if sp is None else list(sp.acceptance)}  # fmt: skip
@@ -152,6 +165,9 @@ def plan_serve_json(
         "disaggregation_note": plan.disaggregation_note,
         "speculative": "auto" if plan.speculative_auto else (None if plan.speculative is None else plan.speculative.method),
         "speculative_note": plan.speculative_note,
+        "turns": 1 if plan.sessions is None else plan.sessions.turns,
+        "think_time_s": 0.0 if plan.sessions is None else plan.sessions.think_time_s,
+        "screened_input_len": screened,
     }  # fmt: skip
 
 
@@ -176,6 +192,9 @@ def render_plan_serve(
         out.print(plan.speculative_note, markup=False, soft_wrap=True)
     if plan.prefix is not None:
         out.print(prefix_text(plan), markup=False, soft_wrap=True)
+    if plan.sessions is not None:
+        out.print(session_plan_text(plan.sessions, b, plan.input_len, plan.output_len, plan.router), markup=False,
+                  soft_wrap=True)  # fmt: skip
     shown = plan.candidates[:top]
     adp_col = any(c.ep > 1 for c in plan.candidates)  # an MoE model: attention DP was searched
     spec_col = plan.speculative is not None
@@ -215,8 +234,8 @@ def render_plan_serve(
             out.print(f"* row {n}: {c.sim_note}", markup=False, soft_wrap=True)
     what = "the best split's simulation" if b.mode == "disaggregated" else "the best replica's analytic point"
     out.print(f"reproduce {what} with:", markup=False)
-    argv = estimate_argv(model, b, plan.input_len, plan.output_len, catalog_dir, slo, qps=plan.qps, seed=seed,
-                         extra=extra)  # fmt: skip
+    argv = estimate_argv(model, b, screened_input_len(plan.sessions, plan.input_len, plan.output_len), plan.output_len,
+                         catalog_dir, slo, qps=plan.qps, seed=seed, extra=extra)  # fmt: skip
     if b.mode == "disaggregated" and plan.prefix is not None:  # the prefill caches simulated, not the scalar
         argv = p99_argv(model, b, plan.input_len, plan.output_len, catalog_dir, slo, plan.qps, seed=seed, extra=extra,
                         router=plan.router, prefix=plan.prefix, kv_router=plan.kv_router)  # fmt: skip
@@ -224,11 +243,12 @@ def render_plan_serve(
     if b.mode != "disaggregated" and b.sim is not None:
         one = (f"one of {b.replicas} replicas behind a {plan.router} router, {plan.qps / b.replicas:.4g} req/s each"
                if b.replicas > 1 else f"one replica at {plan.qps:.4g} req/s")  # fmt: skip
-        if b.replicas > 1 and (plan.router in ROUTERS_JOINT or plan.prefix is not None):
+        if b.replicas > 1 and (plan.router in ROUTERS_JOINT or plan.prefix is not None or plan.sessions is not None):
             one = f"its {b.replicas} replicas together behind a {plan.router} router at {plan.qps:.4g} req/s"
         out.print(f"and its simulated p99 ({one}) with:", markup=False)
         p99 = p99_argv(model, b, plan.input_len, plan.output_len, catalog_dir, slo, plan.qps, seed=seed, extra=extra,
-                       router=plan.router, prefix=plan.prefix, kv_router=plan.kv_router)  # fmt: skip
+                       router=plan.router, prefix=plan.prefix, kv_router=plan.kv_router,
+                       sessions=plan.sessions)  # fmt: skip
         out.print(shlex.join(p99), markup=False, soft_wrap=True)
     out.print(f"disaggregated prefill/decode: {plan.disaggregation_note}", markup=False, soft_wrap=True)
 

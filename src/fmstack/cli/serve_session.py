@@ -62,6 +62,11 @@ def session_workload(
     return spec
 
 
+def session_argv(spec: SessionWorkload | None) -> list[str]:
+    """The flags that give ``spec`` (none for independent requests): ``--turns N --think-time-s S``."""
+    return [] if spec is None else ["--turns", str(spec.turns), "--think-time-s", repr(spec.think_time_s)]
+
+
 def closed_loop_sessions(
     est: ServeEstimate, d: Any, cfg: ServeConfig, spec: SessionWorkload, *, seed: int, spread: float
 ) -> tuple[ServeEstimate, None, dict[str, Any]]:

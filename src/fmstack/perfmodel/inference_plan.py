@@ -16,7 +16,8 @@ the ITL target and adds it to the TTFT (a prompt may queue behind one). The chea
 (:mod:`fmstack.perfmodel.inference_sim`, one replica of ``replicas`` behind a router at ``qps``: every
 ``replicas``-th arrival of a Poisson stream behind round-robin, Poisson at ``qps / replicas`` behind a random
 router; a split's prefill pool is one shared queue): a candidate whose
-simulated p99 misses the SLO gets more replicas until it meets it (or is dropped).
+simulated p99 misses the SLO gets more replicas until it meets it (or is dropped). A multi-turn workload (``--turns``)
+is screened as its mean turn and simulated as sessions (:mod:`fmstack.perfmodel.inference_plan_session`).
 """
 
 from __future__ import annotations
@@ -45,11 +46,13 @@ from fmstack.perfmodel.inference_plan_analytic import analytic as _analytic
 from fmstack.perfmodel.inference_plan_candidate import Candidate as Candidate  # re-exported
 from fmstack.perfmodel.inference_plan_candidate import ClusterOf, config_of, layout_text
 from fmstack.perfmodel.inference_plan_disagg import DecodePools, disagg_analytic, split_note
+from fmstack.perfmodel.inference_plan_session import SPLITS_NOTE, check_plan_sessions, screened_input_len
 from fmstack.perfmodel.inference_plan_spec import searches_splits, spec_note, spec_variants
 from fmstack.perfmodel.inference_plan_verify import verify_cheapest
 from fmstack.perfmodel.inference_plan_why import PRECISIONS, Tried, nothing_found
 from fmstack.perfmodel.inference_prefix import PrefixWorkload
 from fmstack.perfmodel.inference_router_kv import KvRouterConfig
+from fmstack.perfmodel.inference_session import SessionWorkload
 from fmstack.perfmodel.inference_sim_io import ROUTERS
 from fmstack.perfmodel.inference_speculative import SpecDecode
 
@@ -96,6 +99,9 @@ class ServePlan:
     speculative_auto: bool = False
     speculative_note: str = ""
     """What the plan did with it (:func:`fmstack.perfmodel.inference_plan_spec.spec_note`; empty without it)."""
+    sessions: SessionWorkload | None = None
+    """A multi-turn workload (``--turns N``): screened as its mean turn, its p99 checks simulate the sessions
+    (:mod:`fmstack.perfmodel.inference_plan_session`); None: independent requests."""
 
 
 def searched_instances(catalog: Catalog, instances: tuple[str, ...] | None) -> list[str]:
@@ -171,6 +177,7 @@ def plan_serve(
     kv_router: KvRouterConfig | None = None,
     speculative: SpecDecode | None = None,
     speculative_auto: bool = False,
+    sessions: SessionWorkload | None = None,
 ) -> ServePlan:
     """The cheapest deployment of ``model`` serving ``qps`` requests/s within ``slo`` (p99 checked by simulation).
     ``search_attention_dp=False`` leaves attention data parallelism out of the search (the search before it);
@@ -183,12 +190,15 @@ def plan_serve(
     ``least-loaded`` / ``cache-aware`` / ``kv`` (``kv_router``: its settings, None: Dynamo's defaults), or a
     shared-prefix workload ``prefix``, check them simulated together. ``speculative``: every colocated candidate
     runs it and splits are not searched; with ``speculative_auto`` each colocated layout is screened with and
-    without it, both ranked (the simulation's p99 decides), and splits are searched without it (:mod:`fmstack.perfmodel.inference_plan_spec`)."""
+    without it, both ranked (the simulation's p99 decides), and splits are searched without it (:mod:`fmstack.perfmodel.inference_plan_spec`).
+    ``sessions``: a multi-turn workload (``router`` may then be ``session``), colocated only
+    (:mod:`fmstack.perfmodel.inference_plan_session`)."""
     check_rate(qps)
+    check_plan_sessions(sessions, router, prefix is not None)
     variants = spec_variants(speculative, speculative_auto)
-    search_disagg = search_disagg and searches_splits(speculative, speculative_auto)
+    search_disagg = search_disagg and searches_splits(speculative, speculative_auto) and sessions is None
     search_heterogeneous = search_heterogeneous and search_disagg
-    if router not in ROUTERS:
+    if router not in ROUTERS and not (router == "session" and sessions is not None):
         raise InputError("router", f"must be one of {', '.join(ROUTERS)}, got {router!r}")
     if seed < 0:
         raise InputError("seed", f"must be >= 0, got {seed}")
@@ -237,7 +247,8 @@ def plan_serve(
                         # attention DP: each rank its own prefix cache (inference_plan_analytic._best_point)
                         for spec in variants:  # auto: with and without, both ranked (the p99 check decides)
                             option = _analytic(replace(cfg, speculative=spec), c, model, qps, slo, name, nodes,
-                                               efficiency_for, router=router, prefix=prefix)  # fmt: skip
+                                               efficiency_for, router=router, prefix=prefix,
+                                               sessions=sessions)  # fmt: skip
                             if option is not None:
                                 found.append(option)
                                 first = nodes if first is None else first
@@ -257,7 +268,7 @@ def plan_serve(
                             output_len, efficiency_for)  # fmt: skip
     ranked = verify_cheapest(cluster_of, model, found, qps, input_len, output_len, slo, seed, on_simulate,
                              efficiency_for=efficiency_for, router=router, prefix=prefix,
-                             kv_router=kv_router)  # fmt: skip
+                             kv_router=kv_router, sessions=sessions)  # fmt: skip
     best = ranked[0]
     if not best.meets_slo:
         raise InputError(
@@ -267,13 +278,22 @@ def plan_serve(
             + (f" ({best.sim_note})" if best.sim_note else ""),
         )  # fmt: skip
     cfg = config_of(best, input_len, output_len)
+    if sessions is not None:  # the curve of the mean turn the row was screened at (its estimate_command's)
+        cfg = replace(cfg, input_len=screened_input_len(sessions, input_len, output_len),
+                      prefix_hit_rate=best.prefix_hit_rate)  # fmt: skip
     d = deployment_for(model, cluster_of(best.instance, best.nodes_per_replica), cfg, efficiency_for)
     conc = np.arange(1, max_concurrency(d, cfg) + 1, dtype=np.float64)
     curve = serve_curve(d, cfg, conc)
-    dis, note = _disaggregation(model, cluster_of(best.instance, best.nodes), best, cfg, qps, slo, efficiency_for)
+    dis, note = (
+        _disaggregation(model, cluster_of(best.instance, best.nodes), best, cfg, qps, slo, efficiency_for)
+        if sessions is None
+        else (None, "DistServe's comparison not made: it prices independent requests, not sessions")
+    )
     splits = split_note(ranked, qps, search_disagg)
     if not searches_splits(speculative, speculative_auto):
         splits = "none searched: speculative decoding is modelled for colocated replicas only"
+    if sessions is not None:
+        splits = SPLITS_NOTE
     note = f"splits ranked in the plan (p99 by simulation): {splits}. On means: {note}"
     if dis is not None and best.mode == "disaggregated" and dis.colocated_rps > dis.disagg_rps:
         note += (
@@ -288,7 +308,7 @@ def plan_serve(
                "ttft_s": curve.ttft_s.tolist(), "itl_s": curve.itl_s.tolist()},
         disaggregation=dis, disaggregation_note=note, router=router, prefix=prefix, kv_router=kv_router,
         speculative=speculative, speculative_auto=speculative_auto,
-        speculative_note=spec_note(speculative, speculative_auto, ranked),
+        speculative_note=spec_note(speculative, speculative_auto, ranked), sessions=sessions,
     )  # fmt: skip
 
 

@@ -34,9 +34,18 @@ from fmstack.perfmodel.inference import (
 )
 from fmstack.perfmodel.inference_disagg import SLO
 from fmstack.perfmodel.inference_plan_candidate import Candidate, deployment_nodes
+from fmstack.perfmodel.inference_plan_session import (
+    HISTORY_ROUTERS,
+    cache_units,
+    fewest_replicas,
+    hit_turns,
+    holds_conversation,
+    screen_config,
+)
 from fmstack.perfmodel.inference_plan_spec import chunk_gap_s
 from fmstack.perfmodel.inference_prefix import PrefixWorkload, screen_hit_rates, token_share
 from fmstack.perfmodel.inference_router import ROUTERS_AFFINITY
+from fmstack.perfmodel.inference_session import SessionWorkload
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
 
 F = NDArray[np.float64]
@@ -49,16 +58,27 @@ prompt-chunk iteration of a hit (its uncached suffix) instead of a miss's whole 
 def analytic(
     cfg: ServeConfig, cluster: Cluster, model: ModelArch, qps: float, slo: SLO, name: str, nodes_per_replica: int,
     efficiency_for: EfficiencyFor | None = None, *, prefix: PrefixWorkload | None = None, router: str = "round-robin",
+    sessions: SessionWorkload | None = None,
 ) -> Candidate | None:  # fmt: skip
     """The highest per-replica rate within the SLO on the analytic curve, and the replicas and nodes it needs.
     The configuration passes `estimate serve`'s checks (:func:`validate_serve`: a prompt longer than the model's
-    context is refused here as there). ``prefix``: each point priced at its screened hit rate (module docstring)."""
+    context is refused here as there). ``prefix``: each point priced at its screened hit rate (module docstring).
+    ``sessions``: a multi-turn workload, priced as its mean turn (:mod:`fmstack.perfmodel.inference_plan_session`)."""
     validate_serve(cfg, model, cluster)
     d = deployment_for(model, cluster, cfg, efficiency_for)
     limit = max_concurrency(d, cfg)
     if limit < 1:
         return None
-    if prefix is None or router not in ROUTERS_AFFINITY:  # the hit rate does not depend on the replicas
+    request_hit = 0.0
+    point: tuple[float, int, Curve, float, float] | None
+    if sessions is not None:
+        if not holds_conversation(d, cfg, sessions):
+            return None
+        got = _session_point(d, cfg, slo, qps, sessions, router)
+        if got is None:
+            return None
+        replicas, (point, cfg, request_hit) = got
+    elif prefix is None or router not in ROUTERS_AFFINITY:  # the hit rate does not depend on the replicas
         point = _best_point(d, cfg, slo, limit, prefix, 1, router)
         replicas = 0 if point is None else math.ceil(qps / point[0])
     else:  # the smallest N with ceil(qps / rate(N)) <= N; rate(N) rises with N (more room in all)
@@ -80,7 +100,11 @@ def analytic(
         point, replicas = best, hi
     if point is None:
         return None
-    rate, i, curve, token_hit, request_hit = point
+    rate, i, curve, token_hit, prefix_request_hit = point
+    if sessions is not None:
+        token_hit = cfg.prefix_hit_rate  # the mean turn's: estimate serve --input-len L --prefix-hit-rate h
+    else:
+        request_hit = prefix_request_hit
     gpn = cluster.instance.num_gpus
     nodes = deployment_nodes(replicas, cfg, gpn)
     return Candidate(
@@ -94,11 +118,50 @@ def analytic(
     )  # fmt: skip
 
 
+def _session_point(
+    d: Deployment, cfg: ServeConfig, slo: SLO, qps: float, sessions: SessionWorkload, router: str
+) -> tuple[int, tuple[tuple[float, int, Curve, float, float], ServeConfig, float]] | None:
+    """A multi-turn workload's replicas and best point: the mean turn (:func:`screen_config`) with the history hits
+    of the replicas' caches (:func:`cache_units`; behind a blind router the fewest replicas that serve ``qps``,
+    :func:`fewest_replicas`), the priced configuration and the share of turns that hit."""
+    ranks = d.tp if d.attention_dp else 1
+
+    def at(
+        replicas: int | None,
+    ) -> tuple[float, tuple[tuple[float, int, Curve, float, float], ServeConfig, float]] | None:
+        units = cache_units(router, replicas, ranks)
+        priced = screen_config(cfg, sessions, units)
+        limit = max_concurrency(d, priced)
+        if limit < 1:
+            return None
+        # the chunk a p99 gap sees: the last budget's worth of the mean prompt (a miss's last chunk, over the longest
+        # context), or the new tokens past a cached history where every later turn hits one
+        last = max(0, priced.input_len - priced.max_num_tokens)
+        every = hit_turns(sessions, units) >= 1 - 1 / sessions.turns
+        cached = max(last, math.floor(priced.prefix_hit_rate * priced.input_len) if every else 0)
+        point = _best_point(d, priced, slo, limit, None, 1, router, cached=cached)
+        return None if point is None else (point[0], (point, priced, hit_turns(sessions, units)))
+
+    if router in HISTORY_ROUTERS:
+        got = at(1)
+        return None if got is None else (math.ceil(qps / got[0]), got[1])
+    return fewest_replicas(at, qps)
+
+
 def _best_point(
-    d: Deployment, cfg: ServeConfig, slo: SLO, limit: int, prefix: PrefixWorkload | None, replicas: int, router: str
+    d: Deployment,
+    cfg: ServeConfig,
+    slo: SLO,
+    limit: int,
+    prefix: PrefixWorkload | None,
+    replicas: int,
+    router: str,
+    *,
+    cached: int = 0,
 ) -> tuple[float, int, Curve, float, float] | None:
     """The curve's highest rate within the SLO: (rate, its index, the curve, the token and request hit rates
-    screened there); None where no point meets the SLO."""
+    screened there); None where no point meets the SLO. ``cached``: the prompt tokens the p99-aware chunk iteration
+    starts past (:func:`chunk_iteration_s`; without a shared-prefix workload)."""
     request_hit = np.zeros(0)
     if prefix is not None:
         most = replace(cfg, prefix_hit_rate=token_share(prefix, cfg.input_len, 1.0))
@@ -117,7 +180,7 @@ def _best_point(
         # wait for a slot): the first point at or past that limit is the one the argmax below would pick among them
         limit = min(limit, math.ceil(running_limit(d, cfg)))
         conc = np.arange(1, limit + 1, dtype=np.float64)
-        curve, spike = serve_curve(d, cfg, conc), chunk_iteration_s(d, cfg, conc)
+        curve, spike = serve_curve(d, cfg, conc), chunk_iteration_s(d, cfg, conc, cached=cached)
     # one output token: no inter-token gap, the ITL target binds nothing (the prompt iteration is TTFT's)
     # speculation splits a chunk iteration's gap over the tokens it emits (inference_plan_spec.chunk_gap_s)
     gaps_ok = (np.maximum(curve.itl_s, chunk_gap_s(spike, conc, cfg)) <= slo.itl_s) | (cfg.output_len == 1)

@@ -76,9 +76,12 @@ class Candidate:
     prefix_hit_rate: float = 0.0
     """With a shared-prefix workload: the share of prompt tokens the analytic screening took from the prefix cache
     at ``concurrency`` (``estimate serve --prefix-hit-rate``; :mod:`fmstack.perfmodel.inference_plan_analytic`);
-    0 without one, and for splits and attention DP, which are priced and simulated without the cache."""
+    0 without one, and for splits and attention DP, which are priced and simulated without the cache. With a multi-turn
+    workload: the share of the mean turn's prompt screened as cached history
+    (:mod:`fmstack.perfmodel.inference_plan_session`)."""
     prefix_request_hit_rate: float = 0.0
-    """The requests' screened hit rate behind ``prefix_hit_rate`` (Che's approximation, rounded up to 0.01)."""
+    """The requests' screened hit rate behind ``prefix_hit_rate`` (Che's approximation, rounded up to 0.01; with a
+    multi-turn workload the share of turns that find some history cached)."""
     speculative: SpecDecode | None = None
     """Speculative decoding the replicas run (``plan serve --speculative``; None: off, and always for a split: it is
     modelled for colocated replicas only). Screened, simulated and reproduced with it (:func:`config_of`)."""

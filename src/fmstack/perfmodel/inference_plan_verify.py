@@ -18,6 +18,7 @@ from fmstack.perfmodel.inference_plan_candidate import Candidate, ClusterOf, con
 from fmstack.perfmodel.inference_plan_disagg import grow_split, simulate_split
 from fmstack.perfmodel.inference_prefix import PrefixWorkload
 from fmstack.perfmodel.inference_router_kv import KvRouterConfig
+from fmstack.perfmodel.inference_session import SessionWorkload
 from fmstack.perfmodel.inference_sim import SimResult
 
 VERIFY_TOP = 3
@@ -33,6 +34,7 @@ def verify_cheapest(
     cluster_of: ClusterOf, model: ModelArch, found: list[Candidate], qps: float, isl: int, osl: int, slo: SLO, seed: int,
     on_simulate: Callable[[Candidate], None] | None = None, *, efficiency_for: EfficiencyFor | None = None,
     router: str = "round-robin", prefix: PrefixWorkload | None = None, kv_router: KvRouterConfig | None = None,
+    sessions: SessionWorkload | None = None,
 ) -> list[Candidate]:  # fmt: skip
     """Simulate the cheapest options first. An option is a candidate at a multiple of its analytic replicas
     (``REPLICA_FACTORS``); one that misses the SLO goes back into the queue at the next multiple, priced at its
@@ -42,7 +44,8 @@ def verify_cheapest(
     pool is one shared queue its idle replicas pull from (:func:`simulate_split`), whatever the router. A router
     that chooses from the replicas' state, or a shared-prefix workload ``prefix``, simulates a colocated option's
     replicas together (:func:`fmstack.perfmodel.inference_open_loop.simulate_open_loop_fleet`; ``kv_router``: the
-    ``kv`` router's settings)."""
+    ``kv`` router's settings). ``sessions``: a multi-turn workload, its turns of ``isl`` new tokens simulated with the
+    replicas together (:mod:`fmstack.perfmodel.inference_sim_session`)."""
 
     def key(c: Candidate) -> tuple[float, int, float]:
         return (c.cost_per_hour_usd, c.busy_gpus, -c.rate_per_replica_rps)  # then fewest GPUs busy
@@ -71,7 +74,8 @@ def verify_cheapest(
         split = option.mode == "disaggregated"
         if on_simulate is not None:
             on_simulate(option)
-        result, note = _check(cluster_of, model, option, qps, isl, osl, seed, efficiency_for, router, prefix, kv_router)
+        result, note = _check(cluster_of, model, option, qps, isl, osl, seed, efficiency_for, router, prefix, kv_router,
+                              sessions)  # fmt: skip
         sim = None if result is None else result.percentiles()
         if result is not None and result.ttft_s[99] <= slo.ttft_s and result.itl_s[99] <= slo.itl_s:
             checked.append(replace(option, sim=sim, meets_slo=True))
@@ -105,13 +109,14 @@ def _replicas_per_node_group(cluster_of: ClusterOf, c: Candidate) -> int:
 def _check(
     cluster_of: ClusterOf, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, seed: int,
     efficiency_for: EfficiencyFor | None = None, router: str = "round-robin", prefix: PrefixWorkload | None = None,
-    kv_router: KvRouterConfig | None = None,
+    kv_router: KvRouterConfig | None = None, sessions: SessionWorkload | None = None,
 ) -> tuple[SimResult | None, str]:  # fmt: skip
     """The simulation of ``c`` at ``qps``, or None and why there is none: a colocated replica too near its capacity
     to reach a steady state (:func:`_simulate`), a split whose prefill or decode pool cannot take ``qps``
     (:func:`fmstack.perfmodel.inference_plan_disagg.run_split`'s InputError)."""
     if c.mode != "disaggregated":
-        return _simulate(cluster_of, model, c, qps, isl, osl, seed, efficiency_for, router, prefix, kv_router)
+        return _simulate(cluster_of, model, c, qps, isl, osl, seed, efficiency_for, router, prefix, kv_router,
+                         sessions)  # fmt: skip
     try:
         return simulate_split(cluster_of, model, c, qps, isl, osl, seed, efficiency_for, prefix, router, kv_router), ""
     except InputError as exc:
@@ -123,24 +128,26 @@ def _check(
 def _simulate(
     cluster_of: ClusterOf, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, seed: int,
     efficiency_for: EfficiencyFor | None = None, router: str = "round-robin", prefix: PrefixWorkload | None = None,
-    kv_router: KvRouterConfig | None = None,
+    kv_router: KvRouterConfig | None = None, sessions: SessionWorkload | None = None,
 ) -> tuple[SimResult | None, str]:  # fmt: skip
     """One replica of ``c``, one of its ``replicas`` behind ``router`` at ``qps`` in all (``qps / replicas`` at the
     replica: Erlang gaps behind round-robin, Poisson behind a random router), the run ``estimate serve --qps qps
     --replicas R --router ...`` makes (:func:`fmstack.perfmodel.inference_open_loop.simulate_open_loop`: a warm-up by Little's law and the
     queue's relaxation time, the same seed, the same percentiles); None and the reason where the rate is too near
-    the replica's capacity for a steady state."""
+    the replica's capacity for a steady state. ``sessions``: a multi-turn run of the replicas together (``estimate
+    serve --turns N``); a conversation a replica's KV pool cannot hold is a miss with its reason."""
     cfg = config_of(c, isl, osl)
     d = deployment_for(model, cluster_of(c.instance, c.nodes_per_replica), cfg, efficiency_for)
     try:
-        if needs_fleet(router, prefix):  # the replicas together: percentiles over all of them
+        if needs_fleet(router, prefix, sessions):  # the replicas together: percentiles over all of them
             run, fleet = simulate_open_loop_fleet(d, cfg, qps / c.replicas, seed=seed, replicas=c.replicas,
-                                                  router=router, prefix=prefix, kv_router=kv_router)  # fmt: skip
+                                                  router=router, prefix=prefix, kv_router=kv_router,
+                                                  sessions=sessions)  # fmt: skip
             result = None if fleet is None else fleet.result
         else:
             run, result = simulate_open_loop(d, cfg, qps / c.replicas, seed=seed, replicas=c.replicas, router=router)
     except InputError as exc:  # above the analytic capacity (a candidate is priced below it: a safeguard)
-        if exc.field != "qps":
+        if exc.field != "qps" and not (sessions is not None and exc.field == "turns"):
             raise
         return None, exc.message
     return result, "" if result is not None else run.near_capacity_reason()

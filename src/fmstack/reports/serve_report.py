@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from fmstack.perfmodel.inference_plan import ServePlan
+from fmstack.perfmodel.inference_plan_session import session_plan_text
 from fmstack.reports.html import Section, html_page, write_html
 
 
@@ -94,6 +95,11 @@ def serve_plan_html(plan: ServePlan, efficiency_source: str | None = None) -> st
                 f"{plan.slo.ttft_s:g} s and ITL p99 {plan.slo.itl_s:g} s (p99 from the batching simulation; "
                 f"colocated replicas behind a {plan.router} router, a split's prefill pool one shared queue)."
                 + (f" {plan.speculative_note}." if plan.speculative_note else "")
+                + (
+                    f" {session_plan_text(plan.sessions, b, plan.input_len, plan.output_len, plan.router)}."
+                    if plan.sessions is not None
+                    else ""
+                )
             ),
         ),
         Section(title="latency / throughput curve", figures=[_curve_figure(plan)]),
