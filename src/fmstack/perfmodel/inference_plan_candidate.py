@@ -80,8 +80,8 @@ class Candidate:
     prefix_request_hit_rate: float = 0.0
     """The requests' screened hit rate behind ``prefix_hit_rate`` (Che's approximation, rounded up to 0.01)."""
     speculative: SpecDecode | None = None
-    """Speculative decoding the replicas run (``plan serve --speculative``; None: off, and always for a split: it is
-    modelled for colocated replicas only). Screened, simulated and reproduced with it (:func:`config_of`)."""
+    """Speculative decoding the replicas run (``plan serve --speculative``; None: off; a split: its decode pool
+    speculates). Screened, simulated and reproduced with it (:func:`config_of`)."""
 
     @property
     def heterogeneous(self) -> bool:

@@ -82,10 +82,11 @@ def _replica_nodes(cfg: ServeConfig, gpus_per_node: int) -> int:
 
 def decode_batch(d: Deployment, cfg: ServeConfig, rate_per_s: float) -> int:
     """Sequences one decode replica runs at ``rate_per_s`` requests/s by Little's law on the decode-only curve: the
-    fewest ``C`` with ``C >= rate x output_len x ITL(C)`` (``max_concurrency`` when none: saturated)."""
+    fewest ``C`` with ``C >= rate x output_len x ITL(C)`` (``max_concurrency`` when none: saturated; ITL:
+    :func:`decode_itl`, the TPOT under speculative decoding)."""
     cap = max_concurrency(d, cfg)
     conc = np.arange(1, cap + 1, dtype=np.float64)
-    itl = step_time(d, conc, cfg.input_len + cfg.output_len / 2.0).total_s
+    itl = decode_itl(d, cfg, conc)
     ok = np.nonzero(conc >= rate_per_s * cfg.output_len * itl)[0]
     return int(conc[ok[0]]) if len(ok) else cap
 
@@ -206,7 +207,8 @@ class _Pools:
     service_s: float
     """One prompt alone on a prefill replica (:func:`prefill_alone_s`)."""
     budget_s: float
-    """The TTFT target less one prompt alone, the KV transfer and two decode iterations."""
+    """The TTFT target less one prompt alone, the KV transfer and two decode iterations (whole iterations under
+    speculative decoding)."""
     servers: int
     """Prefill servers per prefill replica (:func:`prefill_servers`)."""
     capacity: PoolCapacity
@@ -237,7 +239,7 @@ def _pools(
     pools = pool_rates(model, two, cfg, slo, d, conc, None if decode_cfg is None else dd, decode_at=at)
     service = prefill_alone_s(d, cfg)
     return _Pools(d=d, pools=pools, service_s=service, servers=prefill_servers(cfg),
-                  budget_s=slo.ttft_s - service - pools.kv_s - 2 * pools.decode_itl_s,
+                  budget_s=slo.ttft_s - service - pools.kv_s - 2 * pools.decode_iteration_s,
                   capacity=pool_capacity(d, cfg, dd, dc, decode_rps=decode_rps))  # fmt: skip
 
 
@@ -247,7 +249,7 @@ def _figures(p: _Pools, qps: float, n_pre: int, n_dec: int) -> tuple[float, floa
     rho = qps / (n_pre * p.servers / p.service_s)
     wait = rho * p.service_s / (2 * (1 - rho)) if rho < 1 else math.inf
     goodput = min(n_pre * p.servers * p.pools.per_prefill_rps, n_dec * p.pools.per_decode_rps)
-    return goodput / (n_pre + n_dec), p.service_s + wait + p.pools.kv_s + p.pools.decode_itl_s
+    return goodput / (n_pre + n_dec), p.service_s + wait + p.pools.kv_s + p.pools.decode_iteration_s
 
 
 def disagg_analytic(
@@ -304,7 +306,7 @@ def disagg_analytic(
         concurrency=pools.decode_concurrency, mean_itl_s=pools.decode_itl_s, mode="disaggregated",
         prefill_replicas=n_pre, decode_replicas=n_dec, kv_transfer_s=pools.kv_s, rate_per_replica_rps=rate, mean_ttft_s=ttft,
         decode_tp=dc.tp, decode_pp=dc.pp, decode_ep=dc.ep, decode_attention_dp=dc.attention_dp,
-        prefix_hit_rate=share, prefix_request_hit_rate=request_hit,
+        prefix_hit_rate=share, prefix_request_hit_rate=request_hit, speculative=cfg.speculative,
     )  # fmt: skip
 
 

@@ -31,8 +31,10 @@ requests, budgets, slots and KV links, :class:`fmstack.perfmodel.inference_sim_d
 :func:`simulate_disagg` runs for such pools. With a shared-prefix workload (``sim.prefix``) each prefill replica keeps a prefix cache in its KV pool, routed by
 ``sim.router`` (:mod:`fmstack.perfmodel.inference_sim_disagg_prefix`). Not modelled: the prefill replica's KV memory
 beyond its prefix cache (prompts are never refused for it), contention on the receiving side, the decode replicas'
-prefix caches. Every piece of mutable state is on the instance; the same seed
-gives the same result.
+prefix caches. Speculative decoding (``d.spec``; :mod:`fmstack.perfmodel.inference_disagg_spec`): the decode pool's
+iterations verify and draft, each sequence emitting the tokens drawn from the run's generator as the colocated
+simulation draws them (its ITL the TPOT); the prefill pool's iterations add the draft's pass over the prompt. Every
+piece of mutable state is on the instance; the same seed gives the same result.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
+from fmstack.perfmodel.inference_disagg_spec import draw, emit, prefill_deployment
 from fmstack.perfmodel.inference_sim_disagg_stats import PoolStats as PoolStats  # re-exported: moved there
 from fmstack.perfmodel.inference_sim_disagg_stats import pool_stats as pool_stats  # re-exported: moved there
 from fmstack.perfmodel.inference_sim_io import SimConfig, SimRequest, SimResult, summarise
@@ -105,7 +108,7 @@ class DisaggSim:
         cap = max_concurrency(self.dd, cfg if decode_cfg is None else decode_cfg)
         if cap < 1:
             raise InputError("disagg", f"one {cfg.input_len + cfg.output_len}-token sequence does not fit a replica")
-        self.d, self.cfg, self.sim = d, cfg, sim
+        self.d, self.cfg, self.sim = prefill_deployment(d), cfg, sim  # a prefill replica: the draft's prompt pass
         self.kv_moved: dict[int, float] = {}
         """Per request: the seconds its KV transfer took on the link (without waiting for the sender's link)."""
         self.rng = np.random.default_rng(sim.seed)
@@ -158,7 +161,7 @@ class DisaggSim:
         if sim.prefix is not None:
             from fmstack.perfmodel.inference_sim_disagg_prefix import PrefillPrefix
 
-            self.prefix = PrefillPrefix(d, cfg, sim, prefill_replicas)
+            self.prefix = PrefillPrefix(self.d, cfg, sim, prefill_replicas)
 
     def _push(self, time_s: float, kind: str, idx: int) -> None:
         heapq.heappush(self._events, (time_s, self._counter, kind, idx))
@@ -341,7 +344,7 @@ class DisaggSim:
             if rest == 0 and 0 <= k < len(cached[2]):
                 return float(cached[2][k])
         left = min(self._requests[q].output_len - self._requests[q].generated for q in self._running[r])
-        ks = np.arange(min(left, 512), dtype=np.int64)
+        ks = np.arange(1 if self.dd.spec is not None else min(left, 512), dtype=np.int64)  # drawn: no stretch
         times = np.broadcast_to(step_time(self.dd, float(n), (total + ks * n) / n).total_s, ks.shape)
         self._step_cache[r] = (n, total, times)
         return float(times[0])
@@ -349,14 +352,18 @@ class DisaggSim:
     def _finish_decode(self, r: int) -> None:
         now = self.clock_s
         still: list[int] = []
-        for q in self._running[r]:
+        drawn = draw(self.rng, self.dd, len(self._running[r]))
+        for i, q in enumerate(self._running[r]):
             req = self._requests[q]
-            if req.emit_token(now):
+            n = 1 if drawn is None else emit(req, now, int(drawn[i]))  # tokens emitted (speculation: drawn)
+            if drawn is None:
+                req.emit_token(now)
+            if req.generated < req.output_len:
                 still.append(q)
-                self._ctx_sum[r] += 1
+                self._ctx_sum[r] += n
             else:
                 self._free_slots[r] += 1
-                self._ctx_sum[r] -= req.input_len + req.generated - 1
+                self._ctx_sum[r] -= req.input_len + req.generated - n
         freed = len(still) < len(self._running[r])
         self._running[r] = still
         if freed:
