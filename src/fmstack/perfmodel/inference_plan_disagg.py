@@ -183,14 +183,18 @@ class DecodePools:
     model, SLO, lengths and efficiency; keyed by instance, nodes and the decode layout's config."""
 
     def __init__(self) -> None:
-        self._figures: dict[tuple[str, int, ServeConfig], tuple[DecodeAtSlo, float]] = {}
+        self._figures: dict[tuple[object, ...], tuple[DecodeAtSlo, float]] = {}
 
     def figures(
         self, name: str, nodes: int, dd: Deployment, dc: ServeConfig, slo: SLO, slots: int
     ) -> tuple[DecodeAtSlo, float]:
         """(:func:`decode_at_slo` over ``1 .. slots``, :func:`decode_capacity_rps`) of ``dd``, a replica of ``dc`` on
         ``nodes`` nodes of ``name``."""
-        key = (name, nodes, dc)
+        sp = dc.speculative  # its draft model is not hashable: the spec by its fields and the draft's name
+        spec = (
+            None if sp is None else (sp.method, sp.tokens, sp.acceptance, None if sp.draft is None else sp.draft.name)
+        )
+        key = (name, nodes, replace(dc, speculative=None), spec)
         if key not in self._figures:
             conc = np.arange(1, slots + 1, dtype=np.float64)
             itl = decode_itl(dd, dc, conc)
