@@ -76,6 +76,15 @@ def draw(rng: np.random.Generator, d: Deployment, n: int) -> NDArray[np.int64] |
     return None if d.spec is None or n == 0 else draw_tokens(rng, d.spec.acceptance, n)
 
 
+def emit_step(req: SimRequest, now_s: float, drawn: NDArray[np.int64] | None, i: int) -> int:
+    """The tokens ``req``, the iteration's ``i``-th decode sequence, emits at ``now_s``: one (``drawn`` None: no
+    speculation) or its draw (:func:`emit`); how many."""
+    if drawn is None:
+        req.emit_token(now_s)
+        return 1
+    return emit(req, now_s, int(drawn[i]))
+
+
 def emit(req: SimRequest, now_s: float, drawn: int) -> int:
     """``req`` emits ``drawn`` tokens at ``now_s``, capped at those it has left: the first of a request sets its TTFT,
     and the iteration's time since the last token is split evenly over the others (the colocated simulation's rule,

@@ -31,10 +31,9 @@ requests, budgets, slots and KV links, :class:`fmstack.perfmodel.inference_sim_d
 :func:`simulate_disagg` runs for such pools. With a shared-prefix workload (``sim.prefix``) each prefill replica keeps a prefix cache in its KV pool, routed by
 ``sim.router`` (:mod:`fmstack.perfmodel.inference_sim_disagg_prefix`). Not modelled: the prefill replica's KV memory
 beyond its prefix cache (prompts are never refused for it), contention on the receiving side, the decode replicas'
-prefix caches. Speculative decoding (``d.spec``; :mod:`fmstack.perfmodel.inference_disagg_spec`): the decode pool's
-iterations verify and draft, each sequence emitting the tokens drawn from the run's generator as the colocated
-simulation draws them (its ITL the TPOT); the prefill pool's iterations add the draft's pass over the prompt. Every
-piece of mutable state is on the instance; the same seed gives the same result.
+prefix caches. Speculative decoding (:mod:`fmstack.perfmodel.inference_disagg_spec`): decode iterations verify and
+draft, each sequence's tokens drawn from the run's generator as colocated; prefill iterations add the draft's pass
+over the prompt. Every piece of mutable state is on the instance; the same seed gives the same result.
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
-from fmstack.perfmodel.inference_disagg_spec import draw, emit, prefill_deployment
+from fmstack.perfmodel.inference_disagg_spec import draw, emit_step, prefill_deployment
 from fmstack.perfmodel.inference_sim_disagg_stats import PoolStats as PoolStats  # re-exported: moved there
 from fmstack.perfmodel.inference_sim_disagg_stats import pool_stats as pool_stats  # re-exported: moved there
 from fmstack.perfmodel.inference_sim_io import SimConfig, SimRequest, SimResult, summarise
@@ -355,9 +354,7 @@ class DisaggSim:
         drawn = draw(self.rng, self.dd, len(self._running[r]))
         for i, q in enumerate(self._running[r]):
             req = self._requests[q]
-            n = 1 if drawn is None else emit(req, now, int(drawn[i]))  # tokens emitted (speculation: drawn)
-            if drawn is None:
-                req.emit_token(now)
+            n = emit_step(req, now, drawn, i)  # tokens emitted (speculation: drawn)
             if req.generated < req.output_len:
                 still.append(q)
                 self._ctx_sum[r] += n

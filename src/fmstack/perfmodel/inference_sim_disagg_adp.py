@@ -35,7 +35,7 @@ import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig
-from fmstack.perfmodel.inference_disagg_spec import draw, emit
+from fmstack.perfmodel.inference_disagg_spec import draw, emit_step
 from fmstack.perfmodel.inference_sim_disagg import DisaggSim, KvTimes
 from fmstack.perfmodel.inference_sim_io import SimConfig
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
@@ -223,9 +223,7 @@ class AdpDisaggSim(DisaggSim):
             still: list[int] = []
             for q in run:
                 req = self._requests[q]
-                n = 1 if drawn is None else emit(req, now, int(drawn[i]))  # tokens emitted (speculation: drawn)
-                if drawn is None:
-                    req.emit_token(now)
+                n = emit_step(req, now, drawn, i)  # tokens emitted (speculation: drawn)
                 i += 1
                 if req.generated < req.output_len:
                     still.append(q)
