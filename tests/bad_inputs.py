@@ -1373,8 +1373,6 @@ BAD_ARGV += [
      "draft-model: only with --speculative draft, not ngram"),
     ([*_SPEC, "--spec-tokens", "3"], "spec-tokens: --spec-tokens needs --speculative"),
     ([*_SPEC, "--speculative", "warp"], "Invalid value for '--speculative'"),
-    ([*_SPEC, "--speculative", "ngram", "--spec-acceptance", "0.5", "--disagg"],
-     "speculative: speculative decoding is modelled for colocated replicas"),
 ]  # fmt: skip
 
 
@@ -1453,7 +1451,18 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 19, speculative decoding in disaggregated serving (helper D)
-BAD_ARGV += []  # fmt: skip
+_DSPEC = ["estimate", "serve", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--input-len", "512",
+          "--output-len", "128", "--precision", "fp8"]  # fmt: skip
+_SPLIT = ["--qps", "2", "--prefill-replicas", "1", "--decode-replicas", "1"]
+BAD_ARGV += [
+    ([*_DSPEC, "--disagg", "--speculative", "ngram"], "spec-acceptance: ngram has no published default acceptance"),
+    ([*_DSPEC, *_SPLIT, "--speculative", "mtp"],
+     "speculative: mtp needs multi-token-prediction modules; llama3.1-8b has none"),
+    ([*_DSPEC, *_SPLIT, "--speculative", "ngram", "--spec-acceptance", "1.5"],
+     "spec-acceptance: must be in (0, 1], got 1.5"),
+    ([*_DSPEC, *_SPLIT, "--speculative", "eagle", "--spec-acceptance", "0.7", "--draft-model", "llama3-8b"],
+     "draft-model: only with --speculative draft, not eagle"),
+]  # fmt: skip
 
 # session 19, multi-turn sessions in plan serve (helper E)
 _PSESS = ["plan", "serve", "--model", "llama3.1-8b", "--qps", "2", "--input-len", "512", "--output-len", "128",

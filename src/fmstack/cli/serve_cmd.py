@@ -41,6 +41,7 @@ from fmstack.perfmodel.inference import (
     deployment,
     estimate_serve,
 )
+from fmstack.perfmodel.inference_disagg_spec import pools_text
 from fmstack.perfmodel.inference_kv import KV_DTYPES, PRECISIONS
 from fmstack.perfmodel.inference_plan_candidate import layout_text
 from fmstack.perfmodel.inference_sim_io import ROUTERS_SESSION
@@ -157,9 +158,6 @@ def serve_cmd(
     values: dict[str, Any] = {k: (v.lower() if isinstance(v, str) else v) for k, v in options.items()}
     spec = resolve_spec(speculative, arch, spec_tokens, spec_acceptance, draft_model, cat)
     cfg = ServeConfig(**values, speculative=spec)
-    if spec is not None and (disagg or prefill_replicas is not None or decode_replicas is not None):
-        raise InputError("speculative", "speculative decoding is modelled for colocated replicas; drop --disagg / "
-                         "--prefill-replicas / --decode-replicas")  # fmt: skip
     decode_cfg = decode_layout(cfg, arch, cluster, (decode_tp, decode_pp, decode_ep, decode_attention_dp),
                                 prefill_replicas)  # fmt: skip
     split = check_split(prefill_replicas, decode_replicas, cfg, cluster, nodes, decode_cfg)
@@ -237,6 +235,7 @@ def serve_cmd(
         slo = SLO(ttft_s=ttft_slo, itl_s=itl_slo)
         data["disaggregation"] = asdict(compare_disaggregation(arch, cluster, cfg, slo, efficiency=efficiency))
         data["disaggregation"]["layout"] = layout_text(cfg)  # both pools (DistServe's equal-layout comparison)
+        data["disaggregation"]["speculative_pools"] = pools_text(spec)
     if as_json:
         print_json(data)
         return
@@ -355,6 +354,8 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
             f"{dz['kv_bytes_per_request'] / 1e6:.0f} MB in {dz['kv_transfer_s'] * 1e3:.2f} ms over {dz['kv_link']})"
         )
         out.print(dz["why"])
+        if dz.get("speculative_pools"):
+            out.print(f"speculative decoding: {dz['speculative_pools']}", markup=False)
     if "disaggregated_simulation" in data:
         from fmstack.cli.serve_split import render_split
 

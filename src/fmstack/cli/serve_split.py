@@ -14,6 +14,7 @@ from fmstack.catalog.topology import Cluster, build_cluster
 from fmstack.cli.common import console
 from fmstack.perfmodel.efficiency import EfficiencyFor
 from fmstack.perfmodel.inference import ServeConfig
+from fmstack.perfmodel.inference_disagg_spec import pools_text
 from fmstack.perfmodel.inference_prefix import PrefixWorkload
 from fmstack.perfmodel.inference_router import ROUTERS_AFFINITY
 from fmstack.perfmodel.inference_router_kv import KvRouterConfig
@@ -37,7 +38,10 @@ def split_json(
     ``decode_attention_dp``; ``decode_cfg``: heterogeneous pools, else the same as the prefill pool's);
     ``efficiency_for``: the replicas' efficiency (a calibration profile's; None: the default curves). ``prefix``: a
     shared-prefix workload cached by the prefill replicas behind ``router`` (adds ``prefix_hit_rate_simulated``,
-    ``prefix_token_hit_rate_simulated``, ``prefill_router``: the routing rule of the prefill pool)."""
+    ``prefix_token_hit_rate_simulated``, ``prefill_router``: the routing rule of the prefill pool). Speculative
+    decoding (``cfg.speculative``): ``speculative`` (the method, null without), ``speculative_pools`` (which pool
+    speculates, in words) and ``spec_tokens_per_iteration`` (the decode pool's mean tokens per sequence and
+    iteration, :attr:`~fmstack.perfmodel.inference_speculative.SpecDecode.mean_tokens_per_step`; null without)."""
     from fmstack.perfmodel.inference_plan_disagg import run_split
 
     clusters: dict[tuple[str, int], Cluster] = {}
@@ -51,7 +55,7 @@ def split_json(
     run = run_split(cluster_of, arch, cfg, instance, qps, split[0], split[1], seed, spread, decode_cfg,
                     efficiency_for=efficiency_for, prefix=prefix, router=router, kv_router=kv_router)  # fmt: skip
     dc = cfg if decode_cfg is None else decode_cfg
-    st = run.stats
+    st, spec = run.stats, cfg.speculative
     return {
         **run.result.percentiles(), **run.result.means(),
         "prefill_replicas": split[0], "decode_replicas": split[1], "request_rate_per_s": qps,
@@ -67,6 +71,8 @@ def split_json(
         "warmup_requests": run.warmup_requests, "num_requests": run.num_requests, "seed": seed,
         "prefill_tp": cfg.tp, "prefill_pp": cfg.pp, "decode_tp": dc.tp, "decode_pp": dc.pp, "decode_ep": dc.ep,
         "prefill_attention_dp": cfg.attention_dp, "decode_attention_dp": dc.attention_dp,
+        "speculative": None if spec is None else spec.method, "speculative_pools": pools_text(spec),
+        "spec_tokens_per_iteration": None if spec is None else spec.mean_tokens_per_step,
     } | ({} if prefix is None else {
         "prefix_hit_rate_simulated": st.prefix_hit_rate, "prefix_token_hit_rate_simulated": st.prefix_token_hit_rate,
         "prefill_router": router if router in ROUTERS_AFFINITY else "global-queue",
@@ -92,6 +98,9 @@ def render_split(z: dict[str, Any], *, one_token: bool = False) -> None:
         f"{z['kv_bytes_per_request'] / 1e6:.0f} MB per request {_links(z)}; {z['requests_measured_sim']:.0f} "
         f"requests measured after {z['warmup_requests']} warm-up"
     )
+    if z.get("speculative_pools"):
+        out.print(f"speculative decoding: {z['speculative_pools']} ({z['spec_tokens_per_iteration']:.2f} tokens per "
+                  "iteration and sequence on average)", markup=False)  # fmt: skip
     if "prefix_hit_rate_simulated" in z:
         out.print(
             f"prefill prefix caches ({z['prefill_router']}): {z['prefix_hit_rate_simulated'] * 100:.1f} % of requests "

@@ -14,6 +14,12 @@ Patel et al. 2024; NVIDIA Dynamo with NIXL):
   parallel (each GPU sends its TP shard) as a point-to-point transfer over NVLink when both pools share an NVLink
   domain, else over the scale-out fabric (EFA), priced by :mod:`fmstack.perfmodel.collectives`.
 The best split of the replicas between the pools maximises ``min(prefill rate, decode rate)``.
+
+Speculative decoding (``cfg.speculative``; :mod:`fmstack.perfmodel.inference_disagg_spec`): the decode pool
+speculates, an iteration of ``step(C)`` (verify + drafts) emits ``E`` = ``mean_tokens_per_step`` tokens per sequence,
+so ``ITL(C) = step(C) / E`` (the TPOT) in the formulas above and the first token waits one whole ``step(C)``; the
+prefill pool adds one draft pass over the prompt and the KV transfer the draft's KV. Colocated, the same ``E``:
+``ITL = step / E`` and ``k = C * input_len * E / output_len`` prompt tokens per iteration.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from fmstack.errors import InputError
 from fmstack.perfmodel.collectives import GroupPlacement, collective_time_s
 from fmstack.perfmodel.efficiency import Efficiency
 from fmstack.perfmodel.inference import ServeConfig, deployment, max_concurrency, prefill_ctx
+from fmstack.perfmodel.inference_disagg_spec import draft_kv_bytes_per_token, prefill_deployment, tokens_per_iteration
 from fmstack.perfmodel.inference_kv import KV_BYTES, kv_bytes_per_token, kv_split
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
 
@@ -63,6 +70,7 @@ class DisaggComparison:
     disagg_rps: float
     decode_concurrency: int
     decode_itl_s: float
+    """Decode-only inter-token latency (speculative decoding: an iteration over its mean tokens, the TPOT)."""
     prefill_s: float
     kv_bytes_per_request: float
     kv_transfer_s: float
@@ -81,12 +89,21 @@ def kv_transfer_s(
     the larger per-GPU share, all GPUs at once (an assumption: each decode GPU receives its heads from the prefill
     GPUs that hold them; NVIDIA Dynamo's disaggregation design doc: NIXL moves the KV cache from the prefill engine's
     VRAM to the decode engine's, and a larger decode TP than prefill TP is the recommended use; no source times a
-    mismatched-TP transfer). Contention of several senders on one receiver's link is not modelled."""
+    mismatched-TP transfer). Contention of several senders on one receiver's link is not modelled. Speculative
+    decoding with a draft model: the draft's KV cache of the prompt moves too, each GPU its share of the draft's
+    heads (:mod:`fmstack.perfmodel.inference_disagg_spec`)."""
     total = cfg.input_len * kv_bytes_per_token(model, KV_BYTES[cfg.kv])
     split = kv_split(model, 1 if cfg.attention_dp else cfg.tp)  # attention DP: a prompt's KV on one rank
     if decode_tp is not None:
         split = min(split, kv_split(model, decode_tp))
     per_gpu = total / split
+    draft = cfg.speculative.draft if cfg.speculative is not None else None
+    if draft is not None:
+        draft_total = cfg.input_len * draft_kv_bytes_per_token(cfg)
+        dsplit = kv_split(draft, 1 if cfg.attention_dp else cfg.tp)
+        if decode_tp is not None:
+            dsplit = min(dsplit, kv_split(draft, decode_tp))
+        total, per_gpu = total + draft_total, per_gpu + draft_total / dsplit
     placement = GroupPlacement(num_ranks=2, ranks_per_domain=2 if same_domain and cluster.scale_up else 1)
     return total, float(collective_time_s("send_recv", per_gpu, placement, cluster))
 
@@ -104,6 +121,10 @@ class PoolRates:
     """Requests/s one decode replica serves at the most sequences whose decode-only ITL meets the target."""
     decode_concurrency: int
     decode_itl_s: float
+    """Decode-only inter-token latency at ``decode_concurrency`` (speculative decoding: the TPOT)."""
+    decode_iteration_s: float
+    """One decode-only iteration at ``decode_concurrency`` (``decode_itl_s`` times the tokens an iteration emits):
+    the wait for the first token."""
     prefill_s: float
     kv_bytes: float
     kv_s: float
@@ -114,7 +135,9 @@ class PoolRates:
 def prefill_alone_s(d: Deployment, cfg: ServeConfig) -> float:
     """One prompt alone on a prefill replica: its ``max_num_tokens`` chunks, one iteration each, priced as
     :mod:`fmstack.perfmodel.inference_sim_disagg` prices them (the service time of the prefill queue). Attention
-    DP: on one rank, within that rank's budget, the other ranks idle (the service time of one rank)."""
+    DP: on one rank, within that rank's budget, the other ranks idle (the service time of one rank). Speculative
+    decoding: with the draft's pass over the prompt (:func:`fmstack.perfmodel.inference_disagg_spec.prefill_deployment`)."""
+    d = prefill_deployment(d)
     cached = math.floor(cfg.prefix_hit_rate * cfg.input_len)
     done, total = cached, 0.0
     while done < cfg.input_len:
@@ -155,12 +178,15 @@ class DecodeAtSlo:
     when none does)."""
     concurrency: int
     itl_s: float
+    iteration_s: float
+    """The decode-only iteration at ``concurrency`` (``itl_s`` x the tokens an iteration emits per sequence)."""
 
 
 def decode_itl(dd: Deployment, cfg: ServeConfig, conc: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Decode-only iterations of ``conc`` sequences at the mean context ``input + output / 2`` (under attention DP
-    every rank its share)."""
-    return step_time(dd, conc, float(cfg.input_len) + float(cfg.output_len) / 2.0).total_s
+    """Decode-only inter-token latency of ``conc`` sequences at the mean context ``input + output / 2`` (under
+    attention DP every rank its share): an iteration over the tokens it emits per sequence (1, or speculative
+    decoding's ``mean_tokens_per_step``: the TPOT)."""
+    return step_time(dd, conc, float(cfg.input_len) + float(cfg.output_len) / 2.0).total_s / tokens_per_iteration(dd)
 
 
 def decode_at_slo(
@@ -171,7 +197,9 @@ def decode_at_slo(
     dec_itl = decode_itl(dd, cfg, conc) if itl is None else itl
     dec_rate = np.where(dec_itl <= slo.itl_s, conc / (float(cfg.output_len) * dec_itl), 0.0)
     i = int(np.argmax(dec_rate))
-    return DecodeAtSlo(rps=float(dec_rate[i]), concurrency=int(conc[i]), itl_s=float(dec_itl[i]))
+    itl_i = float(dec_itl[i])
+    return DecodeAtSlo(rps=float(dec_rate[i]), concurrency=int(conc[i]), itl_s=itl_i,
+                       iteration_s=itl_i * tokens_per_iteration(dd))  # fmt: skip
 
 
 def pool_rates(
@@ -188,11 +216,11 @@ def pool_rates(
     # DP: on one rank (its dense layers and attention unsplit), the experts over all
     prefill = prefill_alone_s(d, cfg)
     kv_bytes, kv_s, link, same = kv_move(model, cluster, cfg, d, decode)
-    slack = (slo.ttft_s - prefill - kv_s - dec.itl_s) / prefill
+    slack = (slo.ttft_s - prefill - kv_s - dec.iteration_s) / prefill
     rho = 2 * slack / (1 + 2 * slack) if slack > 0 else 0.0
     return PoolRates(
         per_prefill_rps=rho / prefill, rho=rho, per_decode_rps=dec.rps, decode_concurrency=dec.concurrency,
-        decode_itl_s=dec.itl_s, prefill_s=prefill, kv_bytes=kv_bytes, kv_s=kv_s, kv_link=link, same_domain=same,
+        decode_itl_s=dec.itl_s, decode_iteration_s=dec.iteration_s, prefill_s=prefill, kv_bytes=kv_bytes, kv_s=kv_s, kv_link=link, same_domain=same,
     )  # fmt: skip
 
 
@@ -216,10 +244,12 @@ def compare_disaggregation(
     isl, osl = float(cfg.input_len), float(cfg.output_len)
     new = isl - math.floor(cfg.prefix_hit_rate * isl)
     pctx = prefill_ctx(isl, cfg.prefix_hit_rate)
-    k = np.minimum(conc * new / osl, float(cfg.max_num_tokens))
-    co_itl = step_time(d, conc, isl + osl / 2.0, k, k * pctx / new, k / new).total_s
-    co_ttft = np.ceil(new / k) * co_itl
-    co_rate = np.minimum(conc / (osl * co_itl), k / new / co_itl)
+    per_iter = tokens_per_iteration(d)  # speculative decoding: E tokens per iteration, a request osl / E of them
+    k = np.minimum(conc * new * per_iter / osl, float(cfg.max_num_tokens))
+    co_step = step_time(d, conc, isl + osl / 2.0, k, k * pctx / new, k / new).total_s
+    co_itl = co_step / per_iter
+    co_ttft = np.ceil(new / k) * co_step
+    co_rate = np.minimum(conc / (osl * co_itl), k / new / co_step)
     ok = (co_ttft <= slo.ttft_s) & ((co_itl <= slo.itl_s) | (osl <= 1))  # one output token: no gap to hold
     co_i = int(np.argmax(np.where(ok, co_rate, -1.0)))
     co_rps = float(co_rate[co_i]) * replicas if ok.any() else 0.0
@@ -246,7 +276,7 @@ def compare_disaggregation(
         prefill_to_decode=f"{n_pre // g}:{(replicas - n_pre) // g}", disagg_rps=dis_rps,
         decode_concurrency=pools.decode_concurrency, decode_itl_s=pools.decode_itl_s, prefill_s=prefill,
         kv_bytes_per_request=kv_bytes, kv_transfer_s=kv_s, kv_link=link,
-        disagg_ttft_s=prefill + wait + kv_s + pools.decode_itl_s, gain=gain, why=why,
+        disagg_ttft_s=prefill + wait + kv_s + pools.decode_iteration_s, gain=gain, why=why,
     )  # fmt: skip
 
 

@@ -13,6 +13,7 @@ from numpy.typing import NDArray
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency, prefill_ctx
+from fmstack.perfmodel.inference_disagg_spec import prefill_deployment, tokens_per_iteration
 from fmstack.perfmodel.inference_open_loop import (
     MEASURED,
     RELAX_MEASURED,
@@ -48,7 +49,7 @@ class PoolCapacity:
     the prompt's mean (chunks of a prompt add up to its whole causal sum)."""
     decode_rps: float
     """Every slot decoding: ``max over C <= slots of C / (output_len x ITL(C))`` (a request takes ``output_len``
-    decode iterations; slots: ``max_concurrency``, under attention DP ``tp`` ranks of ``max_concurrency // tp``)."""
+    decode iterations, speculative decoding ``output_len / E`` of ``E x ITL(C)`` each; slots: ``max_concurrency``, under attention DP ``tp`` ranks of ``max_concurrency // tp``)."""
     decode_slots: int
 
 
@@ -70,7 +71,7 @@ def decode_capacity_rps(dd: Deployment, dc: ServeConfig, itl: NDArray[np.float64
     if itl is None or dc.attention_dp:
         ctx = dc.input_len + dc.output_len / 2.0
         dbusy = RankLoad(decode_seqs=conc / dc.tp, decode_ctx=ctx) if dc.attention_dp else None
-        itl = step_time(dd, conc, ctx, busiest=dbusy).total_s
+        itl = step_time(dd, conc, ctx, busiest=dbusy).total_s / tokens_per_iteration(dd)
     return float(np.max(conc / (dc.output_len * np.broadcast_to(itl, conc.shape))))
 
 
@@ -79,7 +80,9 @@ def pool_capacity(
 ) -> PoolCapacity:
     """:class:`PoolCapacity` of a prefill replica ``d`` of ``cfg`` and a decode replica ``dd`` of ``dc``;
     ``decode_rps``: the decode replica's :func:`decode_capacity_rps` when the caller has it (a plan computes it once
-    per decode layout)."""
+    per decode layout). Speculative decoding: the prefill iterations with the draft's pass over the prompt
+    (:func:`fmstack.perfmodel.inference_disagg_spec.prefill_deployment`)."""
+    d = prefill_deployment(d)
     new = cfg.input_len - math.floor(cfg.prefix_hit_rate * cfg.input_len)
     budget = float(cfg.max_num_tokens)
     per_token_ctx = prefill_ctx(cfg.input_len, cfg.prefix_hit_rate) / new

@@ -47,7 +47,7 @@ from fmstack.perfmodel.inference_plan_candidate import Candidate as Candidate  #
 from fmstack.perfmodel.inference_plan_candidate import ClusterOf, config_of, layout_text
 from fmstack.perfmodel.inference_plan_disagg import DecodePools, disagg_analytic, split_note
 from fmstack.perfmodel.inference_plan_session import SPLITS_NOTE, check_plan_sessions, screened_input_len
-from fmstack.perfmodel.inference_plan_spec import searches_splits, spec_note, spec_variants
+from fmstack.perfmodel.inference_plan_spec import spec_note, spec_variants
 from fmstack.perfmodel.inference_plan_verify import verify_cheapest
 from fmstack.perfmodel.inference_plan_why import PRECISIONS, Tried, nothing_found
 from fmstack.perfmodel.inference_prefix import PrefixWorkload
@@ -188,15 +188,15 @@ def plan_serve(
     search prices, analytic and simulated. ``router`` (:data:`ROUTERS`) spreads ``qps`` over a colocated
     candidate's replicas in its p99 check (:func:`fmstack.perfmodel.inference_plan_verify.verify_cheapest`);
     ``least-loaded`` / ``cache-aware`` / ``kv`` (``kv_router``: its settings, None: Dynamo's defaults), or a
-    shared-prefix workload ``prefix``, check them simulated together. ``speculative``: every colocated candidate
-    runs it and splits are not searched; with ``speculative_auto`` each colocated layout is screened with and
-    without it, both ranked (the simulation's p99 decides), and splits are searched without it (:mod:`fmstack.perfmodel.inference_plan_spec`).
-    ``sessions``: a multi-turn workload (``router`` may then be ``session``), colocated only
-    (:mod:`fmstack.perfmodel.inference_plan_session`)."""
+    shared-prefix workload ``prefix``, check them simulated together. ``speculative``: every candidate runs it (a
+    split's decode pool speculates, :mod:`fmstack.perfmodel.inference_disagg_spec`); with ``speculative_auto`` each
+    layout and split is screened with and without it, both ranked (the simulation's p99 decides;
+    :mod:`fmstack.perfmodel.inference_plan_spec`). ``sessions``: a multi-turn workload (``router`` may then be
+    ``session``), colocated only (:mod:`fmstack.perfmodel.inference_plan_session`)."""
     check_rate(qps)
     check_plan_sessions(sessions, router, prefix is not None)
     variants = spec_variants(speculative, speculative_auto)
-    search_disagg = search_disagg and searches_splits(speculative, speculative_auto) and sessions is None
+    search_disagg = search_disagg and sessions is None
     search_heterogeneous = search_heterogeneous and search_disagg
     if router not in ROUTERS and not (router == "session" and sessions is not None):
         raise InputError("router", f"must be one of {', '.join(ROUTERS)}, got {router!r}")
@@ -252,8 +252,8 @@ def plan_serve(
                             if option is not None:
                                 found.append(option)
                                 first = nodes if first is None else first
-                    if search_disagg:  # the split's prefill pool runs the largest prompt budget
-                        split_layouts.append((replace(cfg, max_num_tokens=max(CHUNK_CHOICES)), nodes))
+                    for spec in variants if search_disagg else ():  # prefill: the largest prompt budget
+                        split_layouts.append((replace(cfg, max_num_tokens=max(CHUNK_CHOICES), speculative=spec), nodes))
                         split = disagg_analytic(split_layouts[-1][0], cluster_of, model, qps, slo, name, nodes,
                                                 efficiency_for=efficiency_for, decode_pools=decode_pools,
                                                 prefix=prefix, router=router)  # fmt: skip
@@ -290,8 +290,6 @@ def plan_serve(
         else (None, "DistServe's comparison not made: it prices independent requests, not sessions")
     )
     splits = split_note(ranked, qps, search_disagg)
-    if not searches_splits(speculative, speculative_auto):
-        splits = "none searched: speculative decoding is modelled for colocated replicas only"
     if sessions is not None:
         splits = SPLITS_NOTE
     note = f"splits ranked in the plan (p99 by simulation): {splits}. On means: {note}"
@@ -322,7 +320,8 @@ def _heterogeneous(
     out: list[Candidate] = []
     for pre, pre_nodes in layouts:
         for dec, _ in layouts:
-            if (dec.tp, dec.pp, dec.ep, dec.attention_dp) == (pre.tp, pre.pp, pre.ep, pre.attention_dp):
+            same = (dec.tp, dec.pp, dec.ep, dec.attention_dp) == (pre.tp, pre.pp, pre.ep, pre.attention_dp)
+            if same or dec.speculative is not pre.speculative:  # auto: a split speculates in both pools or neither
                 continue
             try:  # a layout whose weights leave no KV memory (DeepSeek-V3 at tp 1) pairs with nothing
                 c = disagg_analytic(pre, cluster_of, model, qps, slo, name, pre_nodes, decode_cfg=dec,
@@ -341,9 +340,6 @@ def _disaggregation(
 ) -> tuple[DisaggComparison | None, str]:  # fmt: skip
     """Colocated vs disaggregated goodput on the best candidate's nodes (the disaggregation model's mean-field
     goodput at the SLO applied to means: DistServe's comparison, not the plan's simulated p99), and a sentence."""
-    if best.speculative is not None:
-        return None, ("DistServe's comparison not made: the best row runs speculative decoding, which the "
-                      "disaggregation model does not (estimate serve --disagg refuses it)")  # fmt: skip
     per_replica = best.tp * best.pp
     if cluster.num_gpus < 2 * per_replica:
         return None, (

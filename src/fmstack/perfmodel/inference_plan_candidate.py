@@ -83,8 +83,8 @@ class Candidate:
     """The requests' screened hit rate behind ``prefix_hit_rate`` (Che's approximation, rounded up to 0.01; with a
     multi-turn workload the share of turns that find some history cached)."""
     speculative: SpecDecode | None = None
-    """Speculative decoding the replicas run (``plan serve --speculative``; None: off, and always for a split: it is
-    modelled for colocated replicas only). Screened, simulated and reproduced with it (:func:`config_of`)."""
+    """Speculative decoding the replicas run (``plan serve --speculative``; None: off; a split: its decode pool
+    speculates). Screened, simulated and reproduced with it (:func:`config_of`)."""
 
     @property
     def heterogeneous(self) -> bool:

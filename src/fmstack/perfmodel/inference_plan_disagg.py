@@ -54,10 +54,10 @@ from fmstack.perfmodel.inference_plan_candidate import (
     config_of,
     decode_config_of,
     deployment_nodes,
-    split_label,
     split_nodes,
     with_replicas,
 )
+from fmstack.perfmodel.inference_plan_disagg_note import split_note as split_note  # re-exported: moved there
 from fmstack.perfmodel.inference_prefix import PrefixWorkload
 from fmstack.perfmodel.inference_router_kv import KvRouterConfig
 from fmstack.perfmodel.inference_sim import SimConfig, SimResult
@@ -82,10 +82,11 @@ def _replica_nodes(cfg: ServeConfig, gpus_per_node: int) -> int:
 
 def decode_batch(d: Deployment, cfg: ServeConfig, rate_per_s: float) -> int:
     """Sequences one decode replica runs at ``rate_per_s`` requests/s by Little's law on the decode-only curve: the
-    fewest ``C`` with ``C >= rate x output_len x ITL(C)`` (``max_concurrency`` when none: saturated)."""
+    fewest ``C`` with ``C >= rate x output_len x ITL(C)`` (``max_concurrency`` when none: saturated; ITL:
+    :func:`decode_itl`, the TPOT under speculative decoding)."""
     cap = max_concurrency(d, cfg)
     conc = np.arange(1, cap + 1, dtype=np.float64)
-    itl = step_time(d, conc, cfg.input_len + cfg.output_len / 2.0).total_s
+    itl = decode_itl(d, cfg, conc)
     ok = np.nonzero(conc >= rate_per_s * cfg.output_len * itl)[0]
     return int(conc[ok[0]]) if len(ok) else cap
 
@@ -182,14 +183,18 @@ class DecodePools:
     model, SLO, lengths and efficiency; keyed by instance, nodes and the decode layout's config."""
 
     def __init__(self) -> None:
-        self._figures: dict[tuple[str, int, ServeConfig], tuple[DecodeAtSlo, float]] = {}
+        self._figures: dict[tuple[object, ...], tuple[DecodeAtSlo, float]] = {}
 
     def figures(
         self, name: str, nodes: int, dd: Deployment, dc: ServeConfig, slo: SLO, slots: int
     ) -> tuple[DecodeAtSlo, float]:
         """(:func:`decode_at_slo` over ``1 .. slots``, :func:`decode_capacity_rps`) of ``dd``, a replica of ``dc`` on
         ``nodes`` nodes of ``name``."""
-        key = (name, nodes, dc)
+        sp = dc.speculative  # its draft model is not hashable: the spec by its fields and the draft's name
+        spec = (
+            None if sp is None else (sp.method, sp.tokens, sp.acceptance, None if sp.draft is None else sp.draft.name)
+        )
+        key = (name, nodes, replace(dc, speculative=None), spec)
         if key not in self._figures:
             conc = np.arange(1, slots + 1, dtype=np.float64)
             itl = decode_itl(dd, dc, conc)
@@ -206,7 +211,8 @@ class _Pools:
     service_s: float
     """One prompt alone on a prefill replica (:func:`prefill_alone_s`)."""
     budget_s: float
-    """The TTFT target less one prompt alone, the KV transfer and two decode iterations."""
+    """The TTFT target less one prompt alone, the KV transfer and two decode iterations (whole iterations under
+    speculative decoding)."""
     servers: int
     """Prefill servers per prefill replica (:func:`prefill_servers`)."""
     capacity: PoolCapacity
@@ -237,7 +243,7 @@ def _pools(
     pools = pool_rates(model, two, cfg, slo, d, conc, None if decode_cfg is None else dd, decode_at=at)
     service = prefill_alone_s(d, cfg)
     return _Pools(d=d, pools=pools, service_s=service, servers=prefill_servers(cfg),
-                  budget_s=slo.ttft_s - service - pools.kv_s - 2 * pools.decode_itl_s,
+                  budget_s=slo.ttft_s - service - pools.kv_s - 2 * pools.decode_iteration_s,
                   capacity=pool_capacity(d, cfg, dd, dc, decode_rps=decode_rps))  # fmt: skip
 
 
@@ -247,7 +253,7 @@ def _figures(p: _Pools, qps: float, n_pre: int, n_dec: int) -> tuple[float, floa
     rho = qps / (n_pre * p.servers / p.service_s)
     wait = rho * p.service_s / (2 * (1 - rho)) if rho < 1 else math.inf
     goodput = min(n_pre * p.servers * p.pools.per_prefill_rps, n_dec * p.pools.per_decode_rps)
-    return goodput / (n_pre + n_dec), p.service_s + wait + p.pools.kv_s + p.pools.decode_itl_s
+    return goodput / (n_pre + n_dec), p.service_s + wait + p.pools.kv_s + p.pools.decode_iteration_s
 
 
 def disagg_analytic(
@@ -304,7 +310,7 @@ def disagg_analytic(
         concurrency=pools.decode_concurrency, mean_itl_s=pools.decode_itl_s, mode="disaggregated",
         prefill_replicas=n_pre, decode_replicas=n_dec, kv_transfer_s=pools.kv_s, rate_per_replica_rps=rate, mean_ttft_s=ttft,
         decode_tp=dc.tp, decode_pp=dc.pp, decode_ep=dc.ep, decode_attention_dp=dc.attention_dp,
-        prefix_hit_rate=share, prefix_request_hit_rate=request_hit,
+        prefix_hit_rate=share, prefix_request_hit_rate=request_hit, speculative=cfg.speculative,
     )  # fmt: skip
 
 
@@ -355,67 +361,3 @@ def grow_split(cluster_of: ClusterOf, model: ModelArch, option: Candidate, first
         return grown
     rate, ttft = _figures(p, qps, n_pre, n_dec)
     return replace(grown, rate_per_replica_rps=rate, mean_ttft_s=ttft)
-
-
-def _pd(c: Candidate) -> str:
-    if c.heterogeneous:
-        return split_label(c)
-    return f"{c.prefill_replicas}P:{c.decode_replicas}D tp {c.tp}" + (" attention DP" if c.attention_dp else "")
-
-
-def split_note(ranked: list[Candidate], qps: float, searched: bool) -> str:
-    """Whether a split ranked, and why it wins or loses against the best colocated row (cost, goodput per GPU)."""
-    if not searched:
-        return "disaggregated splits not searched (--no-disagg)"
-    meets = [c for c in ranked if c.meets_slo]
-    split = next((c for c in meets if c.mode == "disaggregated"), None)
-    co = next((c for c in meets if c.mode == "colocated"), None)
-    if split is None:
-        tried = [c for c in ranked if c.mode == "disaggregated" and c.sim is not None]
-        why = "no split was searched"
-        untried = [c for c in ranked if c.mode == "disaggregated"]
-        if untried:
-            u = untried[0]
-            why = (f"none ranked high enough (cost, then GPUs busy) to be simulated; the first, "
-                   f"{_pd(u)} {u.precision} {u.instance} "
-                   f"(${u.cost_per_hour_usd:,.2f}/h, {u.busy_gpus} GPUs busy), is sized for p99 with a "
-                   f"bound on the prefill queue's wait")  # fmt: skip
-        if tried:
-            t = tried[0]
-            why = (f"the cheapest split simulated ({_pd(t)} "
-                   f"{t.instance}, ${t.cost_per_hour_usd:,.2f}/h) misses the p99 SLO")  # fmt: skip
-        return f"no disaggregated split meets the SLO among the verified candidates: {why}"
-    pd = f"{_pd(split)} {split.precision} on {split.instance}"
-    if co is None:
-        cheaper = [c for c in ranked if c.mode == "colocated" and c.cost_per_hour_usd <= split.cost_per_hour_usd]
-        missed = sum(1 for c in cheaper if c.meets_slo is False)
-        unsimulated = len(cheaper) - missed  # left once VERIFY_MAX candidates were simulated
-        rest = [c.cost_per_hour_usd for c in ranked if c.mode == "colocated" and c not in cheaper]
-        return (
-            f"the split {pd} (${split.cost_per_hour_usd:,.2f}/h) is the cheapest that meets the p99 SLO: "
-            f"{missed} colocated row(s) at or below its cost miss it in simulation"
-            + (f", {unsimulated} at or below its cost were not simulated" if unsimulated else "")
-            + (f", the next colocated row costs at least ${min(rest):,.2f}/h" if rest else "")
-            + "; decode-only replicas keep prompt chunks out of the decode iterations "
-            f"({split.concurrency} sequences at {split.mean_itl_s * 1e3:.1f} ms), KV transfer "
-            f"{split.kv_transfer_s * 1e3:.1f} ms per request"
-        )
-    busy_s, busy_c = split.busy_gpus, co.busy_gpus
-    key_s, key_c = (split.cost_per_hour_usd, busy_s), (co.cost_per_hour_usd, busy_c)
-    verdict = "wins against" if key_s < key_c else ("ties with" if key_s == key_c else "loses against")
-    why = (
-        "decode-only replicas keep prompt chunks out of the decode iterations, so each holds "
-        f"{split.concurrency} sequences at {split.mean_itl_s * 1e3:.1f} ms vs {co.concurrency} colocated at "
-        f"{co.mean_itl_s * 1e3:.1f} ms"
-    )
-    if key_s > key_c:
-        why += (f", but {split.prefill_replicas} prefill replica(s) must be paid for and the pools come in whole "
-                f"replicas")  # fmt: skip
-    elif key_s == key_c:
-        why += "; the same cost and GPUs busy either way, so the ranking puts the higher analytic rate per replica first"  # fmt: skip
-    return (
-        f"the best split, {pd} (${split.cost_per_hour_usd:,.2f}/h, {busy_s} GPUs busy: {qps / busy_s:.3g} req/s per "
-        f"GPU within the p99 SLO), {verdict} the best colocated row (${co.cost_per_hour_usd:,.2f}/h, {busy_c} "
-        f"GPUs busy: {qps / busy_c:.3g} req/s per GPU): {why}; KV transfer "
-        f"{split.kv_transfer_s * 1e3:.1f} ms per request"
-    )

@@ -4,11 +4,11 @@ and the sentence the plan prints about it.
 The spec (:class:`fmstack.perfmodel.inference_speculative.SpecDecode`) rides on each candidate's
 :class:`fmstack.perfmodel.inference.ServeConfig` (``speculative``), so the analytic screening
 (:func:`fmstack.perfmodel.inference.serve_curve`), the p99 simulation (``Deployment.spec``) and the row's
-`estimate serve` command all price the same deployment. Splits are not searched with speculation: `estimate serve`
-refuses it there (the disaggregated pools do not model it), so a plan with ``--speculative METHOD`` ranks colocated
-rows only; ``--speculative auto`` screens each colocated layout with and without the method and ranks both (the
-analytic screening prices means, where speculation always looks better; the simulated p99 decides, and a rejected
-draft leaves a whole iteration as one token's gap), and searches the splits without it.
+`estimate serve` command all price the same deployment. Splits carry it too: their decode pool speculates and their
+prefill pool runs the draft over the prompts (:mod:`fmstack.perfmodel.inference_disagg_spec`). ``--speculative
+auto`` screens each colocated layout and each split with and without the method and ranks both (the analytic
+screening prices means, where speculation always looks better; the simulated p99 decides, and a rejected draft
+leaves a whole iteration as one token's gap).
 """
 
 from __future__ import annotations
@@ -35,11 +35,6 @@ def spec_variants(spec: SpecDecode | None, auto: bool) -> tuple[SpecDecode | Non
     if spec is None:
         return (None,)
     return (None, spec) if auto else (spec,)
-
-
-def searches_splits(spec: SpecDecode | None, auto: bool) -> bool:
-    """Splits are searched without speculation: with none asked, or under ``auto`` (the "without" half)."""
-    return spec is None or auto
 
 
 def tokens_pmf(spec: SpecDecode) -> F:
@@ -87,16 +82,18 @@ def spec_text(spec: SpecDecode) -> str:
 
 
 def spec_note(spec: SpecDecode | None, auto: bool, ranked: list[Candidate]) -> str:
-    """What the plan did with speculation: applied to every colocated row, or compared per layout (``auto``:
-    how many of the ranked colocated rows run it); splits skipped or searched without it. Empty without it."""
+    """What the plan did with speculation: applied to every row (a split's decode pool speculates), or compared per
+    layout and split (``auto``: how many of the ranked rows run it). Empty without it."""
     if spec is None:
         return ""
     text = spec_text(spec)
     if not auto:
-        return (f"speculative decoding {text} on every colocated candidate (screened and simulated with it); "
-                "disaggregated splits not searched: speculative decoding is modelled for colocated replicas only")  # fmt: skip
+        return (f"speculative decoding {text} on every candidate (screened and simulated with it; a disaggregated "
+                "split's decode pool speculates, its prefill pool runs the draft over the prompts)")  # fmt: skip
     colocated = [c for c in ranked if c.mode == "colocated"]
     kept = sum(1 for c in colocated if c.speculative is not None)
-    return (f"speculative decoding auto: each colocated layout screened without and with {text}, both ranked (the "
-            f"simulated p99 decides): {kept} of {len(colocated)} ranked colocated rows run it; splits searched "
-            "without it")  # fmt: skip
+    splits = [c for c in ranked if c.mode == "disaggregated"]
+    kept_splits = sum(1 for c in splits if c.speculative is not None)
+    return (f"speculative decoding auto: each colocated layout and each split screened without and with {text}, both "
+            f"ranked (the simulated p99 decides): {kept} of {len(colocated)} ranked colocated rows and {kept_splits} "
+            f"of {len(splits)} ranked splits run it")  # fmt: skip

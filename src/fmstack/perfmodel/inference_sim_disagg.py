@@ -31,8 +31,9 @@ requests, budgets, slots and KV links, :class:`fmstack.perfmodel.inference_sim_d
 :func:`simulate_disagg` runs for such pools. With a shared-prefix workload (``sim.prefix``) each prefill replica keeps a prefix cache in its KV pool, routed by
 ``sim.router`` (:mod:`fmstack.perfmodel.inference_sim_disagg_prefix`). Not modelled: the prefill replica's KV memory
 beyond its prefix cache (prompts are never refused for it), contention on the receiving side, the decode replicas'
-prefix caches. Every piece of mutable state is on the instance; the same seed
-gives the same result.
+prefix caches. Speculative decoding (:mod:`fmstack.perfmodel.inference_disagg_spec`): decode iterations verify and
+draft, each sequence's tokens drawn from the run's generator as colocated; prefill iterations add the draft's pass
+over the prompt. Every piece of mutable state is on the instance; the same seed gives the same result.
 """
 
 from __future__ import annotations
@@ -40,13 +41,15 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
+from fmstack.perfmodel.inference_disagg_spec import draw, emit_step, prefill_deployment
+from fmstack.perfmodel.inference_sim_disagg_stats import PoolStats as PoolStats  # re-exported: moved there
+from fmstack.perfmodel.inference_sim_disagg_stats import pool_stats as pool_stats  # re-exported: moved there
 from fmstack.perfmodel.inference_sim_io import SimConfig, SimRequest, SimResult, summarise
 from fmstack.perfmodel.inference_step import Deployment, step_time
 
@@ -104,7 +107,7 @@ class DisaggSim:
         cap = max_concurrency(self.dd, cfg if decode_cfg is None else decode_cfg)
         if cap < 1:
             raise InputError("disagg", f"one {cfg.input_len + cfg.output_len}-token sequence does not fit a replica")
-        self.d, self.cfg, self.sim = d, cfg, sim
+        self.d, self.cfg, self.sim = prefill_deployment(d), cfg, sim  # a prefill replica: the draft's prompt pass
         self.kv_moved: dict[int, float] = {}
         """Per request: the seconds its KV transfer took on the link (without waiting for the sender's link)."""
         self.rng = np.random.default_rng(sim.seed)
@@ -157,7 +160,7 @@ class DisaggSim:
         if sim.prefix is not None:
             from fmstack.perfmodel.inference_sim_disagg_prefix import PrefillPrefix
 
-            self.prefix = PrefillPrefix(d, cfg, sim, prefill_replicas)
+            self.prefix = PrefillPrefix(self.d, cfg, sim, prefill_replicas)
 
     def _push(self, time_s: float, kind: str, idx: int) -> None:
         heapq.heappush(self._events, (time_s, self._counter, kind, idx))
@@ -340,7 +343,7 @@ class DisaggSim:
             if rest == 0 and 0 <= k < len(cached[2]):
                 return float(cached[2][k])
         left = min(self._requests[q].output_len - self._requests[q].generated for q in self._running[r])
-        ks = np.arange(min(left, 512), dtype=np.int64)
+        ks = np.arange(1 if self.dd.spec is not None else min(left, 512), dtype=np.int64)  # drawn: no stretch
         times = np.broadcast_to(step_time(self.dd, float(n), (total + ks * n) / n).total_s, ks.shape)
         self._step_cache[r] = (n, total, times)
         return float(times[0])
@@ -348,93 +351,21 @@ class DisaggSim:
     def _finish_decode(self, r: int) -> None:
         now = self.clock_s
         still: list[int] = []
-        for q in self._running[r]:
+        drawn = draw(self.rng, self.dd, len(self._running[r]))
+        for i, q in enumerate(self._running[r]):
             req = self._requests[q]
-            if req.emit_token(now):
+            n = emit_step(req, now, drawn, i)  # tokens emitted (speculation: drawn)
+            if req.generated < req.output_len:
                 still.append(q)
-                self._ctx_sum[r] += 1
+                self._ctx_sum[r] += n
             else:
                 self._free_slots[r] += 1
-                self._ctx_sum[r] -= req.input_len + req.generated - 1
+                self._ctx_sum[r] -= req.input_len + req.generated - n
         freed = len(still) < len(self._running[r])
         self._running[r] = still
         if freed:
             self._place()
         self._start_decode(r)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class PoolStats:
-    """How busy each pool was while the measured requests arrived (from the first measured arrival to the last), or,
-    when those arrivals span less time than a measured request spends in the system on average (a load the
-    deployment cannot take: 1e9 requests/s arrive within microseconds and take minutes), until the last measured
-    completion."""
-
-    prefill_utilisation: float
-    """Busy share of the prefill replicas' time (1: every replica always in an iteration)."""
-    prefill_wait_p99_s: float
-    """p99 of the measured requests' waits in the prefill queue (arrival to a replica taking the prompt)."""
-    decode_batch_mean: float
-    """Sequences per decode iteration, time-weighted."""
-    decode_slots_in_use: float
-    """Decode slots reserved (running, KV in flight, waiting to join), time-weighted, per decode replica."""
-    decode_slots: int
-    """Slots per decode replica (``max_concurrency``)."""
-    slot_wait_share: float
-    """Share of the measured requests whose prefilled prompt waited for a decode slot."""
-    bottleneck: str
-    """"prefill" or "decode": the pool with the higher utilisation (prefill busy share vs slots in use / slots)."""
-    kv_transfer_mean_s: float = 0.0
-    """Mean over the measured requests of their KV transfer's time on its link (the pair's figure, without the
-    wait for the sender's earlier transfers)."""
-    kv_fastest_share: float = 1.0
-    """Share of the measured requests whose KV moved over the fastest pair of the matrix (with NVLink and fabric
-    pairs: the NVLink share; with one figure for every pair: 1)."""
-    prefix_hit_rate: float = math.nan
-    """With a shared-prefix workload: share of the measured requests whose prefix was in their prefill replica's
-    cache when it took them (nan without one)."""
-    prefix_token_hit_rate: float = math.nan
-    """With a shared-prefix workload: the measured requests' prompt tokens served from the prefill caches over all
-    their prompt tokens (nan without one)."""
-
-
-def _overlap(start: float, dur: float, lo: float, hi: float) -> float:
-    return max(0.0, min(start + dur, hi) - max(start, lo))
-
-
-def pool_stats(s: DisaggSim) -> PoolStats:
-    """:class:`PoolStats` of a finished run."""
-    reqs = s._requests[s.sim.warmup_requests : s.sim.num_requests - s.sim.cooldown_requests]
-    done = [r for r in reqs if r.generated >= r.output_len]
-    lo, hi = reqs[0].arrival_s, max(reqs[-1].arrival_s, reqs[0].arrival_s + 1e-12)
-    if done and hi - lo < float(np.mean([r.last_token_s - r.arrival_s for r in done])):
-        hi = max(hi, max(r.last_token_s for r in done))
-    busy = sum(_overlap(t0, dt, lo, hi) for t0, dt in s._prefill_log)
-    n_pre, n_dec = len(s._prefill_busy), len(s._decode_busy)
-    dec_t = [(_overlap(t0, dt, lo, hi), n, used) for t0, dt, n, used in s._decode_log]
-    dec_busy = sum(w for w, _, _ in dec_t)
-    batch = sum(w * n for w, n, _ in dec_t) / dec_busy if dec_busy > 0 else 0.0
-    slots = sum(w * used for w, _, used in dec_t) / (n_dec * (hi - lo))
-    waits = [s.prefill_wait_s[r.rid] for r in reqs if r.rid in s.prefill_wait_s]
-    ids = {r.rid for r in reqs}
-    waited = [r for r in ids if r in s._slot_wait_by_rid and s._slot_wait_by_rid[r] > 0]
-    util = busy / (n_pre * (hi - lo))
-    moved = [s.kv_moved[r.rid] for r in reqs if r.rid in s.kv_moved]
-    fastest = min(x for row in s.kv_pair_s for x in row)
-    hits = (math.nan, math.nan)
-    if s.prefix is not None:
-        from fmstack.perfmodel.inference_sim_disagg_prefix import hit_rates
-
-        hits = hit_rates(reqs, s.prefix.prefix_len)
-    return PoolStats(
-        prefill_utilisation=util, prefill_wait_p99_s=float(np.percentile(waits, 99)) if waits else 0.0,
-        decode_batch_mean=batch, decode_slots_in_use=slots, decode_slots=s._cap,
-        slot_wait_share=len(waited) / max(1, len(ids)),
-        bottleneck="prefill" if util >= slots / s._cap else "decode",
-        kv_transfer_mean_s=float(np.mean(moved)) if moved else 0.0,
-        kv_fastest_share=sum(1 for x in moved if x == fastest) / len(moved) if moved else 1.0,
-        prefix_hit_rate=hits[0], prefix_token_hit_rate=hits[1],
-    )  # fmt: skip
 
 
 def simulate_disagg_stats(

@@ -23,6 +23,9 @@ prices a colocated attention-DP replica).
   :func:`fmstack.perfmodel.inference_disagg_place.kv_pair_times`); each prefill GPU sends its own prompts' caches one after
   another on its own link (a non-attention-DP prefill replica sends all its GPUs' shards at once: one link).
 
+Speculative decoding: as :class:`fmstack.perfmodel.inference_sim_disagg.DisaggSim`, the decode replica's sequences
+drawn rank by rank in one draw per iteration, the prefill ranks' iterations with the draft's pass over their prompts.
+
 A pool without attention DP behaves as in :class:`fmstack.perfmodel.inference_sim_disagg.DisaggSim` (one rank).
 """
 
@@ -32,6 +35,7 @@ import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig
+from fmstack.perfmodel.inference_disagg_spec import draw, emit_step
 from fmstack.perfmodel.inference_sim_disagg import DisaggSim, KvTimes
 from fmstack.perfmodel.inference_sim_io import SimConfig
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
@@ -196,7 +200,7 @@ class AdpDisaggSim(DisaggSim):
             ):
                 return float(cached[2][j])
         left = min(self._requests[q].output_len - self._requests[q].generated for run in self._rank_run[r] for q in run)
-        ks = np.arange(min(left, 512), dtype=np.int64)
+        ks = np.arange(1 if self.dd.spec is not None else min(left, 512), dtype=np.int64)  # drawn: no stretch
         n = np.array(counts, dtype=np.float64)
         count = np.maximum(np.array(counts, dtype=np.int64), 1)
         ctx = np.where(n > 0, (np.array(sums, dtype=np.int64) + ks[:, None] * count) / count, 0.0)
@@ -213,18 +217,22 @@ class AdpDisaggSim(DisaggSim):
     def _finish_decode(self, r: int) -> None:
         now = self.clock_s
         freed = False
+        drawn = draw(self.rng, self.dd, sum(len(run) for run in self._rank_run[r]))
+        i = 0
         for k, run in enumerate(self._rank_run[r]):
             still: list[int] = []
             for q in run:
                 req = self._requests[q]
-                if req.emit_token(now):
+                n = emit_step(req, now, drawn, i)  # tokens emitted (speculation: drawn)
+                i += 1
+                if req.generated < req.output_len:
                     still.append(q)
-                    self._rank_ctx[r][k] += 1
+                    self._rank_ctx[r][k] += n
                 else:
                     freed = True
                     self._free_slots[r] += 1
                     self._unit_free[r * self.decode_ranks + k] += 1
-                    self._rank_ctx[r][k] -= req.input_len + req.generated - 1
+                    self._rank_ctx[r][k] -= req.input_len + req.generated - n
                     del self._rank_of[q]
             self._rank_run[r][k] = still
         if freed:
