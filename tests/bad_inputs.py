@@ -1478,3 +1478,9 @@ BAD_ARGV += [
      "turns: plan serve screens a multi-turn workload's history hits, not a shared system prefix's"),
     ([*_PSESS, "--turns", "two"], "Invalid value for '--turns'"),
 ]  # fmt: skip
+
+# session 19, multi-turn sessions in disaggregated serving (helper F)
+BAD_ARGV += []  # fmt: skip
+
+# session 19, analytic session pricing in estimate serve (helper G)
+BAD_ARGV += []  # fmt: skip
