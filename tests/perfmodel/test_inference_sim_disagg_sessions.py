@@ -112,7 +112,9 @@ def test_refusals(setup: tuple[Deployment, ServeConfig]) -> None:
     sim = SimConfig(request_rate_per_s=1.0, num_requests=10, warmup_requests=0, seed=0)
     with pytest.raises(InputError, match="turns"):
         SessionDisaggSim(d, cfg, sim, prefill_replicas=1, decode_replicas=1, kv_time=lambda n: [[0.0]])
-    with_sessions = SimConfig(request_rate_per_s=1.0, num_requests=10, warmup_requests=0, seed=0, sessions=SessionWorkload(turns=2))
+    with_sessions = SimConfig(
+        request_rate_per_s=1.0, num_requests=10, warmup_requests=0, seed=0, sessions=SessionWorkload(turns=2)
+    )
     hit = ServeConfig(tp=1, precision="fp8", input_len=ISL, output_len=OSL, prefix_hit_rate=0.5)
     with pytest.raises(InputError, match="prefix-hit-rate"):
         SessionDisaggSim(d, hit, with_sessions, prefill_replicas=1, decode_replicas=1, kv_time=lambda n: [[0.0]])

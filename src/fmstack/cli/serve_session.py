@@ -105,8 +105,9 @@ def split_session_text(z: dict[str, Any]) -> str:
     return (f"sessions of {s['turns']} turns, think time {s['think_time_s']:g} s: TTFT p50 / p99 first turns "
             f"{s['ttft_p50_s_first_turn']:.4f} / {s['ttft_p99_s_first_turn']:.4f} s, later turns "
             f"{s['ttft_p50_s_later_turns']:.4f} / {s['ttft_p99_s_later_turns']:.4f} s; later turns hit their history "
-            f"in the prefill caches ({z['prefill_router']}) {s['hit_rate_later_turns']:.1%} ({s['token_hit_rate_later_turns']:.1%} "
-            f"of their prompt tokens not computed; the prefill worker caches the prompts it ran, not the answers); "
+            f"in the prefill caches ({z['prefill_router']}) {s['hit_rate_later_turns']:.1%} "
+            f"({s['token_hit_rate_later_turns']:.1%} of their prompt tokens not computed; the prefill worker caches the "
+            "prompts it ran, not the answers); "
             f"{s['prefill_tokens_mean']:,.0f} prompt tokens computed per turn of {s['mean_prompt_tokens']:,.0f}; KV "
             f"moved per turn {s['kv_bytes_per_turn_mean'] / 1e6:,.0f} MB on average, turn {last['turn']}'s "
             f"{last['kv_bytes'] / 1e6:,.0f} MB (the whole conversation: nothing is cached on the decode side)")  # fmt: skip

@@ -191,8 +191,9 @@ def run_split(
             kv_bytes=kv_bytes_of, decode=None if decode_cfg is None else dd, decode_cfg=decode_cfg,
         )  # fmt: skip
         return SplitRun(result=result, stats=stats, kv_bytes=kv_bytes, kv_transfer_s=kv_s, kv_link=link, kv=kv,
-                        prefill_s=prefill, decode_batch_mean_field=batch, warmup_requests=int(block["warmup_requests"]),
-                        num_requests=int(block["num_requests"]), sessions=block)  # fmt: skip
+                        prefill_s=prefill, decode_batch_mean_field=batch,
+                        warmup_requests=int(block["warmup_requests"]), num_requests=int(block["num_requests"]),
+                        sessions=block)  # fmt: skip
     result, stats = simulate_disagg_stats(d, cfg, sim, prefill_replicas=prefill_replicas,
                                           decode_replicas=decode_replicas, kv_transfer_s=kv.pair_s,
                                           decode=None if decode_cfg is None else dd, decode_cfg=decode_cfg)  # fmt: skip

@@ -47,7 +47,7 @@ from fmstack.perfmodel.inference import ServeConfig, max_concurrency
 from fmstack.perfmodel.inference_plan_session import mean_prompt_tokens
 from fmstack.perfmodel.inference_prefix import PrefixCache
 from fmstack.perfmodel.inference_router import Router
-from fmstack.perfmodel.inference_session import SessionWorkload, session_key
+from fmstack.perfmodel.inference_session import session_key
 from fmstack.perfmodel.inference_sim import new_request
 from fmstack.perfmodel.inference_sim_disagg import DisaggSim, KvTimes
 from fmstack.perfmodel.inference_sim_disagg_prefix import PrefillPrefix
@@ -142,7 +142,9 @@ class SessionDisaggSim(DisaggSim):
             raise InputError("attention-dp", "sessions in a split are simulated without attention DP in either pool: "
                              "drop --attention-dp / --decode-attention-dp")  # fmt: skip
         if cfg.prefix_hit_rate > 0:
-            raise InputError("prefix-hit-rate", "a multi-turn workload simulates its cache hits: drop --prefix-hit-rate")
+            raise InputError(
+                "prefix-hit-rate", "a multi-turn workload simulates its cache hits: drop --prefix-hit-rate"
+            )
         first: KvTimes = [list(row) for row in kv_time(cfg.input_len)]
         super().__init__(d, cfg, sim, prefill_replicas=prefill_replicas, decode_replicas=decode_replicas,
                          kv_transfer_s=first, decode=decode, decode_cfg=decode_cfg)  # fmt: skip
