@@ -31,8 +31,10 @@ def session_options(f: F) -> F:
     f = click.option("--turns", type=int, default=1, show_default=True,
                      help="Multi-turn sessions (chat, agents): requests per session; turn t+1's prompt is the whole "
                      "conversation so far (earlier prompts and outputs) plus --input-len new tokens, --output-len "
-                     "out per turn, cached where the turn ran. --qps stays requests/s (every turn one): sessions "
-                     "start at qps / turns per second; --concurrency clients run sessions back to back. 1: "
+                     "out per turn, cached where the turn ran (estimate serve's --prefill-replicas / "
+                     "--decode-replicas split: its prompt on the prefill replica, the whole conversation's KV moved "
+                     "each turn). --qps stays requests/s (every turn one): sessions start at qps / turns per second; "
+                     "--concurrency clients run sessions back to back. 1: "
                      "independent requests.")(f)  # fmt: skip
     return f
 
