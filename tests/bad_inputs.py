@@ -1395,8 +1395,7 @@ BAD_ARGV += [
      "turns: a multi-turn workload is simulated for colocated replicas: drop --no-simulate"),
     ([*_MT, "--qps", "8", "--turns", "4", "--disagg"],
      "turns: a multi-turn workload is simulated for colocated replicas: drop --disagg"),
-    ([*_MT, "--nodes", "2", "--qps", "8", "--turns", "4", "--prefill-replicas", "2", "--decode-replicas", "2"],
-     "turns: a multi-turn workload is simulated for colocated replicas: drop --prefill-replicas"),
+    # (session 19, helper F: a split simulates sessions now, inference_sim_disagg_session; its row left this block)
     ([*_MT, "--concurrency", "8", "--turns", "4", "--scheduler", "static"],
      "turns: a multi-turn workload is simulated for colocated replicas: drop --scheduler static"),
     ([*_MT, "--qps", "8", "--turns", "4", "--prefix-hit-rate", "0.5"],
@@ -1480,7 +1479,20 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 19, multi-turn sessions in disaggregated serving (helper F)
-BAD_ARGV += []  # fmt: skip
+_DSESS = ["estimate", "serve", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--precision", "fp8",
+          "--input-len", "512", "--output-len", "256", "--qps", "4", "--prefill-replicas", "1", "--decode-replicas",
+          "1", "--turns", "3"]  # fmt: skip
+BAD_ARGV += [
+    ([*_DSESS, "--prefix-groups", "4", "--prefix-len", "128"],
+     "prefix-groups: a split's sessions are simulated without a shared system prefix"),
+    (["estimate", "serve", "--model", "deepseek-v3", "--instance", "p5en.48xlarge", "--nodes", "2", "--tp", "8",
+      "--ep", "8", "--precision", "fp8", "--input-len", "2048", "--output-len", "128", "--qps", "2",
+      "--prefill-replicas", "1", "--decode-replicas", "1", "--attention-dp", "--turns", "2"],
+     "attention-dp: sessions in a split are simulated without attention DP in either pool"),
+    ([*_DSESS, "--disagg"], "turns: a multi-turn workload is simulated for colocated replicas: drop --disagg"),
+    ([*_DSESS, "--think-time-s", "-2"], "think-time-s: must be a finite number of seconds >= 0, got -2.0"),
+    ([*_DSESS, "--router", "session", "--turns", "1"], "router: session affinity pins a session's turns"),
+]  # fmt: skip
 
 # session 19, analytic session pricing in estimate serve (helper G)
 BAD_ARGV += []  # fmt: skip

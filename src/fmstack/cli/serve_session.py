@@ -31,8 +31,10 @@ def session_options(f: F) -> F:
     f = click.option("--turns", type=int, default=1, show_default=True,
                      help="Multi-turn sessions (chat, agents): requests per session; turn t+1's prompt is the whole "
                      "conversation so far (earlier prompts and outputs) plus --input-len new tokens, --output-len "
-                     "out per turn, cached where the turn ran. --qps stays requests/s (every turn one): sessions "
-                     "start at qps / turns per second; --concurrency clients run sessions back to back. 1: "
+                     "out per turn, cached where the turn ran (estimate serve's --prefill-replicas / "
+                     "--decode-replicas split: its prompt on the prefill replica, the whole conversation's KV moved "
+                     "each turn). --qps stays requests/s (every turn one): sessions start at qps / turns per second; "
+                     "--concurrency clients run sessions back to back. 1: "
                      "independent requests.")(f)  # fmt: skip
     return f
 
@@ -42,7 +44,8 @@ def session_workload(
     disagg: bool, split: tuple[int, int] | None,
 ) -> SessionWorkload | None:  # fmt: skip
     """The workload the flags give (None with ``--turns 1``: independent requests, the run of before); one line,
-    exit 2, where they do not fit the rest of the command."""
+    exit 2, where they do not fit the rest of the command. A split (``split``) simulates the sessions too
+    (:mod:`fmstack.perfmodel.inference_sim_disagg_session`)."""
     spec = SessionWorkload(turns=turns, think_time_s=0.0 if think_time_s is None else think_time_s)
     if turns == 1:
         if think_time_s is not None and think_time_s != 0:
@@ -52,12 +55,13 @@ def session_workload(
         return None
     for bad, why in ((not simulate, "drop --no-simulate (the analytic model has no sessions)"),
                      (disagg, "drop --disagg (its mean-field comparison prices independent requests)"),
-                     (split is not None, "drop --prefill-replicas / --decode-replicas (a split's sessions are not "
-                      "modelled)"),
                      (cfg.scheduler == "static", "drop --scheduler static (continuous batching only)"),
                      (cfg.prefix_hit_rate > 0, "drop --prefix-hit-rate (the simulation gives the hits)")):  # fmt: skip
         if bad:
             raise InputError("turns", f"a multi-turn workload is simulated for colocated replicas: {why}")
+    if split is not None and cfg.attention_dp:  # before the colocated rows' run (the split's own check is later)
+        raise InputError("attention-dp", "sessions in a split are simulated without attention DP in either pool: "
+                         "drop --attention-dp / --decode-attention-dp")  # fmt: skip
     check_context(spec, cfg.input_len, cfg.output_len, max_seq_len)
     return spec
 
@@ -92,3 +96,20 @@ def session_text(data: dict[str, Any]) -> str:
             f"{s['hit_rate_later_turns']:.1%} ({s['token_hit_rate_later_turns']:.1%} of their prompt tokens "
             f"cached); mean prompt {s['mean_prompt_tokens']:,.0f} tokens (the analytic means price one turn of "
             "--input-len new tokens)")  # fmt: skip
+
+
+def split_session_text(z: dict[str, Any]) -> str:
+    """A split's session line: TTFT of first and later turns, the prefill caches' hits, the prefill tokens computed
+    and the KV moved per turn (the whole conversation's)."""
+    s = z["sessions"]
+    later = [t for t in s["by_turn"] if t["turn"] > 1]
+    last = later[-1] if later else s["by_turn"][-1]
+    return (f"sessions of {s['turns']} turns, think time {s['think_time_s']:g} s: TTFT p50 / p99 first turns "
+            f"{s['ttft_p50_s_first_turn']:.4f} / {s['ttft_p99_s_first_turn']:.4f} s, later turns "
+            f"{s['ttft_p50_s_later_turns']:.4f} / {s['ttft_p99_s_later_turns']:.4f} s; later turns hit their history "
+            f"in the prefill caches ({z['prefill_router']}) {s['hit_rate_later_turns']:.1%} "
+            f"({s['token_hit_rate_later_turns']:.1%} of their prompt tokens not computed; the prefill worker caches the "
+            "prompts it ran, not the answers); "
+            f"{s['prefill_tokens_mean']:,.0f} prompt tokens computed per turn of {s['mean_prompt_tokens']:,.0f}; KV "
+            f"moved per turn {s['kv_bytes_per_turn_mean'] / 1e6:,.0f} MB on average, turn {last['turn']}'s "
+            f"{last['kv_bytes'] / 1e6:,.0f} MB (the whole conversation: nothing is cached on the decode side)")  # fmt: skip

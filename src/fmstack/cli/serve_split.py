@@ -18,12 +18,14 @@ from fmstack.perfmodel.inference_disagg_spec import pools_text
 from fmstack.perfmodel.inference_prefix import PrefixWorkload
 from fmstack.perfmodel.inference_router import ROUTERS_AFFINITY
 from fmstack.perfmodel.inference_router_kv import KvRouterConfig
+from fmstack.perfmodel.inference_session import SessionWorkload
 
 
 def split_json(
     cat: Catalog, arch: ModelArch, instance: str, cfg: ServeConfig, split: tuple[int, int], seed: int, spread: float,
     decode_cfg: ServeConfig | None = None, efficiency_for: EfficiencyFor | None = None,
     prefix: PrefixWorkload | None = None, router: str = "round-robin", kv_router: KvRouterConfig | None = None,
+    sessions: SessionWorkload | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """The ``disaggregated_simulation`` object: the colocated simulation's percentile and mean keys
     (``ttft_p99_s``, ``ttft_mean_s_sim``, ...), the pools (``prefill_replicas``, ``decode_replicas``,
@@ -41,7 +43,10 @@ def split_json(
     ``prefix_token_hit_rate_simulated``, ``prefill_router``: the routing rule of the prefill pool). Speculative
     decoding (``cfg.speculative``): ``speculative`` (the method, null without), ``speculative_pools`` (which pool
     speculates, in words) and ``spec_tokens_per_iteration`` (the decode pool's mean tokens per sequence and
-    iteration, :attr:`~fmstack.perfmodel.inference_speculative.SpecDecode.mean_tokens_per_step`; null without)."""
+    iteration, :attr:`~fmstack.perfmodel.inference_speculative.SpecDecode.mean_tokens_per_step`; null without).
+    ``sessions``: a multi-turn workload, each turn's history cached by the prefill replicas behind ``router``
+    (adds ``sessions``: the colocated run's block of first and later turns' TTFT and hits, with the KV moved and the
+    prompt tokens computed per turn, and ``prefill_router``; ``kv_bytes_per_request`` stays a first turn's)."""
     from fmstack.perfmodel.inference_plan_disagg import run_split
 
     clusters: dict[tuple[str, int], Cluster] = {}
@@ -53,7 +58,8 @@ def split_json(
 
     qps = cfg.request_rate_per_s or 0.0
     run = run_split(cluster_of, arch, cfg, instance, qps, split[0], split[1], seed, spread, decode_cfg,
-                    efficiency_for=efficiency_for, prefix=prefix, router=router, kv_router=kv_router)  # fmt: skip
+                    efficiency_for=efficiency_for, prefix=prefix, router=router, kv_router=kv_router,
+                    sessions=sessions)  # fmt: skip
     dc = cfg if decode_cfg is None else decode_cfg
     st, spec = run.stats, cfg.speculative
     return {
@@ -76,7 +82,7 @@ def split_json(
     } | ({} if prefix is None else {
         "prefix_hit_rate_simulated": st.prefix_hit_rate, "prefix_token_hit_rate_simulated": st.prefix_token_hit_rate,
         "prefill_router": router if router in ROUTERS_AFFINITY else "global-queue",
-    })  # fmt: skip
+    }) | ({} if run.sessions is None else {"sessions": run.sessions, "prefill_router": router})  # fmt: skip
 
 
 def render_split(z: dict[str, Any], *, one_token: bool = False) -> None:
@@ -107,6 +113,10 @@ def render_split(z: dict[str, Any], *, one_token: bool = False) -> None:
             f"hit, {z['prefix_token_hit_rate_simulated'] * 100:.1f} % of prompt tokens not computed; every prompt's "
             "whole KV is moved"
         )
+    if "sessions" in z:
+        from fmstack.cli.serve_session import split_session_text
+
+        out.print(split_session_text(z), markup=False)
 
 
 def _links(z: dict[str, Any]) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -60,6 +61,7 @@ from fmstack.perfmodel.inference_plan_candidate import (
 from fmstack.perfmodel.inference_plan_disagg_note import split_note as split_note  # re-exported: moved there
 from fmstack.perfmodel.inference_prefix import PrefixWorkload
 from fmstack.perfmodel.inference_router_kv import KvRouterConfig
+from fmstack.perfmodel.inference_session import SessionWorkload
 from fmstack.perfmodel.inference_sim import SimConfig, SimResult
 from fmstack.perfmodel.inference_sim_disagg import PoolStats, simulate_disagg_stats
 from fmstack.perfmodel.inference_step import Deployment, step_time
@@ -110,13 +112,16 @@ class SplitRun:
     """Sequences per decode replica by Little's law at ``qps / D`` (:func:`decode_batch`)."""
     warmup_requests: int
     num_requests: int
+    sessions: dict[str, Any] | None = None
+    """A multi-turn run's ``sessions`` block (:func:`fmstack.perfmodel.inference_sim_disagg_session.
+    simulate_disagg_sessions`); None: independent requests."""
 
 
 def run_split(
     cluster_of: ClusterOf, model: ModelArch, cfg: ServeConfig, name: str, qps: float, prefill_replicas: int,
     decode_replicas: int, seed: int, length_spread: float = 0.0, decode_cfg: ServeConfig | None = None,
     efficiency_for: EfficiencyFor | None = None, prefix: PrefixWorkload | None = None, router: str = "round-robin",
-    kv_router: KvRouterConfig | None = None,
+    kv_router: KvRouterConfig | None = None, sessions: SessionWorkload | None = None,
 ) -> SplitRun:  # fmt: skip
     """Poisson arrivals at ``qps`` over ``P`` prefill and ``D`` decode replicas of ``cfg`` on ``name``, each replica
     on its own nodes (as the plan prices it), the KV link priced on two replicas' nodes. The warm-up is the requests
@@ -134,7 +139,9 @@ def run_split(
     :mod:`fmstack.perfmodel.inference_sim_disagg_prefix`); the load check and the warm-up are those of full prompts,
     or where full prompts exceed the prefill pool, of prompts shortened by the most the prefill caches could serve
     (:func:`fmstack.perfmodel.inference_open_loop.sizing_hit_rate` on a prefill replica, as a colocated run sizes
-    itself): the simulation decides the hits."""
+    itself): the simulation decides the hits. ``sessions``: a multi-turn workload, its history cached by the prefill
+    replicas behind ``router``, sized at its mean turn (:mod:`fmstack.perfmodel.inference_plan_disagg_session`) and
+    simulated by :mod:`fmstack.perfmodel.inference_sim_disagg_session`."""
     gpn = cluster_of(name, 1).instance.num_gpus
     dc = cfg if decode_cfg is None else decode_cfg
     per_replica = _replica_nodes(cfg, gpn)
@@ -142,9 +149,14 @@ def run_split(
     dd = d if decode_cfg is None else deployment_for(model, cluster_of(name, _replica_nodes(dc, gpn)), dc,
                                                      efficiency_for)  # fmt: skip
     two = _two_replicas(cluster_of, name, cfg, per_replica, dc)
-    sized = cfg  # the prompts the run is sized for
+    sized, dsized = cfg, dc  # the prompts the run is sized for
+    if sessions is not None:
+        from fmstack.perfmodel.inference_plan_disagg_session import split_session_configs
+
+        sized, dsized = split_session_configs(cfg, dc, sessions, router, prefill_replicas)
     try:
-        utilization, busier = check_split_load(pool_capacity(d, cfg, dd, dc), qps, prefill_replicas, decode_replicas)
+        utilization, busier = check_split_load(pool_capacity(d, sized, dd, dsized), qps, prefill_replicas,
+                                               decode_replicas)  # fmt: skip
     except InputError as exc:
         if prefix is None or exc.field != "qps":
             raise
@@ -157,8 +169,8 @@ def run_split(
                        gpn, cluster_of(name, 1).nodes_per_domain)  # fmt: skip
     kv_bytes, kv_s, link = kv.kv_bytes, kv.best_s, kv.best_link
     prefill = prefill_alone_s(d, sized)
-    batch = decode_batch(dd, dc, qps / decode_replicas)
-    itl = float(step_time(dd, float(batch), cfg.input_len + cfg.output_len / 2.0).total_s)
+    batch = decode_batch(dd, dsized, qps / decode_replicas)
+    itl = float(step_time(dd, float(batch), dsized.input_len + cfg.output_len / 2.0).total_s)
     rho = qps * prefill / (prefill_replicas * prefill_servers(sized))
     wait = rho * prefill / (2 * (1 - rho)) if rho < 1 else math.inf
     inflight = qps * (prefill + wait + kv_s + itl) + decode_replicas * batch
@@ -167,6 +179,21 @@ def run_split(
                     length_spread=length_spread)  # fmt: skip
     if prefix is not None:
         sim = replace(sim, prefix=prefix, router=router, kv_router=kv_router or KvRouterConfig())
+    if sessions is not None:
+        from fmstack.perfmodel.inference_plan_disagg_session import session_kv
+        from fmstack.perfmodel.inference_sim_disagg_session import simulate_disagg_sessions
+
+        sim = replace(sim, sessions=sessions, router=router, kv_router=kv_router or KvRouterConfig())
+        kv_time, kv_bytes_of = session_kv(model, two, cfg, d, None if decode_cfg is None else dd, prefill_replicas,
+                                          decode_replicas, gpn, cluster_of(name, 1).nodes_per_domain)  # fmt: skip
+        result, stats, block = simulate_disagg_sessions(
+            d, cfg, sim, prefill_replicas=prefill_replicas, decode_replicas=decode_replicas, kv_time=kv_time,
+            kv_bytes=kv_bytes_of, decode=None if decode_cfg is None else dd, decode_cfg=decode_cfg,
+        )  # fmt: skip
+        return SplitRun(result=result, stats=stats, kv_bytes=kv_bytes, kv_transfer_s=kv_s, kv_link=link, kv=kv,
+                        prefill_s=prefill, decode_batch_mean_field=batch,
+                        warmup_requests=int(block["warmup_requests"]), num_requests=int(block["num_requests"]),
+                        sessions=block)  # fmt: skip
     result, stats = simulate_disagg_stats(d, cfg, sim, prefill_replicas=prefill_replicas,
                                           decode_replicas=decode_replicas, kv_transfer_s=kv.pair_s,
                                           decode=None if decode_cfg is None else dd, decode_cfg=decode_cfg)  # fmt: skip

@@ -119,10 +119,10 @@ class PrefillPrefix:
 
 
 def hit_rates(requests: list[SimRequest], prefix_len: int) -> tuple[float, float]:
-    """(requests whose prefix was cached when a prefill replica took them, prompt tokens served from the caches over
-    all prompt tokens) of ``requests``; nan without any."""
+    """(requests whose prefix (or session's history) was cached when a prefill replica took them, prompt tokens served
+    from the caches over all prompt tokens) of ``requests``; nan without any."""
     if not requests:
         return math.nan, math.nan
     hit = sum(q.prefix_hit for q in requests) / len(requests)
-    tokens = sum(min(prefix_len, q.input_len - 1) for q in requests if q.prefix_hit)
+    tokens = sum(q.kv_shared for q in requests if q.prefix_hit)  # a hit skips min(prefix_len, input - 1) or a history
     return hit, tokens / sum(q.input_len for q in requests)
