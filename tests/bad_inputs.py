@@ -1495,4 +1495,9 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 19, analytic session pricing in estimate serve (helper G)
-BAD_ARGV += []  # fmt: skip
+BAD_ARGV += [
+    # 45 req/s: one turn of 512 new tokens fits (60.6 req/s), the sessions' mean turn (1,664 tokens, 69 % cached) not
+    ([*_MT, "--qps", "45", "--turns", "4"],
+     "qps: 45 requests/s exceeds one replica's capacity, 39.6 requests/s at its limit of 516 sequences; add replicas "
+     "or GPUs (the sessions' mean turn: a 1664-token prompt, 69.2% of it cached history)"),
+]  # fmt: skip

@@ -16,16 +16,15 @@ from fmstack.perfmodel.inference_disagg import SLO
 from fmstack.perfmodel.inference_open_loop import simulate_open_loop_fleet
 from fmstack.perfmodel.inference_plan import plan_serve
 from fmstack.perfmodel.inference_plan_analytic import analytic
-from fmstack.perfmodel.inference_plan_session import (
+from fmstack.perfmodel.inference_plan_session import fewest_replicas, holds_conversation
+from fmstack.perfmodel.inference_session import SessionWorkload
+from fmstack.perfmodel.inference_session_mean import (
     cache_units,
     cached_tokens,
-    fewest_replicas,
     hit_turns,
-    holds_conversation,
     mean_prompt_tokens,
     screen_config,
 )
-from fmstack.perfmodel.inference_session import SessionWorkload
 
 FOUR = SessionWorkload(turns=4, think_time_s=10.0)
 SLO_CHAT = SLO(ttft_s=1.0, itl_s=0.05)

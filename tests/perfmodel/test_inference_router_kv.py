@@ -124,7 +124,7 @@ def test_weight_zero_balances_requests_in_flight(monkeypatch: pytest.MonkeyPatch
 
     def spy(self: KvRouter, req: SimRequest, caches: list[PrefixCache | None], prefix_len: int) -> int:
         k = pick(self, req, caches, prefix_len)
-        counts = [len(a) - (j == k) for j, a in enumerate(self.active)]
+        counts = [self.in_flight(j) - (j == k) for j in range(self.replicas)]
         seen.append((counts, k))
         assert self.last_costs == [128.0 * (c + 1) for c in counts]
         return k

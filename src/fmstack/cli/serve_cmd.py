@@ -31,7 +31,15 @@ from fmstack.cli.serve_router import (
     prefix_options,
     prefix_workload,
 )
-from fmstack.cli.serve_session import SESSION_ROUTER_HELP, session_options, session_text, session_workload
+from fmstack.cli.serve_session import (
+    SESSION_ROUTER_HELP,
+    mean_turn,
+    mean_turn_error,
+    mean_turn_json,
+    session_options,
+    session_text,
+    session_workload,
+)
 from fmstack.cli.serve_spec import resolve_spec, spec_options
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import (
@@ -189,11 +197,14 @@ def serve_cmd(
     replica_cfg = (
         cfg if behind == 1 else replace(cfg, request_rate_per_s=cfg.request_rate_per_s / behind)  # type: ignore[operator]
     )
+    priced = mean_turn(replica_cfg, sessions, router, behind)  # what the analytic means price (the mean turn)
     note = analytic_note = None
     try:
         try:
-            est = estimate_serve(arch, cluster, replica_cfg, efficiency=efficiency)
+            est = estimate_serve(arch, cluster, priced, efficiency=efficiency)
         except InputError as first:
+            if sessions is not None and first.field == "qps":
+                raise mean_turn_error(first, priced) from None
             if prefix is None or first.field != "qps":
                 raise
             # prefix hits may take what full prompts cannot
@@ -208,11 +219,14 @@ def serve_cmd(
             replica_cfg = replace(cfg, request_rate_per_s=None)
             est, simulate = estimate_serve(arch, cluster, replica_cfg, efficiency=efficiency), False
             note = f"colocated: {exc.message}; shown at the most clients a replica holds, not simulated"
+    session_keys: dict[str, Any] = {}
+    if sessions is not None:  # the config the user gave (a turn's new tokens); the priced mean turn in its own keys
+        est, session_keys = replace(est, config=replica_cfg), mean_turn_json(priced, sessions, router, behind)
     fleet: dict[str, Any] = {}
     if simulate:
         est, sim_note, fleet = _with_percentiles(est, arch, cluster, replica_cfg, seed, length_spread, efficiency,
                                                  (behind, router), prefix, kv, sessions)  # fmt: skip
-    data = est.to_json() | fleet
+    data = est.to_json() | session_keys | fleet
     if cfg.request_rate_per_s is not None:  # the open loop's arrivals: one of ``replicas`` behind ``router``
         data |= {"replicas": behind, "router": router, "deployment_rate_per_s": cfg.request_rate_per_s}
         data |= kv_router_json(kv)

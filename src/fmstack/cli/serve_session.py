@@ -13,6 +13,7 @@ import click
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, ServeEstimate
 from fmstack.perfmodel.inference_session import SessionWorkload, check_context
+from fmstack.perfmodel.inference_session_mean import cache_units, hit_turns, screen_config
 from fmstack.perfmodel.inference_sim_io import SimConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -53,7 +54,8 @@ def session_workload(
         if router == "session":
             raise InputError("router", "session affinity pins a session's turns: give --turns > 1")
         return None
-    for bad, why in ((not simulate, "drop --no-simulate (the analytic model has no sessions)"),
+    for bad, why in ((not simulate, "drop --no-simulate (the analytic means price the mean turn; the per-turn hits and "
+                      "percentiles come from simulating the sessions)"),
                      (disagg, "drop --disagg (its mean-field comparison prices independent requests)"),
                      (cfg.scheduler == "static", "drop --scheduler static (continuous batching only)"),
                      (cfg.prefix_hit_rate > 0, "drop --prefix-hit-rate (the simulation gives the hits)")):  # fmt: skip
@@ -64,6 +66,29 @@ def session_workload(
                          "drop --attention-dp / --decode-attention-dp")  # fmt: skip
     check_context(spec, cfg.input_len, cfg.output_len, max_seq_len)
     return spec
+
+
+def mean_turn(cfg: ServeConfig, spec: SessionWorkload | None, router: str, replicas: int) -> ServeConfig:
+    """What the analytic means price: ``cfg`` (one replica's, a turn's new tokens) as its sessions' mean turn, with
+    the history hits of ``replicas`` replicas' caches behind ``router``
+    (:func:`~fmstack.perfmodel.inference_session_mean.screen_config`); ``cfg`` itself without sessions."""
+    if spec is None:
+        return cfg
+    return screen_config(cfg, spec, cache_units(router, replicas, cfg.tp if cfg.attention_dp else 1))
+
+
+def mean_turn_json(priced: ServeConfig, spec: SessionWorkload, router: str, replicas: int) -> dict[str, Any]:
+    """The analytic mean turn's JSON keys: ``mean_prompt_tokens`` (its prompt, rounded up), ``history_hit_share``
+    (the share of it priced as cached history) and ``history_hit_turns`` (the share of turns that hit some)."""
+    units = cache_units(router, replicas, priced.tp if priced.attention_dp else 1)
+    return {"mean_prompt_tokens": priced.input_len, "history_hit_share": priced.prefix_hit_rate,
+            "history_hit_turns": hit_turns(spec, units)}  # fmt: skip
+
+
+def mean_turn_error(exc: InputError, priced: ServeConfig) -> InputError:
+    """``exc`` (a rate beyond the replica's capacity) saying that the mean turn was priced."""
+    return InputError(exc.field, f"{exc.message} (the sessions' mean turn: a {priced.input_len}-token prompt, "
+                      f"{priced.prefix_hit_rate:.1%} of it cached history)")  # fmt: skip
 
 
 def session_argv(spec: SessionWorkload | None) -> list[str]:
@@ -94,8 +119,8 @@ def session_text(data: dict[str, Any]) -> str:
             f"{s['ttft_p50_s_first_turn']:.4f} / {s['ttft_p99_s_first_turn']:.4f} s, later turns "
             f"{s['ttft_p50_s_later_turns']:.4f} / {s['ttft_p99_s_later_turns']:.4f} s; later turns hit "
             f"{s['hit_rate_later_turns']:.1%} ({s['token_hit_rate_later_turns']:.1%} of their prompt tokens "
-            f"cached); mean prompt {s['mean_prompt_tokens']:,.0f} tokens (the analytic means price one turn of "
-            "--input-len new tokens)")  # fmt: skip
+            f"cached); mean prompt {s['mean_prompt_tokens']:,.0f} tokens (the analytic means price the mean turn: a "
+            f"{data['mean_prompt_tokens']:,}-token prompt, {data['history_hit_share']:.1%} of it cached history)")  # fmt: skip
 
 
 def split_session_text(z: dict[str, Any]) -> str:

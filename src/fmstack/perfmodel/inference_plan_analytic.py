@@ -34,18 +34,12 @@ from fmstack.perfmodel.inference import (
 )
 from fmstack.perfmodel.inference_disagg import SLO
 from fmstack.perfmodel.inference_plan_candidate import Candidate, deployment_nodes
-from fmstack.perfmodel.inference_plan_session import (
-    HISTORY_ROUTERS,
-    cache_units,
-    fewest_replicas,
-    hit_turns,
-    holds_conversation,
-    screen_config,
-)
+from fmstack.perfmodel.inference_plan_session import fewest_replicas, holds_conversation
 from fmstack.perfmodel.inference_plan_spec import chunk_gap_s
 from fmstack.perfmodel.inference_prefix import PrefixWorkload, screen_hit_rates, token_share
 from fmstack.perfmodel.inference_router import ROUTERS_AFFINITY
 from fmstack.perfmodel.inference_session import SessionWorkload
+from fmstack.perfmodel.inference_session_mean import HISTORY_ROUTERS, cache_units, hit_turns, screen_config
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
 
 F = NDArray[np.float64]

@@ -24,8 +24,8 @@ from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
 from fmstack.perfmodel.inference import ServeConfig
 from fmstack.perfmodel.inference_disagg_place import kv_pair_times
-from fmstack.perfmodel.inference_plan_session import cache_units, cached_tokens, mean_prompt_tokens
 from fmstack.perfmodel.inference_session import SessionWorkload
+from fmstack.perfmodel.inference_session_mean import cache_units, cached_tokens, mean_prompt_tokens
 from fmstack.perfmodel.inference_step import Deployment
 
 

@@ -1,21 +1,8 @@
 """`plan serve --turns N`: the analytic screening of a multi-turn workload (:mod:`fmstack.perfmodel.inference_session`).
 
-The analytic model prices one request shape, so a session of ``N`` turns is screened as its mean turn
-(:func:`screen_config`): turn ``t``'s prompt is ``(t - 1) x (input + output) + input`` tokens, so the mean prompt is
-``input + (N - 1) / 2 x (input + output)`` (rounded up), and the share of it served from the prefix cache is the turns'
-expected cached history over their prompts.
-
-Where a turn's history is cached (:func:`cached_tokens`). As the simulation keeps it (``inference_session.
-keep_history``), the replica (attention-DP rank) that ran turn ``j`` holds the ``j x (input + output)`` tokens of the
-conversation up to it, and a later turn sent there hits the longest history it holds. A router that follows the
-session (``session``; ``cache-aware`` and ``kv``, which route by the cached history) sends every turn to the replica
-of its turn before; the others (round-robin, random, least-loaded, power-of-two) are blind to sessions, and a turn
-lands on any of the replicas' ``u`` caches with probability ``1 / u``, independently of the turn before (the
-simulation's round-robin measured full-history hits within 0.04 of 1 / 4 over 4 replicas, docs/inference.md,
-Multi-turn sessions). So turn ``t`` finds the history of its latest earlier turn ``j`` on that cache with probability
-``(1 / u) (1 - 1 / u)^(t - 1 - j)`` and hits ``j x (input + output)`` tokens. Under attention DP a replica's ranks
-each cache on their own and a turn goes to a rank blind to sessions: ``u`` is the ranks a turn may land on, ``tp``
-per replica even behind the session router. Eviction is not priced (every history is taken as still cached): an
+The analytic model prices one request shape, so a session of ``N`` turns is screened as its mean turn, the mean
+prompt with the turns' expected cached history as its prefix hits, behind the router's caches
+(:mod:`fmstack.perfmodel.inference_session_mean`, shared with `estimate serve --turns`). Eviction is not priced: an
 upper bound on the hits, so the screening errs optimistic and keeps every deployment the simulation could accept; the
 simulation (the p99 check, the sessions run together) decides. Behind a blind router the hits fall as the replicas
 grow, so the replica count is the smallest ``N`` whose own rate serves ``qps`` (:func:`fewest_replicas`).
@@ -32,51 +19,10 @@ from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
 from fmstack.perfmodel.inference_plan_candidate import Candidate
 from fmstack.perfmodel.inference_session import SessionWorkload
+from fmstack.perfmodel.inference_session_mean import HISTORY_ROUTERS, mean_prompt_tokens
 from fmstack.perfmodel.inference_step import Deployment
 
-HISTORY_ROUTERS = ("session", "cache-aware", "kv")
-"""Routers screened as following a session's history to the replica of its turn before (module docstring)."""
-
 P = TypeVar("P")
-
-
-def mean_prompt_tokens(spec: SessionWorkload, input_len: int, output_len: int) -> float:
-    """The turns' mean prompt: ``input + (turns - 1) / 2 x (input + output)``."""
-    return input_len + (spec.turns - 1) / 2 * (input_len + output_len)
-
-
-def cached_tokens(turn: int, input_len: int, output_len: int, units: int | None) -> float:
-    """Expected history tokens turn ``turn`` (1-based) finds cached where it lands, a turn landing on each of
-    ``units`` caches with probability ``1 / units`` (1: always where its turn before ran; None: no cache):
-    ``sum_{j < turn} (1 / u) (1 - 1 / u)^(turn - 1 - j) x j x (input + output)``."""
-    if units is None:
-        return 0.0
-    p = 1.0 / units
-    return sum(p * (1 - p) ** (turn - 1 - j) * j * (input_len + output_len) for j in range(1, turn))
-
-
-def hit_turns(spec: SessionWorkload, units: int | None) -> float:
-    """The share of turns that find some history cached: ``mean_t (1 - (1 - 1 / u)^(t - 1))``."""
-    if units is None:
-        return 0.0
-    return sum(1 - (1 - 1 / units) ** (t - 1) for t in range(1, spec.turns + 1)) / spec.turns
-
-
-def screen_config(cfg: ServeConfig, spec: SessionWorkload, units: int | None) -> ServeConfig:
-    """``cfg`` (``input_len`` the new tokens of a turn) as its sessions' mean turn: the mean prompt, rounded up, with
-    the turns' mean cached history as its ``prefix_hit_rate`` (:func:`cached_tokens`)."""
-    isl = math.ceil(mean_prompt_tokens(spec, cfg.input_len, cfg.output_len))
-    cached = sum(cached_tokens(t, cfg.input_len, cfg.output_len, units) for t in range(1, spec.turns + 1))
-    return replace(cfg, input_len=isl, prefix_hit_rate=cached / spec.turns / isl)
-
-
-def cache_units(router: str, replicas: int | None, ranks: int) -> int | None:
-    """The caches a later turn may land on (:func:`cached_tokens`): a replica's ``ranks`` behind a router that
-    follows the session, ``replicas x ranks`` behind one blind to it (None replicas: as many as there can be, no
-    hit)."""
-    if router in HISTORY_ROUTERS:
-        return ranks
-    return None if replicas is None else replicas * ranks
 
 
 def holds_conversation(d: Deployment, cfg: ServeConfig, spec: SessionWorkload) -> bool:

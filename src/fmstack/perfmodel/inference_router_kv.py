@@ -26,12 +26,19 @@ without delay). Not modelled: output blocks (this version counts prompt blocks o
 the approximate mode without KV events (``--no-kv-events``: the router assumes what it sent stays cached for 120 s),
 several router replicas and their sync, the busy-worker threshold, the later credit and load-scale terms of Dynamo
 1.x's cost.
+
+Two ways to keep the workers' counts, the same costs to the bit: rescanning each worker's requests at every arrival
+(O(requests in flight) per arrival; the prefill pool of a split, and a router whose workers are set by hand), or,
+where the simulated replicas report each request's first token and completion (:meth:`KvRouter.watch`; the colocated
+joint runs), running sums per worker (:class:`WorkerLoad`) that a route, a first token or a completion updates in
+O(1) (a group's largest shared prefix among its requests: over the distinct sizes of that group's requests), so an
+arrival costs O(workers), as Dynamo's ``ActiveSequences`` keeps its counts as requests are added and freed.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -52,6 +59,14 @@ class CachedPrefixes(Protocol):
     def __contains__(self, key: object, /) -> bool: ...
 
     def size(self, key: int, /) -> int: ...
+
+
+class Reporting(Protocol):
+    """A simulated replica that reports its requests' first tokens and completions
+    (:class:`~fmstack.perfmodel.inference_sim.BatchingSim`)."""
+
+    on_first_token: Callable[[SimRequest], None] | None
+    on_done: Callable[[SimRequest], None] | None
 
 
 OVERLAP_WEIGHT = 1.0
@@ -131,6 +146,52 @@ class Routed:
 
 
 @dataclass(slots=True)
+class WorkerLoad:
+    """A worker's sums over its requests routed and not finished (the incremental path, :meth:`KvRouter.watch`)."""
+
+    requests: int = 0
+    prefill_tokens: int = 0
+    """The ``prefill_tokens`` of those before their first token."""
+    own_blocks: int = 0
+    shared_blocks: int = 0
+    """The sum over prefix groups of the largest ``shared_blocks`` among the group's requests."""
+    shared: dict[int, dict[int, int]] = field(default_factory=dict)
+    """Group -> its requests' ``shared_blocks`` (> 0) -> how many have that many."""
+    largest: dict[int, int] = field(default_factory=dict)
+    """Group -> the largest of its ``shared`` sizes."""
+
+    def add(self, r: Routed) -> None:
+        self.requests += 1
+        self.own_blocks += r.own_blocks
+        if r.shared_blocks:
+            g, b = r.req.group, r.shared_blocks
+            sizes = self.shared.setdefault(g, {})
+            sizes[b] = sizes.get(b, 0) + 1
+            top = self.largest.get(g, 0)
+            if b > top:
+                self.largest[g] = b
+                self.shared_blocks += b - top
+
+    def remove(self, r: Routed) -> None:
+        self.requests -= 1
+        self.own_blocks -= r.own_blocks
+        if r.shared_blocks:
+            g, b = r.req.group, r.shared_blocks
+            sizes = self.shared[g]
+            sizes[b] -= 1
+            if sizes[b] == 0:
+                del sizes[b]
+                top = self.largest[g]
+                if b == top:
+                    new = max(sizes, default=0)
+                    self.shared_blocks += new - top
+                    if sizes:
+                        self.largest[g] = new
+                    else:
+                        del self.shared[g], self.largest[g]
+
+
+@dataclass(slots=True)
 class KvRouter:
     """The router's view of ``replicas`` workers over one simulation (mutable)."""
 
@@ -147,8 +208,59 @@ class KvRouter:
     (track_active_blocks=false) since prefill workers do not perform decode"), a request's prompt tokens counted until
     its prompt is computed."""
 
+    loads: list[WorkerLoad] | None = None
+    """The incremental path's sums per worker (None: rescanning ``active``; :meth:`watch`)."""
+    tracked: dict[int, tuple[int, Routed]] = field(default_factory=dict)
+    """The incremental path: each request routed and not finished (by identity) -> its worker and its counts."""
+    prefilling: set[int] = field(default_factory=set)
+    """The incremental path: those of ``tracked`` before their first token."""
+
     def __post_init__(self) -> None:
         self.active = [[] for _ in range(self.replicas)]
+
+    def watch(self, workers: Sequence[Reporting]) -> None:
+        """Keep the counts as ``workers`` (the simulated replicas, in order) report each request's first token and
+        completion, not by rescanning (the same costs; module docstring). Every request they run must be routed here;
+        ``active`` is then left empty (:meth:`in_flight` counts)."""
+        if self.prefill_pool:  # a prefill worker's request leaves at its prompt's end, which it does not report
+            return
+        self.loads = [WorkerLoad() for _ in range(self.replicas)]
+        for w in workers:
+            w.on_first_token, w.on_done = self._first_token, self._done
+
+    def in_flight(self, k: int) -> int:
+        """Requests routed to worker ``k`` and not seen finished."""
+        return len(self.active[k]) if self.loads is None else self.loads[k].requests
+
+    def _first_token(self, req: SimRequest) -> None:
+        key = id(req)
+        if key in self.prefilling:
+            self.prefilling.discard(key)
+            k, r = self.tracked[key]
+            self.loads[k].prefill_tokens -= r.prefill_tokens  # type: ignore[index]
+
+    def _done(self, req: SimRequest) -> None:
+        key = id(req)
+        got = self.tracked.pop(key, None)
+        if got is None:
+            return
+        k, r = got
+        load = self.loads[k]  # type: ignore[index]
+        if key in self.prefilling:
+            self.prefilling.discard(key)
+            load.prefill_tokens -= r.prefill_tokens
+        load.remove(r)
+
+    def _track(self, k: int, r: Routed) -> None:
+        if self.loads is None:
+            self.active[k].append(r)
+            return
+        key = id(r.req)
+        self.tracked[key] = (k, r)
+        self.loads[k].add(r)
+        if r.req.generated == 0:
+            self.prefilling.add(key)
+            self.loads[k].prefill_tokens += r.prefill_tokens
 
     def pick(self, req: SimRequest, caches: Sequence[CachedPrefixes | None], prefix_len: int) -> int:
         """Route ``req`` (arriving now; each worker's state as of that instant: its requests' first tokens and
@@ -162,18 +274,25 @@ class KvRouter:
         shared = min(req.history if session else prefix_len, req.input_len) // bs if req.group >= 0 else 0
         overlaps, prefill, active, new = [], [], [], []
         for k, cache in enumerate(caches):
+            hit = cache is not None and req.group >= 0 and req.group in cache
+            if hit and session:
+                assert cache is not None
+                overlap = min(cache.size(req.group), req.input_len) // bs
+            else:
+                overlap = shared if hit else 0
+            overlaps.append(overlap)
+            if self.loads is not None:  # the running sums (module docstring)
+                load = self.loads[k]
+                prefill.append(load.prefill_tokens)
+                active.append(load.own_blocks + load.shared_blocks)
+                new.append(full - shared + max(0, shared - load.largest.get(req.group, 0)))
+                continue
             live = [a for a in self.active[k] if self._active(a.req)]
             self.active[k] = live
             held: dict[int, int] = {}  # group -> its prefix blocks among the active requests (the longest holds all)
             for a in live:
                 if a.shared_blocks:
                     held[a.req.group] = max(held.get(a.req.group, 0), a.shared_blocks)
-            hit = cache is not None and req.group >= 0 and req.group in cache
-            if hit and session:
-                assert cache is not None
-                overlaps.append(min(cache.size(req.group), req.input_len) // bs)
-            else:
-                overlaps.append(shared if hit else 0)
             prefill.append(sum(a.prefill_tokens for a in live if a.req.generated == 0))
             if self.prefill_pool:  # Dynamo's prefill router: track_active_blocks=false (prefill workers do not decode)
                 active.append(0)
@@ -184,7 +303,7 @@ class KvRouter:
         self.last_costs = kv_costs(req.input_len, overlaps, prefill, active, new, weight=self.config.overlap_weight,
                                    block_size=bs)  # fmt: skip
         k = sample(self.last_costs, self.config.temperature, self.rng)
-        self.active[k].append(Routed(req, req.input_len - overlaps[k] * bs, shared, full - shared))
+        self._track(k, Routed(req, req.input_len - overlaps[k] * bs, shared, full - shared))
         return k
 
     def _active(self, req: SimRequest) -> bool:

@@ -137,6 +137,11 @@ class BatchingSim(AttentionDP):
         self.on_finish: Callable[[SimRequest], None] | None = None
         """Multi-turn sessions (:mod:`fmstack.perfmodel.inference_sim_session`): called with each request as it
         completes (the driver sends the session's next turn), instead of a closed-loop client's next request."""
+        self.on_first_token: Callable[[SimRequest], None] | None = None
+        """Joint simulation with the KV router (:meth:`fmstack.perfmodel.inference_router_kv.KvRouter.watch`): called
+        with each request as its prompt completes (its first token)."""
+        self.on_done: Callable[[SimRequest], None] | None = None
+        """The same: called with each request as it completes (before :attr:`on_finish`)."""
 
     @property
     def kv_pool_tokens(self) -> float:
@@ -345,6 +350,8 @@ class BatchingSim(AttentionDP):
             req.prefilled += n
             if req.prefilled >= req.input_len:
                 req.generated, req.first_token_s, req.last_token_s = 1, now, now
+                if self.on_first_token is not None:
+                    self.on_first_token(req)
                 if self.prefix_caches:
                     k = self._rank_of[r] if self.ranks > 1 else 0
                     free = self._rank_kv_free[k] if self.ranks > 1 else self._kv_tokens_free
@@ -382,6 +389,8 @@ class BatchingSim(AttentionDP):
             self._kv_tokens_free += release_tokens(self.prefix_caches[0] if self.prefix_caches else None, req)
             if req.session >= 0:
                 keep_history(self.prefix_caches[0], req, self._kv_tokens_free)
+        if self.on_done is not None:
+            self.on_done(req)
         if self.on_finish is not None:
             self.on_finish(req)
         elif self.sim.concurrency is not None:

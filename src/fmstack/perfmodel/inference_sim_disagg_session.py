@@ -44,10 +44,10 @@ import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
-from fmstack.perfmodel.inference_plan_session import mean_prompt_tokens
 from fmstack.perfmodel.inference_prefix import PrefixCache
 from fmstack.perfmodel.inference_router import Router
 from fmstack.perfmodel.inference_session import session_key
+from fmstack.perfmodel.inference_session_mean import mean_prompt_tokens
 from fmstack.perfmodel.inference_sim import new_request
 from fmstack.perfmodel.inference_sim_disagg import DisaggSim, KvTimes
 from fmstack.perfmodel.inference_sim_disagg_prefix import PrefillPrefix

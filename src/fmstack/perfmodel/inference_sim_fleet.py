@@ -179,6 +179,8 @@ def run_fleet(d: Deployment, cfg: ServeConfig, sim: SimConfig, *, lazy: bool = T
     )
     router = Router(name=sim.router, replicas=n, rng=np.random.default_rng([sim.seed, ROUTER_STREAM]),
                     kv_config=sim.kv_router)  # fmt: skip
+    if router.kv is not None:  # its counts kept as the replicas report first tokens and completions
+        router.kv.watch(reps)
     prefix_len = 0 if sim.prefix is None else sim.prefix.prefix_len
     requests = []
     for i, t in enumerate(times.tolist()):

@@ -104,6 +104,8 @@ def run_sessions(d: Deployment, cfg: ServeConfig, sim: SimConfig) -> SessionRun:
               if sim.prefix is not None else [-1] * count)  # fmt: skip
     router = Router(name=sim.router, replicas=n, rng=np.random.default_rng([sim.seed, ROUTER_STREAM]),
                     kv_config=sim.kv_router)  # fmt: skip
+    if router.kv is not None:  # its counts kept as the replicas report first tokens and completions
+        router.kv.watch(reps)
     sessions: list[_Session] = []
     pending: list[tuple[float, int]] = []  # (arrival, session): a session has one turn pending at most
 
