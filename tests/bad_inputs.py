@@ -1391,8 +1391,7 @@ BAD_ARGV += [
     ([*_MT, "--qps", "8", "--think-time-s", "5"], "think-time-s: --think-time-s is the pause between a session's"),
     ([*_MT, "--qps", "8", "--replicas", "4", "--router", "session"],
      "router: session affinity pins a session's turns: give --turns > 1"),
-    ([*_MT, "--qps", "8", "--turns", "4", "--no-simulate"],
-     "turns: a multi-turn workload is simulated for colocated replicas: drop --no-simulate"),
+    # (session 19, lead: --no-simulate with --turns prints the analytic mean turn now; its row left this block)
     ([*_MT, "--qps", "8", "--turns", "4", "--disagg"],
      "turns: a multi-turn workload is simulated for colocated replicas: drop --disagg"),
     # (session 19, helper F: a split simulates sessions now, inference_sim_disagg_session; its row left this block)

@@ -96,3 +96,19 @@ def test_one_turn_is_priced_as_before() -> None:
     cfg = ServeConfig(tp=4, input_len=512, output_len=256, request_rate_per_s=2.0)
     est = estimate_serve(cat.model("llama3.1-70b"), build_cluster(cat, "p5.48xlarge", 1, part_of_domain=True), cfg)
     assert (data["ttft_s"], data["latency_s"], data["kv_cache_gib"]) == (est.ttft_s, est.latency_s, est.kv_cache_gib)
+
+
+@pytest.mark.parametrize("load", [["--qps", "2", "--replicas", "2"], ["--concurrency", "16"]])
+def test_no_simulate_gives_the_same_analytic_means(load: list[str]) -> None:
+    """`--no-simulate` with `--turns` (refused until the analytic side priced sessions): the analytic keys are those
+    of the simulated run, to the last digit, and nothing simulated is printed; the text says what was priced
+    (open loop behind a router, closed loop on one replica: the text once raised KeyError 'router' there)."""
+    simulated, analytic = _run([*SERVE, *load]), _run([*SERVE, *load, "--no-simulate"])
+    for key in ("ttft_s", "itl_s", "latency_s", "requests_per_s", "mean_prompt_tokens", "history_hit_share"):
+        assert analytic[key] == simulated[key], key
+    assert "sessions" not in analytic and "ttft_p99_s_sim" not in analytic
+    res = CliRunner().invoke(cli, [*SERVE, *load, "--no-simulate"])
+    assert res.exit_code == 0, res.output
+    assert "sessions, analytic only: the means price the mean turn, a 1,664-token prompt" in " ".join(
+        res.output.split()
+    )

@@ -331,6 +331,11 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
             one += session_text(data) + "; "
         out.print(f"simulated: {one}{sim['requests_measured_sim']:.0f} requests measured; analytic throughput and "
                   "memory:")  # fmt: skip
+    elif "mean_prompt_tokens" in data:  # sessions, --no-simulate: say what the analytic means priced
+        behind = f" behind the {data['router']} router" if "router" in data else " (one replica)"
+        out.print(f"sessions, analytic only: the means price the mean turn, a {data['mean_prompt_tokens']:,}-token "
+                  f"prompt, {data['history_hit_share']:.1%} of it cached history{behind} (first / later turns and "
+                  "percentiles need the simulation: drop --no-simulate)")  # fmt: skip
     out.print(
         f"{est.output_tokens_per_s:,.0f} output tokens/s ({est.output_tokens_per_s_per_gpu:,.0f} per GPU), "
         f"{est.requests_per_s:.2f} requests/s; weights {est.weights_gib_per_gpu:.1f} GiB/GPU, KV cache "

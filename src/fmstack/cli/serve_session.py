@@ -54,9 +54,7 @@ def session_workload(
         if router == "session":
             raise InputError("router", "session affinity pins a session's turns: give --turns > 1")
         return None
-    for bad, why in ((not simulate, "drop --no-simulate (the analytic means price the mean turn; the per-turn hits and "
-                      "percentiles come from simulating the sessions)"),
-                     (disagg, "drop --disagg (its mean-field comparison prices independent requests)"),
+    for bad, why in ((disagg, "drop --disagg (its mean-field comparison prices independent requests)"),
                      (cfg.scheduler == "static", "drop --scheduler static (continuous batching only)"),
                      (cfg.prefix_hit_rate > 0, "drop --prefix-hit-rate (the simulation gives the hits)")):  # fmt: skip
         if bad:

@@ -78,24 +78,5 @@ def draw(rng: np.random.Generator, d: Deployment, n: int) -> NDArray[np.int64] |
 
 def emit_step(req: SimRequest, now_s: float, drawn: NDArray[np.int64] | None, i: int) -> int:
     """The tokens ``req``, the iteration's ``i``-th decode sequence, emits at ``now_s``: one (``drawn`` None: no
-    speculation) or its draw (:func:`emit`); how many."""
-    if drawn is None:
-        req.emit_token(now_s)
-        return 1
-    return emit(req, now_s, int(drawn[i]))
-
-
-def emit(req: SimRequest, now_s: float, drawn: int) -> int:
-    """``req`` emits ``drawn`` tokens at ``now_s``, capped at those it has left: the first of a request sets its TTFT,
-    and the iteration's time since the last token is split evenly over the others (the colocated simulation's rule,
-    so the mean gap is the TPOT, ``(latency - TTFT) / (output - 1)``); the tokens emitted."""
-    n = min(drawn, req.output_len - req.generated)
-    rest = n
-    if req.generated == 0:
-        req.first_token_s = req.last_token_s = now_s
-        req.generated, rest = 1, n - 1
-    if rest > 0:
-        req.gaps_s.extend([(now_s - req.last_token_s) / rest] * rest)
-        req.generated += rest
-        req.last_token_s = now_s
-    return n
+    speculation) or its draw (:meth:`SimRequest.emit_tokens`); how many."""
+    return req.emit_tokens(now_s, 1 if drawn is None else int(drawn[i]))

@@ -361,12 +361,8 @@ class BatchingSim(AttentionDP):
         drawn = draw_tokens(self.rng, spec.acceptance, len(decode)) if spec is not None and decode else None
         for i, r in enumerate(decode):
             req = self._requests[r]
-            # speculative decoding: 1 + the accepted drafts, capped at the tokens left; each token's gap is the
-            # iteration's share (the TPOT definition: (latency - TTFT) / (output - 1) is unchanged by the split)
-            n = 1 if drawn is None else min(int(drawn[i]), req.output_len - req.generated)
-            req.gaps_s.extend([(now - req.last_token_s) / n] * n)
-            req.generated += n
-            req.last_token_s = now
+            # speculative decoding: 1 + the accepted drafts, capped at the tokens left, the iteration's gap split
+            n = req.emit_tokens(now, 1 if drawn is None else int(drawn[i]))
             self.spec_steps += 1
             self.spec_tokens += n
             self._maybe_done(req)

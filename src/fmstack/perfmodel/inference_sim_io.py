@@ -231,16 +231,20 @@ class SimRequest:
     history: int = 0
     """Its prompt's tokens from the session's earlier turns (their prompts and outputs)."""
 
-    def emit_token(self, now_s: float) -> bool:
-        """One more output token at ``now_s`` (the first sets the TTFT, the others add a gap); True while more
-        remain."""
+    def emit_tokens(self, now_s: float, n: int) -> int:
+        """``n`` more output tokens at ``now_s`` (1, or a speculative iteration's draw), capped at those left: the
+        request's first sets its TTFT, and the time since its last token is split evenly over the others (so under
+        speculation the mean gap is the TPOT, ``(latency - TTFT) / (output - 1)``); the tokens emitted."""
+        n = min(n, self.output_len - self.generated)
+        rest = n
         if self.generated == 0:
-            self.first_token_s = now_s
-        else:
-            self.gaps_s.append(now_s - self.last_token_s)
-        self.generated += 1
-        self.last_token_s = now_s
-        return self.generated < self.output_len
+            self.first_token_s = self.last_token_s = now_s
+            self.generated, rest = 1, n - 1
+        if rest > 0:
+            self.gaps_s.extend([(now_s - self.last_token_s) / rest] * rest)
+            self.generated += rest
+            self.last_token_s = now_s
+        return n
 
 
 def draw_length(rng: np.random.Generator, mean: int, spread: float) -> int:
