@@ -1500,3 +1500,6 @@ BAD_ARGV += [
      "qps: 45 requests/s exceeds one replica's capacity, 39.6 requests/s at its limit of 516 sequences; add replicas "
      "or GPUs (the sessions' mean turn: a 1664-token prompt, 69.2% of it cached history)"),
 ]  # fmt: skip
+
+# session 19, plan serve splits with multi-turn sessions (helper H)
+BAD_ARGV += []  # fmt: skip
