@@ -27,12 +27,15 @@ the approximate mode without KV events (``--no-kv-events``: the router assumes w
 several router replicas and their sync, the busy-worker threshold, the later credit and load-scale terms of Dynamo
 1.x's cost.
 
-Two ways to keep the workers' counts, the same costs to the bit: rescanning each worker's requests at every arrival
-(O(requests in flight) per arrival; the prefill pool of a split, and a router whose workers are set by hand), or,
-where the simulated replicas report each request's first token and completion (:meth:`KvRouter.watch`; the colocated
-joint runs), running sums per worker (:class:`WorkerLoad`) that a route, a first token or a completion updates in
-O(1) (a group's largest shared prefix among its requests: over the distinct sizes of that group's requests), so an
-arrival costs O(workers), as Dynamo's ``ActiveSequences`` keeps its counts as requests are added and freed.
+Two ways to keep the workers' counts, the same costs to the bit: running sums per worker (:class:`WorkerLoad`) that a
+route, a first token or a completion updates in O(1) (a group's largest shared prefix among its requests: over the
+distinct sizes of that group's requests), so an arrival costs O(workers), as Dynamo's ``ActiveSequences`` keeps its
+counts as requests are added and freed, wherever the simulation reports those events: the colocated joint runs, whose
+replicas report each request's first token and completion (:meth:`KvRouter.watch`), and a split's prefill pool, which
+reports each prompt as it is computed, the end of a prefill worker's request (:meth:`KvRouter.watch_prompts`,
+:meth:`KvRouter.prompt_done`); or rescanning each worker's requests at every arrival (O(requests in flight) per
+arrival), the reference the running sums are tested and benchmarked against, and the path of a router whose workers
+are set by hand (unit tests).
 """
 
 from __future__ import annotations
@@ -206,7 +209,7 @@ class KvRouter:
     """The workers are a split's prefill replicas (Dynamo's prefill router): the cost is the prefill blocks alone
     (Dynamo v1.3.0 docs, components/router/disaggregated-serving: the prefill router "Always disables active block tracking
     (track_active_blocks=false) since prefill workers do not perform decode"), a request's prompt tokens counted until
-    its prompt is computed."""
+    its prompt is computed (:meth:`watch_prompts`)."""
 
     loads: list[WorkerLoad] | None = None
     """The incremental path's sums per worker (None: rescanning ``active``; :meth:`watch`)."""
@@ -222,11 +225,22 @@ class KvRouter:
         """Keep the counts as ``workers`` (the simulated replicas, in order) report each request's first token and
         completion, not by rescanning (the same costs; module docstring). Every request they run must be routed here;
         ``active`` is then left empty (:meth:`in_flight` counts)."""
-        if self.prefill_pool:  # a prefill worker's request leaves at its prompt's end, which it does not report
-            return
         self.loads = [WorkerLoad() for _ in range(self.replicas)]
         for w in workers:
             w.on_first_token, w.on_done = self._first_token, self._done
+
+    def watch_prompts(self) -> None:
+        """Route a split's prefill pool (:attr:`prefill_pool`) and keep its counts as the split reports each prompt
+        computed (:meth:`prompt_done`), not by rescanning (the same costs; module docstring)."""
+        self.prefill_pool = True
+        self.loads = [WorkerLoad() for _ in range(self.replicas)]
+
+    def prompt_done(self, req: SimRequest) -> None:
+        """A prefill worker has computed ``req``'s prompt (its ``prefilled`` reached its ``input_len``): the end of a
+        prefill worker's request, which leaves that worker's counts (what rescanning drops, ``_active``). Nothing to
+        do while rescanning."""
+        if self.loads is not None:
+            self._done(req)
 
     def in_flight(self, k: int) -> int:
         """Requests routed to worker ``k`` and not seen finished."""
@@ -254,6 +268,8 @@ class KvRouter:
     def _track(self, k: int, r: Routed) -> None:
         if self.loads is None:
             self.active[k].append(r)
+            return
+        if not self._active(r.req):  # done already: rescanning drops it at the next arrival; nothing will report it
             return
         key = id(r.req)
         self.tracked[key] = (k, r)
@@ -284,6 +300,10 @@ class KvRouter:
             if self.loads is not None:  # the running sums (module docstring)
                 load = self.loads[k]
                 prefill.append(load.prefill_tokens)
+                if self.prefill_pool:  # track_active_blocks=false, as below
+                    active.append(0)
+                    new.append(0)
+                    continue
                 active.append(load.own_blocks + load.shared_blocks)
                 new.append(full - shared + max(0, shared - load.largest.get(req.group, 0)))
                 continue

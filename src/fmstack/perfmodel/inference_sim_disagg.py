@@ -275,7 +275,7 @@ class DisaggSim:
             req.prefilled += n
             if req.prefilled >= req.input_len:
                 if self.prefix is not None:
-                    self.prefix.prefilled(p, req)
+                    self.prefix.computed(p, req)
                 self._drop_work(p, r)
                 self._prefilled_at[r] = self.clock_s
                 self._decode_queue.append(r)

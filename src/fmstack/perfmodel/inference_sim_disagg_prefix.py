@@ -71,8 +71,8 @@ class PrefillPrefix:
         """True: a router picks the prefill replica at arrival (own queues); False: the one global queue."""
         self.router = Router(name=sim.router, replicas=prefill_replicas,
                              rng=np.random.default_rng([sim.seed, ROUTER_STREAM]), kv_config=sim.kv_router)  # fmt: skip
-        if self.router.kv is not None:
-            self.router.kv.prefill_pool = True
+        if self.router.kv is not None:  # Dynamo's prefill router, its counts kept as prompts are computed
+            self.router.kv.watch_prompts()
         self.queues: list[list[int]] = [[] for _ in range(prefill_replicas)]
         """Routed: each prefill replica's prompts not yet taken, in arrival order."""
         self.load = [0] * prefill_replicas
@@ -105,6 +105,13 @@ class PrefillPrefix:
         self.free_tokens[p] -= need
         cache.fit(max(0.0, self.free_tokens[p]))
         self.holder[req.rid] = p
+
+    def computed(self, p: int, req: SimRequest) -> None:
+        """``req``'s prompt is computed on ``p``: it leaves the KV router's counts
+        (:meth:`~fmstack.perfmodel.inference_router_kv.KvRouter.prompt_done`), then :meth:`prefilled`."""
+        if self.router.kv is not None:
+            self.router.kv.prompt_done(req)
+        self.prefilled(p, req)
 
     def prefilled(self, p: int, req: SimRequest) -> None:
         """``req``'s prompt is computed on ``p``: a miss's prefix becomes the shared entry, referenced by it."""

@@ -77,7 +77,7 @@ class PrefillSessions(PrefillPrefix):
         self.router = Router(name=sim.router, replicas=prefill_replicas,
                              rng=np.random.default_rng([sim.seed, ROUTER_STREAM]), kv_config=sim.kv_router)  # fmt: skip
         if self.router.kv is not None:
-            self.router.kv.prefill_pool = True
+            self.router.kv.watch_prompts()
         self.queues = [[] for _ in range(prefill_replicas)]
         self.load = [0] * prefill_replicas
         self.holder = {}
