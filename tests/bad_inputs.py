@@ -1503,3 +1503,6 @@ BAD_ARGV += [
 
 # session 19, plan serve splits with multi-turn sessions (helper H)
 BAD_ARGV += []  # fmt: skip
+
+# session 19, host-memory KV offload tier for prefix / session caches (helper J)
+BAD_ARGV += []  # fmt: skip
