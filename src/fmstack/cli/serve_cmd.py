@@ -22,6 +22,7 @@ from fmstack.cli.common import (
     print_json,
 )
 from fmstack.cli.serve_checks import check_colocated_flags, check_replicas, check_split, decode_layout
+from fmstack.cli.serve_offload import check_offload, kv_offload, offload_option, offload_text
 from fmstack.cli.serve_router import (
     ROUTER_HELP,
     cached_estimate,
@@ -40,7 +41,6 @@ from fmstack.cli.serve_session import (
     session_text,
     session_workload,
 )
-from fmstack.cli.serve_offload import check_offload, kv_offload, offload_option, offload_text
 from fmstack.cli.serve_spec import resolve_spec, spec_options
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import (

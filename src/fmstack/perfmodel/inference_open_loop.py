@@ -44,8 +44,8 @@ from fmstack.perfmodel.inference import (
     running_limit,
     serve_curve,
 )
-from fmstack.perfmodel.inference_prefix_offload import KvOffload
 from fmstack.perfmodel.inference_prefix import PrefixWorkload, screen_hit_rates, token_share
+from fmstack.perfmodel.inference_prefix_offload import KvOffload
 from fmstack.perfmodel.inference_router import ROUTERS_JOINT
 from fmstack.perfmodel.inference_router_kv import KvRouterConfig
 from fmstack.perfmodel.inference_session import SessionWorkload
