@@ -1505,4 +1505,14 @@ BAD_ARGV += [
 BAD_ARGV += []  # fmt: skip
 
 # session 19, host-memory KV offload tier for prefix / session caches (helper J)
-BAD_ARGV += []  # fmt: skip
+_OFF = ["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--tp", "4", "--precision", "fp8",
+        "--input-len", "1024", "--output-len", "256", "--qps", "2"]  # fmt: skip
+BAD_ARGV += [
+    ([*_OFF, "--turns", "4", "--think-time-s", "5", "--kv-offload-gib", "-1"], "kv-offload-gib"),
+    ([*_OFF, "--turns", "4", "--think-time-s", "5", "--kv-offload-gib", "nan"], "kv-offload-gib"),
+    ([*_OFF, "--turns", "4", "--think-time-s", "5", "--kv-offload-gib", "1025"], "kv-offload-gib"),
+    ([*_OFF, "--kv-offload-gib", "64"], "kv-offload-gib"),
+    ([*_OFF, "--turns", "4", "--think-time-s", "5", "--kv-offload-gib", "64", "--no-simulate"], "kv-offload-gib"),
+    ([*_OFF, "--turns", "4", "--think-time-s", "5", "--kv-offload-gib", "64", "--prefill-replicas", "1",
+      "--decode-replicas", "1"], "kv-offload-gib"),
+]  # fmt: skip

@@ -112,6 +112,9 @@ class Instance(Entry):
     gpu_memory_gb: float = Field(gt=0, description="total HBM of the instance as published")
     vcpus: int = Field(gt=0)
     host_memory_gib: float = Field(gt=0)
+    host_to_device_gbps: float | None = Field(
+        default=None, gt=0, description="host-to-device bandwidth per GPU, GB/s per direction (PCIe or NVLink-C2C)"
+    )
     nvlink_generation: int | None = None
     nvlink_bw_aggregate_tbps: float | None = Field(default=None, gt=0)
     nvlink_domain_gpus: int = Field(gt=0, description="GPUs that share one NVLink domain")

@@ -22,6 +22,7 @@ from fmstack.cli.common import (
     print_json,
 )
 from fmstack.cli.serve_checks import check_colocated_flags, check_replicas, check_split, decode_layout
+from fmstack.cli.serve_offload import check_offload, kv_offload, offload_option, offload_text
 from fmstack.cli.serve_router import (
     ROUTER_HELP,
     cached_estimate,
@@ -135,6 +136,7 @@ SERVE_EXAMPLE = """Example:
 @click.option("--ttft-slo", type=float, default=1.0, show_default=True, help="TTFT target for --disagg (s).")
 @click.option("--itl-slo", type=float, default=0.05, show_default=True, help="ITL target for --disagg (s).")
 @spec_options()
+@offload_option
 @calibration_options
 @catalog_option
 @json_option
@@ -163,6 +165,7 @@ def serve_cmd(
     cluster = build_cluster(cat, instance, nodes, part_of_domain=True)
     efficiency_for = calibration_for(calibration, [cluster], calibration_force)  # a split's nodes: the same GPU
     efficiency = None if efficiency_for is None else efficiency_for(cluster)
+    offload_gib = options.pop("kv_offload_gib")
     values: dict[str, Any] = {k: (v.lower() if isinstance(v, str) else v) for k, v in options.items()}
     spec = resolve_spec(speculative, arch, spec_tokens, spec_acceptance, draft_model, cat)
     cfg = ServeConfig(**values, speculative=spec)
@@ -193,6 +196,8 @@ def serve_cmd(
                          "(--prefill-replicas P --decode-replicas D simulate the prefill pool's prefix caches)")  # fmt: skip
     sessions = session_workload(turns, think_time_s, cfg=cfg, max_seq_len=arch.max_seq_len, router=router,
                                 simulate=simulate, disagg=disagg, split=split)  # fmt: skip
+    offload_gib = check_offload(offload_gib, cfg=cfg, cluster=cluster, split=split, disagg=disagg,
+                                simulate=simulate, prefix=prefix, sessions=sessions)  # fmt: skip
     behind = replicas if split is None else sum(split)  # the colocated replica is one of these behind the router
     replica_cfg = (
         cfg if behind == 1 else replace(cfg, request_rate_per_s=cfg.request_rate_per_s / behind)  # type: ignore[operator]
@@ -225,7 +230,7 @@ def serve_cmd(
     fleet: dict[str, Any] = {}
     if simulate:
         est, sim_note, fleet = _with_percentiles(est, arch, cluster, replica_cfg, seed, length_spread, efficiency,
-                                                 (behind, router), prefix, kv, sessions)  # fmt: skip
+                                                 (behind, router), prefix, kv, sessions, offload_gib)  # fmt: skip
     data = est.to_json() | session_keys | fleet
     if cfg.request_rate_per_s is not None:  # the open loop's arrivals: one of ``replicas`` behind ``router``
         data |= {"replicas": behind, "router": router, "deployment_rate_per_s": cfg.request_rate_per_s}
@@ -260,6 +265,7 @@ def serve_cmd(
 def _with_percentiles(
     est: ServeEstimate, arch: Any, cluster: Any, cfg: ServeConfig, seed: int, spread: float, efficiency: Any = None,
     behind: tuple[int, str] = (1, "round-robin"), prefix: Any = None, kv: Any = None, sessions: Any = None,
+    offload_gib: float = 0.0,
 ) -> tuple[ServeEstimate, str | None, dict[str, Any]]:  # fmt: skip
     """``est`` with the simulation's percentiles and means, or unchanged and why it was not simulated (an open-loop
     rate too near the replica's capacity for a run to reach the steady state). ``behind``: the replica is one of
@@ -267,7 +273,8 @@ def _with_percentiles(
     replica's); a router that chooses from the replicas' state, or a shared-prefix workload ``prefix``, simulates
     them together, and the JSON keys of :meth:`fmstack.perfmodel.inference_sim_fleet.FleetResult.to_json` come
     back (else an empty dict); ``kv``: the ``kv`` router's settings; ``sessions``: a multi-turn workload
-    (:mod:`fmstack.perfmodel.inference_session`), simulated with the replicas together (closed loop: one replica)."""
+    (:mod:`fmstack.perfmodel.inference_session`), simulated with the replicas together (closed loop: one replica);
+    ``offload_gib``: the host KV tier per replica (:mod:`fmstack.cli.serve_offload`; 0: none)."""
     from fmstack.perfmodel.inference_closed_loop import simulate_closed_loop
     from fmstack.perfmodel.inference_open_loop import needs_fleet, simulate_open_loop, simulate_open_loop_fleet
 
@@ -279,7 +286,8 @@ def _with_percentiles(
     if cfg.request_rate_per_s is not None and needs_fleet(behind[1], prefix, sessions):
         run, fleet = simulate_open_loop_fleet(d, cfg, cfg.request_rate_per_s, length_spread=spread, seed=seed,
                                               replicas=behind[0], router=behind[1], prefix=prefix,
-                                              kv_router=kv, sessions=sessions)  # fmt: skip
+                                              kv_router=kv, sessions=sessions,
+                                              kv_offload=kv_offload(offload_gib, d, cluster))  # fmt: skip
         if fleet is None:
             return est, f"not simulated: {run.near_capacity_reason()}; the analytic means only", {}
         out = fleet.result
@@ -329,6 +337,8 @@ def _render_serve(est: ServeEstimate, data: dict[str, Any]) -> None:
             one = _fleet_text(data)
         if "sessions" in data:
             one += session_text(data) + "; "
+        if "kv_offload" in data:
+            one += offload_text(data) + "; "
         out.print(f"simulated: {one}{sim['requests_measured_sim']:.0f} requests measured; analytic throughput and "
                   "memory:")  # fmt: skip
     elif "mean_prompt_tokens" in data:  # sessions, --no-simulate: say what the analytic means priced

@@ -45,6 +45,7 @@ from fmstack.perfmodel.inference import (
     serve_curve,
 )
 from fmstack.perfmodel.inference_prefix import PrefixWorkload, screen_hit_rates, token_share
+from fmstack.perfmodel.inference_prefix_offload import KvOffload
 from fmstack.perfmodel.inference_router import ROUTERS_JOINT
 from fmstack.perfmodel.inference_router_kv import KvRouterConfig
 from fmstack.perfmodel.inference_session import SessionWorkload
@@ -172,6 +173,7 @@ def simulate_open_loop_fleet(
     d: Deployment, cfg: ServeConfig, rate_per_s: float, *, length_spread: float = 0.0, seed: int = 0,
     replicas: int = 1, router: str = "round-robin", prefix: PrefixWorkload | None = None,
     kv_router: KvRouterConfig | None = None, sessions: SessionWorkload | None = None,
+    kv_offload: KvOffload | None = None,
 ) -> tuple[OpenLoopRun, FleetResult | None]:  # fmt: skip
     """``replicas`` replicas behind ``router`` at ``rate_per_s`` each, simulated together
     (:func:`fmstack.perfmodel.inference_sim_fleet.simulate_fleet`), each sized as one replica's run
@@ -181,7 +183,8 @@ def simulate_open_loop_fleet(
     instead, so a deployment that serves ``qps`` only because of its cache hits is simulated, not refused.
     ``kv_router``: the KV router's settings (None: Dynamo's defaults). ``sessions``: a multi-turn workload, sized as
     the run of its turns as independent requests of ``input_len`` new tokens (the simulation then adds the sessions
-    that fill and drain the ones in flight, :func:`fmstack.perfmodel.inference_sim_session.session_count`)."""
+    that fill and drain the ones in flight, :func:`fmstack.perfmodel.inference_sim_session.session_count`).
+    ``kv_offload``: a host-memory tier under each replica's cache (:mod:`fmstack.perfmodel.inference_prefix_offload`)."""
     sizing_router = "round-robin" if router == "session" else router  # sized as the same load's independent requests
     kw: dict[str, Any] = {"length_spread": length_spread, "seed": seed, "replicas": replicas, "router": sizing_router}
     try:
@@ -198,7 +201,8 @@ def simulate_open_loop_fleet(
         return run, None
     sim = replace(run.sim, num_requests=run.sim.num_requests * replicas,
                   warmup_requests=run.sim.warmup_requests * replicas, prefix=prefix,
-                  kv_router=kv_router or KvRouterConfig(), sessions=sessions, router=router)  # fmt: skip
+                  kv_router=kv_router or KvRouterConfig(), sessions=sessions, router=router,
+                  kv_offload=kv_offload)  # fmt: skip
     return replace(run, sim=sim), simulate_fleet(d, cfg, sim)
 
 

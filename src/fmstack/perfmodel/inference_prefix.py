@@ -32,6 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fmstack.errors import InputError
+from fmstack.perfmodel.inference_prefix_offload import HostTier
 from fmstack.perfmodel.inference_router import ROUTERS_AFFINITY
 
 
@@ -70,7 +71,12 @@ class PrefixCache:
     """Prefixes, each ``tokens`` long: those referenced by running requests (pinned: not evictable) and an LRU set
     of unreferenced ones within a capacity in tokens that may change (the free part of the KV pool)."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: HostTier | None = None) -> None:
+        self.host = host
+        """A host-memory tier under this cache (:mod:`fmstack.perfmodel.inference_prefix_offload`): evicted entries
+        move there and a hit there is copied back; None: evicted entries are lost."""
+        self.loaded_tokens = 0
+        """Tokens the last :meth:`acquire` copied back from the host tier (0: a GPU hit)."""
         self._entries: OrderedDict[int, int] = OrderedDict()
         """Unreferenced prefixes, least recently used first (vLLM's free block queue)."""
         self._pinned: dict[int, tuple[int, int]] = {}
@@ -83,7 +89,7 @@ class PrefixCache:
         self.lookups = 0
 
     def __contains__(self, key: object) -> bool:
-        return key in self._entries or key in self._pinned
+        return key in self._entries or key in self._pinned or (self.host is not None and key in self.host)
 
     def referenced(self, key: int) -> bool:
         """Whether a running request references ``key`` (sharing it costs no free tokens)."""
@@ -91,7 +97,9 @@ class PrefixCache:
 
     def size(self, key: int) -> int:
         """The tokens of cached ``key``."""
-        return self._pinned[key][0] if key in self._pinned else self._entries[key]
+        if key in self._pinned:
+            return self._pinned[key][0]
+        return self._entries[key] if key in self._entries or self.host is None else self.host.size(key)
 
     def lookup(self, key: int) -> bool:
         """Whether ``key`` is cached (a hit moves an unreferenced prefix to the most recently used end)."""
@@ -103,13 +111,18 @@ class PrefixCache:
             self._entries.move_to_end(key)
             self.hits += 1
             return True
+        if self.host is not None and key in self.host:
+            self.hits += 1
+            return True
         return False
 
     def fit(self, capacity_tokens: float) -> None:
         """Evict the least recently used unreferenced prefixes until at most ``capacity_tokens`` are held by them."""
         while self._entries and self.tokens > capacity_tokens:
-            _, n = self._entries.popitem(last=False)
+            key, n = self._entries.popitem(last=False)
             self.tokens -= n
+            if self.host is not None:
+                self.host.put(key, n)
 
     def insert(self, key: int, tokens: int, capacity_tokens: float) -> None:
         """Cache ``key`` (``tokens`` long, unreferenced) as the most recently used, evicting LRU prefixes to make
@@ -121,6 +134,8 @@ class PrefixCache:
             return
         if tokens > capacity_tokens:
             return
+        if self.host is not None:
+            self.host.drop(key)
         self.fit(capacity_tokens - tokens)
         self._entries[key] = tokens
         self.tokens += tokens
@@ -132,6 +147,8 @@ class PrefixCache:
         if key in self._pinned:
             return
         self.tokens -= self._entries.pop(key, 0)
+        if self.host is not None:
+            self.host.drop(key)
         if tokens > capacity_tokens:
             return
         self.fit(capacity_tokens - tokens)
@@ -142,12 +159,17 @@ class PrefixCache:
         """A running request references cached ``key``: the tokens it takes out of the free part (its size if no
         one referenced it, as vLLM's ``allocate_slots`` counts a computed block at ``ref_cnt`` 0 as allocated; else
         0)."""
+        self.loaded_tokens = 0
         if key in self._pinned:
             n, refs = self._pinned[key]
             self._pinned[key] = (n, refs + 1)
             return 0
-        n = self._entries.pop(key)
-        self.tokens -= n
+        if key in self._entries:
+            n = self._entries.pop(key)
+            self.tokens -= n
+        else:  # on the host: copied back (the caller delays the request by the copy)
+            assert self.host is not None
+            n = self.loaded_tokens = self.host.take(key)
         self._pinned[key] = (n, 1)
         self.pinned_tokens += n
         return n
@@ -161,6 +183,8 @@ class PrefixCache:
         if key in self._entries:
             self._entries.move_to_end(key)
             return False
+        if self.host is not None:  # a copy on the host (a hit refused for room) is stale now
+            self.host.drop(key)
         self._pinned[key] = (tokens, 1)
         self.pinned_tokens += tokens
         return True

@@ -39,6 +39,7 @@ import numpy as np
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
 from fmstack.perfmodel.inference_prefix import AnyRank, PrefixCache
+from fmstack.perfmodel.inference_prefix_offload import HostTier
 from fmstack.perfmodel.inference_session import keep_history
 from fmstack.perfmodel.inference_sim_adp import AttentionDP
 from fmstack.perfmodel.inference_sim_io import (
@@ -54,6 +55,7 @@ from fmstack.perfmodel.inference_sim_io import (
 from fmstack.perfmodel.inference_sim_prefix import (
     admission_need,
     admit_prefix,
+    delay_first_chunk,
     late_hit,
     publish_prefix,
     release_tokens,
@@ -155,7 +157,11 @@ class BatchingSim(AttentionDP):
 
     def use_prefix_cache(self, prefix_len: int) -> None:
         """Serve a shared-prefix workload of ``prefix_len``-token prefixes: an empty cache per rank."""
-        self.prefix_caches, self.prefix_len = [PrefixCache() for _ in range(self.ranks)], prefix_len
+        off = self.sim.kv_offload
+        if off is not None and self.ranks > 1:
+            raise InputError("kv-offload-gib", "the host-memory KV tier is not simulated under attention DP")
+        host = None if off is None else HostTier(off)
+        self.prefix_caches, self.prefix_len = [PrefixCache(host) for _ in range(self.ranks)], prefix_len
 
     @property
     def prefix_cache(self) -> PrefixCache | AnyRank | None:
@@ -221,8 +227,8 @@ class BatchingSim(AttentionDP):
             was_busy = self._busy
             if kind == "arrive":
                 self._waiting.append(rid)
-            else:
-                self._finish_iteration()
+            elif kind == "done":
+                self._finish_iteration()  # else "wake": a host tier's copy is done, the engine looks again
             # static: the batch forms once every event of this instant is in (a closed-loop client sends its next
             # request as its last one finishes: it joins the next batch, as the others that finished with it)
             same_instant = self._static and self._events and self._events[0][0] <= now_s
@@ -268,6 +274,10 @@ class BatchingSim(AttentionDP):
             if cache is not None and req.prefilled == 0:
                 self._kv_tokens_free += late_hit(cache, req, self.prefix_len, self._kv_tokens_free)
                 cache.fit(self._kv_tokens_free)
+                if delay_first_chunk(req, self.clock_s):
+                    self._push(req.ready_s, "wake")
+            if req.ready_s > self.clock_s:  # its KV is still being copied from the host tier
+                continue
             left = req.input_len - req.prefilled
             take = min(left, budget) if self.sim.chunked_prefill else (left if left <= budget or not chunks else 0)
             if take > 0:
@@ -301,6 +311,8 @@ class BatchingSim(AttentionDP):
             if cache is not None:  # a hit references its prefix; unreferenced prefixes live in the pool's free part
                 admit_prefix(cache, req, self.prefix_len)
                 cache.fit(self._kv_tokens_free)
+                if delay_first_chunk(req, now_s):
+                    self._push(req.ready_s, "wake")
             self._running.append(self._waiting.pop(0))
             req.admitted_s = now_s
             admitted.append(req.rid)
@@ -334,11 +346,16 @@ class BatchingSim(AttentionDP):
         admitted as the next iteration starts (as the event loop takes each arrival, then that iteration's end:
         an arrival at the same instant was pushed first); the time of the next event. Only arrivals are on the heap
         while a stretch runs (the iteration in progress is not pushed yet)."""
+        woke = False
         while self._events and self._events[0][0] <= time_s:
             _, _, kind, rid = heapq.heappop(self._events)
-            assert kind == "arrive", "a stretch runs while the engine is busy: no other event is pending"
-            self._waiting.append(rid)
+            assert kind != "done", "a stretch runs while the engine is busy: no iteration's end is pending"
+            if kind == "arrive":
+                self._waiting.append(rid)
+            woke |= kind == "wake"
         self._admit(time_s)
+        if woke:  # a host tier's copy is done: the stretch stops here, so the next iteration may schedule that prompt
+            return time_s
         return self._events[0][0] if self._events else math.inf
 
     def _finish_iteration(self) -> None:

@@ -23,6 +23,7 @@ import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
+from fmstack.perfmodel.inference_prefix_offload import offload_stats
 from fmstack.perfmodel.inference_router import Router
 from fmstack.perfmodel.inference_sim import BatchingSim, new_request
 from fmstack.perfmodel.inference_sim_io import SimConfig, SimRequest, SimResult, summarise
@@ -59,6 +60,9 @@ class FleetResult:
     max_running_seqs: float = math.inf
     """The most sequences a replica runs at the configured lengths: ``max_batch`` or what its KV pool holds
     (:func:`fmstack.perfmodel.inference.max_concurrency`), whichever is fewer."""
+    kv_offload: dict[str, float] | None = None
+    """The host-memory KV tier's statistics (:func:`fmstack.perfmodel.inference_prefix_offload.offload_stats`; None
+    without one)."""
     sessions: dict[str, object] | None = None
     """A multi-turn workload's per-turn statistics (:func:`fmstack.perfmodel.inference_sim_session.session_stats`;
     None without one)."""
@@ -80,6 +84,8 @@ class FleetResult:
             out["prefix_token_hit_rate_simulated"] = self.prefix_token_hit_rate
         if self.sessions is not None:
             out["sessions"] = self.sessions
+        if self.kv_offload is not None:
+            out["kv_offload"] = self.kv_offload
         return out
 
 
@@ -111,6 +117,7 @@ def simulate_fleet(d: Deployment, cfg: ServeConfig, sim: SimConfig, *, lazy: boo
         utilization=tuple(r.busy_s / end_s for r in reps), prefix_hit_rate=hit, prefix_token_hit_rate=token_hit,
         imbalanced_share=run.router.imbalanced / len(requests), mean_running_seqs=running,
         max_running_seqs=float(min(cfg.max_batch or math.inf, max_concurrency(d, replace(cfg, max_batch=None)))),
+        kv_offload=None if sim.kv_offload is None else offload_stats(measured, sim.kv_offload),
     )  # fmt: skip
 
 
@@ -136,7 +143,7 @@ def _simulate_sessions(d: Deployment, cfg: ServeConfig, sim: SimConfig) -> Fleet
         imbalanced_share=run.router.imbalanced / len(requests),
         mean_running_seqs=tuple(mean_running(r.requests, end_s) for r in reps),
         max_running_seqs=float(min(cfg.max_batch or math.inf, max_concurrency(d, replace(cfg, max_batch=None)))),
-        sessions=stats,
+        sessions=stats, kv_offload=None if sim.kv_offload is None else offload_stats(measured, sim.kv_offload),
     )  # fmt: skip
 
 

@@ -13,6 +13,7 @@ from numpy.typing import NDArray
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference_prefix import PrefixWorkload
+from fmstack.perfmodel.inference_prefix_offload import KvOffload
 from fmstack.perfmodel.inference_router_kv import KvRouterConfig
 from fmstack.perfmodel.inference_session import SessionWorkload
 
@@ -87,6 +88,10 @@ class SimConfig:
     :func:`fmstack.perfmodel.inference_sim_session.run_sessions`): ``request_rate_per_s`` still counts requests
     (turns), sessions start at ``replicas x request_rate_per_s / turns`` per second; closed loop: each of
     ``concurrency`` clients runs sessions back to back. None: independent requests."""
+
+    kv_offload: KvOffload | None = None
+    """A host-memory tier under each replica's prefix / session cache
+    (:mod:`fmstack.perfmodel.inference_prefix_offload`); None: evicted entries are lost."""
 
     def __post_init__(self) -> None:
         if (self.request_rate_per_s is None) == (self.concurrency is None):
@@ -230,6 +235,13 @@ class SimRequest:
     """Its turn in the session (1 = the first; 0 without a session)."""
     history: int = 0
     """Its prompt's tokens from the session's earlier turns (their prompts and outputs)."""
+    host_tokens: int = 0
+    """Its hit's tokens copied back from the host-memory KV tier (:mod:`fmstack.perfmodel.inference_prefix_offload`);
+    0: none (a GPU hit or a miss)."""
+    copy_s: float = 0.0
+    """Seconds that copy takes (it delays the request's first chunk)."""
+    ready_s: float = 0.0
+    """The earliest time its first chunk may run (admission + ``copy_s`` after a host hit)."""
 
     def emit_tokens(self, now_s: float, n: int) -> int:
         """``n`` more output tokens at ``now_s`` (1, or a speculative iteration's draw), capped at those left: the

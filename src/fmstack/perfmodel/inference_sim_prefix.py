@@ -50,9 +50,10 @@ def admit_prefix(cache: PrefixCache | None, req: SimRequest, prefix_len: int, *,
         cache.lookups += first_chunk
         return
     cache.lookup(req.group)
-    cache.acquire(req.group)
     skip = min(_cached_len(cache, req, prefix_len), req.input_len - 1)
+    cache.acquire(req.group)
     req.prefix_hit, req.prefix_held, req.prefilled, req.kv_shared = True, True, skip, skip
+    _note_load(cache, req)
 
 
 def late_hit(cache: PrefixCache, req: SimRequest, prefix_len: int, free_tokens: float) -> float:
@@ -74,7 +75,25 @@ def late_hit(cache: PrefixCache, req: SimRequest, prefix_len: int, free_tokens: 
     cache.lookup(req.group)
     cache.acquire(req.group)
     req.prefix_hit, req.prefix_held, req.prefilled, req.kv_shared = True, True, skip, skip
+    _note_load(cache, req)
     return float(skip - cost)
+
+
+def _note_load(cache: PrefixCache, req: SimRequest) -> None:
+    """A hit that :meth:`PrefixCache.acquire` copied back from the host tier: its tokens and the copy's seconds on
+    ``req`` (the caller sets ``req.ready_s``: :func:`delay_first_chunk`)."""
+    if cache.loaded_tokens and cache.host is not None:
+        req.host_tokens = cache.loaded_tokens
+        req.copy_s = cache.host.offload.copy_s(cache.loaded_tokens)
+
+
+def delay_first_chunk(req: SimRequest, now_s: float) -> bool:
+    """After a host-tier hit at ``now_s``: ``req``'s first chunk waits for the copy (True: it does, the caller wakes
+    the engine at ``req.ready_s``)."""
+    if req.copy_s <= 0 or req.ready_s > 0:
+        return False
+    req.ready_s = now_s + req.copy_s
+    return True
 
 
 def publish_prefix(cache: PrefixCache, req: SimRequest, prefix_len: int, free_tokens: float) -> None:
