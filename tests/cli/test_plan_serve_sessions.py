@@ -40,7 +40,8 @@ def test_session_plan_commands_reproduce_its_rows(tmp_path: Path) -> None:
     data = _run(CHAT)
     assert (data["turns"], data["think_time_s"], data["router"]) == (3, 5.0, "session")
     assert data["screened_input_len"] == 512 + 640  # 512 + (3 - 1) / 2 x (512 + 128)
-    assert data["disaggregation"] is None and "multi-turn" in data["disaggregation_note"]
+    assert data["disaggregation"] is None and "not sessions" in data["disaggregation_note"]
+    assert "splits searched for sessions of 3 turns" in data["disaggregation_note"]  # since session 19, helper H
     best = data["best"]
     assert best["prefix_hit_rate"] == 640 / 1152  # the mean history 640 of the mean prompt 1,152
     # the analytic point: estimate serve at the mean turn and its hit share

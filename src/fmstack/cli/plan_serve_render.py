@@ -91,9 +91,10 @@ def p99_argv(
     replica: ``--qps qps``), with the same seed and token budget and the shared-prefix workload ``prefix``
     (``--prefix-groups G --prefix-len L [--prefix-zipf S]``) and the KV router's settings ``kv_router``: the run
     `plan serve` simulated, the same p50/p90/p99; a multi-turn workload ``sessions`` adds ``--turns N
-    --think-time-s S`` (``input_len``: a turn's new tokens)."""
+    --think-time-s S`` (``input_len``: a turn's new tokens), a split's with ``--router R`` (its prefill router) in
+    place of ``--disagg`` and the screened ``--prefix-hit-rate``."""
     argv = estimate_argv(model, c, input_len, output_len, catalog_dir, slo, qps=qps, seed=seed, extra=extra)
-    if c.mode == "disaggregated" and prefix is None:
+    if c.mode == "disaggregated" and prefix is None and sessions is None:
         return argv
     if c.mode == "disaggregated":  # the prefill caches simulated; --disagg's mean field prices whole prompts
         if "--prefix-hit-rate" in argv:
@@ -102,7 +103,9 @@ def p99_argv(
         at = argv.index("--disagg")
         del argv[at : at + 5]  # --disagg --ttft-slo T --itl-slo I
         at = argv.index("--max-num-tokens")
-        argv[at:at] = [*prefix_argv(prefix), "--router", router, *kv_router_argv(kv_router)]
+        argv[at:at] = [*([] if prefix is None else prefix_argv(prefix)),
+                       *([] if sessions is None else session_argv(sessions)), "--router", router,
+                       *kv_router_argv(kv_router)]  # fmt: skip
         argv.remove("--no-simulate")
         return argv
     at = argv.index("--concurrency")
@@ -236,9 +239,10 @@ def render_plan_serve(
     out.print(f"reproduce {what} with:", markup=False)
     argv = estimate_argv(model, b, screened_input_len(plan.sessions, plan.input_len, plan.output_len), plan.output_len,
                          catalog_dir, slo, qps=plan.qps, seed=seed, extra=extra)  # fmt: skip
-    if b.mode == "disaggregated" and plan.prefix is not None:  # the prefill caches simulated, not the scalar
+    if b.mode == "disaggregated" and (plan.prefix is not None or plan.sessions is not None):  # caches simulated
         argv = p99_argv(model, b, plan.input_len, plan.output_len, catalog_dir, slo, plan.qps, seed=seed, extra=extra,
-                        router=plan.router, prefix=plan.prefix, kv_router=plan.kv_router)  # fmt: skip
+                        router=plan.router, prefix=plan.prefix, kv_router=plan.kv_router,
+                        sessions=plan.sessions)  # fmt: skip
     out.print(shlex.join(argv), markup=False, soft_wrap=True)
     if b.mode != "disaggregated" and b.sim is not None:
         one = (f"one of {b.replicas} replicas behind a {plan.router} router, {plan.qps / b.replicas:.4g} req/s each"

@@ -45,8 +45,9 @@ from fmstack.perfmodel.inference_kv import check_tp
 from fmstack.perfmodel.inference_plan_analytic import analytic as _analytic
 from fmstack.perfmodel.inference_plan_candidate import Candidate as Candidate  # re-exported
 from fmstack.perfmodel.inference_plan_candidate import ClusterOf, config_of, layout_text
-from fmstack.perfmodel.inference_plan_disagg import DecodePools, disagg_analytic, split_note
-from fmstack.perfmodel.inference_plan_session import SPLITS_NOTE, check_plan_sessions, screened_input_len
+from fmstack.perfmodel.inference_plan_disagg import DecodePools, split_note
+from fmstack.perfmodel.inference_plan_disagg_session import screen_split, session_splits_note
+from fmstack.perfmodel.inference_plan_session import check_plan_sessions, screened_input_len
 from fmstack.perfmodel.inference_plan_spec import spec_note, spec_variants
 from fmstack.perfmodel.inference_plan_verify import verify_cheapest
 from fmstack.perfmodel.inference_plan_why import PRECISIONS, Tried, nothing_found
@@ -192,11 +193,11 @@ def plan_serve(
     split's decode pool speculates, :mod:`fmstack.perfmodel.inference_disagg_spec`); with ``speculative_auto`` each
     layout and split is screened with and without it, both ranked (the simulation's p99 decides;
     :mod:`fmstack.perfmodel.inference_plan_spec`). ``sessions``: a multi-turn workload (``router`` may then be
-    ``session``), colocated only (:mod:`fmstack.perfmodel.inference_plan_session`)."""
+    ``session``; :mod:`fmstack.perfmodel.inference_plan_session`), splits screened at its mean turn and simulated
+    with it, attention-DP pools left out (:func:`fmstack.perfmodel.inference_plan_disagg_session.screen_split`)."""
     check_rate(qps)
     check_plan_sessions(sessions, router, prefix is not None)
     variants = spec_variants(speculative, speculative_auto)
-    search_disagg = search_disagg and sessions is None
     search_heterogeneous = search_heterogeneous and search_disagg
     if router not in ROUTERS and not (router == "session" and sessions is not None):
         raise InputError("router", f"must be one of {', '.join(ROUTERS)}, got {router!r}")
@@ -254,15 +255,15 @@ def plan_serve(
                                 first = nodes if first is None else first
                     for spec in variants if search_disagg else ():  # prefill: the largest prompt budget
                         split_layouts.append((replace(cfg, max_num_tokens=max(CHUNK_CHOICES), speculative=spec), nodes))
-                        split = disagg_analytic(split_layouts[-1][0], cluster_of, model, qps, slo, name, nodes,
-                                                efficiency_for=efficiency_for, decode_pools=decode_pools,
-                                                prefix=prefix, router=router)  # fmt: skip
+                        split = screen_split(split_layouts[-1][0], cluster_of, model, qps, slo, name, nodes,
+                                             efficiency_for=efficiency_for, decode_pools=decode_pools, prefix=prefix,
+                                             router=router, sessions=sessions)  # fmt: skip
                         if split is not None:  # the node search is bounded by the colocated rows alone
                             found.append(split)
                 nodes *= 2
             if search_heterogeneous:
                 found += _heterogeneous(split_layouts, cluster_of, model, qps, slo, name, efficiency_for,
-                                        decode_pools, prefix, router)  # fmt: skip
+                                        decode_pools, prefix, router, sessions)  # fmt: skip
     if not found:
         raise nothing_found(tried, cluster_of, model, layouts, precisions, max_nodes_per_replica, slo, input_len,
                             output_len, efficiency_for)  # fmt: skip
@@ -289,9 +290,7 @@ def plan_serve(
         if sessions is None
         else (None, "DistServe's comparison not made: it prices independent requests, not sessions")
     )
-    splits = split_note(ranked, qps, search_disagg)
-    if sessions is not None:
-        splits = SPLITS_NOTE
+    splits = split_note(ranked, qps, search_disagg) + session_splits_note(sessions, search_disagg)
     note = f"splits ranked in the plan (p99 by simulation): {splits}. On means: {note}"
     if dis is not None and best.mode == "disaggregated" and dis.colocated_rps > dis.disagg_rps:
         note += (
@@ -313,7 +312,7 @@ def plan_serve(
 def _heterogeneous(
     layouts: list[tuple[ServeConfig, int]], cluster_of: ClusterOf, model: ModelArch, qps: float, slo: SLO, name: str,
     efficiency_for: EfficiencyFor | None = None, decode_pools: DecodePools | None = None,
-    prefix: PrefixWorkload | None = None, router: str = "round-robin",
+    prefix: PrefixWorkload | None = None, router: str = "round-robin", sessions: SessionWorkload | None = None,
 ) -> list[Candidate]:  # fmt: skip
     """Splits whose prefill and decode pools take two different layouts of those searched (every ordered pair, attention
     DP on and off counting as two layouts; the same-layout split is the diagonal, found in the search loop)."""
@@ -324,9 +323,9 @@ def _heterogeneous(
             if same or dec.speculative is not pre.speculative:  # auto: a split speculates in both pools or neither
                 continue
             try:  # a layout whose weights leave no KV memory (DeepSeek-V3 at tp 1) pairs with nothing
-                c = disagg_analytic(pre, cluster_of, model, qps, slo, name, pre_nodes, decode_cfg=dec,
-                                    efficiency_for=efficiency_for, decode_pools=decode_pools, prefix=prefix,
-                                    router=router)  # fmt: skip
+                c = screen_split(pre, cluster_of, model, qps, slo, name, pre_nodes, decode_cfg=dec,
+                                 efficiency_for=efficiency_for, decode_pools=decode_pools, prefix=prefix,
+                                 router=router, sessions=sessions)  # fmt: skip
             except InputError:
                 continue
             if c is not None:

@@ -356,22 +356,23 @@ def prefill_hit(d: Deployment, cfg: ServeConfig, prefix: PrefixWorkload, router:
 def simulate_split(
     cluster_of: ClusterOf, model: ModelArch, c: Candidate, qps: float, isl: int, osl: int, seed: int,
     efficiency_for: EfficiencyFor | None = None, prefix: PrefixWorkload | None = None, router: str = "round-robin",
-    kv_router: KvRouterConfig | None = None,
+    kv_router: KvRouterConfig | None = None, sessions: SessionWorkload | None = None,
 ) -> SimResult:  # fmt: skip
     """:func:`run_split` of the candidate's ``P`` prefill and ``D`` decode replicas at ``qps`` (with a shared-prefix
-    workload: the prefill replicas' caches behind ``router``)."""
+    workload or sessions of turns of ``isl`` new tokens: the prefill replicas' caches behind ``router``)."""
     dc = decode_config_of(c, isl, osl) if c.heterogeneous else None
     return run_split(cluster_of, model, config_of(c, isl, osl), c.instance, qps, c.prefill_replicas,
                      c.decode_replicas, seed, decode_cfg=dc, efficiency_for=efficiency_for, prefix=prefix,
-                     router=router, kv_router=kv_router).result  # fmt: skip
+                     router=router, kv_router=kv_router, sessions=sessions).result  # fmt: skip
 
 
 def grow_split(cluster_of: ClusterOf, model: ModelArch, option: Candidate, first: Candidate, factor: float,
                missed: SimResult, slo: SLO, qps: float, isl: int, osl: int,
-               efficiency_for: EfficiencyFor | None = None) -> Candidate:  # fmt: skip
+               efficiency_for: EfficiencyFor | None = None, sessions: SessionWorkload | None = None,
+               router: str = "round-robin") -> Candidate:  # fmt: skip
     """``option`` after a p99 miss: the prefill pool at ``factor`` x the analytic count if TTFT missed, the decode
-    pool if ITL missed (each at least one more than before); its rate per replica and mean TTFT are those of the
-    new split (not the smaller one's)."""
+    pool if ITL missed (each at least one more than before); its rate per replica, mean TTFT and (``sessions``: the
+    mean turn's, its prefill caches behind ``router``) screened cached share are those of the new split."""
     n_pre, n_dec = option.prefill_replicas, option.decode_replicas
     if missed.ttft_s[99] > slo.ttft_s:
         n_pre = max(n_pre + 1, math.ceil(first.prefill_replicas * factor))
@@ -380,11 +381,15 @@ def grow_split(cluster_of: ClusterOf, model: ModelArch, option: Candidate, first
     grown = with_replicas(cluster_of, option, n_pre + n_dec, n_pre, n_dec)
     dc = decode_config_of(option, isl, osl) if option.heterogeneous else None
     cfg = config_of(option, isl, osl)
-    if option.prefix_hit_rate > 0:  # the prefill pool as the row was screened; the decode pool's plain
+    if sessions is not None:  # the mean turn, the hits of the grown prefill pool's caches
+        from fmstack.perfmodel.inference_plan_disagg_session import split_session_configs
+
+        cfg, dc = split_session_configs(cfg, cfg if dc is None else dc, sessions, router, n_pre)
+    elif option.prefix_hit_rate > 0:  # the prefill pool as the row was screened; the decode pool's plain
         dc = cfg if dc is None else dc
         cfg = replace(cfg, prefix_hit_rate=option.prefix_hit_rate)
     p = _pools(cfg, cluster_of, model, slo, option.instance, option.nodes_per_replica, dc, efficiency_for)
     if p is None:
         return grown
     rate, ttft = _figures(p, qps, n_pre, n_dec)
-    return replace(grown, rate_per_replica_rps=rate, mean_ttft_s=ttft)
+    return replace(grown, rate_per_replica_rps=rate, mean_ttft_s=ttft, prefix_hit_rate=cfg.prefix_hit_rate)

@@ -19,14 +19,29 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
-from fmstack.perfmodel.inference import ServeConfig
+from fmstack.perfmodel.efficiency import EfficiencyFor
+from fmstack.perfmodel.inference import ServeConfig, deployment_for
+from fmstack.perfmodel.inference_disagg import SLO
 from fmstack.perfmodel.inference_disagg_place import kv_pair_times
+from fmstack.perfmodel.inference_plan_candidate import Candidate, ClusterOf, deployment_nodes
+from fmstack.perfmodel.inference_plan_session import holds_conversation
+from fmstack.perfmodel.inference_prefix import PrefixWorkload
 from fmstack.perfmodel.inference_session import SessionWorkload
-from fmstack.perfmodel.inference_session_mean import cache_units, cached_tokens, mean_prompt_tokens
+from fmstack.perfmodel.inference_session_mean import (
+    HISTORY_ROUTERS,
+    cache_units,
+    cached_tokens,
+    hit_turns,
+    mean_prompt_tokens,
+)
 from fmstack.perfmodel.inference_step import Deployment
+
+if TYPE_CHECKING:
+    from fmstack.perfmodel.inference_plan_disagg import DecodePools
 
 
 def cached_prompt_tokens(turn: int, input_len: int, output_len: int, units: int | None) -> float:
@@ -66,3 +81,76 @@ def session_kv(
         return priced[tokens]
 
     return (lambda tokens: at(tokens)[0]), (lambda tokens: at(tokens)[1])
+
+
+MAX_SCREENS = 64
+"""A bound on :func:`session_split_analytic`'s iteration over the prefill caches behind a blind router (a safeguard:
+each step adds prefill replicas, up to the count without hits)."""
+
+
+def session_split_analytic(
+    cfg: ServeConfig, cluster_of: ClusterOf, model: ModelArch, qps: float, slo: SLO, name: str, nodes_per_replica: int,
+    spec: SessionWorkload, decode_cfg: ServeConfig | None = None, efficiency_for: EfficiencyFor | None = None,
+    decode_pools: DecodePools | None = None, router: str = "round-robin",
+) -> Candidate | None:  # fmt: skip
+    """`plan serve --turns N`'s screening of a split of ``cfg`` (prefill) and ``decode_cfg`` (decode; None: the same
+    layout), ``cfg.input_len`` a turn's new tokens: :func:`~fmstack.perfmodel.inference_plan_disagg.disagg_analytic`
+    at the mean turn (:func:`split_session_configs`: the prefill pool computes the uncached part of the mean prompt,
+    the decode pool's slots hold the mean prompt's context, the KV transfer moves the mean prompt). Behind a router
+    that follows the session the prefill caches are one (every later turn hits its previous prompt); behind a blind
+    one the hits are those of ``P`` caches, ``P`` the prefill replicas the screening gives at them: from ``P = 1``,
+    ``P <- the split's prefill replicas at P caches`` until it stops rising (it only rises: fewer hits, more
+    prefill work), the fixed point of :func:`~fmstack.perfmodel.inference_plan_session.fewest_replicas`. The row
+    carries the mean turn's cached share (``prefix_hit_rate``) and the share of turns that hit
+    (``prefix_request_hit_rate``). None: attention DP in either pool (not simulated with sessions), a whole
+    conversation that a prefill or a decode replica's KV pool cannot hold (the simulation refuses it), or no split
+    within the SLO."""
+    from fmstack.perfmodel.inference_plan_disagg import disagg_analytic
+
+    dc = cfg if decode_cfg is None else decode_cfg
+    if cfg.attention_dp or dc.attention_dp:
+        return None
+    gpn = cluster_of(name, 1).instance.num_gpus
+    d = deployment_for(model, cluster_of(name, nodes_per_replica), cfg, efficiency_for)
+    dd = deployment_for(model, cluster_of(name, max(1, deployment_nodes(1, dc, gpn))), dc, efficiency_for)
+    if not (holds_conversation(d, cfg, spec) and holds_conversation(dd, dc, spec)):
+        return None
+    caches = 1
+    for _ in range(MAX_SCREENS):
+        pre, dec = split_session_configs(cfg, dc, spec, router, caches)
+        c = disagg_analytic(pre, cluster_of, model, qps, slo, name, nodes_per_replica, decode_cfg=dec,
+                            efficiency_for=efficiency_for, decode_pools=decode_pools)  # fmt: skip
+        if c is None:
+            return None
+        if router in HISTORY_ROUTERS or c.prefill_replicas <= caches:
+            return replace(c, prefix_hit_rate=pre.prefix_hit_rate,
+                           prefix_request_hit_rate=hit_turns(spec, cache_units(router, caches, 1)))  # fmt: skip
+        caches = c.prefill_replicas
+    return None
+
+
+def screen_split(
+    cfg: ServeConfig, cluster_of: ClusterOf, model: ModelArch, qps: float, slo: SLO, name: str, nodes_per_replica: int,
+    *, decode_cfg: ServeConfig | None = None, efficiency_for: EfficiencyFor | None = None,
+    decode_pools: DecodePools | None = None, prefix: PrefixWorkload | None = None, router: str = "round-robin",
+    sessions: SessionWorkload | None = None,
+) -> Candidate | None:  # fmt: skip
+    """`plan serve`'s screening of one split: :func:`session_split_analytic` with a multi-turn workload, else
+    :func:`~fmstack.perfmodel.inference_plan_disagg.disagg_analytic` (independent requests, ``prefix``)."""
+    from fmstack.perfmodel.inference_plan_disagg import disagg_analytic
+
+    if sessions is not None:
+        return session_split_analytic(cfg, cluster_of, model, qps, slo, name, nodes_per_replica, sessions,
+                                      decode_cfg, efficiency_for, decode_pools, router)  # fmt: skip
+    return disagg_analytic(cfg, cluster_of, model, qps, slo, name, nodes_per_replica, decode_cfg, efficiency_for,
+                           decode_pools, prefix, router)  # fmt: skip
+
+
+def session_splits_note(sessions: SessionWorkload | None, searched: bool) -> str:
+    """What the plan's note adds on splits under a multi-turn workload (empty without one or without splits)."""
+    if sessions is None or not searched:
+        return ""
+    return (f" (splits searched for sessions of {sessions.turns} turns: screened at the mean turn, the prefill pool "
+            "computing what its caches of each session's previous prompt leave, every turn moving its whole prompt's "
+            "KV; checked by simulating the sessions in the split; attention-DP pools not searched, a split's sessions "
+            "are simulated without them)")  # fmt: skip

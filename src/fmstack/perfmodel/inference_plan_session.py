@@ -79,14 +79,6 @@ def check_plan_sessions(spec: SessionWorkload | None, router: str, prefix_given:
                          "prefix's: drop --prefix-groups / --prefix-len (estimate serve --turns simulates both)")  # fmt: skip
 
 
-SPLITS_NOTE = (
-    "none searched: the plan screens a multi-turn workload for colocated replicas only (estimate serve "
-    "--prefill-replicas P --decode-replicas D --turns N simulates a split's sessions)"
-)
-"""The plan's note on disaggregated splits under ``--turns > 1`` (estimate serve simulates sessions in a given split,
-:mod:`fmstack.perfmodel.inference_sim_disagg_session`; the plan does not search them)."""
-
-
 def session_plan_text(spec: SessionWorkload, best: Candidate, input_len: int, output_len: int, router: str) -> str:
     """The multi-turn workload a plan was made for and how its best row was screened (the text and HTML reports)."""
     mean = mean_prompt_tokens(spec, input_len, output_len)

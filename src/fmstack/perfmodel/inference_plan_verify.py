@@ -84,14 +84,13 @@ def verify_cheapest(
         else:
             factor = REPLICA_FACTORS[i + 1]
             fill = option.nodes // option.nodes_per_replica * _replicas_per_node_group(cluster_of, option)
-            more = (
-                grow_split(cluster_of, model, option, first, factor, result, slo, qps, isl, osl, efficiency_for)
-                if split and result is not None
-                # the replicas the paid nodes hold come first (free); then the next multiple
-                else with_replicas(
+            if split and result is not None:
+                more = grow_split(cluster_of, model, option, first, factor, result, slo, qps, isl, osl,
+                                  efficiency_for, sessions, router)  # fmt: skip
+            else:  # the replicas the paid nodes hold come first (free); then the next multiple
+                more = with_replicas(
                     cluster_of, first, fill if fill > option.replicas else math.ceil(first.replicas * factor)
                 )
-            )
             pending.append((more, i + 1, first, replace(option, sim=sim, meets_slo=False, sim_note=note)))
             pending.sort(key=lambda p: key(p[0]))
     # a miss whose retry with more replicas was left unsimulated: it costs at least the cheapest that meets the SLO
@@ -113,14 +112,17 @@ def _check(
 ) -> tuple[SimResult | None, str]:  # fmt: skip
     """The simulation of ``c`` at ``qps``, or None and why there is none: a colocated replica too near its capacity
     to reach a steady state (:func:`_simulate`), a split whose prefill or decode pool cannot take ``qps``
-    (:func:`fmstack.perfmodel.inference_plan_disagg.run_split`'s InputError)."""
+    (:func:`fmstack.perfmodel.inference_plan_disagg.run_split`'s InputError); ``sessions``: a split's run simulates
+    them too (:mod:`fmstack.perfmodel.inference_sim_disagg_session`)."""
     if c.mode != "disaggregated":
         return _simulate(cluster_of, model, c, qps, isl, osl, seed, efficiency_for, router, prefix, kv_router,
                          sessions)  # fmt: skip
     try:
-        return simulate_split(cluster_of, model, c, qps, isl, osl, seed, efficiency_for, prefix, router, kv_router), ""
-    except InputError as exc:
-        if exc.field != "qps":
+        return simulate_split(
+            cluster_of, model, c, qps, isl, osl, seed, efficiency_for, prefix, router, kv_router, sessions
+        ), ""
+    except InputError as exc:  # a pool below qps; a conversation a replica's KV pool cannot hold (sessions)
+        if exc.field not in ("qps", "turns"):
             raise
         return None, exc.message
 
