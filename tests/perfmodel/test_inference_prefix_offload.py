@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from functools import cache
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from fmstack.catalog import load_catalog
 from fmstack.catalog.topology import build_cluster
 from fmstack.cli.main import cli
 from fmstack.cli.serve_offload import kv_offload
+from fmstack.perfmodel import inference_sim_session as sessions_sim
 from fmstack.perfmodel.inference import ServeConfig, deployment
 from fmstack.perfmodel.inference_prefix import PrefixCache
 from fmstack.perfmodel.inference_prefix_offload import HostTier, KvOffload
+from fmstack.perfmodel.inference_sim import BatchingSim
 
 _SERVE = ["estimate", "serve", "--model", "llama3.1-70b", "--instance", "p5.48xlarge", "--tp", "4", "--precision",
           "fp8", "--kv-dtype", "fp8", "--input-len", "1024", "--output-len", "256", "--json"]  # fmt: skip
@@ -103,3 +107,15 @@ def test_same_seed_same_output() -> None:
     run = [*_SESSIONS, "--kv-offload-gib", "256"]
     first = CliRunner().invoke(cli, run).output
     assert first == CliRunner().invoke(cli, run).output
+
+
+def test_skip_ahead_gives_the_same_floats_with_the_tier(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stretch fast path stops where a host copy finishes: the session run with the tier gives the same JSON,
+    float for float, as one iteration at a time (``skip_ahead=False``)."""
+    argv = [*_SESSIONS, "--kv-offload-gib", "256"]
+    fast = _serve(*argv)
+    assert fast["kv_offload"]["host_hit_rate"] > 0.1  # the tier is used
+    monkeypatch.setattr(sessions_sim, "BatchingSim", functools.partial(BatchingSim, skip_ahead=False))
+    out = CliRunner().invoke(cli, argv)
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output) == fast
