@@ -301,10 +301,14 @@ class DisaggSim:
             self.slot_wait_s.append(self.clock_s - self._prefilled_at.pop(rid))
             self._slot_wait_by_rid[rid] = self.slot_wait_s[-1]
             del self._prefill_of[rid]
-            kv_s = self.kv_moved[rid] = self.kv_pair_s[p][r]
+            kv_s = self.kv_moved[rid] = self._kv_s(p, r, rid)
             end = max(self.clock_s, self._link_free_s[p]) + kv_s
             self._link_free_s[p] = end
             self._push(end, "kv", rid)
+
+    def _kv_s(self, p: int, r: int, rid: int) -> float:
+        """Seconds request ``rid``'s KV takes from prefill replica ``p`` to decode replica ``r``."""
+        return self.kv_pair_s[p][r]
 
     def _pick(self, free: list[int], p: int, per: int) -> int:
         """Of ``free`` (slots per decode unit, ``per`` units to a decode replica), the unit with the most free

@@ -226,23 +226,9 @@ class SessionDisaggSim(DisaggSim):
                     pause = float(self._think.exponential(self.spec.think_time_s)) if self.spec.think_time_s else 0.0
                     self._push(req.last_token_s + pause, "turn", req.session)
 
-    def _place(self) -> None:
-        """As :meth:`DisaggSim._place`, each turn's KV moved in its own prompt's time (``kv_time``)."""
-        while self._decode_queue:
-            p = self._prefill_of[self._decode_queue[0]]
-            r = self._pick(self._free_slots, p, 1)
-            if self._free_slots[r] <= 0:
-                return
-            rid = self._decode_queue.pop(0)
-            self._free_slots[r] -= 1
-            self._decode_of[rid] = r
-            self.slot_wait_s.append(self.clock_s - self._prefilled_at.pop(rid))
-            self._slot_wait_by_rid[rid] = self.slot_wait_s[-1]
-            del self._prefill_of[rid]
-            kv_s = self.kv_moved[rid] = float(self.kv_time(self._requests[rid].input_len)[p][r])
-            end = max(self.clock_s, self._link_free_s[p]) + kv_s
-            self._link_free_s[p] = end
-            self._push(end, "kv", rid)
+    def _kv_s(self, p: int, r: int, rid: int) -> float:
+        """Each turn's KV moves in its own prompt's time (``kv_time``), not the first turn's."""
+        return float(self.kv_time(self._requests[rid].input_len)[p][r])
 
     def measured(self) -> list[SimRequest]:
         """The measured turns (the window :meth:`run` set)."""
