@@ -170,3 +170,18 @@ def test_screened_history_share_is_optimistic(router: str) -> None:
     assert fleet is not None and fleet.sessions is not None
     simulated = fleet.sessions["token_hit_rate"]
     assert isinstance(simulated, float) and 0 < simulated <= c.prefix_hit_rate
+
+
+@pytest.mark.parametrize("turns", [2, 3, 4, 7])
+def test_session_router_screens_every_turn_count(turns: int) -> None:
+    """Behind the session router every later turn hits its history, whatever the turn count: a layout whose chunk
+    budget exceeds the mean prompt is screened at the new tokens past the history. Regression: the test was a float
+    comparison ``hit_turns >= 1 - 1 / N``, False at N = 3 and 7 ((N - 1) / N rounds below), which rejected the
+    70B TP4 chunk-2048 layout at 3 and 7 turns (19.3 and 16.1 req/s per replica once fixed)."""
+    cat = load_catalog()
+    arch, cluster = cat.model("llama3.1-70b"), build_cluster(cat, "p5.48xlarge", 1, part_of_domain=True)
+    cfg = ServeConfig(tp=4, precision="fp8", input_len=512, output_len=256, max_num_tokens=2048)
+    sessions = SessionWorkload(turns=turns, think_time_s=10.0)
+    c = analytic(cfg, cluster, arch, 40.0, SLO_CHAT, "p5.48xlarge", 1, sessions=sessions, router="session")
+    assert c is not None
+    assert c.prefix_request_hit_rate == pytest.approx((turns - 1) / turns)

@@ -131,7 +131,7 @@ def _session_point(
         # the chunk a p99 gap sees: the last budget's worth of the mean prompt (a miss's last chunk, over the longest
         # context), or the new tokens past a cached history where every later turn hits one
         last = max(0, priced.input_len - priced.max_num_tokens)
-        every = hit_turns(sessions, units) >= 1 - 1 / sessions.turns
+        every = units == 1  # one cache per session: every later turn hits (hit_turns exactly (N - 1) / N)
         cached = max(last, math.floor(priced.prefix_hit_rate * priced.input_len) if every else 0)
         point = _best_point(d, priced, slo, limit, None, 1, router, cached=cached)
         return None if point is None else (point[0], (point, priced, hit_turns(sessions, units)))
