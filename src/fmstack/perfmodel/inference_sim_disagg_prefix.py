@@ -61,13 +61,20 @@ class PrefillPrefix:
             raise InputError("prefix-groups", "a shared-prefix workload is not simulated in an attention-DP prefill "
                              "pool of a split (each rank would cache its own); use a prefill pool without attention DP")  # fmt: skip
         self.workload: PrefixWorkload = prefix
-        self.prefix_len = prefix.prefix_len
+        self._setup(d, cfg, sim, prefill_replicas, prefix.prefix_len, routed=sim.router in ROUTERS_AFFINITY)
+
+    def _setup(
+        self, d: Deployment, cfg: ServeConfig, sim: SimConfig, prefill_replicas: int, prefix_len: int, *, routed: bool
+    ) -> None:
+        """The pools, caches, router and queues of ``prefill_replicas`` prefill replicas (shared with
+        :class:`~fmstack.perfmodel.inference_sim_disagg_session.PrefillSessions`)."""
+        self.prefix_len = prefix_len
         self.pool_tokens = float(max_concurrency(d, replace(cfg, max_batch=None)) * (cfg.input_len + cfg.output_len))
         """One prefill replica's KV pool in tokens (the colocated replica's of this layout)."""
         self.free_tokens = [self.pool_tokens] * prefill_replicas
         """Each prefill replica's free part: the pool less the prompts held and the prefixes they reference."""
         self.caches = [PrefixCache() for _ in range(prefill_replicas)]
-        self.routed = sim.router in ROUTERS_AFFINITY
+        self.routed = routed
         """True: a router picks the prefill replica at arrival (own queues); False: the one global queue."""
         self.router = Router(name=sim.router, replicas=prefill_replicas,
                              rng=np.random.default_rng([sim.seed, ROUTER_STREAM]), kv_config=sim.kv_router)  # fmt: skip

@@ -44,8 +44,6 @@ import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
-from fmstack.perfmodel.inference_prefix import PrefixCache
-from fmstack.perfmodel.inference_router import Router
 from fmstack.perfmodel.inference_session import session_key
 from fmstack.perfmodel.inference_session_mean import mean_prompt_tokens
 from fmstack.perfmodel.inference_sim import new_request
@@ -54,7 +52,7 @@ from fmstack.perfmodel.inference_sim_disagg_prefix import PrefillPrefix
 from fmstack.perfmodel.inference_sim_disagg_stats import PoolStats, pool_stats
 from fmstack.perfmodel.inference_sim_io import SimConfig, SimRequest, SimResult, summarise
 from fmstack.perfmodel.inference_sim_prefix import admission_need, admit_prefix, release_tokens
-from fmstack.perfmodel.inference_sim_session import ROUTER_STREAM, THINK_STREAM, session_count, session_stats
+from fmstack.perfmodel.inference_sim_session import THINK_STREAM, session_count, session_stats
 from fmstack.perfmodel.inference_step import Deployment
 
 KvTime = Callable[[int], Sequence[Sequence[float]]]
@@ -69,19 +67,7 @@ class PrefillSessions(PrefillPrefix):
         if sim.prefix is not None:
             raise InputError("prefix-groups", "a split's sessions are simulated without a shared system prefix: drop "
                              "--prefix-groups / --prefix-len (colocated replicas simulate both)")  # fmt: skip
-        self.prefix_len = 0
-        self.pool_tokens = float(max_concurrency(d, replace(cfg, max_batch=None)) * (cfg.input_len + cfg.output_len))
-        self.free_tokens = [self.pool_tokens] * prefill_replicas
-        self.caches = [PrefixCache() for _ in range(prefill_replicas)]
-        self.routed = True
-        self.router = Router(name=sim.router, replicas=prefill_replicas,
-                             rng=np.random.default_rng([sim.seed, ROUTER_STREAM]), kv_config=sim.kv_router)  # fmt: skip
-        if self.router.kv is not None:
-            self.router.kv.watch_prompts()
-        self.queues = [[] for _ in range(prefill_replicas)]
-        self.load = [0] * prefill_replicas
-        self.holder = {}
-        self._seed = sim.seed
+        self._setup(d, cfg, sim, prefill_replicas, 0, routed=True)
 
     def route_turn(self, req: SimRequest, last_prompt: int) -> int:
         """The prefill replica for arriving turn ``req`` (``last_prompt``: its session's previous prompt, what
