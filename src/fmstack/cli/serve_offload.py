@@ -69,8 +69,10 @@ def kv_offload(gib: float, d: Deployment, cluster: Cluster) -> KvOffload | None:
 def offload_text(data: dict[str, Any]) -> str:
     """The host tier's line."""
     k = data["kv_offload"]
-    return (f"KV offload: {k['capacity_gib']:g} GiB host tier per replica ({k['capacity_tokens']:,.0f} tokens), "
+    hit_s = k["added_ttft_s_mean_host_hits"]
+    per_hit = "no host hits" if hit_s is None or hit_s != hit_s else f"{hit_s * 1e3:.2f} ms per host hit"
+    return (f"KV offload: {k['capacity_gib']:g} GiB host tier per replica ({int(k['capacity_tokens']):,} tokens), "
             f"{k['host_hit_rate']:.1%} of requests hit there ({k['host_token_hit_rate']:.1%} of prompt tokens), "
             f"{k['copied_bytes_per_request'] / 1e6:,.1f} MB copied host->device per request at "
             f"{k['host_to_device_gbps_per_gpu']:g} GB/s per GPU, adding {k['added_ttft_s_mean'] * 1e3:.2f} ms to the "
-            f"mean TTFT ({k['added_ttft_s_mean_host_hits'] * 1e3:.2f} ms per host hit)")  # fmt: skip
+            f"mean TTFT ({per_hit})")  # fmt: skip

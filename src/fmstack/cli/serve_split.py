@@ -101,7 +101,8 @@ def render_split(z: dict[str, Any], *, one_token: bool = False) -> None:
         f"p99 queue wait {z['prefill_wait_p99_s'] * 1e3:.0f} ms); decode pool: {z['decode_batch_mean']:.1f} sequences "
         f"per iteration, {z['decode_slots_in_use']:.1f} of {z['decode_slots']} slots in use per replica "
         f"({z['slot_wait_share'] * 100:.0f} % of prompts waited for one); bottleneck: {z['bottleneck']}; KV "
-        f"{z['kv_bytes_per_request'] / 1e6:.0f} MB per request {_links(z)}; {z['requests_measured_sim']:.0f} "
+        f"{z['kv_bytes_per_request'] / 1e6:.0f} MB per {'first turn' if z.get('sessions') else 'request'} "
+        f"{_links(z)}; {z['requests_measured_sim']:.0f} "
         f"requests measured after {z['warmup_requests']} warm-up"
     )
     if z.get("speculative_pools"):
