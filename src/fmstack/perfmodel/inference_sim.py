@@ -38,8 +38,7 @@ import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
-from fmstack.perfmodel.inference_prefix import AnyRank, PrefixCache
-from fmstack.perfmodel.inference_prefix_offload import HostTier
+from fmstack.perfmodel.inference_prefix import PrefixCache
 from fmstack.perfmodel.inference_session import keep_history
 from fmstack.perfmodel.inference_sim_adp import AttentionDP
 from fmstack.perfmodel.inference_sim_io import (
@@ -52,21 +51,15 @@ from fmstack.perfmodel.inference_sim_io import (
     draw_length,
     summarise,
 )
-from fmstack.perfmodel.inference_sim_prefix import (
-    admission_need,
-    admit_prefix,
-    delay_first_chunk,
-    late_hit,
-    publish_prefix,
-    release_tokens,
-)
+from fmstack.perfmodel.inference_sim_kv import KvAdmission
+from fmstack.perfmodel.inference_sim_prefix import delay_first_chunk, late_hit, publish_prefix, release_tokens
 from fmstack.perfmodel.inference_speculative import draw_tokens
 from fmstack.perfmodel.inference_step import Deployment, step_time
 
 __all__ = ["PERCENTILES", "ROUTERS", "BatchingSim", "SimConfig", "SimResult", "simulate"]
 
 
-class BatchingSim(AttentionDP):
+class BatchingSim(KvAdmission, AttentionDP):
     """One replica under load; every piece of mutable state is on the instance."""
 
     def __init__(
@@ -146,29 +139,9 @@ class BatchingSim(AttentionDP):
         """The same: called with each request as it completes (before :attr:`on_finish`)."""
 
     @property
-    def kv_pool_tokens(self) -> float:
-        """The KV pool one sequence must fit in (a rank's under attention DP)."""
-        return self._kv_pool_tokens
-
-    @property
     def next_event_s(self) -> float:
         """The time of the next event on the heap (inf: none)."""
         return self._events[0][0] if self._events else math.inf
-
-    def use_prefix_cache(self, prefix_len: int) -> None:
-        """Serve a shared-prefix workload of ``prefix_len``-token prefixes: an empty cache per rank."""
-        off = self.sim.kv_offload
-        if off is not None and self.ranks > 1:
-            raise InputError("kv-offload-gib", "the host-memory KV tier is not simulated under attention DP")
-        host = None if off is None else HostTier(off)
-        self.prefix_caches, self.prefix_len = [PrefixCache(host) for _ in range(self.ranks)], prefix_len
-
-    @property
-    def prefix_cache(self) -> PrefixCache | AnyRank | None:
-        """The prefixes cached here as a router sees them (attention DP: in any rank's cache); None: no cache."""
-        if not self.prefix_caches:
-            return None
-        return self.prefix_caches[0] if self.ranks == 1 else AnyRank(self.prefix_caches)
 
     def _new_request(self, at_s: float) -> None:
         rid = len(self._requests)
@@ -296,27 +269,6 @@ class BatchingSim(AttentionDP):
                 self._chunk_stretch(decode, rid, take)
                 return
         self._run_step(decode, chunks)
-
-    def _admit(self, now_s: float) -> list[int]:
-        """Move waiting requests to running in FCFS order while the sequence limit and the KV pool (prompt + output
-        tokens reserved at admission) allow, at ``now_s``; the ids admitted."""
-        admitted: list[int] = []
-        cache = self.prefix_caches[0] if self.prefix_caches else None
-        while self._waiting and len(self._running) < self._max_seqs:
-            req = self._requests[self._waiting[0]]
-            need = req.input_len + req.output_len if cache is None else admission_need(cache, req, self.prefix_len)[0]
-            if need > self._kv_tokens_free:
-                break
-            self._kv_tokens_free -= need
-            if cache is not None:  # a hit references its prefix; unreferenced prefixes live in the pool's free part
-                admit_prefix(cache, req, self.prefix_len)
-                cache.fit(self._kv_tokens_free)
-                if delay_first_chunk(req, now_s):
-                    self._push(req.ready_s, "wake")
-            self._running.append(self._waiting.pop(0))
-            req.admitted_s = now_s
-            admitted.append(req.rid)
-        return admitted
 
     def _start_iteration_static(self) -> None:
         """Static batching: decode the running batch until its last request finishes; an idle engine forms the next
