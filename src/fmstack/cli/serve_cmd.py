@@ -123,7 +123,8 @@ SERVE_EXAMPLE = """Example:
     help="With --decode-replicas and --qps: simulate this split (P prefill + D decode replicas of the "
     "layout on --nodes) at --qps requests/s for the whole deployment; the colocated rows then show one of "
     "P + D colocated replicas behind --router at --qps in all. With --prefix-groups each prefill replica caches "
-    "prefixes in its KV pool, prompts routed by --router cache-aware|kv (else one global prefill queue).",
+    "prefixes in its KV pool, prompts routed by --router cache-aware|kv (else one global prefill queue); with "
+    "--turns each caches its sessions' prompts and every --router picks the prefill replica per turn.",
 )
 @click.option("--decode-replicas", type=int, default=None, help="Decode replicas of the split (--prefill-replicas).")
 @click.option("--decode-tp", type=int, default=None, help="TP of a decode replica of the split [--tp].")
@@ -219,8 +220,9 @@ def serve_cmd(
                                  "is the deployment's total rate)") from None  # fmt: skip
             raise
         else:
-            replica_cfg = replace(cfg, request_rate_per_s=None)
-            est, simulate = estimate_serve(arch, cluster, replica_cfg, efficiency=efficiency), False
+            replica_cfg = replace(cfg, request_rate_per_s=None)  # the mean turn under sessions, as the keys say
+            est = estimate_serve(arch, cluster, replace(priced, request_rate_per_s=None), efficiency=efficiency)
+            simulate = False
             note = f"colocated: {exc.message}; shown at the most clients a replica holds, not simulated"
     session_keys: dict[str, Any] = {}
     if sessions is not None:  # the config the user gave (a turn's new tokens); the priced mean turn in its own keys
