@@ -197,15 +197,19 @@ class DisaggSim:
             elif kind == "prefill":
                 self._finish_prefill(idx)
             elif kind == "kv":
-                if pre is not None:
-                    pre.moved(self._requests[idx])
-                r = self._decode_of[idx]
-                self._arrived[r].append(idx)
-                if not self._decode_busy[r]:
-                    self._start_decode(r)
+                self._kv_done(idx)
             else:
                 self._finish_decode(idx)
         return summarise(self._requests, self.sim, self.iterations)
+
+    def _kv_done(self, idx: int) -> None:
+        """Request ``idx``'s KV reached its decode replica: off the prefill cache's books, into the decode queue."""
+        if self.prefix is not None:
+            self.prefix.moved(self._requests[idx])
+        r = self._decode_of[idx]
+        self._arrived[r].append(idx)
+        if not self._decode_busy[r]:
+            self._start_decode(r)
 
     def _start_prefills(self) -> None:
         for p, busy in enumerate(self._prefill_busy):

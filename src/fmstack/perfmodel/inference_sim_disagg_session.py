@@ -171,11 +171,7 @@ class SessionDisaggSim(DisaggSim):
             elif kind == "prefill":
                 self._finish_prefill(idx)
             elif kind == "kv":
-                self.sessions.moved(self._requests[idx])
-                r = self._decode_of[idx]
-                self._arrived[r].append(idx)
-                if not self._decode_busy[r]:
-                    self._start_decode(r)
+                self._kv_done(idx)
             else:
                 self._finish_decode(idx)
         warm = sum(1 for q in self._requests if q.arrival_s < first_done_s)
