@@ -1516,3 +1516,13 @@ BAD_ARGV += [
     ([*_OFF, "--turns", "4", "--think-time-s", "5", "--kv-offload-gib", "64", "--prefill-replicas", "1",
       "--decode-replicas", "1"], "kv-offload-gib"),
 ]  # fmt: skip
+
+# session 20, lead: a request rate no one deployment serves is refused before its p99 checks (took minutes and GBs)
+BAD_ARGV += [
+    (["plan", "serve", "--model", "llama3.1-8b", "--qps", "1e8", "--input-len", "1024", "--output-len", "256",
+      "--ttft-p99", "2", "--itl-p99", "0.05"],
+     "qps: 1e+08 requests/s needs at least 1,394,984 GPUs (the fewest of any deployment screened), more than the "
+     "1,048,576 one plan sizes"),
+    (["plan", "serve", "--model", "llama3.1-8b", "--qps", "1e30", "--input-len", "1024", "--output-len", "256",
+      "--ttft-p99", "2", "--itl-p99", "0.05"], "qps: 1e+30 requests/s needs at least"),
+]  # fmt: skip

@@ -84,7 +84,7 @@ def test_pair_times_price_each_pair_on_its_link(
     d, cfg, nv, efa = tp2
     model, cluster = catalog.model("llama3.1-70b"), build_cluster(catalog, "p5.48xlarge", 1)
     kv = kv_pair_times(model, cluster, cfg, d, None, 5, 1, 8, cluster.nodes_per_domain)
-    assert [row[0] for row in kv.pair_s] == [nv, nv, nv, efa, efa]
+    assert [row[0] for row in kv.pair_s.rows()] == [nv, nv, nv, efa, efa]
     assert efa > nv and kv.best_s == nv == kv_move(model, cluster, cfg, d)[1]
     assert kv.by_link == {"NVLink (nvlink-4)": nv, "EFA-V2": efa} and kv.nvlink_pairs_share == pytest.approx(0.6)
 

@@ -18,8 +18,8 @@ nodes as an operator of NVIDIA Dynamo or SGLang PD would lay them out, determini
 A pair shares an NVLink domain when both replicas lie wholly in one domain (a p5 node; an UltraServer's 72 GPUs on
 p6e-gb200: 18 nodes of 4 GPUs, so a split of at most 18 such nodes is all NVLink); every other pair moves its KV over
 the scale-out fabric (EFA / IB). :func:`kv_pair_times` prices both links once with
-:func:`fmstack.perfmodel.inference_disagg.kv_transfer_s` (through ``kv_move``) and gives the (P, D) matrix the split
-simulations take.
+:func:`fmstack.perfmodel.inference_disagg.kv_transfer_s` (through ``kv_move``) and gives the (P, D) pair times the
+split simulations take (:class:`~fmstack.perfmodel.inference_kv_pairs.PairTimes`: each replica's domain, no matrix).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig
 from fmstack.perfmodel.inference_disagg import kv_move
+from fmstack.perfmodel.inference_kv_pairs import PairTimes
 from fmstack.perfmodel.inference_step import Deployment
 
 
@@ -47,33 +48,44 @@ class SplitPlacement:
     """NVLink domain of each prefill replica (None: it spans domains)."""
     decode_domain: tuple[int | None, ...]
 
+    def pair_times(self, near_s: float, far_s: float) -> PairTimes:
+        """Each pair's seconds: ``near_s`` in one NVLink domain, else ``far_s``."""
+        return PairTimes(near_s, far_s, self.prefill_domain, self.decode_domain)
+
     def same_domain(self, p: int, r: int) -> bool:
         """Whether prefill replica ``p`` and decode replica ``r`` lie in one NVLink domain."""
-        dom = self.prefill_domain[p]
-        return dom is not None and dom == self.decode_domain[r]
+        return self.pair_times(0.0, 0.0).near(p, r)
 
     @property
     def nvlink_pairs_share(self) -> float:
         """Share of the ``P x D`` pairs that lie in one NVLink domain."""
-        pairs = len(self.prefill_domain) * len(self.decode_domain)
-        same = sum(
-            self.same_domain(p, r) for p in range(len(self.prefill_domain)) for r in range(len(self.decode_domain))
-        )
-        return same / pairs
+        pairs = self.pair_times(0.0, 0.0)
+        return pairs.near_pairs() / (pairs.shape[0] * pairs.shape[1])
 
 
-def _fits(free: list[int], size: int, gpn: int, npd: int, domain: int | None) -> tuple[int, ...] | None:
-    """The nodes a replica of ``size`` GPUs takes (first fit; in ``domain`` when given), or None."""
+def _fits(
+    free: list[int], size: int, gpn: int, npd: int, domain: int | None, first: dict[int, int] | None = None
+) -> tuple[int, ...] | None:
+    """The nodes a replica of ``size`` GPUs takes (first fit; in ``domain`` when given), or None. ``first``: for a
+    fit in any domain, the lowest node a replica of each size could still start at (nodes only lose room, so a node
+    that once had too little never fits that size again); it turns the first fit of ``R`` replicas on ``N`` nodes
+    from ``R x N`` steps into ``R + N``."""
     n_nodes = len(free)
-    span = range(n_nodes) if domain is None else range(domain * npd, min(n_nodes, (domain + 1) * npd))
+    lo = 0 if first is None or domain is not None else first.get(size, 0)
+    span = range(lo, n_nodes) if domain is None else range(domain * npd, min(n_nodes, (domain + 1) * npd))
+    got: tuple[int, ...] | None = None
     if size <= gpn:
-        return next(((n,) for n in span if free[n] >= size), None)
-    k = math.ceil(size / gpn)
-    for n in span:
-        run = tuple(range(n, n + k))
-        if run[-1] < n_nodes and all(free[m] == gpn for m in run) and (domain is None or run[-1] in span):
-            return run
-    return None
+        got = next(((n,) for n in span if free[n] >= size), None)
+    else:
+        k = math.ceil(size / gpn)
+        for n in span:
+            run = tuple(range(n, n + k))
+            if run[-1] < n_nodes and all(free[m] == gpn for m in run) and (domain is None or run[-1] in span):
+                got = run
+                break
+    if first is not None and domain is None:
+        first[size] = n_nodes if got is None else got[0]
+    return got
 
 
 def _take(free: list[int], nodes: tuple[int, ...], size: int, gpn: int) -> None:
@@ -87,9 +99,10 @@ def _pack(sizes: list[tuple[int, int]], nodes: int, gpn: int, npd: int, spread: 
     free = [gpn] * nodes
     domains = -(-nodes // npd)
     out: list[tuple[int, ...]] = []
+    first: dict[int, int] = {}
     for k, (size, _) in enumerate(sizes):
         got = _fits(free, size, gpn, npd, k % domains) if k < spread else None
-        got = got or _fits(free, size, gpn, npd, None)
+        got = got or _fits(free, size, gpn, npd, None, first)
         if got is None:
             return None
         _take(free, got, size, gpn)
@@ -130,8 +143,8 @@ class KvPairs:
 
     kv_bytes: float
     """One prompt's KV cache."""
-    pair_s: tuple[tuple[float, ...], ...]
-    """Seconds to move it from prefill replica ``p`` to decode replica ``r``: ``pair_s[p][r]``."""
+    pair_s: PairTimes
+    """Seconds to move it from prefill replica ``p`` to decode replica ``r``: ``pair_s.at(p, r)``."""
     by_link: dict[str, float]
     """Seconds per link the placement uses (NVLink and / or the scale-out fabric)."""
     best_s: float
@@ -155,14 +168,9 @@ def kv_pair_times(
     kv_bytes, best_s, best_link, can_share = kv_move(model, cluster, cfg, d, decode)
     _, far_s, far_link, _ = kv_move(model, cluster, cfg, d, decode, same_domain=False)
     near_s = best_s if can_share else far_s
-    pairs = tuple(
-        tuple(near_s if place.same_domain(p, r) else far_s for r in range(decode_replicas))
-        for p in range(prefill_replicas)
-    )
-    by_link: dict[str, float] = {}
-    for p in range(prefill_replicas):
-        for r in range(decode_replicas):
-            local = place.same_domain(p, r) and can_share
-            by_link[best_link if local else far_link] = best_s if local else far_s
+    pairs = place.pair_times(near_s, far_s)
+    near = pairs.near_pairs() if can_share else 0
+    links = [(best_link, best_s)] * bool(near) + [(far_link, far_s)] * (near < prefill_replicas * decode_replicas)
+    by_link = dict(links if can_share and pairs.near(0, 0) else links[::-1])  # in the order pair (0, 0) first
     return KvPairs(kv_bytes=kv_bytes, pair_s=pairs, by_link=by_link, best_s=best_s, best_link=best_link,
                    nvlink_pairs_share=place.nvlink_pairs_share if can_share else 0.0, placement=place)  # fmt: skip

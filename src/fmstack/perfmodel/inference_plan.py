@@ -156,6 +156,12 @@ def layouts(model: ModelArch, nodes: int, gpus_per_node: int, gpus_per_domain: i
     return out
 
 
+MAX_PLAN_GPUS = 1 << 20
+"""The largest deployment one serving plan sizes (1,048,576 GPUs; the largest clusters hold ~1e5): past it the p99
+checks, which place every replica of a split on its nodes, take minutes and gigabytes for a fleet no one runs as one
+deployment (``--qps 1e9`` of Llama 3.1 8B: 43.6 million one-GPU replicas)."""
+
+
 def plan_serve(
     catalog: Catalog,
     model: ModelArch,
@@ -267,6 +273,11 @@ def plan_serve(
     if not found:
         raise nothing_found(tried, cluster_of, model, layouts, precisions, max_nodes_per_replica, slo, input_len,
                             output_len, efficiency_for)  # fmt: skip
+    fewest = min(c.num_gpus for c in found)
+    if fewest > MAX_PLAN_GPUS:  # before the p99 checks, which place and simulate every replica of a split
+        raise InputError("qps", f"{qps:g} requests/s needs at least {fewest:,} GPUs (the fewest of any deployment "
+                         f"screened), more than the {MAX_PLAN_GPUS:,} one plan sizes: plan a share of the traffic "
+                         "(--qps divided by the number of deployments)")  # fmt: skip
     ranked = verify_cheapest(cluster_of, model, found, qps, input_len, output_len, slo, seed, on_simulate,
                              efficiency_for=efficiency_for, router=router, prefix=prefix,
                              kv_router=kv_router, sessions=sessions)  # fmt: skip

@@ -17,7 +17,7 @@ replicas behind a blind one (:func:`~fmstack.perfmodel.inference_plan_session.ca
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -27,6 +27,7 @@ from fmstack.perfmodel.efficiency import EfficiencyFor
 from fmstack.perfmodel.inference import ServeConfig, deployment_for
 from fmstack.perfmodel.inference_disagg import SLO
 from fmstack.perfmodel.inference_disagg_place import kv_pair_times
+from fmstack.perfmodel.inference_kv_pairs import PairTimes
 from fmstack.perfmodel.inference_plan_candidate import Candidate, ClusterOf, deployment_nodes
 from fmstack.perfmodel.inference_plan_session import holds_conversation
 from fmstack.perfmodel.inference_prefix import PrefixWorkload
@@ -67,13 +68,13 @@ def split_session_configs(
 def session_kv(
     model: ModelArch, two: Cluster, cfg: ServeConfig, d: Deployment, decode: Deployment | None, prefill_replicas: int,
     decode_replicas: int, gpus_per_node: int, nodes_per_domain: int,
-) -> tuple[Callable[[int], Sequence[Sequence[float]]], Callable[[int], float]]:  # fmt: skip
+) -> tuple[Callable[[int], PairTimes], Callable[[int], float]]:  # fmt: skip
     """(prompt tokens -> each pair's KV transfer seconds, prompt tokens -> KV bytes moved): the split's
     :func:`~fmstack.perfmodel.inference_disagg_place.kv_pair_times` of a prompt of that length (the whole
     conversation's KV moves each turn), each length priced once."""
-    priced: dict[int, tuple[Sequence[Sequence[float]], float]] = {}
+    priced: dict[int, tuple[PairTimes, float]] = {}
 
-    def at(tokens: int) -> tuple[Sequence[Sequence[float]], float]:
+    def at(tokens: int) -> tuple[PairTimes, float]:
         if tokens not in priced:
             kv = kv_pair_times(model, two, replace(cfg, input_len=tokens), d, decode, prefill_replicas,
                                decode_replicas, gpus_per_node, nodes_per_domain)  # fmt: skip

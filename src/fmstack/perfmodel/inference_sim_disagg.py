@@ -48,6 +48,7 @@ import numpy as np
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
 from fmstack.perfmodel.inference_disagg_spec import draw, emit_step, prefill_deployment
+from fmstack.perfmodel.inference_kv_pairs import DenseTimes, KvPairTimes, PairTimes
 from fmstack.perfmodel.inference_sim_disagg_stats import PoolStats as PoolStats  # re-exported: moved there
 from fmstack.perfmodel.inference_sim_disagg_stats import pool_stats as pool_stats  # re-exported: moved there
 from fmstack.perfmodel.inference_sim_io import SimConfig, SimRequest, SimResult, summarise
@@ -56,23 +57,30 @@ from fmstack.perfmodel.inference_step import Deployment, step_time
 if TYPE_CHECKING:
     from fmstack.perfmodel.inference_sim_disagg_prefix import PrefillPrefix
 
-KvTimes = float | Sequence[Sequence[float]]
-"""One prompt's KV transfer in seconds: one figure for every (prefill, decode) pair, or ``[p][r]`` per pair."""
+KvTimes = float | Sequence[Sequence[float]] | KvPairTimes
+"""One prompt's KV transfer in seconds: one figure for every (prefill, decode) pair, ``[p][r]`` per pair, or a
+placed split's :class:`~fmstack.perfmodel.inference_kv_pairs.PairTimes` (no ``P x D`` matrix)."""
 
 
-def kv_matrix(kv_transfer_s: KvTimes, prefill_replicas: int, decode_replicas: int) -> list[list[float]]:
-    """``kv_transfer_s`` as a ``prefill_replicas x decode_replicas`` matrix (a figure repeated), checked."""
+def kv_matrix(kv_transfer_s: KvTimes, prefill_replicas: int, decode_replicas: int) -> KvPairTimes:
+    """``kv_transfer_s`` as pair times of ``prefill_replicas x decode_replicas`` (a figure repeated), checked."""
     if isinstance(kv_transfer_s, (int, float)):
-        rows = [[float(kv_transfer_s)] * decode_replicas for _ in range(prefill_replicas)]
+        x = float(kv_transfer_s)
+        kv: KvPairTimes = PairTimes(x, x, (None,) * prefill_replicas, (None,) * decode_replicas)
+    elif isinstance(kv_transfer_s, (PairTimes, DenseTimes)):
+        kv = kv_transfer_s
     else:
-        rows = [[float(x) for x in row] for row in kv_transfer_s]
-        if len(rows) != prefill_replicas or any(len(row) != decode_replicas for row in rows):
+        kv = DenseTimes.of(kv_transfer_s)
+        if len(kv.rows_s) != prefill_replicas or any(len(row) != decode_replicas for row in kv.rows_s):
             raise InputError("kv-transfer", f"needs {prefill_replicas} x {decode_replicas} pair times (prefill x "
-                             f"decode), got {len(rows)} rows of {sorted({len(row) for row in rows})}")  # fmt: skip
-    bad = [x for row in rows for x in row if not x >= 0]
+                             f"decode), got {len(kv.rows_s)} rows of {sorted({len(row) for row in kv.rows_s})}")  # fmt: skip
+    if kv.shape != (prefill_replicas, decode_replicas):
+        raise InputError("kv-transfer", f"needs {prefill_replicas} x {decode_replicas} pair times (prefill x decode), "
+                         f"got {kv.shape[0]} x {kv.shape[1]}")  # fmt: skip
+    bad = [x for x in kv.values() if not x >= 0]
     if bad:
         raise InputError("kv-transfer", f"must be >= 0 s, got {bad[0]}")
-    return rows
+    return kv
 
 
 class DisaggSim:
@@ -100,7 +108,7 @@ class DisaggSim:
             )
         self.kv_pair_s = kv_matrix(kv_transfer_s, prefill_replicas, decode_replicas)
         """Seconds to move one prompt's KV cache from prefill replica ``p`` to decode replica ``r``."""
-        self._kv_uniform = len({x for row in self.kv_pair_s for x in row}) == 1
+        self._kv_uniform = len(self.kv_pair_s.values()) == 1
         self.dd = d if decode is None else decode
         if type(self) is DisaggSim and (d.attention_dp or self.dd.attention_dp):
             raise InputError("attention-dp", "attention-DP pools have ranks: use simulate_disagg or AdpDisaggSim")
@@ -312,7 +320,7 @@ class DisaggSim:
 
     def _kv_s(self, p: int, r: int, rid: int) -> float:
         """Seconds request ``rid``'s KV takes from prefill replica ``p`` to decode replica ``r``."""
-        return self.kv_pair_s[p][r]
+        return self.kv_pair_s.at(p, r)
 
     def _pick(self, free: list[int], p: int, per: int) -> int:
         """Of ``free`` (slots per decode unit, ``per`` units to a decode replica), the unit with the most free
@@ -321,8 +329,8 @@ class DisaggSim:
         most = max(free)
         if self._kv_uniform:
             return free.index(most)
-        row = self.kv_pair_s[p]
-        return min((u for u, f in enumerate(free) if f == most), key=lambda u: row[u // per])
+        kv = self.kv_pair_s
+        return min((u for u, f in enumerate(free) if f == most), key=lambda u: kv.at(p, u // per))
 
     def _start_decode(self, r: int) -> None:
         for q in self._arrived[r]:

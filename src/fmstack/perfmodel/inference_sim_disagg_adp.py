@@ -159,7 +159,7 @@ class AdpDisaggSim(DisaggSim):
             self._slot_wait_by_rid[rid] = self.slot_wait_s[-1]
             p = self._prefill_of.pop(rid)
             link = p * self.prefill_ranks + self._prefill_rank.pop(rid, 0)
-            kv_s = self.kv_moved[rid] = self.kv_pair_s[p][r]
+            kv_s = self.kv_moved[rid] = self.kv_pair_s.at(p, r)
             end = max(self.clock_s, self._link_free_s[link]) + kv_s
             self._link_free_s[link] = end
             self._push(end, "kv", rid)

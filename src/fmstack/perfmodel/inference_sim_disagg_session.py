@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -44,10 +44,11 @@ import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
+from fmstack.perfmodel.inference_kv_pairs import KvPairTimes
 from fmstack.perfmodel.inference_session import session_key
 from fmstack.perfmodel.inference_session_mean import mean_prompt_tokens
 from fmstack.perfmodel.inference_sim import new_request
-from fmstack.perfmodel.inference_sim_disagg import DisaggSim, KvTimes
+from fmstack.perfmodel.inference_sim_disagg import DisaggSim, KvTimes, kv_matrix
 from fmstack.perfmodel.inference_sim_disagg_prefix import PrefillPrefix
 from fmstack.perfmodel.inference_sim_disagg_stats import PoolStats, pool_stats
 from fmstack.perfmodel.inference_sim_io import SimConfig, SimRequest, SimResult, summarise
@@ -55,7 +56,7 @@ from fmstack.perfmodel.inference_sim_prefix import admission_need, admit_prefix,
 from fmstack.perfmodel.inference_sim_session import THINK_STREAM, session_count, session_stats
 from fmstack.perfmodel.inference_step import Deployment
 
-KvTime = Callable[[int], Sequence[Sequence[float]]]
+KvTime = Callable[[int], KvTimes]
 """Prompt tokens -> the ``[p][r]`` seconds its KV takes from prefill replica ``p`` to decode replica ``r``."""
 
 
@@ -131,11 +132,12 @@ class SessionDisaggSim(DisaggSim):
             raise InputError(
                 "prefix-hit-rate", "a multi-turn workload simulates its cache hits: drop --prefix-hit-rate"
             )
-        first: KvTimes = [list(row) for row in kv_time(cfg.input_len)]
+        first = kv_time(cfg.input_len)
         super().__init__(d, cfg, sim, prefill_replicas=prefill_replicas, decode_replicas=decode_replicas,
                          kv_transfer_s=first, decode=decode, decode_cfg=decode_cfg)  # fmt: skip
         self.spec = spec
         self.kv_time = kv_time
+        self._kv_by_len: dict[int, KvPairTimes] = {}
         dc = cfg if decode_cfg is None else decode_cfg
         longest = math.ceil(spec.turns * (cfg.input_len + cfg.output_len) * (1 + sim.length_spread))
         if max_concurrency(self.dd, replace(dc, input_len=longest, output_len=1, max_batch=None)) < 1:
@@ -210,7 +212,10 @@ class SessionDisaggSim(DisaggSim):
 
     def _kv_s(self, p: int, r: int, rid: int) -> float:
         """Each turn's KV moves in its own prompt's time (``kv_time``), not the first turn's."""
-        return float(self.kv_time(self._requests[rid].input_len)[p][r])
+        tokens = self._requests[rid].input_len
+        if tokens not in self._kv_by_len:
+            self._kv_by_len[tokens] = kv_matrix(self.kv_time(tokens), *self.kv_pair_s.shape)
+        return self._kv_by_len[tokens].at(p, r)
 
     def measured(self) -> list[SimRequest]:
         """The measured turns (the window :meth:`run` set)."""

@@ -71,7 +71,7 @@ def pool_stats(s: DisaggSim) -> PoolStats:
     waited = [r for r in ids if r in s._slot_wait_by_rid and s._slot_wait_by_rid[r] > 0]
     util = busy / (n_pre * (hi - lo))
     moved = [s.kv_moved[r.rid] for r in reqs if r.rid in s.kv_moved]
-    fastest = min(x for row in s.kv_pair_s for x in row)
+    fastest = min(s.kv_pair_s.values())
     hits = (math.nan, math.nan)
     if s.prefix is not None:
         from fmstack.perfmodel.inference_sim_disagg_prefix import hit_rates
