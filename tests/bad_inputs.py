@@ -1526,3 +1526,6 @@ BAD_ARGV += [
     (["plan", "serve", "--model", "llama3.1-8b", "--qps", "1e30", "--input-len", "1024", "--output-len", "256",
       "--ttft-p99", "2", "--itl-p99", "0.05"], "qps: 1e+30 requests/s needs at least"),
 ]  # fmt: skip
+
+# session 20, fuzzing the commands other than serve (helper A): add rows here
+BAD_ARGV += []  # fmt: skip
