@@ -11,8 +11,7 @@ import pytest
 
 from fmstack.errors import InputError
 from fmstack.perfmodel import inference_disagg_place as place
-from fmstack.perfmodel.inference_kv_pairs import DenseTimes, PairTimes
-from fmstack.perfmodel.inference_sim_disagg import kv_matrix
+from fmstack.perfmodel.inference_kv_pairs import DenseTimes, PairTimes, kv_matrix
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -41,7 +40,7 @@ def test_kv_matrix_takes_a_figure_a_matrix_or_pair_times() -> None:
     assert kv_matrix(pt, 2, 1) is pt
     with pytest.raises(InputError, match="needs 3 x 1 pair times"):
         kv_matrix(pt, 3, 1)
-    with pytest.raises(InputError, match="must be >= 0 s, got -1.0"):
+    with pytest.raises(InputError, match=r"must be >= 0 s, got -1\.0"):
         kv_matrix(PairTimes(-1.0, 2.0, (0,), (0,)), 1, 1)
 
 

@@ -15,6 +15,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from fmstack.errors import InputError
+
 
 @dataclass(frozen=True, slots=True)
 class PairTimes:
@@ -77,3 +79,28 @@ class DenseTimes:
 
 
 KvPairTimes = PairTimes | DenseTimes
+
+KvTimes = float | Sequence[Sequence[float]] | KvPairTimes
+"""One prompt's KV transfer in seconds: one figure for every (prefill, decode) pair, ``[p][r]`` per pair, or a
+placed split's :class:`~fmstack.perfmodel.inference_kv_pairs.PairTimes` (no ``P x D`` matrix)."""
+
+
+def kv_matrix(kv_transfer_s: KvTimes, prefill_replicas: int, decode_replicas: int) -> KvPairTimes:
+    """``kv_transfer_s`` as pair times of ``prefill_replicas x decode_replicas`` (a figure repeated), checked."""
+    if isinstance(kv_transfer_s, (int, float)):
+        x = float(kv_transfer_s)
+        kv: KvPairTimes = PairTimes(x, x, (None,) * prefill_replicas, (None,) * decode_replicas)
+    elif isinstance(kv_transfer_s, (PairTimes, DenseTimes)):
+        kv = kv_transfer_s
+    else:
+        kv = DenseTimes.of(kv_transfer_s)
+        if len(kv.rows_s) != prefill_replicas or any(len(row) != decode_replicas for row in kv.rows_s):
+            raise InputError("kv-transfer", f"needs {prefill_replicas} x {decode_replicas} pair times (prefill x "
+                             f"decode), got {len(kv.rows_s)} rows of {sorted({len(row) for row in kv.rows_s})}")  # fmt: skip
+    if kv.shape != (prefill_replicas, decode_replicas):
+        raise InputError("kv-transfer", f"needs {prefill_replicas} x {decode_replicas} pair times (prefill x decode), "
+                         f"got {kv.shape[0]} x {kv.shape[1]}")  # fmt: skip
+    bad = [x for x in kv.values() if not x >= 0]
+    if bad:
+        raise InputError("kv-transfer", f"must be >= 0 s, got {bad[0]}")
+    return kv

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -48,7 +47,7 @@ import numpy as np
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
 from fmstack.perfmodel.inference_disagg_spec import draw, emit_step, prefill_deployment
-from fmstack.perfmodel.inference_kv_pairs import DenseTimes, KvPairTimes, PairTimes
+from fmstack.perfmodel.inference_kv_pairs import KvTimes, kv_matrix
 from fmstack.perfmodel.inference_sim_disagg_stats import PoolStats as PoolStats  # re-exported: moved there
 from fmstack.perfmodel.inference_sim_disagg_stats import pool_stats as pool_stats  # re-exported: moved there
 from fmstack.perfmodel.inference_sim_io import SimConfig, SimRequest, SimResult, summarise
@@ -56,31 +55,6 @@ from fmstack.perfmodel.inference_step import Deployment, step_time
 
 if TYPE_CHECKING:
     from fmstack.perfmodel.inference_sim_disagg_prefix import PrefillPrefix
-
-KvTimes = float | Sequence[Sequence[float]] | KvPairTimes
-"""One prompt's KV transfer in seconds: one figure for every (prefill, decode) pair, ``[p][r]`` per pair, or a
-placed split's :class:`~fmstack.perfmodel.inference_kv_pairs.PairTimes` (no ``P x D`` matrix)."""
-
-
-def kv_matrix(kv_transfer_s: KvTimes, prefill_replicas: int, decode_replicas: int) -> KvPairTimes:
-    """``kv_transfer_s`` as pair times of ``prefill_replicas x decode_replicas`` (a figure repeated), checked."""
-    if isinstance(kv_transfer_s, (int, float)):
-        x = float(kv_transfer_s)
-        kv: KvPairTimes = PairTimes(x, x, (None,) * prefill_replicas, (None,) * decode_replicas)
-    elif isinstance(kv_transfer_s, (PairTimes, DenseTimes)):
-        kv = kv_transfer_s
-    else:
-        kv = DenseTimes.of(kv_transfer_s)
-        if len(kv.rows_s) != prefill_replicas or any(len(row) != decode_replicas for row in kv.rows_s):
-            raise InputError("kv-transfer", f"needs {prefill_replicas} x {decode_replicas} pair times (prefill x "
-                             f"decode), got {len(kv.rows_s)} rows of {sorted({len(row) for row in kv.rows_s})}")  # fmt: skip
-    if kv.shape != (prefill_replicas, decode_replicas):
-        raise InputError("kv-transfer", f"needs {prefill_replicas} x {decode_replicas} pair times (prefill x decode), "
-                         f"got {kv.shape[0]} x {kv.shape[1]}")  # fmt: skip
-    bad = [x for x in kv.values() if not x >= 0]
-    if bad:
-        raise InputError("kv-transfer", f"must be >= 0 s, got {bad[0]}")
-    return kv
 
 
 class DisaggSim:

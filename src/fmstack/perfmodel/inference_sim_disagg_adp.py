@@ -36,7 +36,8 @@ import numpy as np
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig
 from fmstack.perfmodel.inference_disagg_spec import draw, emit_step
-from fmstack.perfmodel.inference_sim_disagg import DisaggSim, KvTimes
+from fmstack.perfmodel.inference_kv_pairs import KvTimes
+from fmstack.perfmodel.inference_sim_disagg import DisaggSim
 from fmstack.perfmodel.inference_sim_io import SimConfig
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
 

@@ -44,11 +44,11 @@ import numpy as np
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
-from fmstack.perfmodel.inference_kv_pairs import KvPairTimes
+from fmstack.perfmodel.inference_kv_pairs import KvPairTimes, KvTimes, kv_matrix
 from fmstack.perfmodel.inference_session import session_key
 from fmstack.perfmodel.inference_session_mean import mean_prompt_tokens
 from fmstack.perfmodel.inference_sim import new_request
-from fmstack.perfmodel.inference_sim_disagg import DisaggSim, KvTimes, kv_matrix
+from fmstack.perfmodel.inference_sim_disagg import DisaggSim
 from fmstack.perfmodel.inference_sim_disagg_prefix import PrefillPrefix
 from fmstack.perfmodel.inference_sim_disagg_stats import PoolStats, pool_stats
 from fmstack.perfmodel.inference_sim_io import SimConfig, SimRequest, SimResult, summarise
