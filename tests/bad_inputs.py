@@ -1472,8 +1472,6 @@ BAD_ARGV += [
     ([*_PSESS, "--think-time-s", "5"], "think-time-s: --think-time-s is the pause between a session's turns"),
     ([*_PSESS, "--router", "session"], "router: session affinity pins a session's turns: give --turns > 1"),
     ([*_PSESS, "--turns", "300"], "turns: 300 turns x (512 + 128) tokens = 192000 exceed the model's context"),
-    ([*_PSESS, "--turns", "3", "--prefix-groups", "4", "--prefix-len", "128"],
-     "turns: plan serve screens a multi-turn workload's history hits, not a shared system prefix's"),
     ([*_PSESS, "--turns", "two"], "Invalid value for '--turns'"),
 ]  # fmt: skip
 

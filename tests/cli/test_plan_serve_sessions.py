@@ -64,3 +64,39 @@ def test_session_plan_commands_reproduce_its_rows(tmp_path: Path) -> None:
     assert "planned for sessions of 3 turns (think time 5 s)" in " ".join(res.output.split())
     assert "--turns 3 --think-time-s 5.0" in " ".join(res.output.split())
     assert "planned for sessions of 3 turns (think time 5 s)" in (tmp_path / "plan.html").read_text()
+
+
+def test_sessions_with_a_system_prefix_screen_its_first_turn_hits_and_simulate_both() -> None:
+    """Session 20: ``--turns`` with ``--prefix-groups`` (refused before). A session's first turn finds its group's
+    system prefix cached (4 groups of 256 tokens: Che's figure in a pool of thousands of prefixes is 1), its later
+    turns their history as before (the simulation keys a later turn by its session alone). By hand, 3 replicas behind
+    round-robin, 4 turns of 512 + 256: the history a turn finds, sum_j (1/3)(2/3)^(t-1-j) j x 768, is 0, 256,
+    2048/3 and 11008/9 tokens (19456/9 in all); the first turn adds 256, so the mean turn's cached share is
+    (19456/9 + 256) / 4 / 1664 = 21760/59904, and the share of turns that hit is (0 + 1/3 + 5/9 + 19/27 + 1) / 4."""
+    argv = [*PLAN[:-2], "--precision", "fp8", "--output-len", "256", "--qps", "100", "--input-len", "512",
+            "--ttft-p99", "0.5", "--itl-p99", "0.01", "--turns", "4", "--think-time-s", "5"]  # fmt: skip
+    data = _run([*argv, "--prefix-groups", "4", "--prefix-len", "256"])
+    best = data["best"]
+    assert (best["mode"], best["replicas"], data["screened_input_len"]) == ("colocated", 3, 1664)
+    assert abs(best["prefix_hit_rate"] - 21760 / 59904) <= 1e-12
+    assert abs(best["prefix_request_hit_rate"] - (1 / 3 + 5 / 9 + 19 / 27 + 1) / 4) <= 1e-12
+    assert all(c["mode"] == "colocated" for c in data["candidates"])
+    assert (
+        "splits not searched: a split's sessions are simulated without a shared system prefix"
+        in (data["disaggregation_note"])
+    )
+    without = _run(argv)["best"]  # the same row without the prefix: the history hits alone
+    assert abs(without["prefix_hit_rate"] - 19456 / 9 / 4 / 1664) <= 1e-12
+    assert best["rate_per_replica_rps"] >= without["rate_per_replica_rps"]
+    point = _run(shlex.split(best["estimate_command"])[1:])
+    assert abs(point["requests_per_s"] - best["rate_per_replica_rps"]) <= 1e-9 * best["rate_per_replica_rps"]
+    p99 = shlex.split(best["p99_command"])
+    for flag, value in (("--prefix-groups", "4"), ("--prefix-len", "256"), ("--turns", "4"), ("--replicas", "3")):
+        assert p99[p99.index(flag) + 1] == value
+    again = _run(p99[1:])
+    assert again["ttft_p99_s"] == best["sim"]["ttft_p99_s"] and again["itl_p99_s"] == best["sim"]["itl_p99_s"]
+    # estimate serve's analytic means price the same mean turn (the first turns' hits too since session 20)
+    assert abs(again["history_hit_share"] - 21760 / 59904) <= 1e-12
+    assert abs(again["history_hit_turns"] - best["prefix_request_hit_rate"]) <= 1e-12
+    first = again["sessions"]["by_turn"][0]
+    assert first["hit_rate"] == 1.0 and first["token_hit_rate"] == 256 / 512  # every first turn hit, as screened

@@ -185,3 +185,26 @@ def test_session_router_screens_every_turn_count(turns: int) -> None:
     c = analytic(cfg, cluster, arch, 40.0, SLO_CHAT, "p5.48xlarge", 1, sessions=sessions, router="session")
     assert c is not None
     assert c.prefix_request_hit_rate == pytest.approx((turns - 1) / turns)
+
+
+def test_first_turn_system_prefix_by_hand() -> None:
+    """Session 20: a shared system prefix's first-turn hits. ``screen_config`` adds the first turn's expected cached
+    tokens over the turns (none without a cache); ``first_turn_prefix`` is Che's figure in the mean turn's whole pool:
+    1 where every group fits, below 1 where a uniform popularity over many long prefixes does not."""
+    from fmstack.perfmodel.inference_prefix import PrefixWorkload
+    from fmstack.perfmodel.inference_session_mean import first_turn_prefix
+
+    cfg = ServeConfig(tp=1, precision="fp8", input_len=512, output_len=256)
+    base = screen_config(cfg, FOUR, 1)
+    with_prefix = screen_config(cfg, FOUR, 1, 200.0)
+    assert with_prefix.prefix_hit_rate * 1664 == pytest.approx(base.prefix_hit_rate * 1664 + 200 / 4, rel=1e-12)
+    assert screen_config(cfg, FOUR, None, 200.0).prefix_hit_rate == 0.0
+    assert hit_turns(FOUR, 1, 0.5) == pytest.approx((0 + 1 + 1 + 1 + 0.5) / 4)
+    cat = load_catalog()
+    d = deployment_for(cat.model("llama3.1-8b"), build_cluster(cat, "p5.48xlarge", 1), base)
+    assert first_turn_prefix(PrefixWorkload(groups=4, prefix_len=256), d, base, 512, 1, "session") == (1.0, 256.0)
+    assert first_turn_prefix(None, d, base, 512, 1, "session") == (0.0, 0.0)
+    assert first_turn_prefix(PrefixWorkload(groups=4, prefix_len=256), d, base, 512, None, "round-robin") == (0.0, 0.0)
+    many = PrefixWorkload(groups=100_000, prefix_len=511)
+    hit, tokens = first_turn_prefix(many, d, base, 512, 1, "session")
+    assert 0.0 < hit < 1.0 and tokens == hit * 511

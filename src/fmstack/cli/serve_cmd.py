@@ -201,7 +201,8 @@ def serve_cmd(
     replica_cfg = (
         cfg if behind == 1 else replace(cfg, request_rate_per_s=cfg.request_rate_per_s / behind)  # type: ignore[operator]
     )
-    priced = mean_turn(replica_cfg, sessions, router, behind)  # what the analytic means price (the mean turn)
+    first_d = None if sessions is None or prefix is None else deployment(arch, cluster, replica_cfg)  # its KV pool
+    priced, first_hit = mean_turn(replica_cfg, sessions, router, behind, prefix, first_d)  # what the means price
     note = analytic_note = None
     try:
         try:
@@ -226,7 +227,10 @@ def serve_cmd(
             note = f"colocated: {exc.message}; shown at the most clients a replica holds, not simulated"
     session_keys: dict[str, Any] = {}
     if sessions is not None:  # the config the user gave (a turn's new tokens); the priced mean turn in its own keys
-        est, session_keys = replace(est, config=replica_cfg), mean_turn_json(priced, sessions, router, behind)
+        est, session_keys = (
+            replace(est, config=replica_cfg),
+            mean_turn_json(priced, sessions, router, behind, first_hit),
+        )
     fleet: dict[str, Any] = {}
     if simulate:
         est, sim_note, fleet = _with_percentiles(est, arch, cluster, replica_cfg, seed, length_spread, efficiency,

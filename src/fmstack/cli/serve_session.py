@@ -12,9 +12,11 @@ import click
 
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, ServeEstimate
+from fmstack.perfmodel.inference_prefix import PrefixWorkload
 from fmstack.perfmodel.inference_session import SessionWorkload, check_context
-from fmstack.perfmodel.inference_session_mean import cache_units, hit_turns, screen_config
+from fmstack.perfmodel.inference_session_mean import cache_units, first_turn_prefix, hit_turns, screen_config
 from fmstack.perfmodel.inference_sim_io import SimConfig
+from fmstack.perfmodel.inference_step import Deployment
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -66,21 +68,33 @@ def session_workload(
     return spec
 
 
-def mean_turn(cfg: ServeConfig, spec: SessionWorkload | None, router: str, replicas: int) -> ServeConfig:
-    """What the analytic means price: ``cfg`` (one replica's, a turn's new tokens) as its sessions' mean turn, with
-    the history hits of ``replicas`` replicas' caches behind ``router``
-    (:func:`~fmstack.perfmodel.inference_session_mean.screen_config`); ``cfg`` itself without sessions."""
+def mean_turn(
+    cfg: ServeConfig, spec: SessionWorkload | None, router: str, replicas: int,
+    prefix: PrefixWorkload | None = None, d: Deployment | None = None,
+) -> tuple[ServeConfig, float]:  # fmt: skip
+    """What the analytic means price: ``cfg`` (one replica's ``d``, a turn's new tokens) as its sessions' mean turn,
+    with the history hits of ``replicas`` replicas' caches behind ``router`` and a shared system prefix's first-turn
+    hits (:func:`~fmstack.perfmodel.inference_session_mean.screen_config`, :func:`~fmstack.perfmodel.
+    inference_session_mean.first_turn_prefix`), and the probability a first turn hits; ``cfg`` without sessions."""
     if spec is None:
-        return cfg
-    return screen_config(cfg, spec, cache_units(router, replicas, cfg.tp if cfg.attention_dp else 1))
+        return cfg, 0.0
+    units = cache_units(router, replicas, cfg.tp if cfg.attention_dp else 1)
+    priced = screen_config(cfg, spec, units)
+    if prefix is None or d is None:
+        return priced, 0.0
+    hit, tokens = first_turn_prefix(prefix, d, priced, cfg.input_len, replicas, router)
+    return screen_config(cfg, spec, units, tokens), hit
 
 
-def mean_turn_json(priced: ServeConfig, spec: SessionWorkload, router: str, replicas: int) -> dict[str, Any]:
+def mean_turn_json(
+    priced: ServeConfig, spec: SessionWorkload, router: str, replicas: int, first_turn_hit: float = 0.0
+) -> dict[str, Any]:
     """The analytic mean turn's JSON keys: ``mean_prompt_tokens`` (its prompt, rounded up), ``history_hit_share``
-    (the share of it priced as cached history) and ``history_hit_turns`` (the share of turns that hit some)."""
+    (the share of it priced as cached: history, and a first turn's system prefix) and ``history_hit_turns`` (the
+    share of turns that hit some)."""
     units = cache_units(router, replicas, priced.tp if priced.attention_dp else 1)
     return {"mean_prompt_tokens": priced.input_len, "history_hit_share": priced.prefix_hit_rate,
-            "history_hit_turns": hit_turns(spec, units)}  # fmt: skip
+            "history_hit_turns": hit_turns(spec, units, first_turn_hit)}  # fmt: skip
 
 
 def mean_turn_error(exc: InputError, priced: ServeConfig) -> InputError:

@@ -39,7 +39,13 @@ from fmstack.perfmodel.inference_plan_spec import chunk_gap_s
 from fmstack.perfmodel.inference_prefix import PrefixWorkload, screen_hit_rates, token_share
 from fmstack.perfmodel.inference_router import ROUTERS_AFFINITY
 from fmstack.perfmodel.inference_session import SessionWorkload
-from fmstack.perfmodel.inference_session_mean import HISTORY_ROUTERS, cache_units, hit_turns, screen_config
+from fmstack.perfmodel.inference_session_mean import (
+    HISTORY_ROUTERS,
+    cache_units,
+    first_turn_prefix,
+    hit_turns,
+    screen_config,
+)
 from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
 
 F = NDArray[np.float64]
@@ -68,7 +74,7 @@ def analytic(
     if sessions is not None:
         if not holds_conversation(d, cfg, sessions):
             return None
-        got = _session_point(d, cfg, slo, qps, sessions, router)
+        got = _session_point(d, cfg, slo, qps, sessions, router, prefix)
         if got is None:
             return None
         replicas, (point, cfg, request_hit) = got
@@ -113,11 +119,13 @@ def analytic(
 
 
 def _session_point(
-    d: Deployment, cfg: ServeConfig, slo: SLO, qps: float, sessions: SessionWorkload, router: str
-) -> tuple[int, tuple[tuple[float, int, Curve, float, float], ServeConfig, float]] | None:
+    d: Deployment, cfg: ServeConfig, slo: SLO, qps: float, sessions: SessionWorkload, router: str,
+    prefix: PrefixWorkload | None = None,
+) -> tuple[int, tuple[tuple[float, int, Curve, float, float], ServeConfig, float]] | None:  # fmt: skip
     """A multi-turn workload's replicas and best point: the mean turn (:func:`screen_config`) with the history hits
     of the replicas' caches (:func:`cache_units`; behind a blind router the fewest replicas that serve ``qps``,
-    :func:`fewest_replicas`), the priced configuration and the share of turns that hit."""
+    :func:`fewest_replicas`) and, with a shared system prefix ``prefix``, its first turns' hits
+    (:func:`first_turn_prefix`), the priced configuration and the share of turns that hit."""
     ranks = d.tp if d.attention_dp else 1
 
     def at(
@@ -125,6 +133,8 @@ def _session_point(
     ) -> tuple[float, tuple[tuple[float, int, Curve, float, float], ServeConfig, float]] | None:
         units = cache_units(router, replicas, ranks)
         priced = screen_config(cfg, sessions, units)
+        first_hit, first_cached = first_turn_prefix(prefix, d, priced, cfg.input_len, replicas, router)
+        priced = screen_config(cfg, sessions, units, first_cached)
         limit = max_concurrency(d, priced)
         if limit < 1:
             return None
@@ -134,7 +144,7 @@ def _session_point(
         every = units == 1  # one cache per session: every later turn hits (hit_turns exactly (N - 1) / N)
         cached = max(last, math.floor(priced.prefix_hit_rate * priced.input_len) if every else 0)
         point = _best_point(d, priced, slo, limit, None, 1, router, cached=cached)
-        return None if point is None else (point[0], (point, priced, hit_turns(sessions, units)))
+        return None if point is None else (point[0], (point, priced, hit_turns(sessions, units, first_hit)))
 
     if router in HISTORY_ROUTERS:
         got = at(1)

@@ -67,16 +67,10 @@ def screened_input_len(spec: SessionWorkload | None, input_len: int, output_len:
     return input_len if spec is None else math.ceil(mean_prompt_tokens(spec, input_len, output_len))
 
 
-def check_plan_sessions(spec: SessionWorkload | None, router: str, prefix_given: bool) -> None:
-    """What `plan serve` refuses of a multi-turn workload (one line, exit 2): the session router without one, and a
-    shared system prefix with one (its first turns' prefix hits are not screened)."""
-    if spec is None:
-        if router == "session":
-            raise InputError("router", "session affinity pins a session's turns: give --turns > 1")
-        return
-    if prefix_given:
-        raise InputError("turns", "plan serve screens a multi-turn workload's history hits, not a shared system "
-                         "prefix's: drop --prefix-groups / --prefix-len (estimate serve --turns simulates both)")  # fmt: skip
+def check_plan_sessions(spec: SessionWorkload | None, router: str) -> None:
+    """What `plan serve` refuses of a multi-turn workload (one line, exit 2): the session router without one."""
+    if spec is None and router == "session":
+        raise InputError("router", "session affinity pins a session's turns: give --turns > 1")
 
 
 def session_plan_text(spec: SessionWorkload, best: Candidate, input_len: int, output_len: int, router: str) -> str:

@@ -27,8 +27,12 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from fmstack.perfmodel.inference_config import ServeConfig
+import numpy as np
+
+from fmstack.perfmodel.inference_config import ServeConfig, max_concurrency
+from fmstack.perfmodel.inference_prefix import PrefixWorkload, screen_hit_rates
 from fmstack.perfmodel.inference_session import SessionWorkload
+from fmstack.perfmodel.inference_step import Deployment
 
 HISTORY_ROUTERS = ("session", "cache-aware", "kv")
 """Routers priced as following a session's history to the replica of its turn before (module docstring)."""
@@ -49,19 +53,44 @@ def cached_tokens(turn: int, input_len: int, output_len: int, units: int | None)
     return sum(p * (1 - p) ** (turn - 1 - j) * j * (input_len + output_len) for j in range(1, turn))
 
 
-def hit_turns(spec: SessionWorkload, units: int | None) -> float:
-    """The share of turns that find some history cached: ``mean_t (1 - (1 - 1 / u)^(t - 1))``."""
+def hit_turns(spec: SessionWorkload, units: int | None, first_turn_hit: float = 0.0) -> float:
+    """The share of turns that find something cached: ``mean_t (1 - (1 - 1 / u)^(t - 1))`` of history, plus a
+    first turn's system prefix with probability ``first_turn_hit`` (:func:`screen_config`)."""
     if units is None:
         return 0.0
-    return sum(1 - (1 - 1 / units) ** (t - 1) for t in range(1, spec.turns + 1)) / spec.turns
+    return (sum(1 - (1 - 1 / units) ** (t - 1) for t in range(1, spec.turns + 1)) + first_turn_hit) / spec.turns
 
 
-def screen_config(cfg: ServeConfig, spec: SessionWorkload, units: int | None) -> ServeConfig:
+def screen_config(
+    cfg: ServeConfig, spec: SessionWorkload, units: int | None, first_turn_cached: float = 0.0
+) -> ServeConfig:
     """``cfg`` (``input_len`` the new tokens of a turn) as its sessions' mean turn: the mean prompt, rounded up, with
-    the turns' mean cached history as its ``prefix_hit_rate`` (:func:`cached_tokens`)."""
+    the turns' mean cached history as its ``prefix_hit_rate`` (:func:`cached_tokens`). ``first_turn_cached``: the
+    expected tokens of a shared system prefix a session's first turn finds cached (a later turn is keyed by its
+    session's history alone, as the simulation keys it, ``inference_session``: its system prefix is in its history)."""
     isl = math.ceil(mean_prompt_tokens(spec, cfg.input_len, cfg.output_len))
     cached = sum(cached_tokens(t, cfg.input_len, cfg.output_len, units) for t in range(1, spec.turns + 1))
+    cached += 0.0 if units is None else first_turn_cached
     return replace(cfg, input_len=isl, prefix_hit_rate=cached / spec.turns / isl)
+
+
+def first_turn_prefix(
+    prefix: PrefixWorkload | None, d: Deployment, priced: ServeConfig, input_len: int, replicas: int | None, router: str
+) -> tuple[float, float]:
+    """A session's first turn's system prefix under a shared-prefix workload ``prefix``: (the probability it is
+    cached where the turn lands, the expected tokens that skips), Che's figure
+    (:func:`~fmstack.perfmodel.inference_prefix.screen_hit_rates`) in the whole KV pool of the mean turn ``priced``
+    (a rank's share under attention DP) taken as room for prefixes: optimistic as the history's hits are, eviction
+    by the histories not priced. ``replicas``: the replicas the groups spread over behind an affinity router (1 behind
+    a history router, whose replicas are counted from the rate: fewer than there will be, so fewer hits); None: no
+    cache, no hit. A hit skips ``min(prefix_len, input_len - 1)`` tokens (``input_len``: a turn's new tokens)."""
+    if prefix is None or replicas is None:
+        return 0.0, 0.0
+    ranks = d.tp if d.attention_dp else 1
+    pool = max_concurrency(d, replace(priced, max_batch=None)) * (priced.input_len + priced.output_len)
+    hit = float(screen_hit_rates(prefix, np.array([pool / prefix.prefix_len / ranks]), replicas=replicas,
+                                 router=router)[0])  # fmt: skip
+    return hit, hit * min(prefix.prefix_len, input_len - 1)
 
 
 def cache_units(router: str, replicas: int | None, ranks: int) -> int | None:
