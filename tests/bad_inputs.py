@@ -1480,8 +1480,6 @@ _DSESS = ["estimate", "serve", "--model", "llama3.1-8b", "--instance", "p5.48xla
           "--input-len", "512", "--output-len", "256", "--qps", "4", "--prefill-replicas", "1", "--decode-replicas",
           "1", "--turns", "3"]  # fmt: skip
 BAD_ARGV += [
-    ([*_DSESS, "--prefix-groups", "4", "--prefix-len", "128"],
-     "prefix-groups: a split's sessions are simulated without a shared system prefix"),
     (["estimate", "serve", "--model", "deepseek-v3", "--instance", "p5en.48xlarge", "--nodes", "2", "--tp", "8",
       "--ep", "8", "--precision", "fp8", "--input-len", "2048", "--output-len", "128", "--qps", "2",
       "--prefill-replicas", "1", "--decode-replicas", "1", "--attention-dp", "--turns", "2"],
@@ -1523,6 +1521,11 @@ BAD_ARGV += [
      "1,048,576 one plan sizes"),
     (["plan", "serve", "--model", "llama3.1-8b", "--qps", "1e30", "--input-len", "1024", "--output-len", "256",
       "--ttft-p99", "2", "--itl-p99", "0.05"], "qps: 1e+30 requests/s needs at least"),
+]  # fmt: skip
+
+# session 20, lead: a split's sessions with a shared system prefix (simulated since session 20) check its length
+BAD_ARGV += [
+    ([*_DSESS, "--prefix-groups", "4", "--prefix-len", "4096"], "prefix-len: must be below --input-len"),
 ]  # fmt: skip
 
 # session 20, fuzzing the commands other than serve (helper A): add rows here

@@ -53,3 +53,29 @@ def test_one_turn_split_plan_is_the_plan_of_before() -> None:
     assert before["best"]["mode"] == "disaggregated"
     assert _run([*argv, "--turns", "1"]) == before
     assert "splits searched for sessions" not in before["disaggregation_note"]
+
+
+def test_split_with_a_system_prefix_screens_and_simulates_its_first_turn_hits() -> None:
+    """Session 20: splits are searched with ``--turns`` and ``--prefix-groups`` together. By hand for a split of one
+    prefill replica behind round-robin (its one cache holds each session's previous prompt: turns 2-4 find 512,
+    1,280 and 2,048 tokens) with 4 groups of 256 tokens (every first turn hits: Che's figure is 1 where the groups
+    fit): (3,840 + 256) / 4 of the mean 1,664-token prompt, 4096/6656, and every turn hits. The row's simulation
+    (its p99_command carries both flag sets) computes 256 tokens of each first turn (a hit skips the prefix) and 768
+    of each later one (the last answer and the new message), as without the prefix."""
+    data = _run([*PLAN, "--qps", "100", "--itl-p99", "0.01", "--turns", "4", "--think-time-s", "5",
+                 "--prefix-groups", "4", "--prefix-len", "256"])  # fmt: skip
+    assert "splits searched for sessions of 4 turns" in data["disaggregation_note"]
+    row = next(c for c in data["candidates"] if c["mode"] == "disaggregated" and c["prefill_replicas"] == 1)
+    assert row["prefix_hit_rate"] == 4096 / 6656 and row["prefix_request_hit_rate"] == 1.0
+    best = data["best"]
+    assert best["mode"] == "disaggregated" and best["meets_slo"]
+    argv = shlex.split(best["p99_command"])
+    for flag, value in (("--prefix-groups", "4"), ("--prefix-len", "256"), ("--turns", "4"),
+                        ("--prefill-replicas", str(best["prefill_replicas"]))):  # fmt: skip
+        assert argv[argv.index(flag) + 1] == value
+    again = _run(argv[1:])
+    sim = again["disaggregated_simulation"]
+    assert sim["ttft_p99_s"] == best["sim"]["ttft_p99_s"] and sim["itl_p99_s"] == best["sim"]["itl_p99_s"]
+    assert best["prefill_replicas"] == 1  # 1P(tp 2):3D(tp 1) on one p5.48xlarge
+    by_turn = sim["sessions"]["by_turn"]
+    assert [round(t["prefill_tokens_mean"]) for t in by_turn] == [256, 768, 768, 768]

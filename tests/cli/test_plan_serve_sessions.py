@@ -67,24 +67,20 @@ def test_session_plan_commands_reproduce_its_rows(tmp_path: Path) -> None:
 
 
 def test_sessions_with_a_system_prefix_screen_its_first_turn_hits_and_simulate_both() -> None:
-    """Session 20: ``--turns`` with ``--prefix-groups`` (refused before). A session's first turn finds its group's
+    """Session 20: ``--turns`` with ``--prefix-groups`` (refused before), colocated rows (splits: in
+    test_plan_serve_disagg_sessions.py). A session's first turn finds its group's
     system prefix cached (4 groups of 256 tokens: Che's figure in a pool of thousands of prefixes is 1), its later
     turns their history as before (the simulation keys a later turn by its session alone). By hand, 3 replicas behind
     round-robin, 4 turns of 512 + 256: the history a turn finds, sum_j (1/3)(2/3)^(t-1-j) j x 768, is 0, 256,
     2048/3 and 11008/9 tokens (19456/9 in all); the first turn adds 256, so the mean turn's cached share is
     (19456/9 + 256) / 4 / 1664 = 21760/59904, and the share of turns that hit is (0 + 1/3 + 5/9 + 19/27 + 1) / 4."""
     argv = [*PLAN[:-2], "--precision", "fp8", "--output-len", "256", "--qps", "100", "--input-len", "512",
-            "--ttft-p99", "0.5", "--itl-p99", "0.01", "--turns", "4", "--think-time-s", "5"]  # fmt: skip
+            "--ttft-p99", "0.5", "--itl-p99", "0.01", "--turns", "4", "--think-time-s", "5", "--no-disagg"]  # fmt: skip
     data = _run([*argv, "--prefix-groups", "4", "--prefix-len", "256"])
     best = data["best"]
     assert (best["mode"], best["replicas"], data["screened_input_len"]) == ("colocated", 3, 1664)
     assert abs(best["prefix_hit_rate"] - 21760 / 59904) <= 1e-12
     assert abs(best["prefix_request_hit_rate"] - (1 / 3 + 5 / 9 + 19 / 27 + 1) / 4) <= 1e-12
-    assert all(c["mode"] == "colocated" for c in data["candidates"])
-    assert (
-        "splits not searched: a split's sessions are simulated without a shared system prefix"
-        in (data["disaggregation_note"])
-    )
     without = _run(argv)["best"]  # the same row without the prefix: the history hits alone
     assert abs(without["prefix_hit_rate"] - 19456 / 9 / 4 / 1664) <= 1e-12
     assert best["rate_per_replica_rps"] >= without["rate_per_replica_rps"]

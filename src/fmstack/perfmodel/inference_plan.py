@@ -156,11 +156,6 @@ def layouts(model: ModelArch, nodes: int, gpus_per_node: int, gpus_per_domain: i
     return out
 
 
-SPLITS_NOT_WITH_PREFIX = (
-    "disaggregated splits not searched: a split's sessions are simulated without a shared system prefix (colocated "
-    "replicas simulate both)"
-)
-
 MAX_PLAN_GPUS = 1 << 20
 """The largest deployment one serving plan sizes (1,048,576 GPUs; the largest clusters hold ~1e5): past it the p99
 checks, which place every replica of a split on its nodes, take minutes and gigabytes for a fleet no one runs as one
@@ -208,8 +203,6 @@ def plan_serve(
     with it, attention-DP pools left out (:func:`fmstack.perfmodel.inference_plan_disagg_session.screen_split`)."""
     check_rate(qps)
     check_plan_sessions(sessions, router)
-    split_prefix_sessions = search_disagg and sessions is not None and prefix is not None
-    search_disagg = search_disagg and not split_prefix_sessions  # a split's sessions are simulated without one
     variants = spec_variants(speculative, speculative_auto)
     search_heterogeneous = search_heterogeneous and search_disagg
     if router not in ROUTERS and not (router == "session" and sessions is not None):
@@ -308,8 +301,7 @@ def plan_serve(
         if sessions is None
         else (None, "DistServe's comparison not made: it prices independent requests, not sessions")
     )
-    splits = (split_note(ranked, qps, search_disagg) + session_splits_note(sessions, search_disagg)
-              if not split_prefix_sessions else SPLITS_NOT_WITH_PREFIX)  # fmt: skip
+    splits = split_note(ranked, qps, search_disagg) + session_splits_note(sessions, search_disagg)
     note = f"splits ranked in the plan (p99 by simulation): {splits}. On means: {note}"
     if dis is not None and best.mode == "disaggregated" and dis.colocated_rps > dis.disagg_rps:
         note += (

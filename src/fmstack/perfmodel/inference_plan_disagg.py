@@ -153,12 +153,12 @@ def run_split(
     if sessions is not None:
         from fmstack.perfmodel.inference_plan_disagg_session import split_session_configs
 
-        sized, dsized = split_session_configs(cfg, dc, sessions, router, prefill_replicas)
+        sized, dsized = split_session_configs(cfg, dc, sessions, router, prefill_replicas, prefix, d)
     try:
         utilization, busier = check_split_load(pool_capacity(d, sized, dd, dsized), qps, prefill_replicas,
                                                decode_replicas)  # fmt: skip
     except InputError as exc:
-        if prefix is None or exc.field != "qps":
+        if prefix is None or exc.field != "qps" or sessions is not None:  # sessions: their first turns' hits in
             raise
         from fmstack.perfmodel.inference_open_loop import sizing_hit_rate
 
@@ -177,13 +177,12 @@ def run_split(
     warmup, n = split_warmup(inflight, utilization, busier, qps)
     sim = SimConfig(request_rate_per_s=qps, num_requests=n, warmup_requests=warmup, seed=seed,
                     length_spread=length_spread)  # fmt: skip
-    if prefix is not None:
-        sim = replace(sim, prefix=prefix, router=router, kv_router=kv_router or KvRouterConfig())
+    if prefix is not None or sessions is not None:
+        sim = replace(sim, prefix=prefix, sessions=sessions, router=router, kv_router=kv_router or KvRouterConfig())
     if sessions is not None:
         from fmstack.perfmodel.inference_plan_disagg_session import session_kv
         from fmstack.perfmodel.inference_sim_disagg_session import simulate_disagg_sessions
 
-        sim = replace(sim, sessions=sessions, router=router, kv_router=kv_router or KvRouterConfig())
         kv_time, kv_bytes_of = session_kv(model, two, cfg, d, None if decode_cfg is None else dd, prefill_replicas,
                                           decode_replicas, gpn, cluster_of(name, 1).nodes_per_domain)  # fmt: skip
         result, stats, block = simulate_disagg_sessions(
@@ -369,10 +368,11 @@ def simulate_split(
 def grow_split(cluster_of: ClusterOf, model: ModelArch, option: Candidate, first: Candidate, factor: float,
                missed: SimResult, slo: SLO, qps: float, isl: int, osl: int,
                efficiency_for: EfficiencyFor | None = None, sessions: SessionWorkload | None = None,
-               router: str = "round-robin") -> Candidate:  # fmt: skip
+               router: str = "round-robin", prefix: PrefixWorkload | None = None) -> Candidate:  # fmt: skip
     """``option`` after a p99 miss: the prefill pool at ``factor`` x the analytic count if TTFT missed, the decode
     pool if ITL missed (each at least one more than before); its rate per replica, mean TTFT and (``sessions``: the
-    mean turn's, its prefill caches behind ``router``) screened cached share are those of the new split."""
+    mean turn's, its prefill caches behind ``router``, with ``prefix`` its first turns' system prefix) screened
+    cached share are those of the new split."""
     n_pre, n_dec = option.prefill_replicas, option.decode_replicas
     if missed.ttft_s[99] > slo.ttft_s:
         n_pre = max(n_pre + 1, math.ceil(first.prefill_replicas * factor))
@@ -384,7 +384,8 @@ def grow_split(cluster_of: ClusterOf, model: ModelArch, option: Candidate, first
     if sessions is not None:  # the mean turn, the hits of the grown prefill pool's caches
         from fmstack.perfmodel.inference_plan_disagg_session import split_session_configs
 
-        cfg, dc = split_session_configs(cfg, cfg if dc is None else dc, sessions, router, n_pre)
+        d = deployment_for(model, cluster_of(option.instance, option.nodes_per_replica), cfg, efficiency_for)
+        cfg, dc = split_session_configs(cfg, cfg if dc is None else dc, sessions, router, n_pre, prefix, d)
     elif option.prefix_hit_rate > 0:  # the prefill pool as the row was screened; the decode pool's plain
         dc = cfg if dc is None else dc
         cfg = replace(cfg, prefix_hit_rate=option.prefix_hit_rate)

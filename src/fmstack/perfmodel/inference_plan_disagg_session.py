@@ -36,6 +36,7 @@ from fmstack.perfmodel.inference_session_mean import (
     HISTORY_ROUTERS,
     cache_units,
     cached_tokens,
+    first_turn_prefix,
     hit_turns,
     mean_prompt_tokens,
 )
@@ -55,14 +56,30 @@ def cached_prompt_tokens(turn: int, input_len: int, output_len: int, units: int 
 
 
 def split_session_configs(
-    cfg: ServeConfig, decode_cfg: ServeConfig, spec: SessionWorkload, router: str, prefill_replicas: int
-) -> tuple[ServeConfig, ServeConfig]:
+    cfg: ServeConfig, decode_cfg: ServeConfig, spec: SessionWorkload, router: str, prefill_replicas: int,
+    prefix: PrefixWorkload | None = None, d: Deployment | None = None,
+) -> tuple[ServeConfig, ServeConfig]:  # fmt: skip
     """(the prefill pool's config at the mean turn: its prompt and cached share, the decode pool's at the mean
-    turn's prompt) for the load check and the warm-up (module docstring)."""
+    turn's prompt) for the load check and the warm-up (module docstring). With a shared system prefix ``prefix``
+    (and the prefill replica ``d``): the first turns' hits on it too (:func:`split_first_turn`)."""
     isl = math.ceil(mean_prompt_tokens(spec, cfg.input_len, cfg.output_len))
     units = cache_units(router, prefill_replicas, 1)
     cached = sum(cached_prompt_tokens(t, cfg.input_len, cfg.output_len, units) for t in range(1, spec.turns + 1))
-    return replace(cfg, input_len=isl, prefix_hit_rate=cached / spec.turns / isl), replace(decode_cfg, input_len=isl)
+    pre = replace(cfg, input_len=isl, prefix_hit_rate=cached / spec.turns / isl)
+    first = split_first_turn(prefix, d, pre, cfg.input_len, prefill_replicas, router)[1]
+    return replace(pre, prefix_hit_rate=(cached + first) / spec.turns / isl), replace(decode_cfg, input_len=isl)
+
+
+def split_first_turn(
+    prefix: PrefixWorkload | None, d: Deployment | None, pre: ServeConfig, input_len: int, prefill_replicas: int,
+    router: str,
+) -> tuple[float, float]:  # fmt: skip
+    """A first turn's hit on its system prefix in the prefill pool's caches (``d``, the mean turn ``pre``):
+    :func:`~fmstack.perfmodel.inference_session_mean.first_turn_prefix` over the ``prefill_replicas``; (0, 0)
+    without a prefix."""
+    if prefix is None or d is None:
+        return 0.0, 0.0
+    return first_turn_prefix(prefix, d, pre, input_len, prefill_replicas, router)
 
 
 def session_kv(
@@ -92,7 +109,7 @@ each step adds prefill replicas, up to the count without hits)."""
 def session_split_analytic(
     cfg: ServeConfig, cluster_of: ClusterOf, model: ModelArch, qps: float, slo: SLO, name: str, nodes_per_replica: int,
     spec: SessionWorkload, decode_cfg: ServeConfig | None = None, efficiency_for: EfficiencyFor | None = None,
-    decode_pools: DecodePools | None = None, router: str = "round-robin",
+    decode_pools: DecodePools | None = None, router: str = "round-robin", prefix: PrefixWorkload | None = None,
 ) -> Candidate | None:  # fmt: skip
     """`plan serve --turns N`'s screening of a split of ``cfg`` (prefill) and ``decode_cfg`` (decode; None: the same
     layout), ``cfg.input_len`` a turn's new tokens: :func:`~fmstack.perfmodel.inference_plan_disagg.disagg_analytic`
@@ -103,7 +120,8 @@ def session_split_analytic(
     ``P <- the split's prefill replicas at P caches`` until it stops rising (it only rises: fewer hits, more
     prefill work), the fixed point of :func:`~fmstack.perfmodel.inference_plan_session.fewest_replicas`. The row
     carries the mean turn's cached share (``prefix_hit_rate``) and the share of turns that hit
-    (``prefix_request_hit_rate``). None: attention DP in either pool (not simulated with sessions), a whole
+    (``prefix_request_hit_rate``); a shared system prefix ``prefix`` adds its first turns' hits
+    (:func:`split_first_turn`). None: attention DP in either pool (not simulated with sessions), a whole
     conversation that a prefill or a decode replica's KV pool cannot hold (the simulation refuses it), or no split
     within the SLO."""
     from fmstack.perfmodel.inference_plan_disagg import disagg_analytic
@@ -118,14 +136,15 @@ def session_split_analytic(
         return None
     caches = 1
     for _ in range(MAX_SCREENS):
-        pre, dec = split_session_configs(cfg, dc, spec, router, caches)
+        pre, dec = split_session_configs(cfg, dc, spec, router, caches, prefix, d)
         c = disagg_analytic(pre, cluster_of, model, qps, slo, name, nodes_per_replica, decode_cfg=dec,
                             efficiency_for=efficiency_for, decode_pools=decode_pools)  # fmt: skip
         if c is None:
             return None
         if router in HISTORY_ROUTERS or c.prefill_replicas <= caches:
+            first = split_first_turn(prefix, d, pre, cfg.input_len, caches, router)[0]
             return replace(c, prefix_hit_rate=pre.prefix_hit_rate,
-                           prefix_request_hit_rate=hit_turns(spec, cache_units(router, caches, 1)))  # fmt: skip
+                           prefix_request_hit_rate=hit_turns(spec, cache_units(router, caches, 1), first))  # fmt: skip
         caches = c.prefill_replicas
     return None
 
@@ -142,7 +161,7 @@ def screen_split(
 
     if sessions is not None:
         return session_split_analytic(cfg, cluster_of, model, qps, slo, name, nodes_per_replica, sessions,
-                                      decode_cfg, efficiency_for, decode_pools, router)  # fmt: skip
+                                      decode_cfg, efficiency_for, decode_pools, router, prefix)  # fmt: skip
     return disagg_analytic(cfg, cluster_of, model, qps, slo, name, nodes_per_replica, decode_cfg, efficiency_for,
                            decode_pools, prefix, router)  # fmt: skip
 

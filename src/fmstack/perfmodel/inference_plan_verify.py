@@ -86,7 +86,7 @@ def verify_cheapest(
             fill = option.nodes // option.nodes_per_replica * _replicas_per_node_group(cluster_of, option)
             if split and result is not None:
                 more = grow_split(cluster_of, model, option, first, factor, result, slo, qps, isl, osl,
-                                  efficiency_for, sessions, router)  # fmt: skip
+                                  efficiency_for, sessions, router, prefix)  # fmt: skip
             else:  # the replicas the paid nodes hold come first (free); then the next multiple
                 more = with_replicas(
                     cluster_of, first, fill if fill > option.replicas else math.ceil(first.replicas * factor)

@@ -28,8 +28,11 @@ the session's first turn), ``kv`` (Dynamo's prefill router, by the history's cac
 tree of the prompts it routed), and the blind ones (round-robin over the turns, random, least-loaded, power-of-two over
 the prefill replicas' turns routed and not yet moved), which find a session's history on the replica of its turn
 before about ``1 / P`` of the time. Decode pool: unchanged, its slots those of sequences at the turns' mean context
-(``input + (turns - 1) / 2 x (input + output)`` prompt tokens, plus the output). Not modelled: a shared system prefix
-(``SimConfig.prefix``), attention-DP pools.
+(``input + (turns - 1) / 2 x (input + output)`` prompt tokens, plus the output). A shared system prefix
+(``SimConfig.prefix``, session 20): each session draws its group as colocated (the same generator, so the same
+groups); its first turn is keyed by the group (a hit skips the prefix; a miss's prefix becomes the shared entry as
+its prefill completes, :class:`~fmstack.perfmodel.inference_sim_disagg_prefix.PrefillPrefix`), its later turns by
+the session's history alone, as colocated. Not modelled: attention-DP pools.
 """
 
 from __future__ import annotations
@@ -61,14 +64,17 @@ KvTime = Callable[[int], KvTimes]
 
 
 class PrefillSessions(PrefillPrefix):
-    """The prefill replicas' caches of session histories, their pools, router and queues (a
-    :class:`PrefillPrefix` without a shared system prefix: every key a session's)."""
+    """The prefill replicas' caches of session histories and, with a shared system prefix, of the prefix groups
+    (a first turn's key), their pools, router and queues."""
 
     def __init__(self, d: Deployment, cfg: ServeConfig, sim: SimConfig, prefill_replicas: int) -> None:
+        prefix_len = 0
         if sim.prefix is not None:
-            raise InputError("prefix-groups", "a split's sessions are simulated without a shared system prefix: drop "
-                             "--prefix-groups / --prefix-len (colocated replicas simulate both)")  # fmt: skip
-        self._setup(d, cfg, sim, prefill_replicas, 0, routed=True)
+            prefix_len = sim.prefix.prefix_len
+            if prefix_len >= cfg.input_len:
+                raise InputError("prefix-len", f"must be below --input-len ({cfg.input_len}), got {prefix_len}")
+            self.workload = sim.prefix
+        self._setup(d, cfg, sim, prefill_replicas, prefix_len, routed=True)
 
     def route_turn(self, req: SimRequest, last_prompt: int) -> int:
         """The prefill replica for arriving turn ``req`` (``last_prompt``: its session's previous prompt, what
@@ -76,29 +82,28 @@ class PrefillSessions(PrefillPrefix):
         if self.router.name == "session":
             p = self.router.pick_session(req.session)
         elif self.router.kv is not None:
-            p = self.router.kv.pick(req, self.caches, 0)
+            p = self.router.kv.pick(req, self.caches, self.prefix_len)
         else:
-            p = self.router.pick(self.load, req.group, last_prompt if req.turn > 1 else 0, req.input_len)
+            p = self.router.pick(self.load, req.group, last_prompt if req.turn > 1 else self.prefix_len, req.input_len)
             if req.turn == 1:
                 self.router.remember(session_key(req.session), p)
         self.load[p] += 1
         return p
 
     def take(self, p: int, req: SimRequest) -> None:
-        """Prefill replica ``p`` takes turn ``req``: a hit on its session's history starts it past it."""
+        """Prefill replica ``p`` takes turn ``req``: a hit on its session's history (a first turn: on its system
+        prefix) starts it past it."""
         cache = self.caches[p]
-        need = admission_need(cache, req, 0)[0] - req.output_len
-        admit_prefix(cache, req, 0, first_chunk=True)
+        need = admission_need(cache, req, self.prefix_len)[0] - req.output_len
+        admit_prefix(cache, req, self.prefix_len, first_chunk=True)
         self.free_tokens[p] -= need
         cache.fit(max(0.0, self.free_tokens[p]))
         self.holder[req.rid] = p
 
-    def prefilled(self, p: int, req: SimRequest) -> None:
-        """Nothing to share at the prefill's end: the prompt becomes the session's history as its KV has moved."""
-
     def moved(self, req: SimRequest) -> None:
-        """Turn ``req``'s KV has reached its decode replica: its tokens go back to the free part and its prompt stays
-        cached as the session's history (replacing the shorter one)."""
+        """Turn ``req``'s KV has reached its decode replica: its tokens (and a first turn's reference to its system
+        prefix) go back to the free part and its prompt stays cached as the session's history (replacing the shorter
+        one; it does not share the system prefix's entry, as colocated, ``inference_session``)."""
         p = self.holder.pop(req.rid)
         self.free_tokens[p] += release_tokens(self.caches[p], req) - req.output_len
         self.caches[p].store(session_key(req.session), req.input_len, max(0.0, self.free_tokens[p]))
@@ -159,6 +164,7 @@ class SessionDisaggSim(DisaggSim):
         sim, spec = self.sim, self.spec
         rate = (sim.request_rate_per_s or 1.0) / spec.turns
         count = session_count(sim, spec)
+        self._groups = self.sessions.groups(count) if sim.prefix is not None else [-1] * count
         for t in np.cumsum(self.rng.exponential(1.0 / rate, count)).tolist():
             self._push(t, "turn", len(self._turns))
             self._turns.append(_Turns())
@@ -189,7 +195,7 @@ class SessionDisaggSim(DisaggSim):
         s.sent += 1
         req.session, req.turn, req.history = sid, s.sent, s.history
         req.input_len += s.history
-        req.group = -1 if s.sent == 1 else session_key(sid)
+        req.group = self._groups[sid] if s.sent == 1 else session_key(sid)
         self._requests.append(req)
         p = self.sessions.route_turn(req, s.prompt)
         s.prompt = req.input_len
