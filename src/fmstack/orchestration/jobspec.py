@@ -357,6 +357,8 @@ def load_jobspec(path: Path) -> JobSpec:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(str(path), f"cannot read JobSpec: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(str(path), f"not UTF-8 text (byte {exc.start}); expected a JobSpec in YAML or TOML") from None
     try:
         data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
     except (yaml.YAMLError, tomllib.TOMLDecodeError) as exc:

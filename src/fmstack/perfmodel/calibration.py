@@ -179,6 +179,8 @@ def load_profile(path: str | Path) -> CalibrationProfile:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError("calibration", f"cannot read {p}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError("calibration", f"{p} is not UTF-8 JSON text (byte {exc.start}); a binary file?") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
