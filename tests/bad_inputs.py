@@ -1528,4 +1528,50 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 20, fuzzing the commands other than serve (helper A): add rows here
-BAD_ARGV += []  # fmt: skip
+_GPU_S20A = ("kind: gpu\nentries:\n  - name: XG\n    architecture: x\n    bf16_dense_tflops: 100\n    fp16_dense_tflops: 100\n"
+             "    hbm_gb: 80\n    hbm_type: x\n    hbm_bw_tbps: 3\n    tdp_w: 700\n")  # fmt: skip
+_CAL_S20A = ('{"device": {"name": "NVIDIA H100 80GB HBM3", "kind": "cuda", "catalog_gpu": "H100"%s}, '
+             '"measured_at": "2026-11-25T00:00:00", "gemm_tflops": {"bf16": {"x": %s, "y": [100, 500]}}}')  # fmt: skip
+BAD_FILES.update(
+    {
+        # YAML .inf (and 1e400, read as inf) passed `gt=0`: a GPU of inf TFLOP/s, an instance of inf GB/s
+        "s20a_gpu_inf.yaml": _GPU_S20A.replace("bf16_dense_tflops: 100", "bf16_dense_tflops: .inf"),
+        "s20a_gpu_huge.yaml": _GPU_S20A.replace("hbm_gb: 80", "hbm_gb: 1e400"),
+        "s20a_inst_inf.yaml": "kind: instance\nentries:\n  - name: i6\n    gpu: H100\n    num_gpus: 8\n"
+        "    gpu_memory_gb: 640\n    vcpus: 1\n    host_memory_gib: 1\n    nvlink_domain_gpus: 8\n    network: efa-v2\n"
+        "    network_gbit_per_s: .inf\n",
+        # profile curves with NaN / Infinity sizes and device peaks of NaN, -5, Infinity were read as given
+        "s20a_cal_x_nan.json": _CAL_S20A % ("", "[NaN, 1e12]"),
+        "s20a_cal_x_inf.json": _CAL_S20A % ("", "[1e9, Infinity]"),
+        "s20a_cal_peak_nan.json": _CAL_S20A % (', "peak_tflops": {"bf16": NaN}', "[1e9, 1e12]"),
+        "s20a_cal_peak_neg.json": _CAL_S20A % (', "peak_tflops": {"bf16": -5}', "[1e9, 1e12]"),
+        "s20a_cal_peak_inf.json": _CAL_S20A % (', "peak_memory_bw_gbps": Infinity', "[1e9, 1e12]"),
+    }
+)
+_TRAIN_S20A = ["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "1"]
+BAD_ARGV += [
+    (["catalog", "list", "--catalog", "@dir:s20a_gpu_inf.yaml"],
+     "entry 'XG': field 'bf16_dense_tflops': Input should be a finite number"),
+    (["catalog", "show", "gpu", "XG", "--catalog", "@dir:s20a_gpu_huge.yaml"],
+     "entry 'XG': field 'hbm_gb': Input should be a finite number"),
+    (["catalog", "list", "instance", "--catalog", "@dir:s20a_inst_inf.yaml"],
+     "entry 'i6': field 'network_bw_gbps': Input should be a finite number"),
+    ([*_TRAIN_S20A, "--calibration", "@file:s20a_cal_x_nan.json"],
+     "field 'gemm_tflops.bf16': Value error, x values must be finite and > 0"),
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "16", "--tokens", "1e10",
+      "--calibration", "@file:s20a_cal_x_inf.json"], "x values must be finite and > 0"),
+    # before: estimate train and estimate rl ZeroDivisionError (an infinite HBM peak -> efficiency 0)
+    ([*_TRAIN_S20A, "--calibration", "@file:s20a_cal_peak_inf.json"],
+     "field 'device.peak_memory_bw_gbps': Input should be a finite number"),
+    (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "1", "--calibration",
+      "@file:s20a_cal_peak_inf.json"], "field 'device.peak_memory_bw_gbps': Input should be a finite number"),
+    ([*_TRAIN_S20A, "--calibration", "@file:s20a_cal_peak_nan.json"],
+     "field 'device.peak_tflops.bf16': Input should be a finite number"),
+    ([*_TRAIN_S20A, "--calibration", "@file:s20a_cal_peak_neg.json"],
+     "field 'device.peak_tflops.bf16': Input should be greater than 0"),
+    # before: `local:..` / `local:.` named the state root's parent / the root itself (FileNotFoundError on its pid),
+    # a name longer than NAME_MAX raised OSError ENAMETOOLONG
+    (["status", "local:.."], "ID: local:.. not found under"),
+    (["cancel", "local:."], "ID: local:. not found under"),
+    (["status", "local:" + "a" * 300], "ID: local:" + "a" * 80 + "... not found under"),
+]  # fmt: skip
