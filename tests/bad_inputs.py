@@ -1575,3 +1575,18 @@ BAD_ARGV += [
     (["cancel", "local:."], "ID: local:. not found under"),
     (["status", "local:" + "a" * 300], "ID: local:" + "a" * 80 + "... not found under"),
 ]  # fmt: skip
+
+# bench upper bounds (fmstack/bench/limits.py): before, these ran without end (trials, procs, ranks, max-bytes) or
+# died in torch.set_num_threads with a ValueError (threads)
+_HUGE_S20A = "99999999999999999999"
+BAD_ARGV += [
+    (["bench", "gemm", "--trials", _HUGE_S20A], f"trials: {_HUGE_S20A}; allowed: 1 to 10,000 timed batches per point"),
+    (["bench", "gemm", "--threads", _HUGE_S20A], f"threads: {_HUGE_S20A}; allowed: at most 1,024 on one machine"),
+    (["bench", "memory", "--procs", _HUGE_S20A], f"procs: {_HUGE_S20A}; allowed: at most 1,024 on one machine"),
+    (["bench", "collectives", "--ranks", "5000"], "ranks: 5000; allowed: at most 1,024 on one machine"),
+    (["bench", "memory", "--min-time", "1e30"], "min-time: 1e+30; allowed: a finite number > 0 and <= 3600 seconds"),
+    (["bench", "memory", "--max-bytes", _HUGE_S20A],
+     "max-bytes: 99,999,999,999,999,999,999 bytes x 3 arrays (triad) x procs(1) exceed this machine's"),
+    (["bench", "collectives", "--max-bytes", _HUGE_S20A],
+     "max-bytes: 99,999,999,999,999,999,999 bytes x 2 buffers x ranks(2) exceed this machine's"),
+]  # fmt: skip
