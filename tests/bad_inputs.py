@@ -1590,3 +1590,26 @@ BAD_ARGV += [
     (["bench", "collectives", "--max-bytes", _HUGE_S20A],
      "max-bytes: 99,999,999,999,999,999,999 bytes x 2 buffers x ranks(2) exceed this machine's"),
 ]  # fmt: skip
+
+# before: RecursionError tracebacks from the JSON / YAML / TOML parsers on 5,000-deep nesting; a --path URL whose
+# fsspec filesystem needs a host (ftp://) raised TypeError; --dashboards under a file raised NotADirectoryError
+_DEEP_S20A = "[" * 5000 + "]" * 5000
+BAD_FILES.update(
+    {
+        "s20a_deep.json": _DEEP_S20A,
+        "s20a_deep.yaml": "a: " + _DEEP_S20A + "\n",
+        "s20a_deep_job.yaml": "a: " + _DEEP_S20A + "\n",
+        "s20a_deep_job.toml": "a = " + _DEEP_S20A + "\n",
+    }
+)
+BAD_ARGV += [
+    (["health", "--signals", "@file:s20a_deep.json"], "s20a_deep.json nests JSON arrays or objects too deeply"),
+    (["health", "--alerts", "@file:s20a_deep.json"], "s20a_deep.json nests JSON arrays or objects too deeply to read"),
+    ([*_TRAIN_S20A, "--calibration", "@file:s20a_deep.json"],
+     "s20a_deep.json nests JSON arrays or objects too deeply to read"),
+    (["catalog", "list", "--catalog", "@dir:s20a_deep.yaml"], "s20a_deep.yaml: nests YAML lists or mappings too deeply"),
+    (["launch", "@file:s20a_deep_job.yaml", "--on", "slurm", "--dry-run"], "nests lists or mappings too deeply to read"),
+    (["launch", "@file:s20a_deep_job.toml", "--on", "local", "--dry-run"], "nests lists or mappings too deeply to read"),
+    (["bench", "storage", "--path", "ftp://x"], "path: no filesystem for ftp://"),
+    (["exporter", "--dashboards", "/dev/null/grafana"], "--dashboards: cannot write in /dev/null/grafana: Not a directory"),
+]  # fmt: skip

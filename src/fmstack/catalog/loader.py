@@ -90,6 +90,8 @@ def read_file(path: Path, kind: str | None = None, *, single: bool = False) -> l
         mark = getattr(exc, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark is not None else ""
         raise InputError(str(path), f"not valid YAML{line}") from None
+    except RecursionError:  # the parser recurses per nesting level: a: [[[[...]]]] 100,000 deep
+        raise InputError(str(path), "nests YAML lists or mappings too deeply to read") from None
     if isinstance(data, dict) and "entries" in data:
         entries = data["entries"]
         if not isinstance(entries, list):

@@ -34,7 +34,14 @@ def _write_new_files(directory: Path, files: dict[str, str], force: bool) -> lis
     clash = [n for n in files if (directory / n).exists()]
     if clash and not force:
         raise InputError("--dashboards", f"{directory / clash[0]} exists; pass --force to overwrite")
-    directory.mkdir(parents=True, exist_ok=True)
+    try:  # a parent that is a file (/dev/null/x), a read-only folder: OSError, a traceback before
+        directory.mkdir(parents=True, exist_ok=True)
+        for name in files:  # every file in place before any is replaced: all or nothing
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
+            os.close(fd)
+            os.unlink(tmp)
+    except OSError as exc:
+        raise InputError("--dashboards", f"cannot write in {directory}: {exc.strerror}") from None
     written = []
     for name, text in files.items():
         fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
@@ -207,6 +214,8 @@ def _read_json(path: Path, option: str) -> Any:
         raise InputError(option, f"cannot read {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         raise InputError(option, f"{path} is not UTF-8 JSON text (byte {exc.start}); a binary file?") from None
+    except RecursionError:  # json's decoder recurses per nesting level: [[[[...]]]] 100,000 deep
+        raise InputError(option, f"{path} nests JSON arrays or objects too deeply to read") from None
     except json.JSONDecodeError as exc:
         raise InputError(option, f"{path} is not valid JSON at line {exc.lineno}: {exc.msg}") from None
 

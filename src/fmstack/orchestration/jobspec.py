@@ -365,6 +365,8 @@ def load_jobspec(path: Path) -> JobSpec:
         mark = getattr(exc, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark is not None else ""
         raise InputError(str(path), f"not valid {'TOML' if path.suffix == '.toml' else 'YAML'}{line}") from None
+    except RecursionError:  # the parsers recurse per nesting level: a: [[[[...]]]] 100,000 deep
+        raise InputError(str(path), "nests lists or mappings too deeply to read") from None
     return parse_jobspec(data, str(path))
 
 

@@ -188,6 +188,8 @@ def load_profile(path: str | Path) -> CalibrationProfile:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError("calibration", f"{p} is not valid JSON at line {exc.lineno}: {exc.msg}") from None
+    except RecursionError:  # json's decoder recurses per nesting level: [[[[...]]]] 100,000 deep
+        raise InputError("calibration", f"{p} nests JSON arrays or objects too deeply to read") from None
     return parse_profile(data, where=f"calibration {p}")
 
 
