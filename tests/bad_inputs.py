@@ -1613,3 +1613,13 @@ BAD_ARGV += [
     (["bench", "storage", "--path", "ftp://x"], "path: no filesystem for ftp://"),
     (["exporter", "--dashboards", "/dev/null/grafana"], "--dashboards: cannot write in /dev/null/grafana: Not a directory"),
 ]  # fmt: skip
+
+# before: click's FloatRange let NaN through (NaN fails no comparison): --app-max-age nan etc. were accepted, exit 0
+BAD_ARGV += [
+    (["exporter", "--backend", "fake", "--once", "--no-efa", "--app-max-age", "nan"],
+     "Invalid value for '--app-max-age': 'nan' is not a number; allowed: 1<=x<=2592000"),
+    (["exporter", "--backend", "fake", "--once", "--no-efa", "--gpu-poll-interval", "nan"],
+     "Invalid value for '--gpu-poll-interval': 'nan' is not a number"),
+    (["exporter", "--backend", "fake", "--once", "--no-efa", "--gpu-deadline", "NaN"],
+     "Invalid value for '--gpu-deadline': 'NaN' is not a number"),
+]  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import os
 import socket
 import tempfile
@@ -25,6 +26,16 @@ def _check_bind(bind: str) -> str:
     except ValueError:
         raise InputError("--bind", f"{bind!r} is not an IP address; e.g. 127.0.0.1 (default) or 0.0.0.0") from None
     return bind
+
+
+class _FiniteRange(click.FloatRange):
+    """click's FloatRange lets NaN through (every comparison with NaN is false): --app-max-age nan was accepted."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        out = super().convert(value, param, ctx)
+        if math.isnan(out):
+            self.fail(f"{value!r} is not a number; allowed: {self._describe_range()}", param, ctx)
+        return out
 
 
 def _write_new_files(directory: Path, files: dict[str, str], force: bool) -> list[Path]:
@@ -80,7 +91,7 @@ def _write_new_files(directory: Path, files: dict[str, str], force: bool) -> lis
 @click.option("--app-dir", type=click.Path(path_type=Path, file_okay=False), help="Directory of app snapshot files.")
 @click.option(
     "--app-max-age",
-    type=click.FloatRange(1, 30 * 86400),
+    type=_FiniteRange(1, 30 * 86400),
     default=6 * 3600.0,
     show_default=True,
     help="Seconds after which an app snapshot file not rewritten is no longer served.",
@@ -89,14 +100,14 @@ def _write_new_files(directory: Path, files: dict[str, str], force: bool) -> lis
 @click.option("--expected-efa", type=click.IntRange(0, 1024), default=None, help="EFA devices the node should have.")
 @click.option(
     "--gpu-poll-interval",
-    type=click.FloatRange(0.1, 3600),
+    type=_FiniteRange(0.1, 3600),
     default=15.0,
     show_default=True,
     help="Seconds between background NVML reads (scrapes serve the last read; set to the scrape interval).",
 )
 @click.option(
     "--gpu-deadline",
-    type=click.FloatRange(0.1, 3600),
+    type=_FiniteRange(0.1, 3600),
     default=None,
     help="Seconds a GPU read may be late before the GPU source is reported down [default: the poll interval].",
 )
