@@ -57,7 +57,7 @@ def default_sweep(quick: bool) -> list[tuple[int, int]]:
     return [(64 << 10, 64), (1 << 20, 32), (16 << 20, 8), (128 << 20, 2)]
 
 
-def _check_no_required_args(protocol: str, cls: type) -> None:
+def _check_no_required_args(protocol: str, cls: Any) -> None:
     """A filesystem built from a URL alone: ftp://, sftp://, ... need a host argument, and constructing one without it
     raised TypeError (a traceback, then a second one from the half-built object's __del__)."""
     required = [
