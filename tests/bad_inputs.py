@@ -1623,3 +1623,21 @@ BAD_ARGV += [
     (["exporter", "--backend", "fake", "--once", "--no-efa", "--gpu-deadline", "NaN"],
      "Invalid value for '--gpu-deadline': 'NaN' is not a number"),
 ]  # fmt: skip
+
+# JobSpec numbers must be finite: before, memory_gib: .inf crashed `launch --on kubernetes --dry-run` with
+# OverflowError, and backoff_s / step_sleep_s: .inf were rendered into the scripts as `inf`
+BAD_FILES.update(
+    {
+        "s20a_job_mem_inf.yaml": "name: j\ncommand: ['true']\nimage: x:1\nmemory_gib: .inf\n",
+        "s20a_job_backoff_inf.yaml": "name: j\ncommand: ['true']\nretry: {max_restarts: 1, backoff_s: .inf}\n",
+        "s20a_job_sleep_nan.yaml": "name: j\nworkload: {step_sleep_s: .nan}\n",
+    }
+)
+BAD_ARGV += [
+    (["launch", "@file:s20a_job_mem_inf.yaml", "--on", "kubernetes", "--dry-run"],
+     "field 'memory_gib': Input should be a finite number"),
+    (["launch", "@file:s20a_job_backoff_inf.yaml", "--on", "slurm", "--dry-run"],
+     "field 'retry.backoff_s': Input should be a finite number"),
+    (["launch", "@file:s20a_job_sleep_nan.yaml", "--on", "local", "--dry-run"],
+     "field 'workload.step_sleep_s': Input should be a finite number"),
+]  # fmt: skip

@@ -27,8 +27,10 @@ _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 class _Strict(BaseModel):
     # strict: `nodes: true` used to render --nodes=1 and `steps: 2.5`... an integer field takes integers only, a
-    # number field no booleans, a boolean field only true / false (pydantic's lax mode coerces all three)
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # number field no booleans, a boolean field only true / false (pydantic's lax mode coerces all three); numbers
+    # finite: `memory_gib: .inf` passed gt=0 and crashed the Kubernetes render (OverflowError), `backoff_s: .inf`
+    # and `step_sleep_s: .inf` rendered `inf` into the scripts
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class Workload(_Strict):
