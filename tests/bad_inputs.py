@@ -1529,4 +1529,116 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 20, fuzzing the commands other than serve (helper A): add rows here
-BAD_ARGV += []  # fmt: skip
+_GPU_S20A = ("kind: gpu\nentries:\n  - name: XG\n    architecture: x\n    bf16_dense_tflops: 100\n    fp16_dense_tflops: 100\n"
+             "    hbm_gb: 80\n    hbm_type: x\n    hbm_bw_tbps: 3\n    tdp_w: 700\n")  # fmt: skip
+_CAL_S20A = ('{"device": {"name": "NVIDIA H100 80GB HBM3", "kind": "cuda", "catalog_gpu": "H100"%s}, '
+             '"measured_at": "2026-11-25T00:00:00", "gemm_tflops": {"bf16": {"x": %s, "y": [100, 500]}}}')  # fmt: skip
+BAD_FILES.update(
+    {
+        # YAML .inf (and 1e400, read as inf) passed `gt=0`: a GPU of inf TFLOP/s, an instance of inf GB/s
+        "s20a_gpu_inf.yaml": _GPU_S20A.replace("bf16_dense_tflops: 100", "bf16_dense_tflops: .inf"),
+        "s20a_gpu_huge.yaml": _GPU_S20A.replace("hbm_gb: 80", "hbm_gb: 1e400"),
+        "s20a_inst_inf.yaml": "kind: instance\nentries:\n  - name: i6\n    gpu: H100\n    num_gpus: 8\n"
+        "    gpu_memory_gb: 640\n    vcpus: 1\n    host_memory_gib: 1\n    nvlink_domain_gpus: 8\n    network: efa-v2\n"
+        "    network_gbit_per_s: .inf\n",
+        # profile curves with NaN / Infinity sizes and device peaks of NaN, -5, Infinity were read as given
+        "s20a_cal_x_nan.json": _CAL_S20A % ("", "[NaN, 1e12]"),
+        "s20a_cal_x_inf.json": _CAL_S20A % ("", "[1e9, Infinity]"),
+        "s20a_cal_peak_nan.json": _CAL_S20A % (', "peak_tflops": {"bf16": NaN}', "[1e9, 1e12]"),
+        "s20a_cal_peak_neg.json": _CAL_S20A % (', "peak_tflops": {"bf16": -5}', "[1e9, 1e12]"),
+        "s20a_cal_peak_inf.json": _CAL_S20A % (', "peak_memory_bw_gbps": Infinity', "[1e9, 1e12]"),
+    }
+)
+_TRAIN_S20A = ["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "1"]
+BAD_ARGV += [
+    (["catalog", "list", "--catalog", "@dir:s20a_gpu_inf.yaml"],
+     "entry 'XG': field 'bf16_dense_tflops': Input should be a finite number"),
+    (["catalog", "show", "gpu", "XG", "--catalog", "@dir:s20a_gpu_huge.yaml"],
+     "entry 'XG': field 'hbm_gb': Input should be a finite number"),
+    (["catalog", "list", "instance", "--catalog", "@dir:s20a_inst_inf.yaml"],
+     "entry 'i6': field 'network_bw_gbps': Input should be a finite number"),
+    ([*_TRAIN_S20A, "--calibration", "@file:s20a_cal_x_nan.json"],
+     "field 'gemm_tflops.bf16': Value error, x values must be finite and > 0"),
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "16", "--tokens", "1e10",
+      "--calibration", "@file:s20a_cal_x_inf.json"], "x values must be finite and > 0"),
+    # before: estimate train and estimate rl ZeroDivisionError (an infinite HBM peak -> efficiency 0)
+    ([*_TRAIN_S20A, "--calibration", "@file:s20a_cal_peak_inf.json"],
+     "field 'device.peak_memory_bw_gbps': Input should be a finite number"),
+    (["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "1", "--calibration",
+      "@file:s20a_cal_peak_inf.json"], "field 'device.peak_memory_bw_gbps': Input should be a finite number"),
+    ([*_TRAIN_S20A, "--calibration", "@file:s20a_cal_peak_nan.json"],
+     "field 'device.peak_tflops.bf16': Input should be a finite number"),
+    ([*_TRAIN_S20A, "--calibration", "@file:s20a_cal_peak_neg.json"],
+     "field 'device.peak_tflops.bf16': Input should be greater than 0"),
+    # before: `local:..` / `local:.` named the state root's parent / the root itself (FileNotFoundError on its pid),
+    # a name longer than NAME_MAX raised OSError ENAMETOOLONG
+    (["status", "local:.."], "ID: local:.. not found under"),
+    (["cancel", "local:."], "ID: local:. not found under"),
+    (["status", "local:" + "a" * 300], "ID: local:" + "a" * 80 + "... not found under"),
+]  # fmt: skip
+
+# bench upper bounds (fmstack/bench/limits.py): before, these ran without end (trials, procs, ranks, max-bytes) or
+# died in torch.set_num_threads with a ValueError (threads)
+_HUGE_S20A = "99999999999999999999"
+BAD_ARGV += [
+    (["bench", "gemm", "--trials", _HUGE_S20A], f"trials: {_HUGE_S20A}; allowed: 1 to 10,000 timed batches per point"),
+    (["bench", "gemm", "--threads", _HUGE_S20A], f"threads: {_HUGE_S20A}; allowed: at most 1,024 on one machine"),
+    (["bench", "memory", "--procs", _HUGE_S20A], f"procs: {_HUGE_S20A}; allowed: at most 1,024 on one machine"),
+    (["bench", "collectives", "--ranks", "5000"], "ranks: 5000; allowed: at most 1,024 on one machine"),
+    (["bench", "memory", "--min-time", "1e30"], "min-time: 1e+30; allowed: a finite number > 0 and <= 3600 seconds"),
+    (["bench", "memory", "--max-bytes", _HUGE_S20A],
+     "max-bytes: 99,999,999,999,999,999,999 bytes x 3 arrays (triad) x procs(1) exceed this machine's"),
+    (["bench", "collectives", "--max-bytes", _HUGE_S20A],
+     "max-bytes: 99,999,999,999,999,999,999 bytes x 2 buffers x ranks(2) exceed this machine's"),
+]  # fmt: skip
+
+# before: RecursionError tracebacks from the JSON / YAML / TOML parsers on 5,000-deep nesting; a --path URL whose
+# fsspec filesystem needs a host (ftp://) raised TypeError; --dashboards under a file raised NotADirectoryError
+_DEEP_S20A = "[" * 5000 + "]" * 5000
+BAD_FILES.update(
+    {
+        "s20a_deep.json": _DEEP_S20A,
+        "s20a_deep.yaml": "a: " + _DEEP_S20A + "\n",
+        "s20a_deep_job.yaml": "a: " + _DEEP_S20A + "\n",
+        "s20a_deep_job.toml": "a = " + _DEEP_S20A + "\n",
+    }
+)
+BAD_ARGV += [
+    (["health", "--signals", "@file:s20a_deep.json"], "s20a_deep.json nests JSON arrays or objects too deeply"),
+    (["health", "--alerts", "@file:s20a_deep.json"], "s20a_deep.json nests JSON arrays or objects too deeply to read"),
+    ([*_TRAIN_S20A, "--calibration", "@file:s20a_deep.json"],
+     "s20a_deep.json nests JSON arrays or objects too deeply to read"),
+    (["catalog", "list", "--catalog", "@dir:s20a_deep.yaml"], "s20a_deep.yaml: nests YAML lists or mappings too deeply"),
+    (["launch", "@file:s20a_deep_job.yaml", "--on", "slurm", "--dry-run"], "nests lists or mappings too deeply to read"),
+    (["launch", "@file:s20a_deep_job.toml", "--on", "local", "--dry-run"], "nests lists or mappings too deeply to read"),
+    (["bench", "storage", "--path", "ftp://x"], "path: no filesystem for ftp://"),
+    (["exporter", "--dashboards", "/dev/null/grafana"], "--dashboards: cannot write in /dev/null/grafana: Not a directory"),
+]  # fmt: skip
+
+# before: click's FloatRange let NaN through (NaN fails no comparison): --app-max-age nan etc. were accepted, exit 0
+BAD_ARGV += [
+    (["exporter", "--backend", "fake", "--once", "--no-efa", "--app-max-age", "nan"],
+     "Invalid value for '--app-max-age': 'nan' is not a number; allowed: 1<=x<=2592000"),
+    (["exporter", "--backend", "fake", "--once", "--no-efa", "--gpu-poll-interval", "nan"],
+     "Invalid value for '--gpu-poll-interval': 'nan' is not a number"),
+    (["exporter", "--backend", "fake", "--once", "--no-efa", "--gpu-deadline", "NaN"],
+     "Invalid value for '--gpu-deadline': 'NaN' is not a number"),
+]  # fmt: skip
+
+# JobSpec numbers must be finite: before, memory_gib: .inf crashed `launch --on kubernetes --dry-run` with
+# OverflowError, and backoff_s / step_sleep_s: .inf were rendered into the scripts as `inf`
+BAD_FILES.update(
+    {
+        "s20a_job_mem_inf.yaml": "name: j\ncommand: ['true']\nimage: x:1\nmemory_gib: .inf\n",
+        "s20a_job_backoff_inf.yaml": "name: j\ncommand: ['true']\nretry: {max_restarts: 1, backoff_s: .inf}\n",
+        "s20a_job_sleep_nan.yaml": "name: j\nworkload: {step_sleep_s: .nan}\n",
+    }
+)
+BAD_ARGV += [
+    (["launch", "@file:s20a_job_mem_inf.yaml", "--on", "kubernetes", "--dry-run"],
+     "field 'memory_gib': Input should be a finite number"),
+    (["launch", "@file:s20a_job_backoff_inf.yaml", "--on", "slurm", "--dry-run"],
+     "field 'retry.backoff_s': Input should be a finite number"),
+    (["launch", "@file:s20a_job_sleep_nan.yaml", "--on", "local", "--dry-run"],
+     "field 'workload.step_sleep_s': Input should be a finite number"),
+]  # fmt: skip

@@ -20,6 +20,7 @@ from fmstack.bench import memory as mem_mod
 from fmstack.bench import storage as sto_mod
 from fmstack.bench.device import DeviceSpec, check_device, check_dtype, resolve_device
 from fmstack.bench.interference import CpuShare, CpuWatch
+from fmstack.bench.limits import check_upper_bounds
 from fmstack.bench.profile import build_profile, catalog_peaks
 from fmstack.catalog import Catalog
 from fmstack.errors import InputError
@@ -189,6 +190,8 @@ def check_options(opts: BenchOptions) -> None:
         raise InputError("procs", f"{opts.procs} on {opts.device}; allowed: >= 1, and > 1 only with --device cpu")
     if "storage" in opts.kinds and not opts.storage_path:
         raise InputError("path", "the storage bench needs --path (a directory or an s3:// URL)")
+    check_upper_bounds(device=opts.device, kinds=opts.kinds, trials=opts.trials, min_time_s=opts.min_time_s,
+                       threads=opts.threads, procs=opts.procs, ranks=opts.ranks, max_bytes=opts.max_bytes)  # fmt: skip
 
 
 def run_bench(opts: BenchOptions, catalog: Catalog, on_step: Callable[[], None] | None = None) -> BenchReport:

@@ -12,6 +12,7 @@ Ctrl-C, so a bench never leaves partial files behind.
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import time
@@ -54,6 +55,17 @@ def default_sweep(quick: bool) -> list[tuple[int, int]]:
     if quick:
         return [(64 << 10, 8), (1 << 20, 4), (8 << 20, 1)]
     return [(64 << 10, 64), (1 << 20, 32), (16 << 20, 8), (128 << 20, 2)]
+
+
+def _check_no_required_args(protocol: str, cls: Any) -> None:
+    """A filesystem built from a URL alone: ftp://, sftp://, ... need a host argument, and constructing one without it
+    raised TypeError (a traceback, then a second one from the half-built object's __del__)."""
+    required = [
+        p.name for p in list(inspect.signature(cls.__init__).parameters.values())[1:]
+        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]  # fmt: skip
+    if required:
+        raise ValueError(f"{protocol}:// needs {', '.join(required)} besides the URL; use a local folder or s3://")
 
 
 def _is_url(target: str) -> bool:
@@ -117,6 +129,7 @@ class _Fsspec:
             if endpoint_url:
                 opts["client_kwargs"] = {"endpoint_url": endpoint_url}
         try:
+            _check_no_required_args(protocol, fsspec.get_filesystem_class(protocol))
             self.fs = fsspec.filesystem(protocol, **opts)
         except (ImportError, ValueError) as exc:
             raise InputError("path", f"no filesystem for {protocol}:// ({exc}); for s3 install fmstack[s3]") from None

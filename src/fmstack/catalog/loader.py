@@ -84,10 +84,14 @@ def read_file(path: Path, kind: str | None = None, *, single: bool = False) -> l
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise InputError(str(path), f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:  # a ValueError, not an OSError: a binary file (an image, a gzip) in the folder
+        raise InputError(str(path), f"not UTF-8 text (byte {exc.start}); expected a catalog YAML file") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark is not None else ""
         raise InputError(str(path), f"not valid YAML{line}") from None
+    except RecursionError:  # the parser recurses per nesting level: a: [[[[...]]]] 100,000 deep
+        raise InputError(str(path), "nests YAML lists or mappings too deeply to read") from None
     if isinstance(data, dict) and "entries" in data:
         entries = data["entries"]
         if not isinstance(entries, list):

@@ -18,7 +18,8 @@ GIB_PER_GB = 1e9 / 2**30
 class Entry(BaseModel):
     """Common fields of every catalog entry."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # YAML's .inf passed every `gt=0` check (a GPU of .inf TFLOP/s priced a step at 0 s): values must be finite
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = Field(min_length=1)
     aliases: tuple[str, ...] = ()
@@ -243,7 +244,7 @@ class StorageTier(Entry):
 class MoE(BaseModel):
     """Mixture-of-experts part of a model."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     num_experts: int = Field(gt=0)
     top_k: int = Field(gt=0)
@@ -262,7 +263,7 @@ class MoE(BaseModel):
 class MLA(BaseModel):
     """Multi-head latent attention (DeepSeek-V2/V3) dimensions."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     q_lora_rank: int | None = Field(default=None, gt=0)
     kv_lora_rank: int = Field(gt=0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import os
 import socket
 import tempfile
@@ -27,6 +28,16 @@ def _check_bind(bind: str) -> str:
     return bind
 
 
+class _FiniteRange(click.FloatRange):
+    """click's FloatRange lets NaN through (every comparison with NaN is false): --app-max-age nan was accepted."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        out = super().convert(value, param, ctx)
+        if math.isnan(out):
+            self.fail(f"{value!r} is not a number; allowed: {self._describe_range()}", param, ctx)
+        return out
+
+
 def _write_new_files(directory: Path, files: dict[str, str], force: bool) -> list[Path]:
     """Write files into ``directory`` all or nothing; refuse to overwrite unless ``force``."""
     if directory.exists() and not directory.is_dir():
@@ -34,7 +45,14 @@ def _write_new_files(directory: Path, files: dict[str, str], force: bool) -> lis
     clash = [n for n in files if (directory / n).exists()]
     if clash and not force:
         raise InputError("--dashboards", f"{directory / clash[0]} exists; pass --force to overwrite")
-    directory.mkdir(parents=True, exist_ok=True)
+    try:  # a parent that is a file (/dev/null/x), a read-only folder: OSError, a traceback before
+        directory.mkdir(parents=True, exist_ok=True)
+        for name in files:  # every file in place before any is replaced: all or nothing
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
+            os.close(fd)
+            os.unlink(tmp)
+    except OSError as exc:
+        raise InputError("--dashboards", f"cannot write in {directory}: {exc.strerror}") from None
     written = []
     for name, text in files.items():
         fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
@@ -73,7 +91,7 @@ def _write_new_files(directory: Path, files: dict[str, str], force: bool) -> lis
 @click.option("--app-dir", type=click.Path(path_type=Path, file_okay=False), help="Directory of app snapshot files.")
 @click.option(
     "--app-max-age",
-    type=click.FloatRange(1, 30 * 86400),
+    type=_FiniteRange(1, 30 * 86400),
     default=6 * 3600.0,
     show_default=True,
     help="Seconds after which an app snapshot file not rewritten is no longer served.",
@@ -82,14 +100,14 @@ def _write_new_files(directory: Path, files: dict[str, str], force: bool) -> lis
 @click.option("--expected-efa", type=click.IntRange(0, 1024), default=None, help="EFA devices the node should have.")
 @click.option(
     "--gpu-poll-interval",
-    type=click.FloatRange(0.1, 3600),
+    type=_FiniteRange(0.1, 3600),
     default=15.0,
     show_default=True,
     help="Seconds between background NVML reads (scrapes serve the last read; set to the scrape interval).",
 )
 @click.option(
     "--gpu-deadline",
-    type=click.FloatRange(0.1, 3600),
+    type=_FiniteRange(0.1, 3600),
     default=None,
     help="Seconds a GPU read may be late before the GPU source is reported down [default: the poll interval].",
 )
@@ -207,6 +225,8 @@ def _read_json(path: Path, option: str) -> Any:
         raise InputError(option, f"cannot read {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         raise InputError(option, f"{path} is not UTF-8 JSON text (byte {exc.start}); a binary file?") from None
+    except RecursionError:  # json's decoder recurses per nesting level: [[[[...]]]] 100,000 deep
+        raise InputError(option, f"{path} nests JSON arrays or objects too deeply to read") from None
     except json.JSONDecodeError as exc:
         raise InputError(option, f"{path} is not valid JSON at line {exc.lineno}: {exc.msg}") from None
 

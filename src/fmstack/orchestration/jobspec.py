@@ -27,8 +27,10 @@ _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 class _Strict(BaseModel):
     # strict: `nodes: true` used to render --nodes=1 and `steps: 2.5`... an integer field takes integers only, a
-    # number field no booleans, a boolean field only true / false (pydantic's lax mode coerces all three)
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # number field no booleans, a boolean field only true / false (pydantic's lax mode coerces all three); numbers
+    # finite: `memory_gib: .inf` passed gt=0 and crashed the Kubernetes render (OverflowError), `backoff_s: .inf`
+    # and `step_sleep_s: .inf` rendered `inf` into the scripts
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class Workload(_Strict):
@@ -357,12 +359,16 @@ def load_jobspec(path: Path) -> JobSpec:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(str(path), f"cannot read JobSpec: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(str(path), f"not UTF-8 text (byte {exc.start}); expected a JobSpec in YAML or TOML") from None
     try:
         data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
     except (yaml.YAMLError, tomllib.TOMLDecodeError) as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark is not None else ""
         raise InputError(str(path), f"not valid {'TOML' if path.suffix == '.toml' else 'YAML'}{line}") from None
+    except RecursionError:  # the parsers recurse per nesting level: a: [[[[...]]]] 100,000 deep
+        raise InputError(str(path), "nests lists or mappings too deeply to read") from None
     return parse_jobspec(data, str(path))
 
 

@@ -41,8 +41,8 @@ class Curve(BaseModel):
     def _check(self) -> Curve:
         if len(self.x) != len(self.y):
             raise ValueError(f"x has {len(self.x)} points but y has {len(self.y)}; they must match")
-        if any(v <= 0 for v in self.x):
-            raise ValueError("x values must be > 0 (the curve is read in log10(x))")
+        if any(not (0 < v < float("inf")) for v in self.x):  # NaN fails the comparison: it passed `v <= 0`
+            raise ValueError("x values must be finite and > 0 (the curve is read in log10(x))")
         if any(b <= a for a, b in zip(self.x, self.x[1:], strict=False)):
             raise ValueError("x values must be strictly increasing")
         if any(not np.isfinite(v) for v in self.y):
@@ -96,12 +96,15 @@ CollectiveRate = Annotated[CollectiveCurve, AfterValidator(_positive)]
 class DeviceInfo(BaseModel):
     """The measured device. For a CPU, peaks are the best rates measured on it (see ``peak_source``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # a peak of NaN, -5 or Infinity (JSON as Python writes it) was read as given: a division by zero or a NaN step
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = Field(min_length=1)
     kind: Literal["cpu", "cuda"]
     catalog_gpu: str | None = None
-    peak_tflops: dict[str, float] = Field(default_factory=dict, description="per dtype (fp32, bf16, fp16)")
+    peak_tflops: dict[str, Annotated[float, Field(gt=0)]] = Field(
+        default_factory=dict, description="per dtype (fp32, bf16, fp16)"
+    )
     peak_memory_bw_gbps: float | None = Field(default=None, gt=0)
     peak_source: str = Field(default="", description="where the peaks come from: catalog or measured")
     num_threads: int | None = Field(default=None, gt=0, description="torch intra-op threads during the GEMM bench")
@@ -179,10 +182,14 @@ def load_profile(path: str | Path) -> CalibrationProfile:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError("calibration", f"cannot read {p}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError("calibration", f"{p} is not UTF-8 JSON text (byte {exc.start}); a binary file?") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError("calibration", f"{p} is not valid JSON at line {exc.lineno}: {exc.msg}") from None
+    except RecursionError:  # json's decoder recurses per nesting level: [[[[...]]]] 100,000 deep
+        raise InputError("calibration", f"{p} nests JSON arrays or objects too deeply to read") from None
     return parse_profile(data, where=f"calibration {p}")
 
 

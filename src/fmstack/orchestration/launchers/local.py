@@ -121,8 +121,16 @@ class LocalLauncher:
 
     def _dir(self, native_id: str) -> Path:
         d = state_root() / native_id
-        if "/" in native_id or not d.is_dir():
-            raise InputError("ID", f"local:{native_id} not found under {state_root()}")
+        # a job's directory is one name under the state root holding the script submit wrote: `local:..` named the
+        # root's parent and `local:.` the root itself (then a traceback on their missing pid file), and a name
+        # longer than NAME_MAX raised ENAMETOOLONG from the stat
+        try:
+            found = native_id not in (".", "..") and "/" not in native_id and (d / "job.sh").is_file()
+        except OSError:
+            found = False
+        if not found:
+            shown = native_id if len(native_id) <= 80 else f"{native_id[:80]}..."
+            raise InputError("ID", f"local:{shown} not found under {state_root()}")
         return d
 
     def status(self, native_id: str) -> JobStatus:
@@ -182,7 +190,10 @@ def _restarts(job_dir: Path) -> int:
 
 
 def _pid(job_dir: Path) -> int:
-    text = (job_dir / "pid").read_text(encoding="utf-8").strip()
+    try:
+        text = (job_dir / "pid").read_text(encoding="utf-8").strip()
+    except OSError as exc:  # submit writes the pid just after starting the script: a damaged or half-written state
+        raise InputError("pid", f"cannot read {job_dir / 'pid'}: {exc.strerror}; the job's state is damaged") from None
     if not text.isdigit() or int(text) <= 0:
         raise InputError("pid", f"{job_dir / 'pid'} holds {text!r}, not a process id; the job's state is damaged")
     return int(text)
