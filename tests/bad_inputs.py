@@ -1642,3 +1642,6 @@ BAD_ARGV += [
     (["launch", "@file:s20a_job_sleep_nan.yaml", "--on", "local", "--dry-run"],
      "field 'workload.step_sleep_s': Input should be a finite number"),
 ]  # fmt: skip
+
+# session 20, follow-ups of the fuzzing: training sizes, health counts, output paths (helper C): add rows here
+BAD_ARGV += []  # fmt: skip
