@@ -208,3 +208,17 @@ def test_first_turn_system_prefix_by_hand() -> None:
     many = PrefixWorkload(groups=100_000, prefix_len=511)
     hit, tokens = first_turn_prefix(many, d, base, 512, 1, "session")
     assert 0.0 < hit < 1.0 and tokens == hit * 511
+
+
+def test_session_text_names_the_system_prefix_hits() -> None:
+    from fmstack.perfmodel.inference_plan_candidate import Candidate
+    from fmstack.perfmodel.inference_plan_session import session_plan_text
+
+    row = Candidate(instance="p5.48xlarge", gpu="H100", precision="fp8", tp=2, ep=1, pp=1, nodes_per_replica=1,
+                    replicas=3, nodes=1, num_gpus=8, cost_per_hour_usd=55.04, max_num_tokens=512,
+                    rate_per_replica_rps=35.0, concurrency=68, mean_ttft_s=0.03, mean_itl_s=0.005,
+                    prefix_hit_rate=21760 / 59904, prefix_request_hit_rate=0.648)  # fmt: skip
+    plain = session_plan_text(FOUR, row, 512, 256, "round-robin")
+    both = session_plan_text(FOUR, row, 512, 256, "round-robin", system_prefix=True)
+    assert "36.3% of prompt tokens from cached history (65% of turns hit" in plain
+    assert "36.3% of prompt tokens from cached history and the system prefixes of first turns (65%" in both

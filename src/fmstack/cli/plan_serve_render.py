@@ -196,8 +196,8 @@ def render_plan_serve(
     if plan.prefix is not None:
         out.print(prefix_text(plan), markup=False, soft_wrap=True)
     if plan.sessions is not None:
-        out.print(session_plan_text(plan.sessions, b, plan.input_len, plan.output_len, plan.router), markup=False,
-                  soft_wrap=True)  # fmt: skip
+        out.print(session_plan_text(plan.sessions, b, plan.input_len, plan.output_len, plan.router,
+                                    plan.prefix is not None), markup=False, soft_wrap=True)  # fmt: skip
     shown = plan.candidates[:top]
     adp_col = any(c.ep > 1 for c in plan.candidates)  # an MoE model: attention DP was searched
     spec_col = plan.speculative is not None
@@ -263,7 +263,9 @@ def prefix_text(plan: ServePlan) -> str:
     assert p is not None
     skew = f", Zipf {p.zipf:g} popularity" if p.zipf else ", equally popular"
     screened = (
-        f"the best row was screened at {b.prefix_request_hit_rate:.0%} of requests hitting its replicas' caches "
+        "a session's first turn is keyed by its group, its later turns by their history (the screened hits: below)"
+        if plan.sessions is not None
+        else f"the best row was screened at {b.prefix_request_hit_rate:.0%} of requests hitting its replicas' caches "
         f"({b.prefix_hit_rate:.1%} of prompt tokens; Che's approximation, optimistic on purpose: the simulation decides)"
         if b.prefix_hit_rate > 0 or (b.mode != "disaggregated" and not b.attention_dp)
         else "the best row runs no prefix cache (attention DP: priced and simulated in full)"

@@ -73,15 +73,19 @@ def check_plan_sessions(spec: SessionWorkload | None, router: str) -> None:
         raise InputError("router", "session affinity pins a session's turns: give --turns > 1")
 
 
-def session_plan_text(spec: SessionWorkload, best: Candidate, input_len: int, output_len: int, router: str) -> str:
-    """The multi-turn workload a plan was made for and how its best row was screened (the text and HTML reports)."""
+def session_plan_text(
+    spec: SessionWorkload, best: Candidate, input_len: int, output_len: int, router: str, system_prefix: bool = False
+) -> str:
+    """The multi-turn workload a plan was made for and how its best row was screened (the text and HTML reports;
+    ``system_prefix``: with a shared system prefix, whose first-turn hits the screening counts too)."""
     mean = mean_prompt_tokens(spec, input_len, output_len)
     follows = "follows each session to its history" if router in HISTORY_ROUTERS else "is blind to sessions"
     return (
         f"planned for sessions of {spec.turns} turns (think time {spec.think_time_s:g} s), each turn {input_len} new "
         f"tokens on the conversation so far and {output_len} out: a mean prompt of {mean:,.0f} tokens "
         f"(the last turn's {spec.max_prompt_tokens(input_len, output_len):,}); the {router} router {follows}, and the "
-        f"best row was screened at {best.prefix_hit_rate:.1%} of prompt tokens from cached history "
+        f"best row was screened at {best.prefix_hit_rate:.1%} of prompt tokens from cached history"
+        f"{' and the system prefixes of first turns' if system_prefix else ''} "
         f"({best.prefix_request_hit_rate:.0%} of turns hit; eviction not priced, optimistic on purpose), its p99 "
         "by simulating the sessions"
     )

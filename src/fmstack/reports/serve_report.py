@@ -96,7 +96,7 @@ def serve_plan_html(plan: ServePlan, efficiency_source: str | None = None) -> st
                 f"colocated replicas behind a {plan.router} router, a split's prefill pool one shared queue)."
                 + (f" {plan.speculative_note}." if plan.speculative_note else "")
                 + (
-                    f" {session_plan_text(plan.sessions, b, plan.input_len, plan.output_len, plan.router)}."
+                    f" {session_plan_text(plan.sessions, b, plan.input_len, plan.output_len, plan.router, plan.prefix is not None)}."
                     if plan.sessions is not None
                     else ""
                 )
