@@ -1509,8 +1509,8 @@ BAD_ARGV += [
     ([*_OFF, "--turns", "4", "--think-time-s", "5", "--kv-offload-gib", "1025"], "kv-offload-gib"),
     ([*_OFF, "--kv-offload-gib", "64"], "kv-offload-gib"),
     ([*_OFF, "--turns", "4", "--think-time-s", "5", "--kv-offload-gib", "64", "--no-simulate"], "kv-offload-gib"),
-    ([*_OFF, "--turns", "4", "--think-time-s", "5", "--kv-offload-gib", "64", "--prefill-replicas", "1",
-      "--decode-replicas", "1"], "kv-offload-gib"),
+    ([*_OFF, "--kv-offload-gib", "64", "--disagg"],
+     "kv-offload-gib: is simulated, not priced by --disagg's mean field"),  # session 20: a split simulates it
 ]  # fmt: skip
 
 # session 20, lead: a request rate no one deployment serves is refused before its p99 checks (took minutes and GBs)

@@ -251,8 +251,8 @@ def serve_cmd(
         from fmstack.cli.serve_split import split_json
 
         data["disaggregated_simulation"] = split_json(cat, arch, instance, cfg, split, seed, length_spread,
-                                                      decode_cfg, efficiency_for, prefix, router, kv,
-                                                      sessions)  # fmt: skip
+                                                      decode_cfg, efficiency_for, prefix, router, kv, sessions,
+                                                      kv_offload(offload_gib, deployment(arch, cluster, cfg), cluster))  # fmt: skip
     if disagg:
         from fmstack.perfmodel.inference_disagg import SLO, compare_disaggregation
 

@@ -24,7 +24,7 @@ def offload_option(f: F) -> F:
         "--kv-offload-gib", "kv_offload_gib", type=float, default=0.0, show_default=True,
         help="Host memory (GiB per replica) for KV evicted from the GPU prefix / session cache (vLLM's offloading "
         "connector, LMCache, Dynamo KVBM G2); a hit there is copied back over the host-to-device link first. "
-        "0 = off. With --prefix-groups or --turns, --qps, colocated replicas.",
+        "0 = off. With --prefix-groups or --turns, --qps; colocated replicas, or a split's prefill replicas.",
     )(f)  # fmt: skip
 
 
@@ -38,8 +38,11 @@ def check_offload(
     if gib == 0:
         return 0.0
     why = None
-    if split is not None or disagg:
-        why = "is simulated for colocated replicas only: drop --prefill-replicas / --decode-replicas / --disagg"
+    if disagg:
+        why = (
+            "is simulated, not priced by --disagg's mean field: drop --disagg (--prefill-replicas / "
+            "--decode-replicas simulate a split with it)"
+        )
     elif prefix is None and sessions is None:
         why = "offloads the prefix / session cache: give --prefix-groups or --turns"
     elif not simulate or cfg.request_rate_per_s is None:

@@ -12,10 +12,12 @@ from fmstack.catalog.loader import Catalog
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster, build_cluster
 from fmstack.cli.common import console
+from fmstack.cli.serve_offload import offload_text
 from fmstack.perfmodel.efficiency import EfficiencyFor
 from fmstack.perfmodel.inference import ServeConfig
 from fmstack.perfmodel.inference_disagg_spec import pools_text
 from fmstack.perfmodel.inference_prefix import PrefixWorkload
+from fmstack.perfmodel.inference_prefix_offload import KvOffload
 from fmstack.perfmodel.inference_router import ROUTERS_AFFINITY
 from fmstack.perfmodel.inference_router_kv import KvRouterConfig
 from fmstack.perfmodel.inference_session import SessionWorkload
@@ -25,7 +27,7 @@ def split_json(
     cat: Catalog, arch: ModelArch, instance: str, cfg: ServeConfig, split: tuple[int, int], seed: int, spread: float,
     decode_cfg: ServeConfig | None = None, efficiency_for: EfficiencyFor | None = None,
     prefix: PrefixWorkload | None = None, router: str = "round-robin", kv_router: KvRouterConfig | None = None,
-    sessions: SessionWorkload | None = None,
+    sessions: SessionWorkload | None = None, kv_offload: KvOffload | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """The ``disaggregated_simulation`` object: the colocated simulation's percentile and mean keys
     (``ttft_p99_s``, ``ttft_mean_s_sim``, ...), the pools (``prefill_replicas``, ``decode_replicas``,
@@ -46,7 +48,9 @@ def split_json(
     iteration, :attr:`~fmstack.perfmodel.inference_speculative.SpecDecode.mean_tokens_per_step`; null without).
     ``sessions``: a multi-turn workload, each turn's history cached by the prefill replicas behind ``router``
     (adds ``sessions``: the colocated run's block of first and later turns' TTFT and hits, with the KV moved and the
-    prompt tokens computed per turn, and ``prefill_router``; ``kv_bytes_per_request`` stays a first turn's)."""
+    prompt tokens computed per turn, and ``prefill_router``; ``kv_bytes_per_request`` stays a first turn's).
+    ``kv_offload``: a host-memory tier under each prefill replica's cache (adds the colocated ``kv_offload`` block
+    over the measured requests)."""
     from fmstack.perfmodel.inference_plan_disagg import run_split
 
     clusters: dict[tuple[str, int], Cluster] = {}
@@ -59,7 +63,7 @@ def split_json(
     qps = cfg.request_rate_per_s or 0.0
     run = run_split(cluster_of, arch, cfg, instance, qps, split[0], split[1], seed, spread, decode_cfg,
                     efficiency_for=efficiency_for, prefix=prefix, router=router, kv_router=kv_router,
-                    sessions=sessions)  # fmt: skip
+                    sessions=sessions, kv_offload=kv_offload)  # fmt: skip
     dc = cfg if decode_cfg is None else decode_cfg
     st, spec = run.stats, cfg.speculative
     return {
@@ -82,7 +86,8 @@ def split_json(
     } | ({} if prefix is None else {
         "prefix_hit_rate_simulated": st.prefix_hit_rate, "prefix_token_hit_rate_simulated": st.prefix_token_hit_rate,
         "prefill_router": router if router in ROUTERS_AFFINITY else "global-queue",
-    }) | ({} if run.sessions is None else {"sessions": run.sessions, "prefill_router": router})  # fmt: skip
+    }) | ({} if run.sessions is None else {"sessions": run.sessions, "prefill_router": router}) | (
+        {} if st.kv_offload is None else {"kv_offload": st.kv_offload})  # fmt: skip
 
 
 def render_split(z: dict[str, Any], *, one_token: bool = False) -> None:
@@ -105,6 +110,8 @@ def render_split(z: dict[str, Any], *, one_token: bool = False) -> None:
         f"{_links(z)}; {z['requests_measured_sim']:.0f} "
         f"requests measured after {z['warmup_requests']} warm-up"
     )
+    if z.get("kv_offload"):
+        out.print(f"prefill pool's {offload_text(z)}", markup=False, soft_wrap=True)
     if z.get("speculative_pools"):
         out.print(f"speculative decoding: {z['speculative_pools']} ({z['spec_tokens_per_iteration']:.2f} tokens per "
                   "iteration and sequence on average)", markup=False)  # fmt: skip

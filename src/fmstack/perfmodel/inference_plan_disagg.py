@@ -60,6 +60,7 @@ from fmstack.perfmodel.inference_plan_candidate import (
 )
 from fmstack.perfmodel.inference_plan_disagg_note import split_note as split_note  # re-exported: moved there
 from fmstack.perfmodel.inference_prefix import PrefixWorkload
+from fmstack.perfmodel.inference_prefix_offload import KvOffload
 from fmstack.perfmodel.inference_router_kv import KvRouterConfig
 from fmstack.perfmodel.inference_session import SessionWorkload
 from fmstack.perfmodel.inference_sim import SimConfig, SimResult
@@ -122,6 +123,7 @@ def run_split(
     decode_replicas: int, seed: int, length_spread: float = 0.0, decode_cfg: ServeConfig | None = None,
     efficiency_for: EfficiencyFor | None = None, prefix: PrefixWorkload | None = None, router: str = "round-robin",
     kv_router: KvRouterConfig | None = None, sessions: SessionWorkload | None = None,
+    kv_offload: KvOffload | None = None,
 ) -> SplitRun:  # fmt: skip
     """Poisson arrivals at ``qps`` over ``P`` prefill and ``D`` decode replicas of ``cfg`` on ``name``, each replica
     on its own nodes (as the plan prices it), the KV link priced on two replicas' nodes. The warm-up is the requests
@@ -176,7 +178,7 @@ def run_split(
     inflight = qps * (prefill + wait + kv_s + itl) + decode_replicas * batch
     warmup, n = split_warmup(inflight, utilization, busier, qps)
     sim = SimConfig(request_rate_per_s=qps, num_requests=n, warmup_requests=warmup, seed=seed,
-                    length_spread=length_spread)  # fmt: skip
+                    length_spread=length_spread, kv_offload=kv_offload)  # fmt: skip
     if prefix is not None or sessions is not None:
         sim = replace(sim, prefix=prefix, sessions=sessions, router=router, kv_router=kv_router or KvRouterConfig())
     if sessions is not None:

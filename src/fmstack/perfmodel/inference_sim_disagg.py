@@ -51,6 +51,7 @@ from fmstack.perfmodel.inference_kv_pairs import KvTimes, kv_matrix
 from fmstack.perfmodel.inference_sim_disagg_stats import PoolStats as PoolStats  # re-exported: moved there
 from fmstack.perfmodel.inference_sim_disagg_stats import pool_stats as pool_stats  # re-exported: moved there
 from fmstack.perfmodel.inference_sim_io import SimConfig, SimRequest, SimResult, summarise
+from fmstack.perfmodel.inference_sim_prefix import delay_first_chunk
 from fmstack.perfmodel.inference_step import Deployment, step_time
 
 if TYPE_CHECKING:
@@ -180,9 +181,16 @@ class DisaggSim:
                 self._finish_prefill(idx)
             elif kind == "kv":
                 self._kv_done(idx)
+            elif kind == "wake":
+                self._wake(idx)
             else:
                 self._finish_decode(idx)
         return summarise(self._requests, self.sim, self.iterations)
+
+    def _wake(self, p: int) -> None:
+        """A host-tier copy on prefill replica ``p`` has finished: its prompt can get its first chunk."""
+        if not self._prefill_busy[p]:
+            self._start_prefill(p)
 
     def _kv_done(self, idx: int) -> None:
         """Request ``idx``'s KV reached its decode replica: off the prefill cache's books, into the decode queue."""
@@ -215,11 +223,15 @@ class DisaggSim:
                 self._prefill_of[rid] = p
                 if pre is not None:  # the prefix looked up as the prompt gets its first chunk
                     pre.take(p, self._requests[rid])
+                    if delay_first_chunk(self._requests[rid], self.clock_s):  # a host-tier hit: its copy first
+                        self._push(self._requests[rid].ready_s, "wake", p)
             req = self._requests[work[i]]
+            i += 1
+            if req.ready_s > self.clock_s:  # its cached KV is still being copied from the host tier
+                continue
             take = min(req.input_len - req.prefilled, budget)
             chunks[req.rid] = take
             budget -= take
-            i += 1
         if not chunks:
             return
         t = self._prefill_step_s(p, chunks)

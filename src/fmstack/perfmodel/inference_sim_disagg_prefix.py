@@ -20,6 +20,11 @@ prompts: Llama 3.1 70B fp8 on H100s, 1,384,704 tokens at TP 4, 46,080 at TP 1, a
 in flight); with the pool
 overcommitted, the free part is 0 and every unreferenced prefix is evicted.
 
+Host tier (``SimConfig.kv_offload``, session 20): each prefill replica's cache has its own host-memory tier, as a
+colocated replica's (:mod:`fmstack.perfmodel.inference_prefix_offload`: an entry the GPU cache evicts moves there; a
+hit there is copied back over the host-to-device links before the prompt's first chunk, the other prompts' iterations
+running meanwhile). The KV then moves to the decode replica whole, as without it.
+
 Routing (``SimConfig.router``): round-robin, random, least-loaded and power-of-two keep the split's one global
 prefill queue that idle prefill replicas pull from (Dynamo's older ``PrefillQueue``; blind to the caches, each group
 lands on every prefill replica); ``cache-aware`` and ``kv`` pick a prefill replica at arrival with the colocated routers
@@ -39,6 +44,7 @@ import numpy as np
 from fmstack.errors import InputError
 from fmstack.perfmodel.inference import ServeConfig, max_concurrency
 from fmstack.perfmodel.inference_prefix import PrefixCache, PrefixWorkload
+from fmstack.perfmodel.inference_prefix_offload import HostTier
 from fmstack.perfmodel.inference_router import ROUTERS_AFFINITY, Router
 from fmstack.perfmodel.inference_sim_fleet import GROUP_STREAM, ROUTER_STREAM
 from fmstack.perfmodel.inference_sim_io import SimConfig, SimRequest
@@ -73,7 +79,8 @@ class PrefillPrefix:
         """One prefill replica's KV pool in tokens (the colocated replica's of this layout)."""
         self.free_tokens = [self.pool_tokens] * prefill_replicas
         """Each prefill replica's free part: the pool less the prompts held and the prefixes they reference."""
-        self.caches = [PrefixCache() for _ in range(prefill_replicas)]
+        off = sim.kv_offload  # a host-memory tier under each prefill replica's cache (inference_prefix_offload)
+        self.caches = [PrefixCache(None if off is None else HostTier(off)) for _ in range(prefill_replicas)]
         self.routed = routed
         """True: a router picks the prefill replica at arrival (own queues); False: the one global queue."""
         self.router = Router(name=sim.router, replicas=prefill_replicas,

@@ -180,6 +180,8 @@ class SessionDisaggSim(DisaggSim):
                 self._finish_prefill(idx)
             elif kind == "kv":
                 self._kv_done(idx)
+            elif kind == "wake":
+                self._wake(idx)
             else:
                 self._finish_decode(idx)
         warm = sum(1 for q in self._requests if q.arrival_s < first_done_s)

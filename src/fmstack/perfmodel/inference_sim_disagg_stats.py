@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fmstack.perfmodel.inference_prefix_offload import offload_stats
+
 if TYPE_CHECKING:
     from fmstack.perfmodel.inference_sim_disagg import DisaggSim
 
@@ -47,6 +49,9 @@ class PoolStats:
     prefix_token_hit_rate: float = math.nan
     """With a shared-prefix workload: the measured requests' prompt tokens served from the prefill caches over all
     their prompt tokens (nan without one)."""
+    kv_offload: dict[str, float] | None = None
+    """With a host-memory tier under the prefill caches (``SimConfig.kv_offload``): its block over the measured
+    requests (:func:`~fmstack.perfmodel.inference_prefix_offload.offload_stats`); None without one."""
 
 
 def _overlap(start: float, dur: float, lo: float, hi: float) -> float:
@@ -85,4 +90,5 @@ def pool_stats(s: DisaggSim) -> PoolStats:
         kv_transfer_mean_s=float(np.mean(moved)) if moved else 0.0,
         kv_fastest_share=sum(1 for x in moved if x == fastest) / len(moved) if moved else 1.0,
         prefix_hit_rate=hits[0], prefix_token_hit_rate=hits[1],
+        kv_offload=None if s.sim.kv_offload is None else offload_stats(reqs, s.sim.kv_offload),
     )  # fmt: skip
