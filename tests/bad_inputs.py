@@ -1644,4 +1644,71 @@ BAD_ARGV += [
 ]  # fmt: skip
 
 # session 20, follow-ups of the fuzzing: training sizes, health counts, output paths (helper C): add rows here
-BAD_ARGV += []  # fmt: skip
+_TRAIN_S20C = ["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge"]
+_PLAN_S20C = ["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--tokens", "1e12"]
+_RL_S20C = ["estimate", "rl", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "1"]
+_HUGE_S20C, _HUGE_S20C_TEXT = "1" + "0" * 30, "1" + ",000" * 10
+# no upper limit on training sizes: before, each of these ran and exited 0 (--micro-batch 10^30 printed "memory does
+# NOT fit" with 3.8e31 GiB; plan train --global-batch 10^30 ranked a row printed as gb1000000000000000019884624838656)
+BAD_ARGV += [
+    ([*_TRAIN_S20C, "--nodes", "999999999999"],
+     "nodes: 999,999,999,999 nodes x 8 GPUs = 7,999,999,999,992 GPUs; allowed: at most 1,048,576 (2^20) in one cluster"),
+    ([*_TRAIN_S20C, "--gpus", "2097152"], "gpus: 2,097,152 GPUs; allowed: at most 1,048,576 (2^20) in one cluster"),
+    ([*_TRAIN_S20C, "--nodes", "1", "--micro-batch", _HUGE_S20C],
+     f"micro_batch: {_HUGE_S20C_TEXT} sequences per micro-batch (a part of the global batch); allowed: at most "
+     "16,777,216 (2^24)"),
+    ([*_TRAIN_S20C, "--nodes", "1", "--global-batch", str(2**24 + 8)],
+     "global_batch: 16,777,224 sequences per step; allowed: at most 16,777,216 (2^24), 256 x the largest published"),
+    ([*_PLAN_S20C, "--gpus", "16", "--global-batch", _HUGE_S20C],
+     f"global_batch: {_HUGE_S20C_TEXT} sequences per step; allowed: at most 16,777,216 (2^24)"),
+    ([*_PLAN_S20C, "--gpus", "100000000"], "gpus: 100,000,000 GPUs; allowed: at most 1,048,576 (2^20) in one cluster"),
+    ([*_RL_S20C, "--prompts", _HUGE_S20C], f"prompts: {_HUGE_S20C_TEXT} prompts per step; allowed: at most 16,777,216"),
+    ([*_RL_S20C, "--samples", _HUGE_S20C], f"samples: {_HUGE_S20C_TEXT} samples per prompt; allowed: at most 16,777,216"),
+    ([*_RL_S20C, "--prompts", "100000", "--samples", "1000"],
+     "samples: 100,000,000 sequences per step (--prompts 100,000 x --samples 1,000); allowed: at most 16,777,216"),
+    (["simulate", "--ckpt-cost", "1e30"], "ckpt_cost: must be 0 to 86,400 seconds (a day), got 1e+30"),
+    (["simulate", "--ckpt-cost", "nan"], "ckpt_cost: must be 0 to 86,400 seconds (a day), got nan"),
+    (["simulate", "--ckpt-interval", "600000"],
+     "ckpt_interval: 600000 minutes; allowed: at most 527,040 (366 days, the longest run)"),
+]  # fmt: skip
+
+# before: "no configuration has a valid shape; try more GPUs", though the global batch limited data parallelism
+BAD_ARGV += [
+    ([*_PLAN_S20C, "--gpus", "65536", "--global-batch", "16"],
+     "global_batch: no layout of llama3.1-8b has a valid shape: data parallelism cannot exceed the global batch of 16 "
+     "sequences, but on 65,536 p5.48xlarge GPUs the most model parallelism searched (tp 8 x pp 32 x cp 8 = 2,048 GPUs "
+     "per replica) leaves dp = 32: use at most 32,768 GPUs, or a --global-batch that is a multiple of 32"),
+    ([*_PLAN_S20C, "--gpus", "1048576", "--seq-len", "131072"],
+     "the default, about 4M tokens = 32 sequences of 131,072 tokens, allows dp <= 64, but on 1,048,576 p5.48xlarge GPUs"),
+    ([*_PLAN_S20C, "--gpus", "65536", "--global-batch", "48"],
+     "global_batch: no layout of llama3.1-8b has a valid shape: dp x micro-batch must divide the global batch of 48"),
+]  # fmt: skip
+
+# more devices visible than expected: before, `health` decided "none" and said nothing
+BAD_FILES.update(
+    {
+        "s20c_signals_gpus_over.json": '{"node": "n1", "gpus_visible": 9, "gpus_expected": 8}',
+        "s20c_signals_efa_over.json": '[{"node": "n1"}, {"node": "n2", "efa_visible": 33, "efa_expected": 32}]',
+        "s20c_job_time_limit.yaml": "name: j\ncommand: ['true']\nimage: x:1\ntime_limit_min: 99999999999999\n",
+    }
+)
+BAD_ARGV += [
+    (["health", "--signals", "@file:s20c_signals_gpus_over.json"],
+     "signals[0].gpus_visible: 9 > gpus_expected 8: a node cannot show more than it has; set gpus_expected"),
+    (["health", "--signals", "@file:s20c_signals_efa_over.json"], "signals[1].efa_visible: 33 > efa_expected 32"),
+]  # fmt: skip
+
+# output paths: before, --dashboards '' wrote the dashboards into the current folder, --hostname took '' and a
+# newline, and time_limit_min 99999999999999 was rendered into sbatch --time and activeDeadlineSeconds
+BAD_ARGV += [
+    (["exporter", "--dashboards", ""], "--dashboards: an empty path ('') names the current folder; give one"),
+    (["exporter", "--backend", "fake", "--once", "--no-efa", "--sysfs-root", ""], "--sysfs-root: an empty path ('')"),
+    (["exporter", "--backend", "fake", "--once", "--no-efa", "--hostname", ""],
+     "--hostname: '' is not a valid node name; allowed: letters, digits, '.', '_', '-'"),
+    (["exporter", "--backend", "fake", "--once", "--no-efa", "--hostname", "n1\nevil"],
+     "--hostname: 'n1\\nevil' is not a valid node name"),
+    (["launch", "@file:s20c_job_time_limit.yaml", "--on", "slurm", "--dry-run"],
+     "field 'time_limit_min': Value error, 99,999,999,999,999 minutes; allowed: 1 to 525,600 (365 days"),
+    (["launch", "@file:s20c_job_time_limit.yaml", "--on", "kubernetes", "--dry-run"],
+     "field 'time_limit_min': Value error, 99,999,999,999,999 minutes; allowed: 1 to 525,600"),
+]  # fmt: skip

@@ -23,6 +23,11 @@ from fmstack.errors import InputError
 
 DEFAULT_NODES_PER_LEAF = 16
 DEFAULT_LEAVES_PER_SPINE = 16
+MAX_CLUSTER_GPUS = 1 << 20
+"""The most GPUs one cluster (a training job, an RL step, one serving plan) may have: 1,048,576 (2^20), several
+times the largest clusters built (a few hundred thousand GPUs). Past it nothing real is modelled, and counts such
+as 10^12 nodes gave step times and costs with no meaning (``estimate train --nodes 999999999999`` printed 9e16
+tokens/s)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -148,6 +153,7 @@ def build_cluster(
     if num_nodes <= 0:
         raise InputError("nodes", f"must be a positive number of nodes, got {num_nodes}")
     inst = resolve_instance(catalog, instance)
+    check_cluster_gpus(num_nodes * inst.num_gpus, f"{num_nodes:,} nodes x {inst.num_gpus} GPUs = ", "nodes")
     gpu = catalog.gpu(inst.gpu)
     return Cluster(
         instance=inst,
@@ -162,6 +168,17 @@ def build_cluster(
         and inst.ultraserver is not None
         and inst.ultraserver.lower() == instance.lower(),
     )
+
+
+def check_cluster_gpus(num_gpus: int, arithmetic: str = "", field: str = "gpus") -> None:
+    """Refuse more than :data:`MAX_CLUSTER_GPUS` GPUs in one cluster; ``arithmetic`` shows how the count came about
+    (``"4 nodes x 8 GPUs = "``)."""
+    if num_gpus > MAX_CLUSTER_GPUS:
+        raise InputError(
+            field,
+            f"{arithmetic}{num_gpus:,} GPUs; allowed: at most {MAX_CLUSTER_GPUS:,} (2^20) in one cluster, several "
+            "times the largest built: plan a share of the fleet",
+        )
 
 
 def nvlink_fabric(catalog: Catalog, inst: Instance, gpu: GPU) -> Fabric | None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from fmstack.catalog.topology import resolve_instance
+from fmstack.catalog.topology import check_cluster_gpus, resolve_instance
 from fmstack.cli.common import catalog_option, choice, whole_nodes_hint
 from fmstack.errors import InputError
 from fmstack.perfmodel.config import (
@@ -80,6 +80,7 @@ def resolve_nodes(nodes: int | None, gpus: int | None, gpus_per_node: int) -> in
     if gpus is not None:
         if gpus <= 0:
             raise InputError("gpus", f"must be a positive number of GPUs, got {gpus}")
+        check_cluster_gpus(gpus)
         if gpus % gpus_per_node:
             raise InputError(
                 "gpus",

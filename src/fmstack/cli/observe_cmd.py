@@ -38,6 +38,33 @@ class _FiniteRange(click.FloatRange):
         return out
 
 
+class _GivenPath(click.Path):
+    """A path that is not empty: click turns '' into Path('.'), so ``--dashboards ''`` wrote into the current folder
+    (and ``--sysfs-root ''`` read it as /)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            name = param.opts[0] if param is not None else "path"
+            raise InputError(
+                name, f"an empty path ({value!r}) names the current folder; give one, e.g. {name} {_EXAMPLES[name]}"
+            )
+        return super().convert(value, param, ctx)
+
+
+_EXAMPLES = {"--dashboards": "grafana/", "--sysfs-root": "/", "--app-dir": "/run/fmstack/app",
+             "--fake-script": "nvml.json"}  # fmt: skip
+
+
+def _check_hostname(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """The Hostname label names the node for ``fmstack health --alerts``, so it must be a valid node name: before
+    session 20 an empty value and one with a newline were accepted."""
+    if value is None:
+        return None
+    from fmstack.observability.health_io import check_node_name
+
+    return check_node_name(value, "--hostname")
+
+
 def _write_new_files(directory: Path, files: dict[str, str], force: bool) -> list[Path]:
     """Write files into ``directory`` all or nothing; refuse to overwrite unless ``force``."""
     if directory.exists() and not directory.is_dir():
@@ -72,7 +99,12 @@ def _write_new_files(directory: Path, files: dict[str, str], force: bool) -> lis
 )
 @click.option("--port", type=click.IntRange(0, 65535), default=9400, show_default=True, help="TCP port (0: any free).")
 @click.option("--bind", default="127.0.0.1", show_default=True, help="Address to bind; 0.0.0.0 exposes it to all.")
-@click.option("--hostname", default=None, help="Value of the Hostname label [default: this host's name].")
+@click.option(
+    "--hostname",
+    default=None,
+    callback=_check_hostname,
+    help="Value of the Hostname label: letters, digits, '.', '_', '-' [default: this host's name].",
+)
 @click.option(
     "--backend",
     type=click.Choice(["nvml", "fake", "none"]),
@@ -80,15 +112,15 @@ def _write_new_files(directory: Path, files: dict[str, str], force: bool) -> lis
     show_default=True,
     help="GPU source: NVML, the scripted fake, or no GPU source.",
 )
-@click.option("--fake-script", type=click.Path(path_type=Path, dir_okay=False), help="JSON of NVML answers (fake).")
+@click.option("--fake-script", type=_GivenPath(path_type=Path, dir_okay=False), help="JSON of NVML answers (fake).")
 @click.option(
     "--sysfs-root",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=_GivenPath(path_type=Path, file_okay=False),
     default=Path("/"),
     show_default=True,
     help="Root of sys/class/infiniband (EFA) and the Lustre llite stats (sys/kernel/debug or proc/fs/lustre).",
 )
-@click.option("--app-dir", type=click.Path(path_type=Path, file_okay=False), help="Directory of app snapshot files.")
+@click.option("--app-dir", type=_GivenPath(path_type=Path, file_okay=False), help="Directory of app snapshot files.")
 @click.option(
     "--app-max-age",
     type=_FiniteRange(1, 30 * 86400),
@@ -114,7 +146,7 @@ def _write_new_files(directory: Path, files: dict[str, str], force: bool) -> lis
 @click.option("--no-efa", is_flag=True, help="No EFA source (a node without EFA; else a missing driver is an error).")
 @click.option("--once", is_flag=True, help="Print one scrape to stdout and exit.")
 @click.option("--print-rules", is_flag=True, help="Print the alert and recording rules (YAML) and exit.")
-@click.option("--dashboards", type=click.Path(path_type=Path), help="Write the Grafana dashboards (JSON) here, exit.")
+@click.option("--dashboards", type=_GivenPath(path_type=Path), help="Write the Grafana dashboards (JSON) here, exit.")
 @click.option("--force", is_flag=True, help="With --dashboards: overwrite existing files.")
 def exporter(
     port: int,

@@ -38,6 +38,7 @@ from fmstack.cli.plan_render import (
 )
 from fmstack.errors import InputError
 from fmstack.fileio import check_output_path
+from fmstack.perfmodel.batch_limits import check_batch
 from fmstack.perfmodel.config import (
     DEFAULT_SEQ_LEN,
     PRECISION_CHOICES,
@@ -111,6 +112,8 @@ def _space(
             raise InputError("recompute", f"{r!r} unknown; allowed: {', '.join(RECOMPUTE_CHOICES)}")
     if global_batch is not None and global_batch <= 0:
         raise InputError("global_batch", f"must be > 0, got {global_batch}")
+    if global_batch is not None:
+        check_batch("global_batch", global_batch)
     if seq_len <= 0:
         raise InputError("seq_len", f"must be > 0, got {seq_len}")
     return SearchSpace(

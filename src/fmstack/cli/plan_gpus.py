@@ -4,7 +4,7 @@ and the node counts of the report's scaling sweep (shared with `fmstack scale` t
 from __future__ import annotations
 
 from fmstack.catalog.loader import Catalog
-from fmstack.catalog.topology import Cluster, build_cluster, resolve_instance
+from fmstack.catalog.topology import Cluster, build_cluster, check_cluster_gpus, resolve_instance
 from fmstack.cli.common import whole_nodes_hint
 from fmstack.errors import InputError
 from fmstack.perfmodel.pricing import priced_name
@@ -42,6 +42,7 @@ def parse_gpus(text: str) -> list[int]:
         raise InputError("gpus", f"{text!r} is not a count, a list (512,1024) or a range (512-4096[:step])") from None
     if not out or any(v <= 0 for v in out):
         raise InputError("gpus", f"must be positive GPU counts, got {text!r}")
+    check_cluster_gpus(max(out))
     return list(dict.fromkeys(out))  # '64,64' or '512,256-1024' name a count twice: search it once
 
 

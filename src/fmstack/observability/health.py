@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fmstack.errors import InputError
 from fmstack.observability.actions import Action
 from fmstack.observability.xid import CATALOG_URL, XID154_ACTIONS, XidRule, load_xid_catalog
 
@@ -96,6 +97,20 @@ class NodeSignals:
     """GPU resets already done on this node in the recurrence window."""
     reboots_in_window: int = 0
     """Reboots already done on this node in the recurrence window."""
+
+
+def check_counts(s: NodeSignals, where: str = "") -> None:
+    """Refuse more devices visible than expected (``where``: the field's prefix, ``signals[0].``): a node cannot show
+    a GPU or an EFA device it does not have, so the expected count is wrong (set for another instance type) or the
+    node is not the instance type the caller thinks, and a missing device cannot be told from the count. Before
+    session 20, 9 of 8 GPUs visible decided "none" and said nothing."""
+    for kind, visible, expected in (("gpus", s.gpus_visible, s.gpus_expected), ("efa", s.efa_visible, s.efa_expected)):
+        if visible is not None and expected is not None and visible > expected:
+            raise InputError(
+                f"{where}{kind}_visible",
+                f"{visible} > {kind}_expected {expected}: a node cannot show more than it has; set {kind}_expected "
+                "to the instance type's count (p5.48xlarge: 8 GPUs, 32 EFA devices) or check the node's type",
+            )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -176,6 +191,7 @@ class HealthEngine:
         return rule.action if rule else Action.NONE
 
     def decide(self, signals: NodeSignals) -> Decision:
+        check_counts(signals)
         hits: list[tuple[Action, str, str]] = []
         hits += self._xid_hits(signals)
         hits += self._memory_hits(signals)

@@ -23,7 +23,7 @@ from typing import Any
 
 from fmstack.errors import InputError
 from fmstack.observability.actions import Action
-from fmstack.observability.health import Decision, NodeSignals
+from fmstack.observability.health import Decision, NodeSignals, check_counts
 from fmstack.observability.xid import XID154_ACTIONS
 
 HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
@@ -69,6 +69,7 @@ def signals_from_dict(data: Any, where: str = "signals") -> NodeSignals:
                 f"{where}.{given[0]}", f"needs {other} too (the counts are compared); give both or neither"
             )
     signals = NodeSignals(**kwargs)
+    check_counts(signals, f"{where}.")
     if signals.node:
         check_node_name(signals.node, f"{where}.node")
     return signals

@@ -23,6 +23,12 @@ from fmstack.errors import InputError
 # DNS-1123 label: valid as a Slurm job name and a Kubernetes object name; nothing a shell would interpret
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,48}[a-z0-9])?$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_TIME_LIMIT_MIN = 365 * 24 * 60
+"""Longest ``time_limit_min``: 525,600 minutes (365 days). Slurm keeps a job's time limit as a 32-bit count of minutes
+(``uint32_t time_limit`` in slurm.h; 0xfffffffe and 0xffffffff are NO_VAL and INFINITE, so 4,294,967,293 is the most
+it can hold) and Kubernetes' activeDeadlineSeconds is an int64; a year is past any single allocation (long runs are
+many: Llama 3 405B saw 466 job interruptions in a 54-day snapshot, Llama 3 paper sec. 3.3.4). Before session 20, 99999999999999 was rendered into ``--time``
+and into activeDeadlineSeconds (6e15 s)."""
 
 
 class _Strict(BaseModel):
@@ -249,6 +255,16 @@ class JobSpec(_Strict):
     def _name(cls, v: str) -> str:
         if not _NAME.match(v):
             raise ValueError(f"{v!r} must be a DNS-1123 label: lowercase letters, digits and '-', 1-50 characters")
+        return v
+
+    @field_validator("time_limit_min")
+    @classmethod
+    def _time_limit(cls, v: int) -> int:
+        if v > MAX_TIME_LIMIT_MIN:
+            raise ValueError(
+                f"{v:,} minutes; allowed: 1 to {MAX_TIME_LIMIT_MIN:,} (365 days, past any single allocation; Slurm "
+                "keeps the limit as 32-bit minutes)"
+            )
         return v
 
     @field_validator("env")

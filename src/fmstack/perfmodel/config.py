@@ -11,6 +11,7 @@ from typing import Literal
 
 from fmstack.catalog.schema import ModelArch
 from fmstack.errors import InputError
+from fmstack.perfmodel.batch_limits import check_batch
 from fmstack.perfmodel.config_layout import FSDP_REDUCE_BYTES as FSDP_REDUCE_BYTES
 from fmstack.perfmodel.config_layout import GRAD_DTYPE_BYTES as GRAD_DTYPE_BYTES
 from fmstack.perfmodel.config_layout import GRAD_DTYPE_CHOICES as GRAD_DTYPE_CHOICES
@@ -144,6 +145,8 @@ def validate_config(cfg: TrainConfig, model: ModelArch, num_gpus: int) -> None:
     """Check shapes; raise InputError showing the arithmetic that failed."""
     for name in ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_stages", "micro_batch", "global_batch", "seq_len"):
         _positive(name, getattr(cfg, name))
+    check_batch("micro_batch", cfg.micro_batch, "sequences per micro-batch (a part of the global batch)")
+    check_batch("global_batch", cfg.global_batch)
     if cfg.precision not in PRECISION_CHOICES:
         raise InputError("precision", f"{cfg.precision!r} unknown; allowed: {', '.join(PRECISION_CHOICES)}")
     if cfg.recompute not in RECOMPUTE_CHOICES:

@@ -30,7 +30,7 @@ from numpy.typing import NDArray
 
 from fmstack.catalog.loader import Catalog
 from fmstack.catalog.schema import ModelArch
-from fmstack.catalog.topology import Cluster, build_cluster, resolve_instance
+from fmstack.catalog.topology import MAX_CLUSTER_GPUS, Cluster, build_cluster, resolve_instance
 from fmstack.errors import InputError
 from fmstack.perfmodel.efficiency import EfficiencyFor
 from fmstack.perfmodel.inference import (
@@ -156,10 +156,11 @@ def layouts(model: ModelArch, nodes: int, gpus_per_node: int, gpus_per_domain: i
     return out
 
 
-MAX_PLAN_GPUS = 1 << 20
-"""The largest deployment one serving plan sizes (1,048,576 GPUs; the largest clusters hold ~1e5): past it the p99
-checks, which place every replica of a split on its nodes, take minutes and gigabytes for a fleet no one runs as one
-deployment (``--qps 1e9`` of Llama 3.1 8B: 43.6 million one-GPU replicas)."""
+MAX_PLAN_GPUS = MAX_CLUSTER_GPUS
+"""The largest deployment one serving plan sizes (1,048,576 GPUs, the most one cluster may have in fmstack; the
+largest clusters hold a few 1e5): past it the p99 checks, which place every replica of a split on its nodes, take
+minutes and gigabytes for a fleet no one runs as one deployment (``--qps 1e9`` of Llama 3.1 8B: 43.6 million
+one-GPU replicas)."""
 
 
 def plan_serve(

@@ -19,6 +19,7 @@ from numpy.typing import NDArray
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
+from fmstack.perfmodel.batch_limits import check_batch
 from fmstack.perfmodel.columns import (
     RECOMPUTE_MODULE_BIT,
     Columns,
@@ -44,10 +45,7 @@ from fmstack.perfmodel.memory import (
 from fmstack.perfmodel.modelconsts import model_consts
 from fmstack.perfmodel.num import FloatArray
 from fmstack.perfmodel.plan_fold import best_per_layout
-from fmstack.perfmodel.planner_space import (
-    SearchSpace,
-    enumerate_space,
-)
+from fmstack.perfmodel.planner_space import SearchSpace, batch_limit, enumerate_space
 from fmstack.perfmodel.pricing import priced_name
 from fmstack.perfmodel.step import StepArrays, step_model
 from fmstack.perfmodel.training import TrainingEstimate, from_arrays
@@ -198,6 +196,8 @@ def plan_training(
     if space.seq_len <= 0:
         raise InputError("seq_len", f"must be > 0, got {space.seq_len}")
     check_seq_len(space.seq_len, model)
+    if space.global_batch is not None:
+        check_batch("global_batch", space.global_batch)
     check_search_layout(space.precisions, space.optimizer_state_dtype, space.master_weights, space.fp8_param_gather,
                         grad_shard_buffer=space.grad_shard_buffer, shardings=space.sharding,
                         grad_dtype=space.grad_dtype, reduce_dtype=space.reduce_dtype)  # fmt: skip
@@ -237,6 +237,10 @@ def plan_training(
             candidates.append((float(score[j]), ci, j, cluster, cols, arrays, variants))
         if progress:
             progress(ci + 1, len(clusters))
+    if not candidates and best_misfit is None and clusters:  # no row had a valid shape: the batch limited them all
+        others = "; the other clusters searched are limited likewise" if len(clusters) > 1 else ""
+        raise InputError("global_batch", f"no layout of {model.name} has a valid shape: "
+                         f"{batch_limit(model, clusters[0], spaces[0])}{others}")  # fmt: skip
     if not candidates:
         hint = best_misfit[1] if best_misfit else "no configuration has a valid shape"
         raise InputError(

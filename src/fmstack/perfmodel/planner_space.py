@@ -171,3 +171,44 @@ def enumerate_space(model: ModelArch, cluster: Cluster, space: SearchSpace) -> t
         fp8_params=fp8_params.astype(np.float64), grad_shard=grad_shard,
     )  # fmt: skip
     return cols, considered
+
+
+def batch_limit(model: ModelArch, cluster: Cluster, space: SearchSpace) -> str:
+    """Why ``cluster`` has no shape-valid row, and what to change: the global batch, since every other shape rule
+    holds for tp = pp = cp = 1. Data parallelism cannot exceed it (dp x micro-batch divides the global batch), and the
+    most model parallelism the space allows leaves dp = GPUs / (tp x pp x cp) replicas; the message gives both."""
+    n = cluster.num_gpus
+    layouts = [
+        (tp * pp * cp, tp, pp, cp)
+        for tp in _pow2_upto(cluster.gpus_per_domain)
+        for pp in _divisors(n, min(space.max_pp, model.num_layers))
+        for cp in _once(space.cp)
+        if n % (tp * pp * cp) == 0
+        and model.num_heads % tp == 0
+        and (model.num_kv_heads % tp == 0 or tp % model.num_kv_heads == 0)
+        and (cp == 1 or space.seq_len % (2 * cp) == 0)
+    ]
+    if not layouts:
+        return f"no tp x pp x cp the space allows divides {n:,} GPUs"
+    mp, tp, pp, cp = max(layouts)
+    dp, mb = n // mp, min(space.micro_batches, default=1)
+    most = f"the most model parallelism searched (tp {tp} x pp {pp} x cp {cp} = {mp:,} GPUs per replica)"
+    if space.global_batch is None:
+        target = max(1, round(DEFAULT_GLOBAL_BATCH_TOKENS / space.seq_len))
+        cap = 2 * target // mb
+        return (
+            f"data parallelism cannot exceed the global batch: the default, about 4M tokens = {target:,} sequences of "
+            f"{space.seq_len:,} tokens, allows dp <= {cap:,}, but on {n:,} {cluster.name} GPUs {most} leaves dp = "
+            f"{dp:,}: use at most {cap * mp:,} GPUs, or give --global-batch as a multiple of {dp * mb:,}"
+        )
+    batch = space.global_batch
+    if dp * mb > batch:
+        return (
+            f"data parallelism cannot exceed the global batch of {batch:,} sequences, but on {n:,} {cluster.name} GPUs "
+            f"{most} leaves dp = {dp:,}: use at most {batch // mb * mp:,} GPUs, or a --global-batch that is a multiple "
+            f"of {dp * mb:,}"
+        )
+    return (
+        f"dp x micro-batch must divide the global batch of {batch:,} sequences, and no layout on {n:,} {cluster.name} "
+        f"GPUs has such a dp: {most} leaves dp = {dp:,}; give a --global-batch that is a multiple of {dp * mb:,}"
+    )

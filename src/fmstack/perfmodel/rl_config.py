@@ -11,6 +11,7 @@ from typing import Literal
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
+from fmstack.perfmodel.batch_limits import check_batch
 from fmstack.perfmodel.config import (
     SHARDING_CHOICES,
     GradDtype,
@@ -132,7 +133,11 @@ def check_rl_config(cfg: RLConfig, cluster: Cluster) -> None:
     for name, flag in flags.items():
         if getattr(cfg, name) < 1:
             raise InputError(flag, f"must be >= 1, got {getattr(cfg, name)}")
+    check_batch("prompts", cfg.prompts_per_step, "prompts per step")
+    check_batch("samples", cfg.samples_per_prompt, "samples per prompt")
     seqs = cfg.prompts_per_step * cfg.samples_per_prompt
+    check_batch("samples", seqs, f"sequences per step (--prompts {cfg.prompts_per_step:,} x --samples "
+                f"{cfg.samples_per_prompt:,})")  # fmt: skip
     if seqs % cfg.minibatches:  # veRL and NeMo RL both require whole minibatches of the step's sequences
         allowed = [d for d in range(1, min(seqs, 64) + 1) if seqs % d == 0]
         raise InputError(

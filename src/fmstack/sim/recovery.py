@@ -25,6 +25,13 @@ INTERVAL_RATES = ("failures", "failures+preemptions")
 """What interrupt rate Young's / Daly's interval uses: the failure model's alone (the default), or that plus the
 preemption rate the run has seen so far for the job's queue and priority (:mod:`fmstack.sim.preemption_rate`)."""
 SLURM_REQUEUE_DELAY_S = 120.0
+MAX_CKPT_COST_S = 86_400.0
+"""Longest checkpoint stall (``--ckpt-cost``): a day. Llama 3.1 405B's full training state (bf16 weights, fp32 master
+weights and Adam moments: 14 B x 405e9 = 5.7 TB) written at 1 GB/s stalls a synchronous save for 1.6 h; a day is 15
+times that. Before session 20 ``--ckpt-cost 1e30`` was accepted."""
+MAX_CKPT_INTERVAL_MIN = 366 * 1440
+"""Longest fixed checkpoint interval (``--ckpt-interval MINUTES``): 527,040 minutes, the longest run
+(``sim.config.MAX_DAYS``, 366 days); a longer one never checkpoints within a run."""
 
 
 def parse_mode(text: str) -> RecoveryMode:
@@ -59,8 +66,10 @@ class RecoverySettings:
                 "ckpt_interval_rate",
                 f"{self.interval_rate} sets young's or daly's interval; --ckpt-interval {self.interval} is fixed",
             )
-        if self.ckpt_cost_s < 0 or not math.isfinite(self.ckpt_cost_s):
-            raise InputError("ckpt_cost", f"must be >= 0 seconds, got {self.ckpt_cost_s}")
+        if not (math.isfinite(self.ckpt_cost_s) and 0 <= self.ckpt_cost_s <= MAX_CKPT_COST_S):
+            raise InputError(
+                "ckpt_cost", f"must be 0 to {MAX_CKPT_COST_S:,.0f} seconds (a day), got {self.ckpt_cost_s:g}"
+            )
         if self.interval not in INTERVAL_RULES:
             try:
                 minutes = float(self.interval)
@@ -68,6 +77,11 @@ class RecoverySettings:
                 raise InputError("ckpt_interval", f"{self.interval!r}; allowed: young, daly or minutes (> 0)") from None
             if not (math.isfinite(minutes) and minutes > 0):
                 raise InputError("ckpt_interval", f"must be > 0 minutes, got {self.interval}")
+            if minutes > MAX_CKPT_INTERVAL_MIN:
+                raise InputError(
+                    "ckpt_interval",
+                    f"{self.interval} minutes; allowed: at most {MAX_CKPT_INTERVAL_MIN:,} (366 days, the longest run)",
+                )
 
     @property
     def counts_preemptions(self) -> bool:
