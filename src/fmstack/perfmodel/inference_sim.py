@@ -33,6 +33,7 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -54,7 +55,7 @@ from fmstack.perfmodel.inference_sim_io import (
 from fmstack.perfmodel.inference_sim_kv import KvAdmission
 from fmstack.perfmodel.inference_sim_prefix import delay_first_chunk, late_hit, publish_prefix, release_tokens
 from fmstack.perfmodel.inference_speculative import draw_tokens
-from fmstack.perfmodel.inference_step import Deployment, step_time
+from fmstack.perfmodel.inference_step import STEP_MEMO_LOADS, Deployment, step_time
 
 __all__ = ["PERCENTILES", "ROUTERS", "BatchingSim", "SimConfig", "SimResult", "simulate"]
 
@@ -115,6 +116,9 @@ class BatchingSim(KvAdmission, AttentionDP):
         self.routed = False
         self._open = None
         self._memo = None
+        self._step_s_of: dict[tuple[Any, ...], float] = {}
+        """Iteration seconds by load (:meth:`_run_step`): a speculative run meets the same few thousand loads
+        hundreds of thousands of times, each a ``step_time`` call and its draft's (the same call, the same float)."""
         self.prefix_caches: list[PrefixCache] = []
         """Joint simulation with a shared-prefix workload (:meth:`use_prefix_cache`): each rank's prefix cache (one;
         attention DP: one per rank, as each SGLang DP-attention rank runs its own scheduler and radix cache), looked
@@ -286,7 +290,12 @@ class BatchingSim(KvAdmission, AttentionDP):
     def _run_step(self, decode: list[int], chunks: dict[int, int]) -> None:
         """One iteration of ``decode``'s sequences and the prompt ``chunks`` (request -> tokens), timed by
         ``step_time`` at the decodes' mean context."""
-        t = float(step_time(self.d, *self._iteration_load(decode, chunks)).total_s)
+        load = self._iteration_load(decode, chunks)
+        t = self._step_s_of.get(load)
+        if t is None:
+            if len(self._step_s_of) >= STEP_MEMO_LOADS:
+                self._step_s_of.clear()
+            t = self._step_s_of[load] = float(step_time(self.d, *load).total_s)
         self._batch = (decode, chunks)
         self._busy = True
         self.iterations += 1

@@ -7,6 +7,7 @@ and the iteration takes the busiest rank's time (the module docstring of :mod:`f
 from __future__ import annotations
 
 import heapq
+from typing import Any
 
 import numpy as np
 
@@ -15,7 +16,7 @@ from fmstack.perfmodel.inference_prefix import PrefixCache
 from fmstack.perfmodel.inference_sim_io import SimConfig
 from fmstack.perfmodel.inference_sim_prefix import admission_need, admit_prefix
 from fmstack.perfmodel.inference_sim_stretch import Stretches
-from fmstack.perfmodel.inference_step import RankLoad, step_time
+from fmstack.perfmodel.inference_step import STEP_MEMO_LOADS, RankLoad, step_time
 
 
 class AttentionDP(Stretches):
@@ -32,6 +33,8 @@ class AttentionDP(Stretches):
     prefix_caches: list[PrefixCache]
     """Each rank's prefix cache (empty: none)."""
     prefix_len: int
+    _step_s_of: dict[tuple[Any, ...], float]
+    """Iteration seconds by load: each rank's (attention DP) or the replica's (``BatchingSim._run_step``)."""
 
     def _iteration_load(self, decode: list[int], chunks: dict[int, int]) -> tuple[float, float, float, float, float]:
         """``step_time``'s load of one iteration (or one rank's share of it): ``decode``'s sequences at their mean
@@ -112,14 +115,20 @@ class AttentionDP(Stretches):
             self._adp_stretch(decodes, decode_all)
             return
         arr = np.array(loads)
-        b_all = float(arr[:, 0].sum())
-        ctx_all = float((arr[:, 0] * arr[:, 1]).sum() / b_all) if b_all else 0.0
-        busy = RankLoad(decode_seqs=arr[:, 0], decode_ctx=arr[:, 1], prefill_tokens=arr[:, 2],
-                        prefill_token_ctx=arr[:, 3], prefill_seqs=arr[:, 4])  # fmt: skip
-        per_rank = step_time(self.d, b_all, ctx_all, float(arr[:, 2].sum()), float(arr[:, 3].sum()),
-                             float(arr[:, 4].sum()), busiest=busy).total_s  # fmt: skip
+        key = tuple(loads)
+        t = self._step_s_of.get(key)
+        if t is None:
+            b_all = float(arr[:, 0].sum())
+            ctx_all = float((arr[:, 0] * arr[:, 1]).sum() / b_all) if b_all else 0.0
+            busy = RankLoad(decode_seqs=arr[:, 0], decode_ctx=arr[:, 1], prefill_tokens=arr[:, 2],
+                            prefill_token_ctx=arr[:, 3], prefill_seqs=arr[:, 4])  # fmt: skip
+            per_rank = step_time(self.d, b_all, ctx_all, float(arr[:, 2].sum()), float(arr[:, 3].sum()),
+                                 float(arr[:, 4].sum()), busiest=busy).total_s  # fmt: skip
+            if len(self._step_s_of) >= STEP_MEMO_LOADS:
+                self._step_s_of.clear()
+            t = self._step_s_of[key] = float(np.max(per_rank))
         self.prompt_ranks.append(int((arr[:, 2] > 0).sum()))
         self._batch = (decode_all, chunks)
         self._busy = True
         self.iterations += 1
-        self._push(self.clock_s + float(np.max(per_rank)), "done")
+        self._push(self.clock_s + t, "done")

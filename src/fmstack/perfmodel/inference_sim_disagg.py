@@ -52,7 +52,7 @@ from fmstack.perfmodel.inference_sim_disagg_stats import PoolStats as PoolStats 
 from fmstack.perfmodel.inference_sim_disagg_stats import pool_stats as pool_stats  # re-exported: moved there
 from fmstack.perfmodel.inference_sim_io import SimConfig, SimRequest, SimResult, summarise
 from fmstack.perfmodel.inference_sim_prefix import delay_first_chunk
-from fmstack.perfmodel.inference_step import Deployment, step_time
+from fmstack.perfmodel.inference_step import STEP_MEMO_LOADS, Deployment, step_time
 
 if TYPE_CHECKING:
     from fmstack.perfmodel.inference_sim_disagg_prefix import PrefillPrefix
@@ -117,6 +117,9 @@ class DisaggSim:
         self._step_cache: list[tuple[int, int, np.ndarray[tuple[int], np.dtype[np.float64]]] | None] = [
             None
         ] * decode_replicas
+        self._spec_step_s: dict[tuple[int, int], float] = {}
+        """A speculating decode pool's iteration seconds by batch and context sum (:meth:`_decode_step_s`): its
+        draws end every stretch, so the same loads come back one iteration at a time."""
         self._skip_ahead = skip_ahead
         """Price a prefill replica's run of full-budget chunks of one prompt with one vectorised ``step_time`` call
         (:meth:`_prefill_step_s`); False: one call per iteration (the same results, slower; for tests and
@@ -337,15 +340,24 @@ class DisaggSim:
         """The decode-only iteration of ``n`` sequences at their mean context (exact sum / n, as ``np.mean`` of the
         integers). The times of the next iterations with the same batch (each one token of context more per
         sequence, up to the first completion) come from one vectorised ``step_time`` call and are kept until the
-        batch changes: elementwise the same floating-point operations as one call each."""
+        batch changes: elementwise the same floating-point operations as one call each. A speculating pool's
+        iterations are drawn one by one: each load's time is kept (the same call, the same float)."""
         total = self._ctx_sum[r]
+        if self.dd.spec is not None:
+            t = self._spec_step_s.get((n, total))
+            if t is None:
+                if len(self._spec_step_s) >= STEP_MEMO_LOADS:
+                    self._spec_step_s.clear()
+                ks = np.arange(1, dtype=np.int64)
+                t = self._spec_step_s[n, total] = float(step_time(self.dd, float(n), (total + ks * n) / n).total_s[0])
+            return t
         cached = self._step_cache[r]
         if cached is not None and cached[0] == n:
             k, rest = divmod(total - cached[1], n)
             if rest == 0 and 0 <= k < len(cached[2]):
                 return float(cached[2][k])
         left = min(self._requests[q].output_len - self._requests[q].generated for q in self._running[r])
-        ks = np.arange(1 if self.dd.spec is not None else min(left, 512), dtype=np.int64)  # drawn: no stretch
+        ks = np.arange(min(left, 512), dtype=np.int64)
         times = np.broadcast_to(step_time(self.dd, float(n), (total + ks * n) / n).total_s, ks.shape)
         self._step_cache[r] = (n, total, times)
         return float(times[0])

@@ -39,7 +39,7 @@ from fmstack.perfmodel.inference_disagg_spec import draw, emit_step
 from fmstack.perfmodel.inference_kv_pairs import KvTimes
 from fmstack.perfmodel.inference_sim_disagg import DisaggSim
 from fmstack.perfmodel.inference_sim_io import SimConfig
-from fmstack.perfmodel.inference_step import Deployment, RankLoad, step_time
+from fmstack.perfmodel.inference_step import STEP_MEMO_LOADS, Deployment, RankLoad, step_time
 
 F = np.ndarray[tuple[int], np.dtype[np.float64]]
 
@@ -73,6 +73,9 @@ class AdpDisaggSim(DisaggSim):
         self._rank_run: list[list[list[int]]] = [[[] for _ in range(self.decode_ranks)] for _ in range(decode_replicas)]
         self._rank_ctx: list[list[int]] = [[0] * self.decode_ranks for _ in range(decode_replicas)]
         self._adp_cache: list[tuple[tuple[int, ...], tuple[int, ...], F] | None] = [None] * decode_replicas
+        self._spec_rank_step_s: dict[tuple[tuple[int, ...], tuple[int, ...]], float] = {}
+        """A speculating decode pool's iteration seconds by its ranks' counts and context sums (drawn one by one:
+        the same loads come back; the same call, the same float)."""
         self._rank_work: list[list[list[int]]] = [
             [[] for _ in range(self.prefill_ranks)] for _ in range(prefill_replicas)
         ]
@@ -190,6 +193,13 @@ class AdpDisaggSim(DisaggSim):
         time depends only on the counts and the context sums, so a cached row serves whenever the sums are the
         cached ones plus ``j`` tokens per sequence."""
         sums = tuple(self._rank_ctx[r])
+        if self.dd.spec is not None:
+            t = self._spec_rank_step_s.get((counts, sums))
+            if t is None:
+                if len(self._spec_rank_step_s) >= STEP_MEMO_LOADS:
+                    self._spec_rank_step_s.clear()
+                t = self._spec_rank_step_s[counts, sums] = float(self._rank_times(r, counts, sums)[0])
+            return t
         cached = self._adp_cache[r]
         if cached is not None and cached[0] == counts:
             k0 = next(k for k, c in enumerate(counts) if c)
@@ -200,6 +210,13 @@ class AdpDisaggSim(DisaggSim):
                 and all(s - b == j * c for s, b, c in zip(sums, cached[1], counts, strict=True))
             ):
                 return float(cached[2][j])
+        times = self._rank_times(r, counts, sums)
+        self._adp_cache[r] = (counts, sums, times)
+        return float(times[0])
+
+    def _rank_times(self, r: int, counts: tuple[int, ...], sums: tuple[int, ...]) -> F:
+        """The times of replica ``r``'s next decode-only iterations with these counts, from these context sums (one,
+        when the pool speculates: its tokens are drawn)."""
         left = min(self._requests[q].output_len - self._requests[q].generated for run in self._rank_run[r] for q in run)
         ks = np.arange(1 if self.dd.spec is not None else min(left, 512), dtype=np.int64)  # drawn: no stretch
         n = np.array(counts, dtype=np.float64)
@@ -212,8 +229,7 @@ class AdpDisaggSim(DisaggSim):
                         prefill_seqs=zeros)  # fmt: skip
         per_rank = step_time(self.dd, b_all, ctx_all[:, None], 0.0, 0.0, 0.0, busiest=busy).total_s
         times: F = np.broadcast_to(per_rank, ctx.shape).max(axis=1)
-        self._adp_cache[r] = (counts, sums, times)
-        return float(times[0])
+        return times
 
     def _finish_decode(self, r: int) -> None:
         now = self.clock_s

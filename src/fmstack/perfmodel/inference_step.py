@@ -59,6 +59,9 @@ Dense GEMM', table 'Per-Rank MoE Module Latency', TRTLLM-Gen column; DeepSeek-V3
 ``grouped_memory``). A latency of a fixed kernel sequence under CUDA graphs, applied to every MoE layer of every
 GPU (Hopper included: no Hopper measurement found). ``LAYER_OVERHEAD_S`` (the layer's other kernels) is kept:
 the two overlap by at most its 8 us."""
+STEP_MEMO_LOADS = 1 << 15
+"""Most iteration loads a simulation keeps the time of (a bound on its memory: a few hundred bytes each, about 1 KB
+with eight attention-DP ranks, so at most about 32 MB); past it the table starts again, which changes no result."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
