@@ -55,7 +55,7 @@ from fmstack.perfmodel.inference_sim_io import (
 from fmstack.perfmodel.inference_sim_kv import KvAdmission
 from fmstack.perfmodel.inference_sim_prefix import delay_first_chunk, late_hit, publish_prefix, release_tokens
 from fmstack.perfmodel.inference_speculative import draw_tokens
-from fmstack.perfmodel.inference_step import STEP_MEMO_LOADS, Deployment, step_time
+from fmstack.perfmodel.inference_step import Deployment, kept_s, step_time
 
 __all__ = ["PERCENTILES", "ROUTERS", "BatchingSim", "SimConfig", "SimResult", "simulate"]
 
@@ -291,11 +291,7 @@ class BatchingSim(KvAdmission, AttentionDP):
         """One iteration of ``decode``'s sequences and the prompt ``chunks`` (request -> tokens), timed by
         ``step_time`` at the decodes' mean context."""
         load = self._iteration_load(decode, chunks)
-        t = self._step_s_of.get(load)
-        if t is None:
-            if len(self._step_s_of) >= STEP_MEMO_LOADS:
-                self._step_s_of.clear()
-            t = self._step_s_of[load] = float(step_time(self.d, *load).total_s)
+        t = kept_s(self._step_s_of, load, lambda: float(step_time(self.d, *load).total_s))
         self._batch = (decode, chunks)
         self._busy = True
         self.iterations += 1

@@ -16,7 +16,7 @@ from fmstack.perfmodel.inference_prefix import PrefixCache
 from fmstack.perfmodel.inference_sim_io import SimConfig
 from fmstack.perfmodel.inference_sim_prefix import admission_need, admit_prefix
 from fmstack.perfmodel.inference_sim_stretch import Stretches
-from fmstack.perfmodel.inference_step import STEP_MEMO_LOADS, RankLoad, step_time
+from fmstack.perfmodel.inference_step import RankLoad, kept_s, step_time
 
 
 class AttentionDP(Stretches):
@@ -115,18 +115,17 @@ class AttentionDP(Stretches):
             self._adp_stretch(decodes, decode_all)
             return
         arr = np.array(loads)
-        key = tuple(loads)
-        t = self._step_s_of.get(key)
-        if t is None:
+
+        def busiest_s() -> float:
             b_all = float(arr[:, 0].sum())
             ctx_all = float((arr[:, 0] * arr[:, 1]).sum() / b_all) if b_all else 0.0
             busy = RankLoad(decode_seqs=arr[:, 0], decode_ctx=arr[:, 1], prefill_tokens=arr[:, 2],
                             prefill_token_ctx=arr[:, 3], prefill_seqs=arr[:, 4])  # fmt: skip
             per_rank = step_time(self.d, b_all, ctx_all, float(arr[:, 2].sum()), float(arr[:, 3].sum()),
                                  float(arr[:, 4].sum()), busiest=busy).total_s  # fmt: skip
-            if len(self._step_s_of) >= STEP_MEMO_LOADS:
-                self._step_s_of.clear()
-            t = self._step_s_of[key] = float(np.max(per_rank))
+            return float(np.max(per_rank))
+
+        t = kept_s(self._step_s_of, tuple(loads), busiest_s)
         self.prompt_ranks.append(int((arr[:, 2] > 0).sum()))
         self._batch = (decode_all, chunks)
         self._busy = True

@@ -52,7 +52,7 @@ from fmstack.perfmodel.inference_sim_disagg_stats import PoolStats as PoolStats 
 from fmstack.perfmodel.inference_sim_disagg_stats import pool_stats as pool_stats  # re-exported: moved there
 from fmstack.perfmodel.inference_sim_io import SimConfig, SimRequest, SimResult, summarise
 from fmstack.perfmodel.inference_sim_prefix import delay_first_chunk
-from fmstack.perfmodel.inference_step import STEP_MEMO_LOADS, Deployment, step_time
+from fmstack.perfmodel.inference_step import Deployment, kept_s, step_time
 
 if TYPE_CHECKING:
     from fmstack.perfmodel.inference_sim_disagg_prefix import PrefillPrefix
@@ -344,13 +344,9 @@ class DisaggSim:
         iterations are drawn one by one: each load's time is kept (the same call, the same float)."""
         total = self._ctx_sum[r]
         if self.dd.spec is not None:
-            t = self._spec_step_s.get((n, total))
-            if t is None:
-                if len(self._spec_step_s) >= STEP_MEMO_LOADS:
-                    self._spec_step_s.clear()
-                ks = np.arange(1, dtype=np.int64)
-                t = self._spec_step_s[n, total] = float(step_time(self.dd, float(n), (total + ks * n) / n).total_s[0])
-            return t
+            one = np.arange(1, dtype=np.int64)  # the vectorised call's first element, as the batch's below
+            return kept_s(self._spec_step_s, (n, total),
+                          lambda: float(step_time(self.dd, float(n), (total + one * n) / n).total_s[0]))  # fmt: skip
         cached = self._step_cache[r]
         if cached is not None and cached[0] == n:
             k, rest = divmod(total - cached[1], n)

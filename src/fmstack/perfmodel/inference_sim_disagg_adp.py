@@ -39,7 +39,7 @@ from fmstack.perfmodel.inference_disagg_spec import draw, emit_step
 from fmstack.perfmodel.inference_kv_pairs import KvTimes
 from fmstack.perfmodel.inference_sim_disagg import DisaggSim
 from fmstack.perfmodel.inference_sim_io import SimConfig
-from fmstack.perfmodel.inference_step import STEP_MEMO_LOADS, Deployment, RankLoad, step_time
+from fmstack.perfmodel.inference_step import Deployment, RankLoad, kept_s, step_time
 
 F = np.ndarray[tuple[int], np.dtype[np.float64]]
 
@@ -194,12 +194,7 @@ class AdpDisaggSim(DisaggSim):
         cached ones plus ``j`` tokens per sequence."""
         sums = tuple(self._rank_ctx[r])
         if self.dd.spec is not None:
-            t = self._spec_rank_step_s.get((counts, sums))
-            if t is None:
-                if len(self._spec_rank_step_s) >= STEP_MEMO_LOADS:
-                    self._spec_rank_step_s.clear()
-                t = self._spec_rank_step_s[counts, sums] = float(self._rank_times(r, counts, sums)[0])
-            return t
+            return kept_s(self._spec_rank_step_s, (counts, sums), lambda: float(self._rank_times(r, counts, sums)[0]))
         cached = self._adp_cache[r]
         if cached is not None and cached[0] == counts:
             k0 = next(k for k, c in enumerate(counts) if c)

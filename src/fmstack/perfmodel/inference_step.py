@@ -19,7 +19,9 @@ FLOPs come from :mod:`fmstack.perfmodel.modelconsts` (2 per multiply-accumulate)
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -59,9 +61,22 @@ Dense GEMM', table 'Per-Rank MoE Module Latency', TRTLLM-Gen column; DeepSeek-V3
 ``grouped_memory``). A latency of a fixed kernel sequence under CUDA graphs, applied to every MoE layer of every
 GPU (Hopper included: no Hopper measurement found). ``LAYER_OVERHEAD_S`` (the layer's other kernels) is kept:
 the two overlap by at most its 8 us."""
+K = TypeVar("K", bound=Hashable)
+
 STEP_MEMO_LOADS = 1 << 15
 """Most iteration loads a simulation keeps the time of (a bound on its memory: a few hundred bytes each, about 1 KB
 with eight attention-DP ranks, so at most about 32 MB); past it the table starts again, which changes no result."""
+
+
+def kept_s(table: dict[K, float], key: K, compute: Callable[[], float]) -> float:
+    """``table[key]``, from ``compute()`` the first time (a simulation's table of iteration times by load: the same
+    call, the same float); past :data:`STEP_MEMO_LOADS` keys the table starts again."""
+    t = table.get(key)
+    if t is None:
+        if len(table) >= STEP_MEMO_LOADS:
+            table.clear()
+        t = table[key] = compute()
+    return t
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
