@@ -1528,6 +1528,14 @@ BAD_ARGV += [
     ([*_DSESS, "--prefix-groups", "4", "--prefix-len", "4096"], "prefix-len: must be below --input-len"),
 ]  # fmt: skip
 
+# session 20, lead: a training run's tokens are bounded (1e30 printed ~1e20 days)
+BAD_ARGV += [
+    (["estimate", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--nodes", "1", "--tokens", "1e30"],
+     "tokens: 1e+30 tokens; allowed: at most 1e+16"),
+    (["plan", "train", "--model", "llama3.1-8b", "--instance", "p5.48xlarge", "--gpus", "16", "--tokens", "1e17"],
+     "tokens: 1e+17 tokens; allowed: at most 1e+16"),
+]  # fmt: skip
+
 # session 20, fuzzing the commands other than serve (helper A): add rows here
 _GPU_S20A = ("kind: gpu\nentries:\n  - name: XG\n    architecture: x\n    bf16_dense_tflops: 100\n    fp16_dense_tflops: 100\n"
              "    hbm_gb: 80\n    hbm_type: x\n    hbm_bw_tbps: 3\n    tdp_w: 700\n")  # fmt: skip

@@ -7,7 +7,6 @@ This file parses and computes; the shared options are in ``estimate_options.py``
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from fmstack.cli.estimate_options import (
 from fmstack.cli.estimate_render import cost_text, render_estimate
 from fmstack.cli.estimate_render import memory_hint as memory_hint  # where it lived before the split
 from fmstack.errors import InputError
+from fmstack.perfmodel.batch_limits import check_tokens
 from fmstack.perfmodel.config import (
     PRECISION_CHOICES,
     RECOMPUTE_CHOICES,
@@ -152,8 +152,8 @@ def train_cmd(
         raise InputError("hsdp-shard-size", "sets the HSDP shard group; it needs --sharding hsdp")
     cfg = fill_defaults(cluster.num_gpus, degrees)
     efficiency = calibrated(calibration, cluster, calibration_force)
-    if tokens is not None and not (math.isfinite(tokens) and tokens > 0):
-        raise InputError("tokens", f"must be > 0 and finite, got {tokens:g}")
+    if tokens is not None:
+        check_tokens(tokens)
     if tokens is None:
         refuse_resilience_without_tokens()
     est = estimate_training(arch, cluster, cfg, efficiency=efficiency)

@@ -8,6 +8,8 @@ printed to reproduce the row asked for another batch.
 
 from __future__ import annotations
 
+import math
+
 from fmstack.errors import InputError
 
 MAX_BATCH_SEQUENCES = 1 << 24
@@ -27,3 +29,18 @@ def check_batch(field: str, sequences: int, what: str = "sequences per step") ->
             f"{sequences:,} {what}; allowed: at most {MAX_BATCH_SEQUENCES:,} (2^24), 256 x the largest published "
             "batch (65,536 sequences), so that tokens per step stay finite and exact",
         )
+
+
+MAX_TRAIN_TOKENS = 1e16
+"""Tokens one training run may be planned for: 10^16, about 640 x Llama 3's 15.6 trillion (Dubey et al. 2024,
+arXiv:2407.21783, sec. 3.1) and past any published run; beyond it a run's days (1e30 tokens: ~1e20 days) mean
+nothing. Before session 20 any finite positive count was taken."""
+
+
+def check_tokens(tokens: float) -> None:
+    """Refuse a training token count that is not finite, not positive, or over :data:`MAX_TRAIN_TOKENS`."""
+    if not math.isfinite(tokens) or tokens <= 0:  # nan <= 0 is False: nan would pass a bare comparison
+        raise InputError("tokens", f"must be > 0 and finite, got {tokens:g}")
+    if tokens > MAX_TRAIN_TOKENS:
+        raise InputError("tokens", f"{tokens:g} tokens; allowed: at most {MAX_TRAIN_TOKENS:g}, about 640 x the "
+                         "15.6 trillion Llama 3 405B was trained on")  # fmt: skip

@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 from fmstack.catalog.schema import ModelArch
 from fmstack.catalog.topology import Cluster
 from fmstack.errors import InputError
-from fmstack.perfmodel.batch_limits import check_batch
+from fmstack.perfmodel.batch_limits import check_batch, check_tokens
 from fmstack.perfmodel.columns import (
     RECOMPUTE_MODULE_BIT,
     Columns,
@@ -188,8 +188,7 @@ def plan_training(
     """Search every configuration on every cluster; rank by ``objective`` (time, cost or mfu)."""
     if objective not in OBJECTIVES:
         raise InputError("objective", f"unknown objective {objective!r}; allowed: {', '.join(OBJECTIVES)}")
-    if not math.isfinite(tokens) or tokens <= 0:  # nan <= 0 is False: nan would pass a bare comparison
-        raise InputError("tokens", f"must be > 0 and finite, got {tokens:g}")
+    check_tokens(tokens)
     if top < 1:
         raise InputError("top", f"must be >= 1, got {top}")
     space = space or SearchSpace()
