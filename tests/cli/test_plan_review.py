@@ -129,7 +129,9 @@ def test_gpu_ranges_end() -> None:
     assert parse_gpus("512-4096") == [512, 1024, 2048, 4096]
     assert parse_gpus("512-2048:512") == [512, 1024, 1536, 2048]
     assert parse_gpus("8,64-128") == [8, 64, 128]
-    assert len(parse_gpus(f"1-{2**63 - 1}")) == 63  # the longest doubling range fits the cap
+    assert len(parse_gpus(f"1-{2**20}")) == 21  # the longest doubling range within a cluster's 2^20 GPUs (session 20)
+    with pytest.raises(InputError, match="allowed: at most 1,048,576"):  # 1-(2^63 - 1) expanded to 63 counts before
+        parse_gpus(f"1-{2**63 - 1}")
     for bad in ("0-8", "64-512:0", "64-512:-64", "512-64", "1-65:1"):
         with pytest.raises(InputError):
             parse_gpus(bad)
