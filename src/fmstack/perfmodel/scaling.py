@@ -243,11 +243,17 @@ def _plan(
             point = replace(space, global_batch=global_batch)
             return plan_training(model, [cluster], tokens=tokens, objective=objective, top=top, space=point), fell_back
         except InputError as e:
-            if e.field != "model":
+            if e.field != "model" and not _no_shape(e):
                 raise
             first_error = first_error or e
     assert first_error is not None
     raise first_error  # the reason at the batch asked for, not at the fallback's
+
+
+def _no_shape(e: InputError) -> bool:
+    """The planner found no layout with a valid shape at the point's batch (session 20: field ``global_batch``, was
+    ``model``), as opposed to a batch refused as bad input."""
+    return e.field == "global_batch" and "has a valid shape" in e.message
 
 
 def _always(cluster: Cluster) -> Callable[[TrainingEstimate], Cluster]:
@@ -329,8 +335,10 @@ def run_sweep(
         except InputError as e:
             # a sequence length past the model's context is one point of a seq-len sweep, not a bad sweep; so is a
             # GPU kind with none of the precisions allowed (--precision fp8 over p4d's A100)
-            if e.field not in ("model", "objective") and not (
-                (axis == "seq-len" and e.field == "seq_len") or (axis == "gpu" and e.field == "precision")
+            if (
+                e.field not in ("model", "objective")
+                and not _no_shape(e)
+                and not ((axis == "seq-len" and e.field == "seq_len") or (axis == "gpu" and e.field == "precision"))
             ):
                 raise
             skipped.append(f"{value}: skipped: {e.message.split('; try ')[0]}")
