@@ -1536,6 +1536,13 @@ BAD_ARGV += [
      "tokens: 1e+17 tokens; allowed: at most 1e+16"),
 ]  # fmt: skip
 
+# session 20, lead: a JobSpec's nodes at most 2^20 (the cluster limit; 10^12 nodes were rendered into sbatch)
+BAD_FILES.update({"s20_job_nodes.yaml": "name: j\ncommand: ['true']\nimage: x:1\nnodes: 1000000000000\n"})
+BAD_ARGV += [
+    (["launch", "@file:s20_job_nodes.yaml", "--on", "slurm", "--dry-run"],
+     "field 'nodes': Input should be less than or equal to 1048576"),
+]  # fmt: skip
+
 # session 20, fuzzing the commands other than serve (helper A): add rows here
 _GPU_S20A = ("kind: gpu\nentries:\n  - name: XG\n    architecture: x\n    bf16_dense_tflops: 100\n    fp16_dense_tflops: 100\n"
              "    hbm_gb: 80\n    hbm_type: x\n    hbm_bw_tbps: 3\n    tdp_w: 700\n")  # fmt: skip

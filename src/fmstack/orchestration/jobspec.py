@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fmstack.catalog import Catalog
+from fmstack.catalog.topology import MAX_CLUSTER_GPUS
 from fmstack.errors import InputError
 
 # DNS-1123 label: valid as a Slurm job name and a Kubernetes object name; nothing a shell would interpret
@@ -220,7 +221,7 @@ class JobSpec(_Strict):
     name: str
     workload: Workload | None = None
     command: list[str] | None = Field(default=None, description="argv run by torchrun instead of the workload")
-    nodes: int = Field(default=1, gt=0)
+    nodes: int = Field(default=1, gt=0, le=MAX_CLUSTER_GPUS, description="at most 2^20, the most one cluster holds")
     gpus_per_node: int | None = Field(default=None, ge=0)
     memory_gib: float | None = Field(default=None, gt=0, description="Kubernetes: memory each pod requests")
     procs_per_node: int | None = Field(default=None, gt=0, description="defaults to gpus_per_node, or 1 on CPU")
