@@ -173,4 +173,4 @@ def kv_pair_times(
     links = [(best_link, best_s)] * bool(near) + [(far_link, far_s)] * (near < prefill_replicas * decode_replicas)
     by_link = dict(links if can_share and pairs.near(0, 0) else links[::-1])  # in the order pair (0, 0) first
     return KvPairs(kv_bytes=kv_bytes, pair_s=pairs, by_link=by_link, best_s=best_s, best_link=best_link,
-                   nvlink_pairs_share=place.nvlink_pairs_share if can_share else 0.0, placement=place)  # fmt: skip
+                   nvlink_pairs_share=near / (prefill_replicas * decode_replicas), placement=place)  # fmt: skip

@@ -160,7 +160,8 @@ def run_split(
         utilization, busier = check_split_load(pool_capacity(d, sized, dd, dsized), qps, prefill_replicas,
                                                decode_replicas)  # fmt: skip
     except InputError as exc:
-        if prefix is None or exc.field != "qps" or sessions is not None:  # sessions: their first turns' hits in
+        # sessions: split_session_configs already counted their first turns' prefix hits in ``sized``
+        if prefix is None or exc.field != "qps" or sessions is not None:
             raise
         from fmstack.perfmodel.inference_open_loop import sizing_hit_rate
 
